@@ -1,0 +1,193 @@
+"""Order-preserving alignment of two name sequences (the core of exact matching).
+
+``align_sequences(a, b)`` returns pairs ``(i, j)`` with ``a[i] == b[j]``, strictly increasing in both
+``i`` and ``j`` (a common subsequence: pairs never cross, never pair different names). It recovers a
+constant shift as well as local insertions and deletions, in near-linear time on the sequences
+traces produce (long identical stretches with scattered differences):
+
+1. common prefix and suffix are paired directly (O(n));
+2. a region small enough (``dp_cells``) is solved exactly by longest-common-subsequence DP;
+3. a larger one is split at anchors — names (then n-grams) occurring exactly once on each side,
+   kept when they agree in order (longest increasing subsequence) — and the pieces are solved again;
+4. a large region with no anchor (e.g. 48 identical layers) is walked in step, re-synchronising after
+   each difference at the nearest point (smallest skip on both sides) where the names agree,
+   preferring, among equally near points, the longest agreeing run (up to ``run``), found through a position index (cost per difference O(window · log n)).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import Counter
+from typing import Hashable, Sequence
+
+DEFAULT_DP_CELLS = 200_000
+RESYNC_WINDOWS = (16, 256, 4096)
+
+
+def align_sequences(
+    a: Sequence[Hashable], b: Sequence[Hashable], dp_cells: int = DEFAULT_DP_CELLS, run: int = 8
+) -> list[tuple[int, int]]:
+    """Pair equal items of ``a`` and ``b`` in order. See the module docstring for method and cost."""
+    pairs: list[tuple[int, int]] = []
+    regions = [(0, len(a), 0, len(b))]
+    while regions:
+        alo, ahi, blo, bhi = regions.pop()
+        while alo < ahi and blo < bhi and a[alo] == b[blo]:
+            pairs.append((alo, blo))
+            alo += 1
+            blo += 1
+        while alo < ahi and blo < bhi and a[ahi - 1] == b[bhi - 1]:
+            ahi -= 1
+            bhi -= 1
+            pairs.append((ahi, bhi))
+        if alo == ahi or blo == bhi:
+            continue
+        if (ahi - alo) * (bhi - blo) <= dp_cells:
+            pairs.extend(_lcs(a, b, alo, ahi, blo, bhi))
+            continue
+        anchors = _anchors(a, b, alo, ahi, blo, bhi)
+        if anchors:
+            prev_i, prev_j = alo, blo
+            for i, j, length in anchors:
+                regions.append((prev_i, i, prev_j, j))
+                pairs.extend((i + k, j + k) for k in range(length))
+                prev_i, prev_j = i + length, j + length
+            regions.append((prev_i, ahi, prev_j, bhi))
+            continue
+        pairs.extend(_resync_walk(a, b, alo, ahi, blo, bhi, run))
+    pairs.sort()
+    return pairs
+
+
+def _lcs(a, b, alo, ahi, blo, bhi) -> list[tuple[int, int]]:
+    """Exact LCS of a[alo:ahi] and b[blo:bhi] by DP. O(n·m) time and memory."""
+    n, m = ahi - alo, bhi - blo
+    rows = [[0] * (m + 1)]
+    for i in range(n):
+        ai = a[alo + i]
+        prev = rows[-1]
+        row = [0] * (m + 1)
+        for j in range(m):
+            if ai == b[blo + j]:
+                row[j + 1] = prev[j] + 1
+            else:
+                left, up = row[j], prev[j + 1]
+                row[j + 1] = left if left >= up else up
+        rows.append(row)
+    out = []
+    i, j = n, m
+    while i and j:
+        if a[alo + i - 1] == b[blo + j - 1] and rows[i][j] == rows[i - 1][j - 1] + 1:
+            out.append((alo + i - 1, blo + j - 1))
+            i -= 1
+            j -= 1
+        elif rows[i - 1][j] >= rows[i][j - 1]:
+            i -= 1
+        else:
+            j -= 1
+    out.reverse()
+    return out
+
+
+def _anchors(a, b, alo, ahi, blo, bhi) -> list[tuple[int, int, int]]:
+    """Unique-on-both-sides items (then n-grams of length 4, 16) agreeing in order: (i, j, len)."""
+    for k in (1, 4, 16):
+        if ahi - alo < k or bhi - blo < k:
+            break
+        if k == 1:
+            a_keys = [a[i] for i in range(alo, ahi)]
+            b_keys = [b[j] for j in range(blo, bhi)]
+        else:
+            a_keys = [tuple(a[i:i + k]) for i in range(alo, ahi - k + 1)]
+            b_keys = [tuple(b[j:j + k]) for j in range(blo, bhi - k + 1)]
+        a_count = Counter(a_keys)
+        b_count = Counter(b_keys)
+        b_pos = {key: blo + j for j, key in enumerate(b_keys) if b_count[key] == 1 and a_count[key] == 1}
+        if not b_pos:
+            continue
+        candidates = [(alo + i, b_pos[key]) for i, key in enumerate(a_keys) if key in b_pos]
+        chain = _longest_increasing(candidates)
+        anchors: list[tuple[int, int, int]] = []
+        last_i = last_j = -1
+        for i, j in chain:  # n-gram anchors may overlap: keep the non-overlapping ones
+            if i >= last_i and j >= last_j:
+                anchors.append((i, j, k))
+                last_i, last_j = i + k, j + k
+        if anchors:
+            return anchors
+    return []
+
+
+def _longest_increasing(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Longest chain of points increasing in both coordinates (points sorted by the first). O(k log k)."""
+    tails: list[int] = []  # tails[L] = smallest j ending a chain of length L+1
+    tail_at: list[int] = []
+    back = [-1] * len(points)
+    for idx, (_, j) in enumerate(points):
+        pos = bisect_left(tails, j)
+        if pos == len(tails):
+            tails.append(j)
+            tail_at.append(idx)
+        else:
+            tails[pos] = j
+            tail_at[pos] = idx
+        back[idx] = tail_at[pos - 1] if pos else -1
+    chain = []
+    idx = tail_at[-1] if tail_at else -1
+    while idx >= 0:
+        chain.append(points[idx])
+        idx = back[idx]
+    chain.reverse()
+    return chain
+
+
+def _resync_walk(a, b, alo, ahi, blo, bhi, run) -> list[tuple[int, int]]:
+    """Walk both sequences in step; after a difference jump to the nearest agreeing run."""
+    positions: dict = {}
+    for j in range(blo, bhi):
+        positions.setdefault(b[j], []).append(j)
+    out = []
+    i, j = alo, blo
+    while i < ahi and j < bhi:
+        if a[i] == b[j]:
+            out.append((i, j))
+            i += 1
+            j += 1
+            continue
+        jump = None
+        for window in RESYNC_WINDOWS:
+            jump = _nearest_resync(a, b, i, ahi, j, bhi, positions, window, run)
+            if jump is not None:
+                break
+        if jump is None:  # nothing agrees ahead on the a side: a[i] has no partner
+            i += 1
+            continue
+        i, j = jump
+    return out
+
+
+def _nearest_resync(a, b, i, ahi, j, bhi, positions, window, run):
+    """The re-synchronisation point (i + x, j + y) with a[i+x] == b[j+y], x, y < window, of least
+    skip x + y; among equally near ones, the one starting the longest agreeing run (up to ``run``)."""
+    best = None
+    best_key = (2 * window, 0)
+    for x in range(min(window, ahi - i)):
+        if x > best_key[0]:
+            break
+        occurrences = positions.get(a[i + x])
+        if not occurrences:
+            continue
+        k = bisect_left(occurrences, j)
+        while k < len(occurrences):
+            y = occurrences[k] - j
+            if y >= window or x + y > best_key[0]:
+                break
+            limit = min(run, ahi - i - x, bhi - j - y)
+            agree = 1
+            while agree < limit and a[i + x + agree] == b[j + y + agree]:
+                agree += 1
+            key = (x + y, -agree)
+            if key < best_key:
+                best, best_key = (i + x, j + y), key
+            k += 1
+    return best

@@ -1,0 +1,19 @@
+"""Errors that are the user's to fix: they print as one line naming the file, never as a traceback."""
+
+from __future__ import annotations
+
+
+class TraceInputError(Exception):
+    """A trace file cannot be used: missing, empty, truncated, not JSON, or not the expected kind.
+
+    ``str(err)`` is the one-line message the CLI prints: ``<path>: <problem>``.
+    """
+
+    def __init__(self, path: object, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class MismatchedPairError(Exception):
+    """The ET and the Kineto trace do not come from the same run (pids or op names disagree)."""

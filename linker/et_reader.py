@@ -1,0 +1,251 @@
+"""Read a PyTorch Execution Trace (ET) into an ``ExecutionTrace``.
+
+Both node layouts of FORMATS.md §1 are read; the schema string is data, the layout is detected
+from the nodes themselves (``parent`` + flat keys = "flat", ``ctrl_deps`` + ``attrs`` = "nested").
+
+Decoding uses msgspec structs: the fields linking needs are typed, the bulky nested parts
+(``inputs``, ``outputs``, shapes, types, and any key this module does not know) stay raw JSON
+bytes and are written back out untouched. Unknown keys are discovered, not dropped: a decode that
+meets one adds it as a raw field and retries. Cost: one decode pass over the file (plus one per
+distinct unknown key), then one O(n) pass to build the columns.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .errors import TraceInputError
+from .fileio import read_trace_bytes
+
+UNSET = msgspec.UNSET
+Unset = msgspec.UnsetType
+Raw = msgspec.Raw
+
+PROCESS_ROOT_NAMES = (
+    "[pytorch|profiler|execution_trace|process]",
+    "[pytorch|profiler|execution_graph|process]",
+)
+THREAD_ROOT_NAMES = (
+    "[pytorch|profiler|execution_trace|thread]",
+    "[pytorch|profiler|execution_graph|thread]",
+)
+
+# Layout names, as reported.
+FLAT = "flat"  # schema 1.0.1: "parent", flat rf_id/tid/... keys
+NESTED = "nested"  # schema 1.0.2+: "ctrl_deps", inputs/outputs objects, "attrs" list
+
+
+class EtAttr(msgspec.Struct, omit_defaults=True):
+    """One entry of a nested-layout node's ``attrs`` list."""
+
+    name: str
+    type: str | Unset = UNSET
+    value: Any = None
+
+
+class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """One ET node as decoded. Fields absent in the file stay UNSET and are not written back.
+
+    ``ts``/``dur``/``inclusive_dur``/``exclusive_dur`` are the ET+ fields the linker fills in.
+    """
+
+    id: int
+    name: str
+    ctrl_deps: int | Unset = UNSET
+    parent: int | Unset = UNSET
+    inputs: Raw | Unset = UNSET
+    outputs: Raw | Unset = UNSET
+    attrs: list[EtAttr] | Unset = UNSET
+    rf_id: int | Unset = UNSET
+    fw_parent: int | Unset = UNSET
+    seq_id: int | Unset = UNSET
+    scope: int | Unset = UNSET
+    tid: int | Unset = UNSET
+    fw_tid: int | Unset = UNSET
+    op_schema: str | Unset = UNSET
+    input_shapes: Raw | Unset = UNSET
+    input_types: Raw | Unset = UNSET
+    output_shapes: Raw | Unset = UNSET
+    output_types: Raw | Unset = UNSET
+    ts: float | Unset = UNSET
+    dur: float | Unset = UNSET
+    inclusive_dur: float | Unset = UNSET
+    exclusive_dur: float | Unset = UNSET
+
+
+_UNKNOWN_FIELD = re.compile(r"unknown field `(?P<key>[^`]*)`(?: - at `(?P<where>[^`]*)`)?")
+
+
+@dataclass
+class ExecutionTrace:
+    """An ET: its header, its decoded nodes, and columns over them (index = position in ``nodes``).
+
+    ``header`` holds the top-level keys other than ``nodes`` (schema, pid, time, ...), as decoded.
+    Column lists all have ``len(nodes)`` entries. ``parent[i]`` is the parent's node *id*.
+    ``tid[i]`` is the ET thread number (0 for the process root), not an OS thread id.
+    """
+
+    path: str
+    layout: str
+    schema: str
+    pid: int | None
+    header: Any  # the decoded document struct, nodes included; written back by writers
+    nodes: list[EtNode]
+    ids: list[int] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    parent: list[int] = field(default_factory=list)
+    tid: list[int] = field(default_factory=list)
+    rf_id: list[int] = field(default_factory=list)
+    scope: list[int] = field(default_factory=list)
+    op_schema: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def is_root(self, i: int) -> bool:
+        """True for the process root and the per-thread roots (not ops: never linked)."""
+        name = self.names[i]
+        return name in PROCESS_ROOT_NAMES or name in THREAD_ROOT_NAMES
+
+    def op_indices(self) -> list[int]:
+        """Indices of all nodes that are ops (everything but the process and thread roots)."""
+        return [i for i in range(len(self.nodes)) if not self.is_root(i)]
+
+    def index_of_id(self) -> dict[int, int]:
+        """Map node id -> index. O(n)."""
+        return {node_id: i for i, node_id in enumerate(self.ids)}
+
+    def threads(self) -> dict[int, list[int]]:
+        """ET thread number -> op indices on that thread in start order (sorted by id). O(n log n)."""
+        by_thread: dict[int, list[int]] = {}
+        for i in sorted(self.op_indices(), key=self.ids.__getitem__):
+            by_thread.setdefault(self.tid[i], []).append(i)
+        return by_thread
+
+
+def _document_type(node_type: type, extra_top: list[str]) -> type:
+    fields = [
+        ("schema", str | Unset, UNSET),
+        ("pid", int | Unset, UNSET),
+        ("time", str | Unset, UNSET),
+        ("start_ts", int | Unset, UNSET),
+        ("finish_ts", int | Unset, UNSET),
+        ("nodes", list[node_type], msgspec.field(default_factory=list)),
+    ]
+    fields += [(key, Raw | Unset, UNSET) for key in extra_top]
+    return msgspec.defstruct(
+        "EtDocument", fields, forbid_unknown_fields=True, omit_defaults=True
+    )
+
+
+def _node_type(extra_keys: list[str]) -> type:
+    if not extra_keys:
+        return EtNode
+    fields = [(key, Raw | Unset, UNSET) for key in extra_keys]
+    return msgspec.defstruct(
+        "EtNodeExtended", fields, bases=(EtNode,), forbid_unknown_fields=True, omit_defaults=True
+    )
+
+
+def _decode(path: Path, data: bytes) -> Any:
+    """Decode the ET document, growing the struct types for unknown keys as they are met."""
+    node_extra: list[str] = []
+    top_extra: list[str] = []
+    while True:
+        node_type = _node_type(node_extra)
+        doc_type = _document_type(node_type, top_extra)
+        try:
+            return msgspec.json.decode(data, type=doc_type)
+        except msgspec.ValidationError as err:
+            message = str(err)
+            unknown = _UNKNOWN_FIELD.search(message)
+            if unknown is None:
+                raise TraceInputError(path, f"not a valid Execution Trace: {message}") from None
+            key, where = unknown.group("key"), unknown.group("where") or "$"
+            if where == "$":
+                if key == "traceEvents":
+                    raise TraceInputError(
+                        path, "this is a Kineto trace, not an Execution Trace (arguments swapped?)"
+                    ) from None
+                top_extra.append(key)
+            elif re.fullmatch(r"\$\.nodes\[\d+\]", where):
+                node_extra.append(key)
+            else:
+                raise TraceInputError(path, f"not a valid Execution Trace: {message}") from None
+            if len(node_extra) + len(top_extra) > 256:
+                raise TraceInputError(path, "not an Execution Trace: too many unknown keys")
+        except msgspec.DecodeError as err:
+            raise TraceInputError(path, f"not valid JSON ({err})") from None
+
+
+def _detect_layout(nodes: list[EtNode]) -> str:
+    for node in nodes:
+        if node.ctrl_deps is not UNSET or node.attrs is not UNSET:
+            return NESTED
+        if node.parent is not UNSET:
+            return FLAT
+    return NESTED
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _fill_columns(et: ExecutionTrace) -> None:
+    ids, names, parent, tid, rf_id, scope, op_schema = (
+        et.ids, et.names, et.parent, et.tid, et.rf_id, et.scope, et.op_schema,
+    )
+    if et.layout == FLAT:
+        for node in et.nodes:
+            ids.append(node.id)
+            names.append(node.name)
+            parent.append(node.parent if node.parent is not UNSET else node.id)
+            tid.append(node.tid if node.tid is not UNSET else 0)
+            rf_id.append(node.rf_id if node.rf_id is not UNSET else 0)
+            scope.append(node.scope if node.scope is not UNSET else 0)
+            op_schema.append(node.op_schema if node.op_schema is not UNSET else "")
+        return
+    wanted = {"rf_id", "tid", "scope", "op_schema"}
+    for node in et.nodes:
+        ids.append(node.id)
+        names.append(node.name)
+        parent.append(node.ctrl_deps if node.ctrl_deps is not UNSET else node.id)
+        found = {}
+        if node.attrs is not UNSET:
+            for attr in node.attrs:
+                if attr.name in wanted:
+                    found[attr.name] = attr.value
+        tid.append(_int(found.get("tid")))
+        rf_id.append(_int(found.get("rf_id")))
+        scope.append(_int(found.get("scope")))
+        op_schema.append(str(found.get("op_schema") or ""))
+
+
+def read_execution_trace(path: str | Path) -> ExecutionTrace:
+    """Load an ET file (``.json`` or gzip). Raises ``TraceInputError`` with a one-line reason."""
+    path = Path(path)
+    data = read_trace_bytes(path)
+    doc = _decode(path, data)
+    if not doc.nodes:
+        raise TraceInputError(path, "not an Execution Trace: no 'nodes' (or an empty list)")
+    layout = _detect_layout(doc.nodes)
+    et = ExecutionTrace(
+        path=str(path),
+        layout=layout,
+        schema=doc.schema if doc.schema is not UNSET else "",
+        pid=doc.pid if doc.pid is not UNSET else None,
+        header=doc,
+        nodes=doc.nodes,
+    )
+    _fill_columns(et)
+    if len(set(et.ids)) != len(et.ids):
+        raise TraceInputError(path, "not a valid Execution Trace: node ids are not unique")
+    return et

@@ -1,0 +1,120 @@
+"""Build the ET+ from a ``LinkResult``: times on linked ET nodes, new GPU nodes under their launcher.
+
+FORMATS.md §3: every linked CPU node gets ``ts``, ``dur``, ``inclusive_dur``, ``exclusive_dur`` (µs);
+every attributed kernel/memcpy/memset becomes a node whose parent (``ctrl_deps`` or ``parent``, as
+the layout has it) is its launching CPU node, carrying ``cat, name, ph, ts, dur, inclusive_dur,
+exclusive_dur, stream, device, correlation`` (and ``pg_name`` when the trace names the process
+group). New ids continue after the largest existing id. Cost O(n + g).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from .et_reader import FLAT, ExecutionTrace
+from .gpu import GpuLink
+from .link import LinkResult
+
+UNSET = msgspec.UNSET
+Unset = msgspec.UnsetType
+
+_EMPTY_IO_NESTED = msgspec.Raw(b'{"values":[],"shapes":[],"types":[]}')
+_EMPTY_LIST = msgspec.Raw(b"[]")
+
+
+class GpuNode(msgspec.Struct, omit_defaults=True):
+    """A GPU op as an ET+ node. Layout-dependent keys stay UNSET (not written) when not used."""
+
+    id: int
+    name: str
+    ctrl_deps: int | Unset = UNSET
+    parent: int | Unset = UNSET
+    cat: str = ""
+    ph: str = "X"
+    ts: float | int = 0
+    dur: float | int = 0
+    inclusive_dur: float | int = 0
+    exclusive_dur: float | int = 0
+    stream: int | None = None
+    device: int | None = None
+    correlation: int | None = None
+    pg_name: str | Unset = UNSET
+    tid: int | Unset = UNSET
+    inputs: Any = UNSET
+    outputs: Any = UNSET
+    input_shapes: Any = UNSET
+    input_types: Any = UNSET
+    output_shapes: Any = UNSET
+    output_types: Any = UNSET
+    attrs: list | Unset = UNSET
+
+
+@dataclass
+class EtPlus:
+    """The ET with times filled in, plus the GPU nodes (``gpu_links[k]`` made ``gpu_nodes[k]``)."""
+
+    result: LinkResult
+    gpu_nodes: list[GpuNode]
+    gpu_links: list[GpuLink]
+
+    @property
+    def et(self) -> ExecutionTrace:
+        return self.result.et
+
+    def all_nodes(self) -> list:
+        return self.et.nodes + self.gpu_nodes
+
+
+def as_number(value: float) -> float | int:
+    """Integral floats as ints, so traces with integer µs stay integer in the output."""
+    return int(value) if value == int(value) else value
+
+
+def build_et_plus(result: LinkResult) -> EtPlus:
+    """Fill ET+ time fields into ``result.et.nodes`` (in place) and create the GPU nodes."""
+    et, events = result.et, result.kineto.cpu_events
+    for i, e in enumerate(result.match.event_of_op):
+        if e < 0:
+            continue
+        node, event = et.nodes[i], events[e]
+        node.ts = as_number(event.ts)
+        node.dur = as_number(event.dur)
+        node.inclusive_dur = node.dur
+        node.exclusive_dur = as_number(round(result.exclusive[e], 3))
+    next_id = max(et.ids) + 1
+    flat = et.layout == FLAT
+    gpu_nodes, gpu_links = [], []
+    for link in result.gpu.links:
+        if link.et_index < 0:
+            continue
+        g = link.event
+        dur = as_number(g.dur)
+        node = GpuNode(id=next_id, name=g.name, cat=g.cat, ts=as_number(g.ts), dur=dur,
+                       inclusive_dur=dur, exclusive_dur=dur,
+                       stream=g.args.stream if g.args.stream is not None else _int_or_none(g.tid),
+                       device=g.args.device if g.args.device is not None else _int_or_none(g.pid),
+                       correlation=g.args.correlation)
+        if g.args.pg_name is not None:
+            node.pg_name = str(g.args.pg_name)
+        parent_id = et.ids[link.et_index]
+        if flat:
+            node.parent = parent_id
+            node.tid = et.tid[link.et_index]
+            node.inputs = node.outputs = _EMPTY_LIST
+            node.input_shapes = node.input_types = _EMPTY_LIST
+            node.output_shapes = node.output_types = _EMPTY_LIST
+        else:
+            node.ctrl_deps = parent_id
+            node.inputs = node.outputs = _EMPTY_IO_NESTED
+            node.attrs = [{"name": "tid", "type": "uint64", "value": et.tid[link.et_index]}]
+        gpu_nodes.append(node)
+        gpu_links.append(link)
+        next_id += 1
+    return EtPlus(result, gpu_nodes, gpu_links)
+
+
+def _int_or_none(value) -> int | None:
+    return value if isinstance(value, int) else None

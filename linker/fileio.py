@@ -1,0 +1,77 @@
+"""Reading trace files (plain or gzip) and writing outputs atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import tempfile
+import zlib
+from pathlib import Path
+from typing import IO, Iterator
+
+from .errors import TraceInputError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def read_trace_bytes(path: str | os.PathLike) -> bytes:
+    """Return the decompressed bytes of a trace file; gzip is detected by its magic bytes.
+
+    Raises ``TraceInputError`` for a missing, unreadable, empty or truncated file. Cost: one read.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise TraceInputError(p, "no such file") from None
+    except IsADirectoryError:
+        raise TraceInputError(p, "is a directory, not a trace file") from None
+    except OSError as err:
+        raise TraceInputError(p, f"cannot read: {err.strerror or err}") from None
+    if data[:2] == GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, OSError, zlib.error) as err:
+            raise TraceInputError(p, f"gzip data is truncated or corrupt ({err})") from None
+    if not data.strip():
+        raise TraceInputError(p, "file is empty")
+    return data
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """True when two paths name the same existing file (or the same path)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO[bytes]]:
+    """Open a binary stream that becomes ``path`` only if the block finishes without an exception.
+
+    Data goes to a temporary file in the same directory, renamed over ``path`` at the end, so a
+    reader never sees a half-written output. ``.gz`` paths are gzip-compressed. Writing to any of
+    the ``protected`` paths (the inputs) is refused with ``TraceInputError``.
+    """
+    out = Path(path)
+    for p in protected:
+        if same_file(out, p):
+            raise TraceInputError(out, "output path is one of the input files; refusing to overwrite it")
+    directory = out.parent if str(out.parent) else Path(".")
+    if not directory.is_dir():
+        raise TraceInputError(out, "output directory does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            if out.name.endswith(".gz"):
+                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
+                    yield gz
+            else:
+                yield raw
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

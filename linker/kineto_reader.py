@@ -1,0 +1,173 @@
+"""Read a Kineto (Chrome trace JSON) file into a ``KinetoTrace``.
+
+Only what linking and the writers use is decoded: complete (``X``) events of the CPU, runtime and
+GPU categories, ``ac2g`` flow endpoints, and a few top-level keys. ``args`` decode into a small
+struct holding the ids (correlation, External id, Record function id) and GPU placement; other
+args keys are skipped by the decoder, never materialised. Cost: one decode pass, one sort per
+event kind (O(n log n)).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .errors import TraceInputError
+from .fileio import read_trace_bytes
+
+UNSET = msgspec.UNSET
+Unset = msgspec.UnsetType
+
+CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation"})
+RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"})
+GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+
+# Host API calls that put work on a GPU stream (FORMATS.md §2). A runtime event whose correlation
+# matches a GPU op is a launch whatever its name (some builds write "INVALID"); this list names the
+# known ones for the report.
+LAUNCH_NAMES = frozenset({
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+    "cudaLaunchCooperativeKernel", "cudaMemcpyAsync", "cudaMemcpy", "cudaMemcpyToSymbol",
+    "cudaMemcpyFromSymbol", "cudaMemsetAsync", "cudaGraphLaunch", "hipLaunchKernel",
+    "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel", "hipMemcpyAsync",
+    "hipMemcpyWithStream", "hipMemsetAsync",
+})
+
+
+class KinetoArgs(msgspec.Struct, frozen=True):
+    """The ``args`` keys et-link uses; all optional."""
+
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    correlation: int | None = None
+    rf_id: int | None = msgspec.field(default=None, name="Record function id")
+    stream: int | None = None
+    device: int | None = None
+    pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
+    collective_name: str | None = msgspec.field(default=None, name="Collective name")
+    in_msg_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    dtype: str | None = None
+    group_size: int | None = msgspec.field(default=None, name="Group size")
+    bytes: int | None = None
+
+
+NO_ARGS = KinetoArgs()
+
+
+class KinetoEvent(msgspec.Struct):
+    """One Chrome-trace event. ``ts``/``dur`` in microseconds (floats; ns fractions kept)."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    id: int | str | None = None
+    args: KinetoArgs = NO_ARGS
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+class _KinetoDocument(msgspec.Struct):
+    traceEvents: list[KinetoEvent] | Unset = UNSET
+    nodes: msgspec.Raw | Unset = UNSET
+    distributedInfo: dict[str, Any] | Unset = UNSET
+    baseTimeNanoseconds: int | Unset = UNSET
+    traceName: str | Unset = UNSET
+
+
+@dataclass
+class FlowEnd:
+    """One endpoint of an ``ac2g`` flow arrow."""
+
+    pid: int | str
+    tid: int | str
+    ts: float
+
+
+@dataclass
+class KinetoTrace:
+    """The parts of a Kineto trace et-link uses.
+
+    ``cpu_events``: ``cpu_op`` and ``user_annotation`` complete events, sorted by
+    (pid, tid, ts, -dur): per thread in start order, an enclosing event before the ones it covers.
+    ``runtime_events``: ``cuda_runtime``/``cuda_driver`` (and HIP) events, sorted by (pid, tid, ts).
+    ``gpu_events``: kernels, memcpys, memsets, sorted by ts.
+    ``flows``: ``ac2g`` flow id -> its endpoints (usually one on the host, one on the device).
+    """
+
+    path: str
+    pid: int | None
+    rank: int | None
+    world_size: int | None
+    cpu_events: list[KinetoEvent]
+    runtime_events: list[KinetoEvent]
+    gpu_events: list[KinetoEvent]
+    flows: dict[int | str, list[FlowEnd]] = field(default_factory=dict)
+
+    def has_record_function_ids(self) -> bool:
+        return any(e.args.rf_id is not None for e in self.cpu_events)
+
+
+def _cpu_order(event: KinetoEvent) -> tuple:
+    return (str(event.pid), str(event.tid), event.ts, -event.dur)
+
+
+def read_kineto_trace(path: str | Path) -> KinetoTrace:
+    """Load a Kineto trace file (``.json`` or gzip). Raises ``TraceInputError`` on bad input."""
+    path = Path(path)
+    data = read_trace_bytes(path)
+    try:
+        doc = msgspec.json.decode(data, type=_KinetoDocument)
+    except msgspec.ValidationError as err:
+        raise TraceInputError(path, f"not a valid Kineto trace: {err}") from None
+    except msgspec.DecodeError as err:
+        raise TraceInputError(path, f"not valid JSON ({err})") from None
+    if doc.traceEvents is UNSET:
+        if doc.nodes is not UNSET:
+            raise TraceInputError(
+                path, "this is an Execution Trace, not a Kineto trace (arguments swapped?)"
+            )
+        raise TraceInputError(path, "not a Kineto trace: no 'traceEvents' list")
+
+    cpu, runtime, gpu = [], [], []
+    flows: dict[int | str, list[FlowEnd]] = {}
+    for event in doc.traceEvents:
+        cat = event.cat
+        if event.ph == "X":
+            if cat in CPU_CATEGORIES:
+                cpu.append(event)
+            elif cat in RUNTIME_CATEGORIES:
+                runtime.append(event)
+            elif cat in GPU_CATEGORIES:
+                gpu.append(event)
+        elif cat == "ac2g" and event.ph in ("s", "f") and event.id is not None:
+            flows.setdefault(event.id, []).append(FlowEnd(event.pid, event.tid, event.ts))
+    if not cpu:
+        raise TraceInputError(path, "not a usable Kineto trace: it has no cpu_op or user_annotation events")
+    cpu.sort(key=_cpu_order)
+    runtime.sort(key=_cpu_order)
+    gpu.sort(key=lambda e: e.ts)
+
+    pid_counts = Counter(e.pid for e in cpu if isinstance(e.pid, int))
+    info = doc.distributedInfo if doc.distributedInfo is not UNSET else {}
+    rank = info.get("rank")
+    world = info.get("world_size")
+    return KinetoTrace(
+        path=str(path),
+        pid=pid_counts.most_common(1)[0][0] if pid_counts else None,
+        rank=rank if isinstance(rank, int) else None,
+        world_size=world if isinstance(world, int) else None,
+        cpu_events=cpu,
+        runtime_events=runtime,
+        gpu_events=gpu,
+        flows=flows,
+    )

@@ -1,0 +1,146 @@
+"""The linking pipeline: (ET, Kineto) -> ``LinkResult``.
+
+1. same-run check (pids, op names);
+2. choose the method: rf_id when the ids validate, else order (exact) alignment, else structure;
+3. for order/structure methods, cut the Kineto events to the iteration window the ET covers;
+4. attach GPU ops, compute exclusive durations, check nesting, and fill the report.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .durations import exclusive_durations
+from .errors import MismatchedPairError
+from .et_reader import ExecutionTrace
+from .gpu import GpuAttribution, attribute_gpu_ops
+from .intervals import nesting_parents
+from .kineto_reader import KinetoTrace
+from .match import OpMatch
+from .match_exact import match_by_order
+from .match_rfid import match_by_rf_id
+from .report import LinkReport, build_report
+from .windows import Window, choose_window
+
+METHODS = ("auto", "rf_id", "exact", "approximate")
+# In auto mode, fall back to structural matching when order alignment leaves more than this
+# share of the ET's ops (on threads Kineto recorded) unmatched.
+AUTO_APPROX_THRESHOLD = 0.02
+# Below this share of shared op names, an ET and a Kineto trace are not from the same run.
+MIN_NAME_OVERLAP = 0.3
+
+
+@dataclass
+class LinkOptions:
+    method: str = "auto"
+    annotation: str | None = None
+    window: int | None = None  # pick a Kineto window by index instead of by content
+    force: bool = False  # link even when the pair looks like two different runs
+    max_depth: int = 10  # approximate matching: tree depth matched structurally
+
+
+@dataclass
+class LinkResult:
+    et: ExecutionTrace
+    kineto: KinetoTrace
+    match: OpMatch
+    window: Window | None
+    gpu: GpuAttribution
+    parents: list[int]  # Kineto CPU event nesting parents
+    exclusive: list[float]  # per Kineto CPU event
+    report: LinkReport
+    warnings: list[str] = field(default_factory=list)
+
+
+def check_same_run(et: ExecutionTrace, kineto: KinetoTrace) -> list[str]:
+    """Problems that say the two files come from different runs (empty when they agree)."""
+    problems = []
+    if et.pid is not None and kineto.pid is not None and et.pid != kineto.pid:
+        problems.append(f"process ids differ (ET pid {et.pid}, Kineto pid {kineto.pid})")
+    et_names = Counter(et.names[i] for i in et.op_indices())
+    k_names = Counter(e.name for e in kineto.cpu_events)
+    shared = sum(min(n, k_names[name]) for name, n in et_names.items())
+    smaller = max(1, min(sum(et_names.values()), len(kineto.cpu_events)))
+    if shared / smaller < MIN_NAME_OVERLAP:
+        problems.append(f"op names disagree (only {shared} of {smaller} ops share a name)")
+    return problems
+
+
+def _window_mask(kineto: KinetoTrace, window: Window | None) -> list[bool] | None:
+    if window is None:
+        return None
+    return [window.contains(e.ts) for e in kineto.cpu_events]
+
+
+def _match_structure(et, kineto, keep, options) -> OpMatch:
+    from .match_approx import match_by_structure  # networkx-free, but only loaded when used
+
+    return match_by_structure(et, kineto, keep, max_depth=options.max_depth)
+
+
+def _unmatched_share(et: ExecutionTrace, match: OpMatch) -> float:
+    paired = {p.et_tid for p in match.threads}
+    ops = [i for i in et.op_indices() if et.tid[i] in paired]
+    if not ops:
+        return 1.0
+    return sum(1 for i in ops if match.event_of_op[i] < 0) / len(ops)
+
+
+def choose_and_match(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions):
+    """Run the requested (or automatically chosen) method. Returns (match, window, notes)."""
+    notes: list[str] = []
+    if options.method not in METHODS:
+        raise ValueError(f"unknown method {options.method!r}; choose one of {', '.join(METHODS)}")
+    if options.method in ("auto", "rf_id"):
+        match, check = match_by_rf_id(et, kineto)
+        if check.usable:
+            notes.append(f"rf_id: record-function ids validated ({check.reason})")
+            return match, None, notes
+        if options.method == "rf_id":
+            notes.append(f"rf_id requested but the ids do not validate: {check.reason}")
+            return match, None, notes
+        notes.append(f"record-function ids not usable: {check.reason}; using order alignment")
+    window = choose_window(et, kineto, options.annotation, options.window)
+    keep = _window_mask(kineto, window)
+    if options.method == "approximate":
+        return _match_structure(et, kineto, keep, options), window, notes
+    match = match_by_order(et, kineto, keep)
+    if options.method == "auto":
+        share = _unmatched_share(et, match)
+        if share > AUTO_APPROX_THRESHOLD:
+            structural = _match_structure(et, kineto, keep, options)
+            if structural.linked > match.linked:
+                notes.append(f"order alignment left {share:.1%} of ops unmatched; "
+                             f"structural matching linked {structural.linked} vs {match.linked}: using it")
+                return structural, window, notes
+            notes.append(f"order alignment left {share:.1%} of ops unmatched; structural matching "
+                         f"did no better ({structural.linked} vs {match.linked})")
+    return match, window, notes
+
+
+def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = None) -> LinkResult:
+    """Link ``et`` with ``kineto``. Raises ``MismatchedPairError`` for two different runs unless
+    ``options.force``. Does not modify its inputs; see ``apply_to_et`` for the ET+ fields."""
+    options = options or LinkOptions()
+    started = time.perf_counter()
+    warnings = []
+    problems = check_same_run(et, kineto)
+    if problems:
+        message = "the ET and the Kineto trace look like different runs: " + "; ".join(problems)
+        if not options.force:
+            raise MismatchedPairError(message + " (use --force to link anyway)")
+        warnings.append(message)
+    match, window, notes = choose_and_match(et, kineto, options)
+    events = kineto.cpu_events
+    parents = nesting_parents(events)
+    op_of_event = [-1] * len(events)
+    for i, e in enumerate(match.event_of_op):
+        if e >= 0:
+            op_of_event[e] = i
+    gpu = attribute_gpu_ops(kineto, op_of_event, parents, window)
+    exclusive = exclusive_durations(events, parents)
+    report = build_report(et, kineto, match, window, gpu, notes, warnings,
+                          seconds=time.perf_counter() - started)
+    return LinkResult(et, kineto, match, window, gpu, parents, exclusive, report, warnings)
