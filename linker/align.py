@@ -191,3 +191,55 @@ def _nearest_resync(a, b, i, ahi, j, bhi, positions, window, run):
                 best, best_key = (i + x, j + y), key
             k += 1
     return best
+
+
+def _runs(seq: Sequence[Hashable]) -> list[int]:
+    """For each position, the start of the run of equal consecutive items it belongs to."""
+    starts = []
+    for i, item in enumerate(seq):
+        starts.append(starts[-1] if i and item == seq[i - 1] else i)
+    return starts
+
+
+def split_ambiguous_runs(
+    a: Sequence[Hashable], b: Sequence[Hashable], pairs: list[tuple[int, int]]
+) -> tuple[list[tuple[int, int]], list[tuple[int, int, int, int]]]:
+    """Take out pairs inside runs of equal consecutive names whose lengths differ between sides.
+
+    When the ET has ``X X X`` where Kineto has ``X X``, names cannot tell which X is missing, and
+    any choice risks a wrong link. Returns the pairs kept and the ambiguous regions
+    ``(a_lo, a_hi, b_lo, b_hi)`` (one run on each side), which a caller may settle with more
+    evidence than names (e.g. tensor shapes). O(n + m).
+    """
+    run_a, run_b = _runs(a), _runs(b)
+    len_a: dict[int, int] = {}
+    for s in run_a:
+        len_a[s] = len_a.get(s, 0) + 1
+    len_b: dict[int, int] = {}
+    for s in run_b:
+        len_b[s] = len_b.get(s, 0) + 1
+    partner_of_a_run: dict[int, int] = {}
+    partner_of_b_run: dict[int, int] = {}
+    conflicting: set[int] = set()
+    for i, j in pairs:
+        ra, rb = run_a[i], run_b[j]
+        if len_a[ra] == 1 and len_b[rb] == 1:
+            continue
+        if partner_of_a_run.setdefault(ra, rb) != rb or partner_of_b_run.setdefault(rb, ra) != ra:
+            conflicting.add(ra)
+            conflicting.add(partner_of_b_run[rb])
+    ambiguous = {ra for ra, rb in partner_of_a_run.items() if len_a[ra] != len_b[rb]} - conflicting
+    if not ambiguous and not conflicting:
+        return pairs, []
+    dropped = ambiguous | conflicting
+    kept = [(i, j) for i, j in pairs if run_a[i] not in dropped]
+    regions = [(ra, ra + len_a[ra], partner_of_a_run[ra], partner_of_a_run[ra] + len_b[partner_of_a_run[ra]])
+               for ra in sorted(ambiguous)]
+    return kept, regions
+
+
+def drop_ambiguous_runs(
+    a: Sequence[Hashable], b: Sequence[Hashable], pairs: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """``split_ambiguous_runs`` without the regions: the pairs that names alone make certain."""
+    return split_ambiguous_runs(a, b, pairs)[0]

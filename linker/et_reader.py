@@ -78,6 +78,10 @@ class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     exclusive_dur: float | Unset = UNSET
 
 
+class _ShapesOnly(msgspec.Struct):
+    shapes: Any = None
+
+
 _UNKNOWN_FIELD = re.compile(r"unknown field `(?P<key>[^`]*)`(?: - at `(?P<where>[^`]*)`)?")
 
 
@@ -115,6 +119,16 @@ class ExecutionTrace:
     def op_indices(self) -> list[int]:
         """Indices of all nodes that are ops (everything but the process and thread roots)."""
         return [i for i in range(len(self.nodes)) if not self.is_root(i)]
+
+    def input_shapes(self, i: int):
+        """The decoded input shapes of node ``i`` (a list, or None). Decodes one small value."""
+        node = self.nodes[i]
+        if self.layout == FLAT:
+            raw = node.input_shapes
+            return msgspec.json.decode(raw) if raw is not UNSET else None
+        if node.inputs is UNSET:
+            return None
+        return msgspec.json.decode(node.inputs, type=_ShapesOnly).shapes
 
     def index_of_id(self) -> dict[int, int]:
         """Map node id -> index. O(n)."""

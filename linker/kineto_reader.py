@@ -53,6 +53,9 @@ class KinetoArgs(msgspec.Struct, frozen=True):
     dtype: str | None = None
     group_size: int | None = msgspec.field(default=None, name="Group size")
     bytes: int | None = None
+    # Tensor shapes of the op's inputs (recorded with record_shapes): kept raw, decoded only to
+    # tell apart same-name neighbours.
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Dims")
 
 
 NO_ARGS = KinetoArgs()
@@ -98,7 +101,7 @@ class KinetoTrace:
     """The parts of a Kineto trace et-link uses.
 
     ``cpu_events``: ``cpu_op`` and ``user_annotation`` complete events, sorted by
-    (pid, tid, ts, -dur): per thread in start order, an enclosing event before the ones it covers.
+    (pid, tid, ts, External id, -dur): per thread in start order, an enclosing event first.
     ``runtime_events``: ``cuda_runtime``/``cuda_driver`` (and HIP) events, sorted by (pid, tid, ts).
     ``gpu_events``: kernels, memcpys, memsets, sorted by ts.
     ``flows``: ``ac2g`` flow id -> its endpoints (usually one on the host, one on the device).
@@ -118,7 +121,10 @@ class KinetoTrace:
 
 
 def _cpu_order(event: KinetoEvent) -> tuple:
-    return (str(event.pid), str(event.tid), event.ts, -event.dur)
+    # Equal start times are common (integer µs in older traces): the op that started first has
+    # the smaller External id (assigned at op start); then the longer (enclosing) event first.
+    ext = event.args.external_id
+    return (str(event.pid), str(event.tid), event.ts, ext if ext is not None else 1 << 62, -event.dur)
 
 
 def read_kineto_trace(path: str | Path) -> KinetoTrace:

@@ -96,7 +96,7 @@ def choose_and_match(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptio
     if options.method in ("auto", "rf_id"):
         match, check = match_by_rf_id(et, kineto)
         if check.usable:
-            notes.append(f"rf_id: record-function ids validated ({check.reason})")
+            notes.append("record-function ids validated: joined on them")
             return match, None, notes
         if options.method == "rf_id":
             notes.append(f"rf_id requested but the ids do not validate: {check.reason}")

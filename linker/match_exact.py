@@ -7,7 +7,9 @@ and local insertions/deletions. Cost: near-linear in the number of events.
 
 from __future__ import annotations
 
-from .align import align_sequences
+import msgspec
+
+from .align import align_sequences, drop_ambiguous_runs
 from .et_reader import ExecutionTrace
 from .intervals import group_by_thread
 from .kineto_reader import KinetoTrace
@@ -33,12 +35,14 @@ def match_by_order(et: ExecutionTrace, kineto: KinetoTrace, keep: list[bool] | N
     for pair in pairs:
         ops = et_threads[pair.et_tid]
         evs = k_threads[pair.kineto_thread]
-        aligned = align_sequences([et.names[i] for i in ops], [events[j].name for j in evs])
-        for a, b in aligned:
-            event_of_op[ops[a]] = evs[b]
+        aligned = align_names(et, kineto, ops, evs)
+        for x, y in aligned:
+            event_of_op[ops[x]] = evs[y]
         pair.linked = len(aligned)
     _align_leftover_threads(et, kineto, et_threads, k_threads, pairs, event_of_op)
+    dropped = drop_links_outside_parent(et, kineto, event_of_op)
     match = OpMatch("exact", event_of_op, pairs, unpaired)
+    match.stats["links_dropped_outside_parent"] = dropped
     if unpaired:
         match.notes.append(f"ET threads {unpaired} have no Kineto counterpart (Kineto recorded fewer threads)")
     return match
@@ -64,5 +68,88 @@ def _align_leftover_threads(et, kineto, et_threads, k_threads, pairs, event_of_o
                 best_tid, best_ops, best_shared = tid, free, shared
         if best_tid is None:
             continue
-        for a, b in align_sequences([et.names[i] for i in best_ops], [events[j].name for j in evs]):
-            event_of_op[best_ops[a]] = evs[b]
+        for x, y in align_names(et, kineto, best_ops, evs):
+            event_of_op[best_ops[x]] = evs[y]
+
+
+def drop_links_outside_parent(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int],
+                              slack: float = 0.001) -> int:
+    """Unlink ops whose event does not lie inside the event of their nearest linked ET ancestor.
+
+    Names alone cannot tell which of two same-name neighbours a missing event was; the call
+    structure can: a link that puts a child outside its parent's interval is wrong, and a missing
+    link is better than a wrong one. Ancestors are visited first (ids are in start order). O(n).
+    Returns how many links were dropped.
+    """
+    events = kineto.cpu_events
+    index = et.index_of_id()
+    anchor = [-1] * len(et)  # nearest linked ancestor's event, per node
+    dropped = 0
+    for i in sorted(range(len(et)), key=et.ids.__getitem__):
+        p = index.get(et.parent[i], -1)
+        outer = -1
+        if p >= 0 and p != i:
+            outer = event_of_op[p] if event_of_op[p] >= 0 else anchor[p]
+        anchor[i] = outer
+        e = event_of_op[i]
+        if e < 0 or outer < 0:
+            continue
+        child, parent = events[e], events[outer]
+        if child.ts < parent.ts - slack or child.ts + child.dur > parent.ts + parent.dur + slack:
+            event_of_op[i] = -1
+            dropped += 1
+    return dropped
+
+
+def align_names(et: ExecutionTrace, kineto: KinetoTrace, ops: list[int], evs: list[int]) -> list[tuple[int, int]]:
+    """Align ET ops ``ops`` with Kineto events ``evs`` (both in start order).
+
+    When Kineto recorded input shapes, the alignment runs first on (name, input tensor shapes),
+    which tells apart same-name neighbours; the stretches between those pairs are then aligned on
+    names alone (shapes recorded differently on the two sides must not cost links). Runs of
+    same-token neighbours whose lengths differ are left out: a missing link beats a wrong one.
+    """
+    events = kineto.cpu_events
+    names_a = [et.names[i] for i in ops]
+    names_b = [events[j].name for j in evs]
+    if not _has_shapes(events, evs):
+        return drop_ambiguous_runs(names_a, names_b, align_sequences(names_a, names_b))
+    keys_a = [(names_a[x], shape_key(et.input_shapes(i))) for x, i in enumerate(ops)]
+    keys_b = [(names_b[y], shape_key(_decode(events[j].args.input_dims))) for y, j in enumerate(evs)]
+    by_shape = drop_ambiguous_runs(keys_a, keys_b, align_sequences(keys_a, keys_b))
+    pairs = []
+    prev_a = prev_b = -1
+    for i, j in by_shape + [(len(ops), len(evs))]:
+        if i - prev_a > 1 and j - prev_b > 1:
+            gap = drop_ambiguous_runs(names_a[prev_a + 1:i], names_b[prev_b + 1:j],
+                                      align_sequences(names_a[prev_a + 1:i], names_b[prev_b + 1:j]))
+            pairs.extend((prev_a + 1 + x, prev_b + 1 + y) for x, y in gap)
+        if i < len(ops):
+            pairs.append((i, j))
+        prev_a, prev_b = i, j
+    return pairs
+
+
+def _has_shapes(events, evs: list[int]) -> bool:
+    """True when most of these Kineto events carry ``Input Dims`` (recorded with record_shapes)."""
+    sample = evs[:: max(1, len(evs) // 200)]
+    with_dims = sum(1 for j in sample if bytes(events[j].args.input_dims) != b"null")
+    return with_dims >= 0.5 * len(sample)
+
+
+def _decode(raw: msgspec.Raw):
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def shape_key(shapes) -> tuple | None:
+    """The tensor shapes among an op's inputs (lists of ints), as a hashable key; None if unknown."""
+    if not isinstance(shapes, list):
+        return None
+    key = []
+    for shape in shapes:
+        if isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape):
+            key.append(tuple(shape))
+    return tuple(key)
