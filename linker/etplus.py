@@ -28,19 +28,21 @@ _EMPTY_LIST = msgspec.Raw(b"[]")
 class GpuNode(msgspec.Struct, omit_defaults=True):
     """A GPU op as an ET+ node. Layout-dependent keys stay UNSET (not written) when not used."""
 
+    # Written always (no defaults: omit_defaults would drop a field equal to its default).
     id: int
     name: str
+    cat: str
+    ph: str
+    ts: float | int
+    dur: float | int
+    inclusive_dur: float | int
+    exclusive_dur: float | int
+    stream: int | None
+    device: int | None
+    correlation: int | None
+    # Written when set.
     ctrl_deps: int | Unset = UNSET
     parent: int | Unset = UNSET
-    cat: str = ""
-    ph: str = "X"
-    ts: float | int = 0
-    dur: float | int = 0
-    inclusive_dur: float | int = 0
-    exclusive_dur: float | int = 0
-    stream: int | None = None
-    device: int | None = None
-    correlation: int | None = None
     pg_name: str | Unset = UNSET
     tid: int | Unset = UNSET
     inputs: Any = UNSET
@@ -92,7 +94,7 @@ def build_et_plus(result: LinkResult) -> EtPlus:
             continue
         g = link.event
         dur = as_number(g.dur)
-        node = GpuNode(id=next_id, name=g.name, cat=g.cat, ts=as_number(g.ts), dur=dur,
+        node = GpuNode(id=next_id, name=g.name, cat=g.cat, ph="X", ts=as_number(g.ts), dur=dur,
                        inclusive_dur=dur, exclusive_dur=dur,
                        stream=g.args.stream if g.args.stream is not None else _int_or_none(g.tid),
                        device=g.args.device if g.args.device is not None else _int_or_none(g.pid),

@@ -23,7 +23,7 @@ def group_by_thread(events: Sequence[KinetoEvent]) -> dict[ThreadKey, list[int]]
 
 def nesting_parents(events: Sequence[KinetoEvent], skip: Sequence[bool] | None = None) -> list[int]:
     """Parent of each event: the innermost earlier event on the same thread still running at its
-    start; -1 for a top-level event. Events with ``skip[i]`` true are neither parents nor given
+    start (a zero-length event at a parent's end included); -1 for a top-level event. Events with ``skip[i]`` true are neither parents nor given
     one (-1). One stack sweep per thread: O(n)."""
     parents = [-1] * len(events)
     stack: list[int] = []
@@ -35,9 +35,14 @@ def nesting_parents(events: Sequence[KinetoEvent], skip: Sequence[bool] | None =
         if skip is not None and skip[i]:
             continue
         start = event.ts
-        while stack and events[stack[-1]].ts + events[stack[-1]].dur <= start:
-            stack.pop()
-        # A zero-length event at the very start of another is its child, not its sibling.
+        while stack:
+            end = events[stack[-1]].ts + events[stack[-1]].dur
+            # Touching ends: with integer-µs timestamps a zero-length event at its parent's last
+            # microsecond reads ts == parent end; it is a child. A longer one there is a sibling.
+            if end < start or (end == start and event.dur > 0):
+                stack.pop()
+            else:
+                break
         if stack:
             parents[i] = stack[-1]
         stack.append(i)

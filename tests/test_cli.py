@@ -1,0 +1,131 @@
+"""The et-link command as users meet it: outputs, reports, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import dlrm_pair, fixture_pair
+
+ET, KINETO = fixture_pair("cpu", "mlp_steps")
+
+
+def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "linker.cli", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+def test_link_writes_et_plus_and_report(tmp_path):
+    out, report = tmp_path / "out.json", tmp_path / "report.json"
+    proc = run("--et-file", ET, "--kineto-file", KINETO, "-o", out, "--report", report)
+    assert proc.returncode == 0, proc.stderr
+    assert "linked" in proc.stderr
+    doc = json.loads(out.read_text())
+    original = json.loads(gzip.decompress(ET.read_bytes()))
+    assert doc["schema"] == original["schema"]
+    assert len(doc["nodes"]) == len(original["nodes"])
+    by_id = {n["id"]: n for n in original["nodes"]}
+    timed = [n for n in doc["nodes"] if "ts" in n]
+    assert timed
+    for n in timed:
+        assert n["inputs"] == by_id[n["id"]]["inputs"]  # untouched parts carried through
+        assert 0 <= n["exclusive_dur"] <= n["inclusive_dur"] == n["dur"]
+    rep = json.loads(report.read_text())
+    for key in ("method", "et_ops", "linked_ops", "kineto_cpu_events", "gpu_events",
+                "gpu_events_linked", "unmatched", "warnings"):
+        assert key in rep
+    assert rep["method"] == "rf_id" and rep["linked_ops"] == rep["et_ops"]
+
+
+def test_default_output_lands_beside_the_et_and_gzip_by_suffix(tmp_path):
+    et = tmp_path / "trace.json.gz"
+    shutil.copy(ET, et)
+    proc = run("--et-file", et, "--kineto-file", KINETO, "--exact-match")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "trace_plus.json").exists()
+    proc = run("--et-file", et, "--kineto-file", KINETO, "-o", tmp_path / "x.json.gz")
+    assert proc.returncode == 0
+    assert json.loads(gzip.decompress((tmp_path / "x.json.gz").read_bytes()))["nodes"]
+
+
+def test_gpu_nodes_hang_under_their_launching_op(tmp_path):
+    et, kineto = dlrm_pair(0)
+    out = tmp_path / "dlrm.json"
+    assert run("--et-file", et, "--kineto-file", kineto, "-o", out).returncode == 0
+    nodes = json.loads(out.read_text())["nodes"]
+    ids = [n["id"] for n in nodes]
+    assert len(ids) == len(set(ids))
+    known = set(ids)
+    gpu = [n for n in nodes if n.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    assert len(gpu) == 261
+    by_id = {n["id"]: n for n in nodes}
+    for n in gpu:
+        for key in ("cat", "name", "ph", "ts", "dur", "inclusive_dur", "exclusive_dur", "stream", "device",
+                    "correlation"):
+            assert key in n
+        assert n["parent"] in known and "ts" in by_id[n["parent"]]
+    assert all(n["parent"] in known for n in nodes)
+
+
+def _errors(proc) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("content,problem", [
+    (b"", "empty"),
+    (b"{not json", "not valid JSON"),
+    (gzip.compress(b'{"nodes": [')[:20], "truncated"),
+    (b'{"traceEvents": []}', "Kineto trace, not an Execution Trace"),
+    (b'[1, 2, 3]', "not a valid Execution Trace"),
+    (b'{"schema": "1.0.1", "nodes": [{"id": "x", "name": 3}]}', "not a valid Execution Trace"),
+])
+def test_bad_et_file_gives_one_line_error(tmp_path, content, problem):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    out = tmp_path / "out.json"
+    proc = run("--et-file", bad, "--kineto-file", KINETO, "-o", out)
+    assert proc.returncode == 2
+    lines = _errors(proc)
+    assert len(lines) == 1 and str(bad) in lines[0] and problem in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_swapped_and_missing_files(tmp_path):
+    proc = run("--et-file", KINETO, "--kineto-file", ET, "-o", tmp_path / "o.json")
+    assert proc.returncode == 2 and "arguments swapped" in proc.stderr
+    proc = run("--et-file", tmp_path / "nope.json", "--kineto-file", KINETO)
+    assert proc.returncode == 2 and "no such file" in proc.stderr and len(_errors(proc)) == 1
+
+
+def test_pair_from_two_runs_is_refused_without_output(tmp_path):
+    other_et, _ = fixture_pair("cpu", "threads")
+    out = tmp_path / "out.json"
+    proc = run("--et-file", other_et, "--kineto-file", KINETO, "-o", out)
+    assert proc.returncode == 3
+    assert "different runs" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
+    forced = run("--et-file", other_et, "--kineto-file", KINETO, "-o", out, "--force")
+    assert forced.returncode == 0 and out.exists()
+
+
+def test_input_is_never_overwritten(tmp_path):
+    et = tmp_path / "et.json"
+    et.write_bytes(gzip.decompress(ET.read_bytes()))
+    before = et.read_bytes()
+    proc = run("--et-file", et, "--kineto-file", KINETO, "-o", et)
+    assert proc.returncode == 2 and "refusing to overwrite" in proc.stderr
+    assert et.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["et.json"]  # no temp file left behind
+
+
+def test_conflicting_method_flags(tmp_path):
+    proc = run("--et-file", ET, "--kineto-file", KINETO, "--exact-match", "--match", "rf_id")
+    assert proc.returncode == 2 and len(_errors(proc)) == 1
