@@ -107,6 +107,7 @@ class ExecutionTrace:
     rf_id: list[int] = field(default_factory=list)
     scope: list[int] = field(default_factory=list)
     op_schema: list[str] = field(default_factory=list)
+    _op_indices: list[int] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -117,8 +118,11 @@ class ExecutionTrace:
         return name in PROCESS_ROOT_NAMES or name in THREAD_ROOT_NAMES
 
     def op_indices(self) -> list[int]:
-        """Indices of all nodes that are ops (everything but the process and thread roots)."""
-        return [i for i in range(len(self.nodes)) if not self.is_root(i)]
+        """Indices of all nodes that are ops (everything but the process and thread roots).
+        Computed once (O(n)); do not modify the returned list."""
+        if self._op_indices is None:
+            self._op_indices = [i for i in range(len(self.nodes)) if not self.is_root(i)]
+        return self._op_indices
 
     def input_shapes(self, i: int):
         """The decoded input shapes of node ``i`` (a list, or None). Decodes one small value."""

@@ -101,19 +101,69 @@ def drop_links_outside_parent(et: ExecutionTrace, kineto: KinetoTrace, event_of_
     return dropped
 
 
+# Pairs on each side of a difference that are re-examined with shapes.
+SHAPE_CONTEXT = 16
+
+
 def align_names(et: ExecutionTrace, kineto: KinetoTrace, ops: list[int], evs: list[int]) -> list[tuple[int, int]]:
     """Align ET ops ``ops`` with Kineto events ``evs`` (both in start order).
 
-    When Kineto recorded input shapes, the alignment runs first on (name, input tensor shapes),
-    which tells apart same-name neighbours; the stretches between those pairs are then aligned on
-    names alone (shapes recorded differently on the two sides must not cost links). Runs of
-    same-token neighbours whose lengths differ are left out: a missing link beats a wrong one.
+    Names first: where the two sequences agree the pairs are certain. Around each difference
+    (``SHAPE_CONTEXT`` pairs either side), when Kineto recorded input shapes, the stretch is aligned
+    again on (name, input tensor shapes), which tells same-name neighbours apart, and what that
+    leaves is aligned on names alone (shapes recorded differently on the two sides must not cost
+    links). Runs of same-token neighbours whose lengths differ are left out: a missing link beats a
+    wrong one. Shapes are decoded only inside those stretches.
     """
     events = kineto.cpu_events
     names_a = [et.names[i] for i in ops]
     names_b = [events[j].name for j in evs]
+    by_name = align_sequences(names_a, names_b)
     if not _has_shapes(events, evs):
-        return drop_ambiguous_runs(names_a, names_b, align_sequences(names_a, names_b))
+        return drop_ambiguous_runs(names_a, names_b, by_name)
+    pairs: list[tuple[int, int]] = []
+    for lo, hi, certain in _difference_zones(by_name, len(ops), len(evs)):
+        if certain:
+            pairs.extend(by_name[lo:hi])
+            continue
+        a_lo = by_name[lo - 1][0] + 1 if lo > 0 else 0
+        b_lo = by_name[lo - 1][1] + 1 if lo > 0 else 0
+        a_hi = by_name[hi][0] if hi < len(by_name) else len(ops)
+        b_hi = by_name[hi][1] if hi < len(by_name) else len(evs)
+        zone = _align_with_shapes(et, events, ops[a_lo:a_hi], evs[b_lo:b_hi],
+                                  names_a[a_lo:a_hi], names_b[b_lo:b_hi])
+        pairs.extend((a_lo + x, b_lo + y) for x, y in zone)
+    return pairs
+
+
+def _difference_zones(pairs: list[tuple[int, int]], n: int, m: int):
+    """Cut ``pairs`` into stretches: (lo, hi, certain). A stretch is uncertain when it lies within
+    ``SHAPE_CONTEXT`` pairs of a place where either sequence skips an item."""
+    marks = []
+    prev_i = prev_j = -1
+    for k, (i, j) in enumerate(pairs + [(n, m)]):
+        if i - prev_i > 1 or j - prev_j > 1:
+            marks.append(k)
+        prev_i, prev_j = i, j
+    zones = []
+    for k in marks:
+        lo, hi = max(0, k - SHAPE_CONTEXT), min(len(pairs), k + SHAPE_CONTEXT)
+        if zones and lo <= zones[-1][1]:
+            zones[-1][1] = max(zones[-1][1], hi)
+        else:
+            zones.append([lo, hi])
+    out, start = [], 0
+    for lo, hi in zones:
+        if lo > start:
+            out.append((start, lo, True))
+        out.append((lo, hi, False))
+        start = hi
+    if start < len(pairs) or not out:
+        out.append((start, len(pairs), True))
+    return out
+
+
+def _align_with_shapes(et, events, ops, evs, names_a, names_b) -> list[tuple[int, int]]:
     keys_a = [(names_a[x], shape_key(et.input_shapes(i))) for x, i in enumerate(ops)]
     keys_b = [(names_b[y], shape_key(_decode(events[j].args.input_dims))) for y, j in enumerate(evs)]
     by_shape = drop_ambiguous_runs(keys_a, keys_b, align_sequences(keys_a, keys_b))
@@ -121,8 +171,8 @@ def align_names(et: ExecutionTrace, kineto: KinetoTrace, ops: list[int], evs: li
     prev_a = prev_b = -1
     for i, j in by_shape + [(len(ops), len(evs))]:
         if i - prev_a > 1 and j - prev_b > 1:
-            gap = drop_ambiguous_runs(names_a[prev_a + 1:i], names_b[prev_b + 1:j],
-                                      align_sequences(names_a[prev_a + 1:i], names_b[prev_b + 1:j]))
+            gap_a, gap_b = names_a[prev_a + 1:i], names_b[prev_b + 1:j]
+            gap = drop_ambiguous_runs(gap_a, gap_b, align_sequences(gap_a, gap_b))
             pairs.extend((prev_a + 1 + x, prev_b + 1 + y) for x, y in gap)
         if i < len(ops):
             pairs.append((i, j))
@@ -148,8 +198,5 @@ def shape_key(shapes) -> tuple | None:
     """The tensor shapes among an op's inputs (lists of ints), as a hashable key; None if unknown."""
     if not isinstance(shapes, list):
         return None
-    key = []
-    for shape in shapes:
-        if isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape):
-            key.append(tuple(shape))
-    return tuple(key)
+    return tuple(tuple(shape) for shape in shapes
+                 if type(shape) is list and shape and type(shape[0]) is int)
