@@ -1,0 +1,61 @@
+"""Hand-written GPU fixtures (both ET layouts) against their ground truth (truth.json)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import FIXTURES
+from linker.et_reader import read_execution_trace
+from linker.kineto_reader import read_kineto_trace
+from linker.link import LinkOptions, link
+from linker.pipeline import link_pair
+
+PAIRS = ["gpu_v101", "gpu_v111"]
+
+
+def _truth(name: str) -> dict:
+    return json.loads((FIXTURES / "gpu" / name / "truth.json").read_text())
+
+
+@pytest.mark.parametrize("name", PAIRS)
+@pytest.mark.parametrize("method", ["auto", "exact", "approximate"])
+def test_cpu_links_match_truth(name, method):
+    directory = FIXTURES / "gpu" / name
+    et = read_execution_trace(directory / "et.json.gz")
+    kineto = read_kineto_trace(directory / "kineto.json.gz")
+    result = link(et, kineto, LinkOptions(method=method))
+    linked = {}
+    for i, e in enumerate(result.match.event_of_op):
+        if e >= 0:
+            ev = kineto.cpu_events[e]
+            linked[(ev.tid, ev.ts, ev.name)] = et.ids[i]
+    truth = _truth(name)["cpu_events"]
+    for entry in truth:
+        key = (entry["tid"], float(entry["ts"]), entry["name"])
+        assert linked.get(key) == entry["et_id"], entry
+    assert result.report.linked_ops == sum(1 for e in truth if e["et_id"] is not None)
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_gpu_ops_attached_as_truth_says(name, tmp_path):
+    directory = FIXTURES / "gpu" / name
+    out, rep = tmp_path / "plus.json", tmp_path / "report.json"
+    link_pair(directory / "et.json.gz", directory / "kineto.json.gz", out, LinkOptions(), rep)
+    nodes = json.loads(out.read_text())["nodes"]
+    gpu = {n["correlation"]: n for n in nodes if n.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
+    parent_key = "parent" if _truth(name)["et_schema"] == "1.0.1" else "ctrl_deps"
+    truth = _truth(name)
+    for op in truth["gpu_ops"]:
+        if op["et_id"] is None:
+            assert op["correlation"] not in gpu  # not attributable: reported, not invented
+        else:
+            assert gpu[op["correlation"]][parent_key] == op["et_id"], op
+            assert gpu[op["correlation"]]["stream"] == op["stream"]
+    report = json.loads(rep.read_text())
+    counts = truth["counts"]["gpu_ops_by_link"]
+    assert report["gpu_attribution"]["via"] == {"correlation": counts["correlation"],
+                                                "external_id": counts["external_id"], "flow": counts["ac2g"]}
+    assert report["gpu_attribution"]["problems"] == {"no_launch": counts["none"]}
+    assert report["gpu_events"] == truth["counts"]["gpu_ops"]
