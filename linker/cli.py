@@ -23,6 +23,7 @@ EXIT_INVALID = 4
 
 app = typer.Typer(
     add_completion=False,
+    pretty_exceptions_enable=False,
     invoke_without_command=True,
     no_args_is_help=False,
     help="Link a PyTorch Execution Trace with its Kineto trace into an enhanced ET (ET+).",

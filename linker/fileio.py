@@ -15,10 +15,12 @@ from .errors import TraceInputError
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def read_trace_bytes(path: str | os.PathLike) -> bytes:
+def read_trace_bytes(path: str | os.PathLike) -> bytes | bytearray:
     """Return the decompressed bytes of a trace file; gzip is detected by its magic bytes.
 
-    Raises ``TraceInputError`` for a missing, unreadable, empty or truncated file. Cost: one read.
+    Gzip is inflated in chunks into one growing buffer, so peak memory stays near the size of the
+    result (``gzip.decompress`` holds about twice that). Raises ``TraceInputError`` for a missing,
+    unreadable, empty or truncated file. Cost: one read, one pass of inflation.
     """
     p = Path(path)
     try:
@@ -30,13 +32,35 @@ def read_trace_bytes(path: str | os.PathLike) -> bytes:
     except OSError as err:
         raise TraceInputError(p, f"cannot read: {err.strerror or err}") from None
     if data[:2] == GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (EOFError, OSError, zlib.error) as err:
-            raise TraceInputError(p, f"gzip data is truncated or corrupt ({err})") from None
-    if not data.strip():
+        data = _gunzip(p, data)
+    if not data or (len(data) < (1 << 20) and not data.strip()):
         raise TraceInputError(p, "file is empty")
     return data
+
+
+def _gunzip(path: Path, compressed: bytes) -> bytearray:
+    out = bytearray()
+    view = memoryview(compressed)
+    start = 0
+    while start < len(view):  # one iteration per gzip member
+        inflater = zlib.decompressobj(wbits=31)
+        position = start
+        try:
+            while position < len(view) and not inflater.eof:
+                out += inflater.decompress(view[position:position + _CHUNK])
+                position += _CHUNK
+            out += inflater.flush()
+        except zlib.error as err:
+            raise TraceInputError(path, f"gzip data is corrupt ({err})") from None
+        if not inflater.eof:
+            raise TraceInputError(path, "gzip data is truncated")
+        start = len(view) - len(inflater.unused_data)
+        if not inflater.unused_data.strip(b"\x00"):
+            break
+    return out
+
+
+_CHUNK = 1 << 20
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:

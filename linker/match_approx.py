@@ -9,6 +9,8 @@ Cost: near-linear in the size of the trees (see ``tree_match``).
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from .et_reader import ExecutionTrace
 from .intervals import nesting_parents
 from .kineto_reader import KinetoTrace
@@ -57,8 +59,7 @@ def match_by_structure(et: ExecutionTrace, kineto: KinetoTrace, keep: list[bool]
     edit_cost = 0
     sizes = [0, 0]
     unmatched = []
-    counters = {"paired_identical": 0, "paired_aligned": 0, "paired_by_order": 0,
-                "dp_fallbacks": 0, "ambiguous_unpaired": 0, "inconsistent_dropped": 0}
+    counters: dict[str, int] = {}  # tree_match's own counters (pairs by kind, DP cells, ...), summed
     for pair in pairs:
         ops, evs = et_threads[pair.et_tid], k_threads[pair.kineto_thread]
         result = match_forests(et_forest(et, ops, index), kineto_forest(kineto, evs, nest), max_depth)
@@ -68,8 +69,10 @@ def match_by_structure(et: ExecutionTrace, kineto: KinetoTrace, keep: list[bool]
         edit_cost += result.edit_cost
         sizes[0] += result.tree_nodes[0]
         sizes[1] += result.tree_nodes[1]
-        for key in counters:
-            counters[key] += getattr(result, key)
+        for f in fields(result):
+            value = getattr(result, f.name)
+            if type(value) is int and f.name != "edit_cost":
+                counters[f.name] = counters.get(f.name, 0) + value
         for sub in result.unmatched_subtrees[:LARGEST_UNMATCHED]:
             unmatched.append({"side": sub.side, "thread": pair.et_tid if sub.side == "et" else list(pair.kineto_thread),
                               "name": sub.label, "size": sub.size})
