@@ -63,6 +63,12 @@ def _gunzip(path: Path, compressed: bytes) -> bytearray:
 _CHUNK = 1 << 20
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     """True when two paths name the same existing file (or the same path)."""
     try:
@@ -88,6 +94,7 @@ def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO
         raise TraceInputError(out, "output directory does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=directory)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual mode
         with os.fdopen(fd, "wb") as raw:
             if out.name.endswith(".gz"):
                 with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
