@@ -1,0 +1,600 @@
+"""Chakra protobuf output (``linker.write_chakra``): validity, node types, comm attributes,
+dependencies (thread chains, streams, waits), JSON round trip, gzip and atomic output."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import wire_decoder
+from conftest import dlrm_pair, fixture_pair
+from linker import et_def_pb2 as pb
+from linker import write_chakra
+from linker.chakra_io import attr_dict, message_to_dict, read_et
+from linker.errors import TraceInputError
+from linker.et_reader import read_execution_trace
+from linker.etplus import build_et_plus
+from linker.kineto_reader import read_kineto_trace
+from linker.link import LinkOptions, link
+from linker.pipeline import link_pair
+from linker.validate import format_result, validate_file
+from linker.write_chakra import (
+    ProcessGroups,
+    attr_spec,
+    kind_from_kernel,
+    kind_from_name,
+    tensors_bytes,
+    write_chakra_trace,
+)
+
+DLRM_RANKS = range(8)
+GPU_FIXTURES = ["gpu_v101", "gpu_v111"]
+PROCESS_ROOTS = {"[pytorch|profiler|execution_trace|process]", "[pytorch|profiler|execution_graph|process]"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def read_chakra(path: Path) -> tuple[pb.GlobalMetadata, list[pb.Node]]:
+    messages = list(read_et(path))
+    return messages[0], messages[1:]
+
+
+def load_json(path: Path) -> dict:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        return json.load(f)
+
+
+def parent_of(node: dict) -> int:
+    return node["ctrl_deps"] if "ctrl_deps" in node else node["parent"]
+
+
+def is_cpu(node: pb.Node) -> bool:
+    return attr_dict(node)["is_cpu_op"]
+
+
+def assert_graph_invariants(nodes: list[pb.Node]) -> None:
+    """Ids unique; every dependency exists and is written before its dependent (so the graph is
+    acyclic); a CPU node's chain predecessor is on its thread and earlier in ET start order."""
+    seen: dict[int, pb.Node] = {}
+    for node in nodes:
+        assert node.id not in seen, f"duplicate id {node.id}"
+        for dep in list(node.ctrl_deps) + list(node.data_deps):
+            assert dep in seen, f"node {node.id} ({node.name}) depends on {dep}, not written before it"
+        seen[node.id] = node
+        if is_cpu(node):  # CPU data deps: only the thread chain's predecessor (waits come from GPU ops)
+            cpu_deps = [seen[d] for d in node.data_deps if is_cpu(seen[d])]
+            assert len(cpu_deps) <= 1
+            for dep in cpu_deps:
+                assert attr_dict(dep)["tid"] == attr_dict(node)["tid"]
+                assert dep.id < node.id
+                if dep.start_time_micros and node.start_time_micros:
+                    assert dep.start_time_micros <= node.start_time_micros
+
+
+def wire_nodes(path: Path) -> tuple[dict, list[dict]]:
+    frames = wire_decoder.read_stream(path)
+    return wire_decoder.decode_metadata(frames[0]), [wire_decoder.decode_node(f) for f in frames[1:]]
+
+
+def wire_attrs(decoded: dict) -> dict[str, object]:
+    """name -> value of a wire-decoded node's attributes (first value field present)."""
+    out = {}
+    for attr in decoded.get(10, []):
+        value = next(v for number, v in attr.items() if number not in (1, 2))
+        out[attr[1]] = value
+    return out
+
+
+def comm_nodes(nodes: list[pb.Node]) -> list[pb.Node]:
+    return [n for n in nodes if n.type in (pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Real traces: param_dlrm, 8 ranks
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dlrm_outputs(tmp_path_factory) -> dict[int, tuple[Path, Path, Path]]:
+    """rank -> (ET path, Chakra output, ET+ JSON output), linked once for the whole module."""
+    out = tmp_path_factory.mktemp("dlrm")
+    outputs = {}
+    for rank in DLRM_RANKS:
+        et, kineto = dlrm_pair(rank)
+        chakra = out / f"rank{rank}.et"
+        link_pair(et, kineto, chakra, LinkOptions())
+        outputs[rank] = (et, chakra, None)
+    et, kineto = dlrm_pair(0)
+    link_pair(et, kineto, out / "rank0.json", LinkOptions())
+    outputs[0] = (outputs[0][0], outputs[0][1], out / "rank0.json")
+    return outputs
+
+
+@pytest.mark.parametrize("rank", DLRM_RANKS)
+def test_dlrm_rank_is_a_valid_chakra_trace(dlrm_outputs, rank):
+    et_path, chakra, _ = dlrm_outputs[rank]
+    result = validate_file(chakra)
+    assert result.ok, format_result(result)
+    assert not result.warnings, format_result(result)
+
+    metadata, nodes = read_chakra(chakra)
+    et = load_json(et_path)
+    assert metadata.version
+    assert {a.name: a.WhichOneof("value") for a in metadata.attr} == {
+        "schema": "string_val", "pid": "uint64_val", "time": "string_val",
+        "start_ts": "uint64_val", "finish_ts": "uint64_val"}
+    meta = attr_dict(metadata)
+    assert (meta["schema"], meta["pid"], meta["time"], meta["start_ts"], meta["finish_ts"]) == (
+        et["schema"], et["pid"], et["time"], et["start_ts"], et["finish_ts"])
+    assert_graph_invariants(nodes)
+    # every ET node is there, plus one node per GPU op
+    assert {n["id"] for n in et["nodes"]} <= {n.id for n in nodes}
+    gpu = [n for n in nodes if not is_cpu(n)]
+    assert len(nodes) == len(et["nodes"]) + len(gpu) and len(gpu) > 200
+
+
+@pytest.mark.parametrize("rank", DLRM_RANKS)
+def test_dlrm_collectives_are_comm_nodes(dlrm_outputs, rank):
+    et_path, chakra, _ = dlrm_outputs[rank]
+    _, nodes = read_chakra(chakra)
+    by_id = {n.id: n for n in nodes}
+    et_nodes = {n["id"]: n for n in load_json(et_path)["nodes"]}
+    nccl = [n for n in nodes if "nccl" in n.name.lower() and not is_cpu(n)]
+    assert comm_nodes(nodes) == [n for n in nodes if n.type == pb.COMM_COLL_NODE] == nccl
+    kinds = set()
+    for node in nccl:
+        attrs = attr_dict(node)
+        parent = by_id[node.ctrl_deps[0]]
+        assert parent.name.startswith("nccl:")
+        expected_type = {"nccl:all_to_all": pb.ALL_TO_ALL, "nccl:all_reduce": pb.ALL_REDUCE}[parent.name]
+        assert attrs["comm_type"] == expected_type
+        if "SendRecv" in node.name:
+            assert expected_type == pb.ALL_TO_ALL  # SendRecv kernels under all_to_all
+        # size = the nccl:* op's input tensor, from its shape and dtype (an independent reading)
+        source = et_nodes[parent.id]
+        dtype = source["input_types"][0][len("Tensor("):-1]
+        element = {"float": 4, "long int": 8, "int": 4}[dtype]
+        assert attrs["comm_size"] == math.prod(source["input_shapes"][0]) * element > 0
+        assert attrs["pg_name"] == "0"
+        assert not attrs["is_cpu_op"]
+        assert {a.name: a.WhichOneof("value") for a in node.attr if a.name.startswith("comm_")} == {
+            "comm_type": "int64_val", "comm_size": "int64_val"}
+        kinds.add((node.name.split("(")[0], attrs["comm_type"]))
+    assert {k for _, k in kinds} == {pb.ALL_TO_ALL, pb.ALL_REDUCE}
+    assert any("SendRecv" in name for name, _ in kinds)
+
+
+def test_dlrm_independent_wire_decoder_reads_every_message(dlrm_outputs):
+    chakra = dlrm_outputs[3][1]
+    metadata, nodes = read_chakra(chakra)
+    wire_meta, decoded = wire_nodes(chakra)
+    assert wire_meta[1] == [metadata.version]
+    assert len(decoded) == len(nodes)
+    for node, wire in zip(nodes, decoded):
+        assert wire[1] == [node.id] and wire[2] == [node.name] and wire.get(3, [0]) == [node.type]
+        assert wire.get(4, []) == list(node.ctrl_deps) and wire.get(5, []) == list(node.data_deps)
+        assert wire.get(7, [0]) == [node.duration_micros]
+        assert wire.get(6, [0]) == [node.start_time_micros]
+        assert wire_attrs(wire) == attr_dict(node)
+        if node.HasField("inputs"):
+            assert wire[8][0].get(1, "") == node.inputs.values
+
+
+def test_dlrm_json_and_chakra_agree(dlrm_outputs):
+    """.json -> .et -> JSON: same ids and names; duration_micros == round(dur); ctrl == parent."""
+    _, chakra, json_path = dlrm_outputs[0]
+    et_plus_nodes = {n["id"]: n for n in load_json(json_path)["nodes"]}
+    chakra_nodes = {d["id"]: d for d in (message_to_dict(n) for n in read_chakra(chakra)[1])}
+    assert set(chakra_nodes) == set(et_plus_nodes)
+    linked = 0
+    for node_id, source in et_plus_nodes.items():
+        node = chakra_nodes[node_id]
+        assert node["name"] == source["name"]
+        assert node.get("duration_micros", 0) == (round(source["dur"]) if "dur" in source else 0)
+        if "ts" in source:
+            assert node["start_time_micros"] == round(source["ts"])
+            linked += 1
+        parent = parent_of(source)
+        expected_ctrl = [] if source["name"] in PROCESS_ROOTS and parent == node_id else [parent]
+        assert node.get("ctrl_deps", []) == expected_ctrl
+        if source.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            assert parent in node["data_deps"]
+            assert {a["name"]: a for a in node["attr"]}["stream"]["int64_val"] == source["stream"]
+        else:
+            # flat-layout inputs keep their JSON text
+            assert json.loads(node["inputs"]["values"]) == source["inputs"]
+            assert json.loads(node["inputs"]["types"]) == source["input_types"]
+    assert linked > 1500
+
+
+def test_dlrm_waits_become_edges_without_cycles(tmp_path):
+    """rank 0's synchronisations and stream waits give GPU op -> op edges; the file stays valid."""
+    et_path, kineto_path = dlrm_pair(0)
+    out = tmp_path / "waits.et"
+    summary = write_chakra_trace(_link(et_path, kineto_path), out)
+    events = load_json(kineto_path)["traceEvents"]
+    expected_calls = {}
+    for event in events:
+        if event.get("cat") == "cuda_runtime" and event["name"] in write_chakra.WAIT_CALLS:
+            expected_calls[event["name"]] = expected_calls.get(event["name"], 0) + 1
+    assert summary.wait_calls == expected_calls
+    _, nodes = read_chakra(out)
+    by_id = {n.id: n for n in nodes}
+    gpu_to_other = [(d, n.id) for n in nodes for d in n.data_deps
+                    if not is_cpu(by_id[d]) and d not in n.ctrl_deps
+                    and (is_cpu(n) or attr_dict(by_id[d])["stream"] != attr_dict(n)["stream"])]
+    assert len(gpu_to_other) == summary.wait_edges >= 30
+    assert validate_file(out).ok
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-made GPU fixtures (tests/fixtures/gpu): both ET layouts
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", GPU_FIXTURES)
+def test_gpu_fixture(tmp_path, name):
+    et_path, kineto_path = fixture_pair("gpu", name)
+    out = tmp_path / "x.et.gz"
+    link_pair(et_path, kineto_path, out, LinkOptions())
+    result = validate_file(out)
+    assert result.ok and not result.warnings, format_result(result)
+    metadata, nodes = read_chakra(out)
+    assert_graph_invariants(nodes)
+    by_name = {}
+    for node in nodes:
+        by_name.setdefault(node.name, []).append(node)
+    by_id = {n.id: n for n in nodes}
+
+    init = by_name["## process_group:init ##"][0]
+    assert init.type == pb.METADATA_NODE
+    groups = json.loads(json.loads(init.inputs.values)[0])
+    assert groups[0]["pg_name"] == "0"
+
+    comms = {by_id[n.ctrl_deps[0]].name: attr_dict(n) for n in comm_nodes(nodes)}
+    assert comms["nccl:all_to_all"]["comm_type"] == pb.ALL_TO_ALL  # a SendRecv kernel
+    assert comms["nccl:all_to_all"]["comm_size"] == 32 * 64 * 4
+    assert comms["nccl:all_reduce"]["comm_type"] == pb.ALL_REDUCE
+    assert comms["nccl:all_reduce"]["comm_size"] == 5120 * 4
+    assert {c["pg_name"] for c in comms.values()} == {"0"}
+
+    # cudaStreamWaitEvent inside nccl:all_to_all: the op waits for the last op of the other stream
+    all_to_all = by_name["nccl:all_to_all"][0]
+    gpu_deps = [by_id[d] for d in all_to_all.data_deps if not is_cpu(by_id[d])]
+    assert len(gpu_deps) == 1
+    assert attr_dict(gpu_deps[0])["stream"] != attr_dict(comm_nodes(nodes)[0])["stream"]
+
+    # the linked ops carry times; inputs keep the ET's JSON text in both layouts
+    et_nodes = {n["id"]: n for n in load_json(et_path)["nodes"]}
+    addmm = by_name["aten::addmm"][0]
+    source = et_nodes[addmm.id]
+    values = source["inputs"]["values"] if isinstance(source["inputs"], dict) else source["inputs"]
+    assert json.loads(addmm.inputs.values) == values
+    assert addmm.duration_micros > 0 and addmm.start_time_micros > 0
+    if name == "gpu_v111":
+        assert json.loads(addmm.inputs.strides) == source["inputs"]["strides"]
+        assert attr_dict(addmm)["kernel_backend"] == ""
+    assert attr_dict(addmm)["rf_id"] == (source["rf_id"] if "rf_id" in source else
+                                         {a["name"]: a["value"] for a in source["attrs"]}["rf_id"])
+
+
+# ---------------------------------------------------------------------------------------------
+# A synthetic pair: point-to-point, process groups, synchronisations
+# ---------------------------------------------------------------------------------------------
+
+PID, TID = 4242, 4242
+SEND_TENSOR = [100, 101, 0, 10, 4, "cuda:0"]  # 10 floats: 40 bytes
+RECV_TENSOR = [102, 103, 0, 6, 8, "cuda:0"]  # 6 longs: 48 bytes
+PG_CONFIG = json.dumps([
+    {"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1, 2, 3]},
+    {"pg_name": "1", "pg_desc": "pair", "ranks": [2, 3]},
+])
+
+
+def _io(values=(), shapes=(), types=()):
+    return {"values": list(values), "shapes": list(shapes), "types": list(types), "strides": []}
+
+
+def _et_node(node_id, name, parent, rf_id, tid=1, inputs=None):
+    attrs = [{"name": "rf_id", "type": "uint64", "value": rf_id},
+             {"name": "scope", "type": "uint64", "value": 7 if name.startswith(("#", "nccl:")) else 0},
+             {"name": "tid", "type": "uint64", "value": tid},
+             {"name": "op_schema", "type": "string", "value": ""}]
+    return {"id": node_id, "name": name, "ctrl_deps": parent, "inputs": inputs or _io(),
+            "outputs": _io(), "attrs": attrs}
+
+
+def _p2p_ops(first_id, first_rf, kind, tensor, peer, tag, dtype):
+    """c10d::<kind> > record_param_comms > nccl:<kind>, as PyTorch >= 2.2 records them."""
+    c10d = _et_node(first_id, f"c10d::{kind}_", 2, first_rf, inputs=_io(
+        [[tensor], "<Object>", peer, tag], [[[tensor[3]]], [], [], []],
+        [f"GenericList[Tensor({dtype})]", "Object", "Int", "Int"]))
+    param = _et_node(first_id + 1, "record_param_comms", first_id, first_rf + 1, inputs=_io(
+        [[tensor], 3, ["1", "pair"], peer, kind, [], []], [[[tensor[3]]], [], [], [], [], [], []],
+        [f"GenericList[Tensor({dtype})]", "Int", "Tuple[String,String]", "Int", "String",
+         "GenericList[]", "GenericList[]"]))
+    nccl = _et_node(first_id + 2, f"nccl:{kind}", first_id + 1, first_rf + 2,
+                    inputs=_io([tensor], [[tensor[3]]], [f"Tensor({dtype})"]))
+    return [c10d, param, nccl]
+
+
+def synthetic_et() -> dict:
+    nodes = [
+        _et_node(1, "[pytorch|profiler|execution_trace|process]", 1, 0, tid=0),
+        _et_node(2, "[pytorch|profiler|execution_trace|thread]", 1, 0),
+        _et_node(3, "## process_group:init ##", 2, 1, inputs=_io([PG_CONFIG], [[]], ["String"])),
+        *_p2p_ops(4, 2, "send", SEND_TENSOR, 1, 7, "float"),  # ids 4-6, rf 2-4
+        _et_node(7, "aten::item", 2, 5),
+        _et_node(8, "aten::add", 2, 6),
+        *_p2p_ops(9, 7, "recv", RECV_TENSOR, 1, 9, "long int"),  # ids 9-11, rf 7-9
+        _et_node(12, "aten::mul", 2, 10),
+        _et_node(13, "## sync ##", 2, 11),
+        _et_node(14, "aten::copy_", 2, 12),
+        _et_node(15, "aten::unlinked_op", 2, 13),  # not in Kineto
+    ]
+    nodes.append(nodes.pop(0))  # the process root last, as PyTorch >= 2.2 writes it
+    return {"schema": "1.1.1-chakra.0.0.4", "pid": PID, "time": "2025-01-01 00:00:00",
+            "start_ts": 1000, "finish_ts": 2000, "nodes": nodes}
+
+
+def _cpu(name, ts, dur, rf_id, cat="cpu_op"):
+    return {"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": TID, "ts": ts, "dur": dur,
+            "args": {"External id": rf_id, "Record function id": rf_id}}
+
+
+def _runtime(name, ts, dur, correlation):
+    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": TID, "ts": ts,
+            "dur": dur, "args": {"correlation": correlation, "External id": correlation}}
+
+
+def _gpu(name, ts, dur, stream, correlation, cat="kernel"):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": {"device": 0, "stream": stream, "correlation": correlation, "External id": correlation}}
+
+
+SENDRECV = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def synthetic_kineto() -> dict:
+    t0 = 1_700_000_000_000_000
+    events = [
+        _cpu("## process_group:init ##", t0 + 10, 1, 1, "user_annotation"),
+        _cpu("c10d::send_", t0 + 20, 30, 2), _cpu("record_param_comms", t0 + 22, 26, 3),
+        _cpu("nccl:send", t0 + 24, 20, 4, "user_annotation"),
+        _runtime("cudaLaunchKernel", t0 + 26, 5, 1001),
+        _cpu("aten::item", t0 + 60, 40, 5),
+        _runtime("cudaMemcpyAsync", t0 + 62, 3, 1002),
+        _runtime("cudaStreamSynchronize", t0 + 66, 30, 1003),  # inside the op that launched the copy
+        _cpu("aten::add", t0 + 110, 10, 6), _runtime("cudaLaunchKernel", t0 + 112, 4, 1004),
+        _cpu("c10d::recv_", t0 + 130, 30, 7), _cpu("record_param_comms", t0 + 132, 26, 8),
+        _cpu("nccl:recv", t0 + 134, 20, 9, "user_annotation"),
+        _runtime("cudaLaunchKernel", t0 + 136, 5, 1005),
+        _cpu("aten::mul", t0 + 170, 10, 10), _runtime("cudaLaunchKernel", t0 + 172, 4, 1006),
+        _cpu("## sync ##", t0 + 190, 50, 11, "user_annotation"),
+        _runtime("cudaDeviceSynchronize", t0 + 192, 45, 1007),
+        _cpu("aten::copy_", t0 + 250, 30, 12),
+        _runtime("cudaMemcpyAsync", t0 + 252, 2, 1008),
+        _runtime("cudaStreamSynchronize", t0 + 255, 20, 1009),  # nothing after it: no edge possible
+        _gpu(SENDRECV, t0 + 30, 40, 20, 1001),
+        _gpu("Memcpy DtoH (Device -> Pageable)", t0 + 64, 25, 7, 1002, "gpu_memcpy"),
+        _gpu("void add_kernel<float>()", t0 + 114, 5, 7, 1004),
+        _gpu(SENDRECV, t0 + 140, 30, 20, 1005),
+        _gpu("void mul_kernel<float>()", t0 + 175, 3, 7, 1006),
+        _gpu("Memcpy DtoH (Device -> Pageable)", t0 + 254, 15, 7, 1008, "gpu_memcpy"),
+    ]
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 2, "world_size": 4},
+            "traceEvents": events}
+
+
+@pytest.fixture
+def synthetic_pair(tmp_path) -> tuple[Path, Path]:
+    et_path, kineto_path = tmp_path / "et.json", tmp_path / "kineto.json"
+    et_path.write_text(json.dumps(synthetic_et()))
+    kineto_path.write_text(json.dumps(synthetic_kineto()))
+    return et_path, kineto_path
+
+
+def _link(et_path, kineto_path):
+    return build_et_plus(link(read_execution_trace(et_path), read_kineto_trace(kineto_path)))
+
+
+def test_point_to_point_and_process_groups(tmp_path, synthetic_pair):
+    out = tmp_path / "p2p.et"
+    summary = write_chakra_trace(_link(*synthetic_pair), out)
+    result = validate_file(out)
+    assert result.ok and not result.warnings, format_result(result)
+    _, nodes = read_chakra(out)
+    assert_graph_invariants(nodes)
+    by_id = {n.id: n for n in nodes}
+    assert by_id[3].type == pb.METADATA_NODE
+    sends = [n for n in nodes if n.type == pb.COMM_SEND_NODE]
+    recvs = [n for n in nodes if n.type == pb.COMM_RECV_NODE]
+    assert len(sends) == len(recvs) == 1
+    assert by_id[sends[0].ctrl_deps[0]].name == "nccl:send"
+    # group "1" has global ranks [2, 3]; the peer (group rank 1) is global rank 3; this rank is 2
+    send, recv = attr_dict(sends[0]), attr_dict(recvs[0])
+    assert (send["comm_src"], send["comm_dst"], send["comm_tag"], send["comm_size"], send["pg_name"]) == (2, 3, 7, 40, "1")
+    assert (recv["comm_src"], recv["comm_dst"], recv["comm_tag"], recv["comm_size"], recv["pg_name"]) == (3, 2, 9, 48, "1")
+    assert "comm_type" not in send
+    assert summary.counts_by_type == {"COMP_NODE": 18, "METADATA_NODE": 1, "COMM_SEND_NODE": 1, "COMM_RECV_NODE": 1}
+    assert not summary.comm_unresolved
+
+
+def test_synchronisations_become_data_dependencies(tmp_path, synthetic_pair):
+    out = tmp_path / "sync.et"
+    summary = write_chakra_trace(_link(*synthetic_pair), out)
+    _, nodes = read_chakra(out)
+    by_id = {n.id: n for n in nodes}
+    gpu = {n.id: n for n in nodes if not is_cpu(n)}
+    first_copy = next(n for n in gpu.values() if by_id[n.ctrl_deps[0]].name == "aten::item")
+    last_copy = next(n for n in gpu.values() if by_id[n.ctrl_deps[0]].name == "aten::copy_")
+    recv_kernel = next(n for n in gpu.values() if by_id[n.ctrl_deps[0]].name == "nccl:recv")
+    mul_kernel = next(n for n in gpu.values() if by_id[n.ctrl_deps[0]].name == "aten::mul")
+    # aten::item launched the copy and synchronised inside itself: an edge to it would be a
+    # cycle, so the op after the call (aten::add) waits for the copy.
+    assert first_copy.id not in by_id[7].data_deps
+    assert first_copy.id in by_id[8].data_deps
+    # cudaDeviceSynchronize in "## sync ##": the last op issued on each stream
+    assert set(by_id[13].data_deps) == {12, recv_kernel.id, mul_kernel.id}
+    # aten::copy_ synchronises on its own copy with no op after it: skipped, never a cycle
+    assert not any(last_copy.id in n.data_deps for n in nodes)
+    assert summary.wait_edges == 3 and summary.wait_edges_redirected == 1
+    assert summary.waits_skipped == {"no later op to carry the wait": 1}
+    assert summary.wait_calls == {"cudaStreamSynchronize": 2, "cudaDeviceSynchronize": 1}
+    # GPU ops: after their launching op and after the previous op on the same stream
+    assert list(mul_kernel.data_deps) == [12, next(n.id for n in gpu.values() if by_id[n.ctrl_deps[0]].name == "aten::add")]
+    # the unlinked op still sits in its thread's chain, after the last linked op
+    assert list(by_id[15].data_deps) == [14] and by_id[15].duration_micros == 0
+    assert validate_file(out).ok
+
+
+def test_unresolvable_comm_kernel_stays_a_timed_comp_node(tmp_path, synthetic_pair):
+    """A SendRecv kernel whose launching ops name no collective and no peer: COMP_NODE, counted."""
+    et = synthetic_et()
+    for node in et["nodes"]:
+        if node["name"] in ("c10d::send_", "record_param_comms", "nccl:send") and node["id"] < 7:
+            node["name"] = {"c10d::send_": "my::outer", "record_param_comms": "my::middle",
+                            "nccl:send": "my::launcher"}[node["name"]]
+    kineto = synthetic_kineto()
+    renames = {2: "my::outer", 3: "my::middle", 4: "my::launcher"}
+    for event in kineto["traceEvents"]:
+        if event["cat"] in ("cpu_op", "user_annotation") and event["args"]["Record function id"] in renames:
+            event["name"] = renames[event["args"]["Record function id"]]
+    et_path, kineto_path = synthetic_pair
+    et_path.write_text(json.dumps(et))
+    kineto_path.write_text(json.dumps(kineto))
+    out = tmp_path / "x.et"
+    summary = write_chakra_trace(_link(et_path, kineto_path), out)
+    assert summary.comm_unresolved == {"comm kind unknown": 1}
+    _, nodes = read_chakra(out)
+    kernel = next(n for n in nodes if n.name == SENDRECV and n.ctrl_deps[0] == 6)
+    assert kernel.type == pb.COMP_NODE and kernel.duration_micros == 40
+    assert validate_file(out).ok
+
+
+# ---------------------------------------------------------------------------------------------
+# Output files: gzip, atomicity, protected inputs
+# ---------------------------------------------------------------------------------------------
+
+
+def test_gzip_output_holds_the_same_messages(tmp_path, synthetic_pair):
+    et_plus = _link(*synthetic_pair)
+    write_chakra_trace(et_plus, tmp_path / "a.et")
+    write_chakra_trace(et_plus, tmp_path / "a.et.gz")
+    assert (tmp_path / "a.et.gz").read_bytes()[:2] == b"\x1f\x8b"
+    plain = [m.SerializeToString() for m in read_et(tmp_path / "a.et")]
+    zipped = [m.SerializeToString() for m in read_et(tmp_path / "a.et.gz")]
+    assert plain == zipped and len(plain) == 1 + 15 + 6
+    assert gzip.decompress((tmp_path / "a.et.gz").read_bytes()) == (tmp_path / "a.et").read_bytes()
+
+
+def test_failure_leaves_no_file_and_keeps_an_existing_one(tmp_path, synthetic_pair, monkeypatch):
+    et_plus = _link(*synthetic_pair)
+    original = write_chakra.node_messages
+
+    def failing(*args, **kwargs):
+        for count, message in enumerate(original(*args, **kwargs)):
+            if count == 5:
+                raise RuntimeError("disk full")
+            yield message
+
+    monkeypatch.setattr(write_chakra, "node_messages", failing)
+    with pytest.raises(RuntimeError, match="disk full"):
+        write_chakra_trace(et_plus, tmp_path / "new.et")
+    existing = tmp_path / "old.et.gz"
+    existing.write_bytes(b"previous content")
+    with pytest.raises(RuntimeError):
+        write_chakra_trace(et_plus, existing)
+    assert existing.read_bytes() == b"previous content"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["et.json", "kineto.json", "old.et.gz"]
+
+
+def test_never_overwrites_an_input(tmp_path, synthetic_pair):
+    et_path, kineto_path = synthetic_pair
+    before = et_path.read_bytes()
+    with pytest.raises(TraceInputError, match="input"):
+        link_pair(et_path, kineto_path, et_path)
+    assert et_path.read_bytes() == before
+    outcome = link_pair(et_path, kineto_path, tmp_path / "out.et")
+    assert outcome.output.exists() and validate_file(outcome.output).ok
+
+
+# ---------------------------------------------------------------------------------------------
+# Pieces
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("nccl:all_to_all", (write_chakra.COLL, pb.ALL_TO_ALL)),
+    ("all_to_allv", (write_chakra.COLL, pb.ALL_TO_ALL)),
+    ("nccl:all_reduce", (write_chakra.COLL, pb.ALL_REDUCE)),
+    ("allreduce_coalesced", (write_chakra.COLL, pb.ALL_REDUCE)),
+    ("_allgather_base", (write_chakra.COLL, pb.ALL_GATHER)),
+    ("nccl:all_gather_into_tensor_coalesced", (write_chakra.COLL, pb.ALL_GATHER)),
+    ("nccl:_reduce_scatter_base", (write_chakra.COLL, pb.REDUCE_SCATTER)),
+    ("nccl:broadcast", (write_chakra.COLL, pb.BROADCAST)),
+    ("nccl:reduce", (write_chakra.COLL, pb.REDUCE)),
+    ("gather", (write_chakra.COLL, pb.GATHER)),
+    ("scatter", (write_chakra.COLL, pb.SCATTER)),
+    ("barrier", (write_chakra.COLL, pb.BARRIER)),
+    ("nccl:send", (write_chakra.SEND, None)),
+    ("c10d::recv_any_source_", (write_chakra.RECV, None)),
+    ("batch_isend_irecv", None),
+    ("aten::add", None),
+])
+def test_kind_from_name(name, expected):
+    kind = kind_from_name(name)
+    assert (kind.role, kind.comm_type) == expected if expected else kind is None
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", pb.ALL_REDUCE),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", pb.ALL_GATHER),
+    ("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", pb.REDUCE_SCATTER),
+    ("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", pb.BROADCAST),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", None),
+    ("ncclDevKernel_Generic(ncclDevComm*, unsigned long, ncclWork*)", None),
+])
+def test_kind_from_kernel(name, expected):
+    kind = kind_from_kernel(name)
+    assert (kind.comm_type if kind else None) == expected
+
+
+def test_tensor_bytes_from_values_or_shapes():
+    io = write_chakra.OpIO(
+        values=[[1, 2, 0, 12, 2, "cuda:0"], [[3, 4, 0, 5, 8, "cuda:0"], [5, 6, 0, 7, 8, "cuda:0"]], 3, "x"],
+        shapes=[[3, 4], [[5], [7]], [], []],
+        types=["Tensor(c10::Half)", "GenericList[Tensor(long int),Tensor(long int)]", "Int", "String"])
+    assert tensors_bytes(io) == 12 * 2 + (5 + 7) * 8
+    # without the value tuples, shape x dtype size
+    io.values = [None, [None, None], 3, "x"]
+    assert tensors_bytes(io) == 12 * 2 + (5 + 7) * 8
+    assert tensors_bytes(write_chakra.OpIO([3], [[]], ["Int"])) is None
+    assert tensors_bytes(write_chakra.OpIO([None], [[2, 2]], ["Tensor(unknown_t)"])) is None
+
+
+def test_process_group_names():
+    groups = ProcessGroups({"default_pg": "0", "pair": "1"}, {"1": [2, 3]})
+    assert groups.numeric_name("3") == "3"
+    assert groups.numeric_name("pair") == "1"
+    assert groups.numeric_name("nobody") is None
+    assert groups.numeric_name(None) is None
+
+
+def test_attr_specs():
+    assert attr_spec("rf_id", 5) == ("rf_id", "int64_val", 5)
+    assert attr_spec("big", 1 << 63) == ("big", "uint64_val", 1 << 63)
+    assert attr_spec("flag", True) == ("flag", "bool_val", True)
+    assert attr_spec("x", 0.5) == ("x", "double_val", 0.5)
+    assert attr_spec("dims", [1, 2]) == ("dims", "int64_list", (1, 2))
+    assert attr_spec("names", ["a"]) == ("names", "string_list", ("a",))
+    assert attr_spec("mixed", [1, "a", {"k": None}]) == ("mixed", "string_val", '[1,"a",{"k":null}]')
+    assert attr_spec("none", None) is None
