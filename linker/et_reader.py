@@ -60,7 +60,7 @@ class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     parent: int | Unset = UNSET
     inputs: Raw | Unset = UNSET
     outputs: Raw | Unset = UNSET
-    attrs: list[EtAttr] | Unset = UNSET
+    attrs: Raw | Unset = UNSET  # decoded on demand: ``decode_attrs``
     rf_id: int | Unset = UNSET
     fw_parent: int | Unset = UNSET
     seq_id: int | Unset = UNSET
@@ -76,6 +76,20 @@ class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     dur: float | Unset = UNSET
     inclusive_dur: float | Unset = UNSET
     exclusive_dur: float | Unset = UNSET
+
+
+_ATTRS_DECODER = msgspec.json.Decoder(list[EtAttr])
+
+
+def decode_attrs(node: EtNode) -> list[EtAttr]:
+    """The nested-layout ``attrs`` of a node, decoded (empty when it has none). O(len(attrs)).
+
+    They stay raw in ``EtNode`` (ten small objects per node would be most of a big ET's memory)
+    and are written back byte for byte.
+    """
+    if node.attrs is UNSET:
+        return []
+    return _ATTRS_DECODER.decode(node.attrs)
 
 
 class _ShapesOnly(msgspec.Struct):
@@ -237,10 +251,9 @@ def _fill_columns(et: ExecutionTrace) -> None:
         names.append(node.name)
         parent.append(node.ctrl_deps if node.ctrl_deps is not UNSET else node.id)
         found = {}
-        if node.attrs is not UNSET:
-            for attr in node.attrs:
-                if attr.name in wanted:
-                    found[attr.name] = attr.value
+        for attr in decode_attrs(node):
+            if attr.name in wanted:
+                found[attr.name] = attr.value
         tid.append(_int(found.get("tid")))
         rf_id.append(_int(found.get("rf_id")))
         scope.append(_int(found.get("scope")))

@@ -74,7 +74,7 @@ import orjson
 
 from . import et_def_pb2 as pb
 from .chakra_io import EtWriter, encode_varint, make_attr
-from .et_reader import FLAT, PROCESS_ROOT_NAMES, EtNode
+from .et_reader import FLAT, PROCESS_ROOT_NAMES, EtNode, decode_attrs
 from .etplus import EtPlus, GpuNode
 from .intervals import TimePoint, innermost_covering
 
@@ -1029,7 +1029,7 @@ def _cpu_attr_pairs(node: EtNode, flat: bool) -> list[tuple[str, Any]]:
     if flat:
         pairs = [(name, getattr(node, name)) for name in _FLAT_ATTRS]
     elif node.attrs is not msgspec.UNSET:
-        pairs = [(attr.name, attr.value) for attr in node.attrs]
+        pairs = [(attr.name, attr.value) for attr in decode_attrs(node)]
     else:
         return []
     return [(name, value) for name, value in pairs
