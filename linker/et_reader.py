@@ -122,6 +122,8 @@ class ExecutionTrace:
     scope: list[int] = field(default_factory=list)
     op_schema: list[str] = field(default_factory=list)
     _op_indices: list[int] | None = field(default=None, repr=False)
+    _index_of_id: dict[int, int] | None = field(default=None, repr=False)
+    _parent_index: list[int] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -149,8 +151,21 @@ class ExecutionTrace:
         return msgspec.json.decode(node.inputs, type=_ShapesOnly).shapes
 
     def index_of_id(self) -> dict[int, int]:
-        """Map node id -> index. O(n)."""
-        return {node_id: i for i, node_id in enumerate(self.ids)}
+        """Map node id -> index. Computed once, O(n); do not modify."""
+        if self._index_of_id is None:
+            self._index_of_id = {node_id: i for i, node_id in enumerate(self.ids)}
+        return self._index_of_id
+
+    def parent_index(self) -> list[int]:
+        """Index of each node's parent, or -1 (missing parent, or the process root's own id).
+        Computed once, O(n); do not modify."""
+        if self._parent_index is None:
+            index = self.index_of_id()
+            self._parent_index = [index.get(p, -1) for p in self.parent]
+            for i, p in enumerate(self._parent_index):
+                if p == i:
+                    self._parent_index[i] = -1
+        return self._parent_index
 
     def threads(self) -> dict[int, list[int]]:
         """ET thread number -> op indices on that thread in start order (sorted by id). O(n log n)."""

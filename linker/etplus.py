@@ -77,15 +77,16 @@ def as_number(value: float) -> float | int:
 
 def build_et_plus(result: LinkResult) -> EtPlus:
     """Fill ET+ time fields into ``result.et.nodes`` (in place) and create the GPU nodes."""
-    et, events = result.et, result.kineto.cpu_events
+    et, events, exclusive = result.et, result.kineto.cpu_events, result.exclusive
+    nodes = et.nodes
     for i, e in enumerate(result.match.event_of_op):
         if e < 0:
             continue
-        node, event = et.nodes[i], events[e]
-        node.ts = as_number(event.ts)
-        node.dur = as_number(event.dur)
-        node.inclusive_dur = node.dur
-        node.exclusive_dur = as_number(round(result.exclusive[e], 3))
+        node, event = nodes[i], events[e]
+        ts, dur, excl = event.ts, event.dur, exclusive[e]
+        node.ts = int(ts) if ts.is_integer() else ts
+        node.dur = node.inclusive_dur = int(dur) if dur.is_integer() else dur
+        node.exclusive_dur = int(excl) if excl.is_integer() else round(excl, 3)
     next_id = max(et.ids) + 1
     flat = et.layout == FLAT
     gpu_nodes, gpu_links = [], []

@@ -82,13 +82,13 @@ def drop_links_outside_parent(et: ExecutionTrace, kineto: KinetoTrace, event_of_
     Returns how many links were dropped.
     """
     events = kineto.cpu_events
-    index = et.index_of_id()
+    parent_index = et.parent_index()
     anchor = [-1] * len(et)  # nearest linked ancestor's event, per node
     dropped = 0
     for i in sorted(range(len(et)), key=et.ids.__getitem__):
-        p = index.get(et.parent[i], -1)
+        p = parent_index[i]
         outer = -1
-        if p >= 0 and p != i:
+        if p >= 0:
             outer = event_of_op[p] if event_of_op[p] >= 0 else anchor[p]
         anchor[i] = outer
         e = event_of_op[i]

@@ -69,17 +69,17 @@ class LinkReport:
 
 def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int]) -> int:
     """Linked ops whose Kineto interval is not inside their linked ET parent's. O(n)."""
-    index = et.index_of_id()
+    parent_index = et.parent_index()
     events = kineto.cpu_events
     bad = 0
     for i, e in enumerate(event_of_op):
         if e < 0:
             continue
-        p = index.get(et.parent[i], -1)
-        if p < 0 or p == i or event_of_op[p] < 0:
+        p = parent_index[i]
+        if p < 0 or event_of_op[p] < 0:
             continue
         child, parent = events[e], events[event_of_op[p]]
-        if child.ts < parent.ts - NESTING_SLACK_US or child.end > parent.end + NESTING_SLACK_US:
+        if child.ts < parent.ts - NESTING_SLACK_US or child.ts + child.dur > parent.ts + parent.dur + NESTING_SLACK_US:
             bad += 1
     return bad
 
