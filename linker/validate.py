@@ -13,8 +13,9 @@ Invariants (FORMATS.md §4; ASTRA-sim's feeder aborts on the graph ones):
   (collectives) and ``comm_size`` > 0 as ``int64_val``, are not CPU ops, and collectives whose
   ``comm_type`` ASTRA-sim cannot simulate are warned about.
 
-Cost: one streaming pass over a Chakra file (one ``orjson`` parse for JSON), then O(nodes + deps)
-time for the graph checks. Memory: O(nodes + deps) in flat arrays plus one id -> index dict.
+Cost: one streaming pass over a Chakra file (one msgspec pass for JSON), then O(nodes + deps)
+time for the graph checks. Memory: O(nodes + deps) in flat arrays plus one id -> index dict
+(JSON: the file's bytes plus the few keys checked per node).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-import orjson
+import msgspec
 
 from . import et_def_pb2 as pb
 from .chakra_io import (
@@ -44,6 +45,8 @@ from .chakra_io import (
 )
 from .errors import TraceInputError
 from .fileio import read_trace_bytes
+
+UNSET = msgspec.UNSET
 
 DEFAULT_MAX_EXAMPLES = 20
 
@@ -475,7 +478,7 @@ def validate_chakra(path: str | os.PathLike, max_examples: int = DEFAULT_MAX_EXA
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while millions of containers are created (they hold no
-    cycles; without this, repeated collections make a large ``orjson.loads`` ~2.5x slower)."""
+    cycles; without this, repeated collections make a large decode much slower)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -485,23 +488,68 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _json_document(path: Path, data: bytes) -> dict[str, Any]:
+class _JsonNode(msgspec.Struct):
+    """The keys of an ET/ET+ node the checks read; everything else (inputs, outputs, attrs) is
+    skipped by the decoder, never built, which keeps a large ET's check to a fraction of a full
+    parse's memory. UNSET = key absent."""
+
+    id: Any = UNSET
+    name: Any = UNSET
+    cat: Any = UNSET
+    ctrl_deps: Any = UNSET
+    parent: Any = UNSET
+    data_deps: Any = UNSET
+
+
+class _JsonDocument(msgspec.Struct):
+    schema: Any = UNSET
+    nodes: list[_JsonNode] | msgspec.UnsetType = UNSET
+
+
+class _LooseDocument(msgspec.Struct):
+    """Fallback when some node is not a JSON object: nodes kept raw, decoded one by one."""
+
+    schema: Any = UNSET
+    nodes: list[msgspec.Raw] | msgspec.UnsetType = UNSET
+
+
+_ONE_NODE = msgspec.json.Decoder(_JsonNode)
+
+
+def _node_of(raw: msgspec.Raw) -> _JsonNode | None:
+    """A node's checked keys, or None when the node is not a JSON object."""
     try:
-        document = orjson.loads(data)
-    except orjson.JSONDecodeError as err:
+        return _ONE_NODE.decode(raw)
+    except msgspec.ValidationError:
+        return None
+
+
+def _json_document(path: Path, data: bytes) -> tuple[Any, list[_JsonNode | None]]:
+    """(schema, nodes) of an ET / ET+ JSON document. One decode pass (two if a node is malformed)."""
+    no_nodes = "not an Execution Trace: no top-level 'nodes' list"
+    try:
+        document = msgspec.json.decode(data, type=_JsonDocument)
+        nodes = document.nodes
+    except msgspec.DecodeError as err:
         raise TraceFormatError(path, f"not valid JSON ({err})") from None
-    if not isinstance(document, dict) or not isinstance(document.get("nodes"), list):
-        raise TraceFormatError(path, "not an Execution Trace: no top-level 'nodes' list")
-    return document
+    except msgspec.ValidationError:
+        try:
+            document = msgspec.json.decode(data, type=_LooseDocument)
+        except msgspec.ValidationError:
+            raise TraceFormatError(path, no_nodes) from None
+        nodes = [_node_of(raw) for raw in document.nodes] if document.nodes is not UNSET else UNSET
+    if nodes is UNSET:
+        raise TraceFormatError(path, no_nodes)
+    return document.schema, nodes
 
 
-def _detect_json_layout(nodes: list[Any]) -> str:
+def _detect_json_layout(nodes: list[_JsonNode | None]) -> str:
     """'ctrl_deps' or 'parent': the key used by the first node that has either."""
     for node in nodes:
-        if isinstance(node, dict):
-            if "ctrl_deps" in node:
+        if node is not None:
+            if node.ctrl_deps is not UNSET:
                 return "ctrl_deps"
-            if "parent" in node:
+            if node.parent is not UNSET:
                 return "parent"
     return "parent"
 
@@ -526,7 +574,7 @@ def validate_json(path: str | os.PathLike, max_examples: int = DEFAULT_MAX_EXAMP
     """Validate an ET / ET+ JSON file (plain or gzip).
 
     Raises ``TraceFormatError`` when the file is not readable JSON with a ``nodes`` list.
-    Cost: one orjson parse (the whole document in memory), then O(nodes + deps).
+    Cost: one msgspec pass that builds only ids and dependencies, then O(nodes + deps).
     """
     p = Path(path)
     try:
@@ -538,45 +586,43 @@ def validate_json(path: str | os.PathLike, max_examples: int = DEFAULT_MAX_EXAMP
     log = _ViolationLog(max_examples)
     table = DependencyTable("q")
     counts = {"cpu": 0, "gpu": 0}
-    with _gc_paused():  # the document is freed by reference counting before the GC resumes
-        document = _json_document(p, data)
+    with _gc_paused():  # the node structs hold no cycles; they are freed by reference counting
+        schema, nodes = _json_document(p, data)
         del data
-        nodes = document["nodes"]
         layout = _detect_json_layout(nodes)
         for position, node in enumerate(nodes):
             _add_json_node(position, node, table, counts, log)
-        schema = document.get("schema")
-        del document, nodes
+        del nodes
     ctrl_kind = "dangling_ctrl_dep" if layout == "ctrl_deps" else "dangling_parent"
     check_dependency_graph(table, log, ctrl_kind)
     return _result(p, FORMAT_ET_JSON, layout, schema if isinstance(schema, str) else None, len(table), counts, log)
 
 
 def _add_json_node(
-    position: int, node: Any, table: DependencyTable, counts: dict[str, int], log: _ViolationLog
+    position: int, node: _JsonNode | None, table: DependencyTable, counts: dict[str, int], log: _ViolationLog
 ) -> None:
     """Count one JSON node and add it to the table (or report why it cannot be). O(#deps)."""
-    node_id = node.get("id") if type(node) is dict else None
+    node_id = node.id if node is not None else None
     if not _is_int64(node_id):
-        log.add("bad_id", -1, f"node #{position}: id {node_id!r}")
+        log.add("bad_id", -1, f"node #{position}: id {None if node_id is UNSET else node_id!r}")
         return
-    counts["gpu" if node.get("cat") in GPU_CATEGORIES else "cpu"] += 1
-    parent = node.get("ctrl_deps", node.get("parent"))
+    counts["gpu" if node.cat in GPU_CATEGORIES else "cpu"] += 1
+    parent = node.ctrl_deps if node.ctrl_deps is not UNSET else node.parent
     parents = _dep_list(parent)
     if parents is None:
-        if parent is None:
-            log.add("missing_parent", node_id, str(node.get("name", "")))
+        if parent is None or parent is UNSET:
+            log.add("missing_parent", node_id, str(node.name if isinstance(node.name, str) else ""))
         else:
             log.add("bad_dependency", node_id, f"parent {parent!r}")
         parents = ()
     data_deps: Sequence[int] | None = ()
-    if "data_deps" in node:
-        data_deps = _dep_list(node["data_deps"])
+    if node.data_deps is not UNSET:
+        data_deps = _dep_list(node.data_deps)
         if data_deps is None:
-            log.add("bad_dependency", node_id, f"data_deps {node['data_deps']!r}")
+            log.add("bad_dependency", node_id, f"data_deps {node.data_deps!r}")
             data_deps = ()
     table.add_node(node_id, parents, data_deps)
-    if node_id in parents and node.get("name") in PROCESS_ROOT_NAMES:
+    if node_id in parents and node.name in PROCESS_ROOT_NAMES:
         table.self_reference_ok.add(len(table) - 1)
 
 
