@@ -213,12 +213,23 @@ def _parse(message_type: type, frame: Frame, path: str | os.PathLike) -> Any:
     try:
         message.ParseFromString(frame.payload)
     except (DecodeError, RuntimeError, ValueError) as err:
+        if frame.index == 0 and _starts_like_json(path):
+            raise TraceFormatError(path, "this is JSON (an ET or ET+?), not a Chakra protobuf trace") from None
         raise TraceFormatError(
             path,
             f"message #{frame.index} at byte {frame.offset} is not a valid "
             f"{message_type.DESCRIPTOR.name} ({err}); truncated or not a Chakra trace",
         ) from None
     return message
+
+
+def _starts_like_json(path: str | os.PathLike) -> bool:
+    """True when the (decompressed) file starts with '{'. Only asked on the error path."""
+    try:
+        with contextlib.closing(open_binary(path)) as stream:
+            return stream.read(64).lstrip()[:1] == b"{"
+    except (OSError, EOFError, TraceInputError):
+        return False
 
 
 def has_unknown_fields(message: Message) -> bool:
