@@ -1,87 +1,91 @@
 """Structural (approximate) matching of two ordered, labelled forests.
 
-This is LINKING.md method 3: pair the ops of an ET call tree with the events of a Kineto call tree
-when neither record-function ids nor a plain order walk can be used.  The result is an *ordered
-tree mapping* (the kind ordered tree edit distance produces): pairs only join equal labels, and for
-any two pairs (a, b), (c, d): a is an ancestor of c iff b is an ancestor of d, and a precedes c in
-pre-order iff b precedes d.
+LINKING.md method 3: pair the ops of an ET call tree with the events of a Kineto call tree when
+record-function ids and a plain order walk cannot be used.  The result is an *ordered tree mapping*,
+the kind ordered tree edit distance produces: pairs only join equal labels, and for any two pairs
+(a, b), (c, d): a is an ancestor of c iff b is an ancestor of d, and a precedes c in pre-order iff b
+precedes d.  Wrong pairs are worse than missing ones, so whatever cannot be told apart is left
+unpaired and counted.
 
-How it scales (n = nodes of both forests, d = nodes that differ):
+How it works (n = nodes of both forests):
 
-1. Every subtree gets a canonical *shape id* (label + ordered child shape ids, interned in one dict
-   shared by both forests) in one bottom-up pass, O(n).  Equal ids mean identical labelled subtrees,
-   which are paired wholesale: in pre-order the two subtrees are the same index ranges, so pairing is a
-   slice assignment.
-2. Children lists of two paired nodes are aligned on their shape ids with a diff (common prefix and
-   suffix, anchors on ids unique to both sides, recursively inside the gaps), so work is linear in the
-   list plus the size of the gaps.
-3. Only the gaps between anchors get a real alignment: equal label sequences pair position by
-   position (and recurse); small gaps are aligned on their pre-order label sequences (deleting a node
-   and promoting its children keeps the pre-order of the rest, so this recovers missing Kineto events);
-   large gaps are aligned on the labels of their items and the unpaired items are *opened* (replaced
-   by their children), i.e. treated as deleted nodes, which is one step of a forest edit distance.
-4. Every exact alignment is an LCS table of at most DP_CELL_CAP cells, computed twice: once biased to
-   the earliest matches and once to the latest.  Only pairs both agree on are kept, so a run of
-   identical siblings where one copy is missing (which copy went missing is unknowable) stays unpaired
-   instead of being guessed.  Larger tables fall back to a chunked alignment, and are counted.
-5. Below ``max_depth`` the descendants of a paired node are aligned by order (pre-order labels) only.
-6. A final O(n) pass drops any pair that would break the ancestor or order constraints, so the
-   contract holds whatever the heuristics above did.
+1. Indexing, O(n): pre-order validation, subtree sizes (the subtree of i is the index range
+   [i, i + size[i])), depths, and a canonical *shape id* per subtree (label + ordered child shape
+   ids, interned in one dict shared by both forests).  Equal shape ids mean identical labelled
+   subtrees, paired wholesale by a slice assignment.
+2. If Kineto holds clearly more than the ET (extra iterations, annotations), the stretch of Kineto
+   roots the ET lands on is chosen by chaining equal root labels whose offset in pre-order positions
+   drifts slowly (_choose_kineto_window); Kineto roots outside it cost nothing (semi-global).
+3. Top-down from the roots (explicit task stack), two sibling sequences are aligned on labels.  The
+   common prefix/suffix and anchors (labels unique to both sides, subtree shapes unique to both
+   sides, rare labels chained along one diagonal) cut them into gaps, so work follows the
+   differences, not the sizes.  A gap is solved by the item DP: an ordered alignment where a pair
+   scores by subtree size (identical subtrees most) and an item of either side may be *opened*,
+   i.e. treated as a node missing on that side whose children stand in its place, which is exactly
+   what a missing Kineto event does (one level of ordered tree edit distance).  Items whose label is
+   absent from the other side are opened beforehand.  Large gaps are solved within a band around the
+   diagonal or, failing that, chunk by chunk (counted).
+4. Every sequence alignment is run twice, biased to the earliest and to the latest matches (the
+   latter on the reversed sequences), and only the pairs both agree on are kept: which copy of a run
+   of identical siblings went missing cannot be known, so such a run stays unpaired instead of being
+   guessed.  A common prefix or suffix that ends inside a periodic run is handed back to the gap.
+5. A non-identical pair gets its children aligned next (3).  Siblings left untouched on both sides of
+   a gap get an exact Zhang-Shasha ordered tree edit distance when small (run on the mirrored
+   forests too, keeping the agreed pairs), else their pre-order label sequences are aligned if short.
+6. Below max_depth, the descendants of a paired node are aligned by order only: their pre-order
+   label sequences, with the same two-sided alignment.
+7. A final O(n) pass drops any pair breaking the ancestor or order rule, so the contract holds
+   whatever the heuristics above did.
 
-Why not networkx: the trees are ordered and labelled, so general (unordered) graph isomorphism or
-graph edit distance solves a much harder problem than needed (exponential; the original tool ran out
-of 12 GB on 1.7k nodes).  Nothing here needs a general graph algorithm.
+Why not networkx: the trees are ordered and labelled; general (unordered) graph isomorphism or graph
+edit distance solves a much harder problem (exponential; the original tool exhausted 12 GB on 1.7k
+nodes).  Nothing here needs a general graph algorithm.
 
-Everything is iterative (explicit stacks): trees can be thousands of levels deep.  Memory is a few
-integer lists per node, O(n), plus DP tables bounded by DP_CELL_CAP.
+Everything is iterative (explicit stacks; the gap solver nests at most MAX_EXPANSION_NESTING calls),
+so trees thousands of levels deep are fine.  Memory: a few integer lists per node, O(n), plus DP
+tables bounded by the caps below.  DP rows use itertools.accumulate for their running maximum, so the
+Python work per row is proportional to the cells where a pair is possible.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
-from itertools import accumulate
 from dataclasses import dataclass
+from itertools import accumulate
 
 ET_SIDE = "et"
 KINETO_SIDE = "kineto"
 
-TED_CELL_CAP = 60_000
-"""Largest gap (product of the key-root subtree sizes of both sides) given an exact tree edit distance."""
-
-GAP_PREORDER_CAP = 3_000
-"""A gap whose subtrees hold at most this many nodes per side is aligned on pre-order labels."""
-
+# Sequence alignment ------------------------------------------------------------------------------
 SMALL_GAP_CELLS = 256
-"""Gaps up to this many cells skip anchoring and go straight to the gap solver."""
+"""Gaps up to this many cells (items x items) go straight to the gap solver, without anchoring."""
 
 SECONDARY_ANCHOR_CELLS = 256
 """Gaps above this many cells without a unique label may be cut at subtrees of unique shape."""
 
-
 GAP_SOLVE_CELLS = 4_096
-"""Largest gap without anchors solved exactly and unbanded (item DP or LCS table)."""
+"""Largest sibling gap solved by the item DP without a band."""
 
-BAND_MIN = 16
-"""Half-width of the band of a banded gap alignment, plus twice the length difference of the sides."""
+BAND_MIN = 8
+"""Band half-width of a banded item DP: BAND_MIN + 2 * |m - n| + (m + n) / 64."""
 
 BAND_CELL_CAP = 40_000
-"""Largest banded gap alignment (cells)."""
+"""Largest banded item DP (cells)."""
+
+LCS_CELL_CAP = 250_000
+"""Largest LCS table (cells) for one gap of a pre-order label alignment."""
 
 MAX_PERIOD = 16
 """Longest period of a repeated run checked when a common prefix or suffix ends inside the run."""
 
-WINDOW_POINTS = 20_000
-"""Most candidate root pairs chained to choose the Kineto window."""
-
-
-RARE_POINTS = 2_000
-"""Most candidate pairs of rare tokens chained to anchor a large gap."""
+RARE_POINTS = 8_000
+"""About the most candidate pairs of rare tokens chained to anchor a large gap."""
 
 LOCAL_RADIUS = 64
 """A rare-token anchor's token must not occur again within this many positions on either side."""
 
-CHAIN_REACH = 2
+CHAIN_REACH = 3
 """Offset buckets on each side searched for a chain predecessor."""
 
 CHAIN_LOOKBACK = 4
@@ -96,8 +100,31 @@ CHUNK_TOKENS = 256
 CHUNK_MARGIN = 32
 """Extra columns, and minimum band half-width, of a chunk of the chunked fallback."""
 
-_SIBLINGS = 0
-_ORDER = 1
+MAX_EXPANSION_NESTING = 3
+"""How many times a gap's expanded items may be expanded again within one sibling alignment."""
+
+# Leftover gaps -----------------------------------------------------------------------------------
+TED_CELL_CAP = 60_000
+"""Largest leftover gap (product of the key-root subtree sizes of both sides) given an exact ordered
+tree edit distance."""
+
+GAP_PREORDER_CAP = 500
+"""A leftover gap too large for the tree edit distance is aligned on pre-order labels when its
+subtrees hold at most this many nodes per side; otherwise it stays unpaired (gaps_unresolved)."""
+
+# Kineto window -----------------------------------------------------------------------------------
+WINDOW_POINTS = 20_000
+"""About the most candidate root pairs chained to choose the Kineto window."""
+
+WINDOW_HEAD = 512
+"""ET roots whose labels place the ET within a longer Kineto forest."""
+
+WINDOW_SLACK = 2
+"""Extra Kineto roots on each side of the chosen window."""
+
+# Task kinds and how a pair was made ---------------------------------------------------------------
+_SIBLINGS = 0  # align two sibling sequences structurally
+_ORDER = 1  # align the pre-order label sequences of subtrees below max_depth
 
 _HOW_IDENTICAL = 1
 _HOW_ALIGNED = 2
@@ -117,10 +144,13 @@ class OrderedForest:
 
 @dataclass(frozen=True, slots=True)
 class UnmatchedSubtree:
-    """A maximal subtree none of whose nodes is paired.
+    """A maximal connected group of unpaired nodes: its root is unpaired and its parent is paired (or
+    it is a root); it holds the unpaired nodes reachable from the root through unpaired children.
+    A node missing on the other side whose children were paired is a group of size 1; an extra or
+    unmatched subtree is one group of its full size.
 
-    side: ET_SIDE or KINETO_SIDE; root: pre-order index of its root in that forest; label: the root's
-    label; size: number of nodes in the subtree."""
+    side: ET_SIDE or KINETO_SIDE; root: pre-order index of the group's root in that forest; label:
+    the root's label; size: number of nodes in the group."""
 
     side: str
     root: int
@@ -137,20 +167,23 @@ class ForestMatch:
     edit_cost: insertions + deletions needed: unpaired ET nodes + unpaired Kineto nodes inside
       kineto_span (Kineto roots before/after the stretch the ET landed on are free).  No relabels.
     tree_nodes: (ET nodes, Kineto nodes) of the whole input forests.
-    unmatched_subtrees: maximal fully unpaired subtrees, ET side and Kineto side (inside kineto_span),
-      largest first.
+    unmatched_subtrees: groups of unpaired nodes (UnmatchedSubtree), ET side and Kineto side (inside
+      kineto_span), largest first.
     kineto_span: [start, end) pre-order index range of the Kineto roots the ET landed on (from the first
       to the last Kineto root holding a pair); (0, 0) when nothing is paired.
     paired_identical: pairs made wholesale from identical subtrees (same shape id).
-    paired_aligned: pairs made by gap alignment above max_depth (label DP, pre-order alignment).
+    paired_aligned: other pairs made by the structural alignment (sibling alignment, item DP, tree
+      edit distance, pre-order alignment of a leftover gap).
     paired_by_order: pairs made below max_depth by pre-order label alignment under a paired ancestor.
-    item_cells: cells of the sibling DP with opening (_item_dp) computed in total.
-    ted_cells: tree edit distance table cells computed in total (small gaps).
-    dp_cells: LCS table cells computed in total.
+    item_cells: cells of the sibling item DP (_Matcher._item_dp) computed in total.
+    ted_cells: tree edit distance table cells computed in total (small leftover gaps).
+    dp_cells: LCS table cells computed in total (pre-order alignments, rare-token anchors).
     chunked_fallbacks: gaps too large for one exact alignment and without anchors, aligned chunk by
       chunk instead (each chunk exactly, within a band; see _chunked).
     ambiguous_unpaired: candidate pairs left out because the earliest and latest optimal alignments
       disagreed on them (e.g. a run of identical siblings with one copy missing).
+    gaps_unresolved: leftover gaps too large for both the tree edit distance and the pre-order
+      alignment; their nodes stay unpaired.
     inconsistent_dropped: pairs dropped by the final ancestor/order check.
     """
 
@@ -167,8 +200,13 @@ class ForestMatch:
     dp_cells: int = 0
     chunked_fallbacks: int = 0
     ambiguous_unpaired: int = 0
+    gaps_unresolved: int = 0
     inconsistent_dropped: int = 0
 
+
+# --------------------------------------------------------------------------------------------------
+# Indexing
+# --------------------------------------------------------------------------------------------------
 
 @dataclass
 class _IndexedForest:
@@ -187,6 +225,9 @@ class _IndexedForest:
 
 @dataclass
 class _Stats:
+    """Work and outcome counters of one match_forests call (copied into ForestMatch)."""
+
+    gaps_unresolved: int = 0
     item_cells: int = 0
     ted_cells: int = 0
     dp_cells: int = 0
@@ -268,8 +309,26 @@ def _preorder_of(forest: _IndexedForest, items: list[int]) -> list[int]:
     return out
 
 
+def _labels_with_children(forest: _IndexedForest, items: list[int]) -> set[int]:
+    """Labels of items and of their children.  O(items + children)."""
+    found = set()
+    label = forest.label
+    for x in items:
+        found.add(label[x])
+        found.update(label[c] for c in _children(forest, x))
+    return found
+
+
+def _owner(forest: _IndexedForest, node: int, index_of: dict[int, int]) -> int:
+    """index_of[a] for the nearest ancestor-or-self a of node that is a key of index_of.
+    O(levels walked)."""
+    while node not in index_of:
+        node = forest.parent[node]
+    return index_of[node]
+
+
 # --------------------------------------------------------------------------------------------------
-# Sequence alignment of token lists
+# Sequence alignment
 # --------------------------------------------------------------------------------------------------
 
 def _increasing_chain(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -367,7 +426,9 @@ def _neighbour_agrees(a: list, b: list, i: int, j: int) -> bool:
     before = (a[i - 1] == b[j - 1]) if i and j else (i == 0 and j == 0)
     if before:
         return True
-    return (a[i + 1] == b[j + 1]) if i + 1 < len(a) and j + 1 < len(b) else (i + 1 == len(a) and j + 1 == len(b))
+    if i + 1 < len(a) and j + 1 < len(b):
+        return a[i + 1] == b[j + 1]
+    return i + 1 == len(a) and j + 1 == len(b)
 
 
 def _periodic_start(a: list, lo: int, end: int, hi: int) -> int:
@@ -415,7 +476,8 @@ def _drift_ok(offset_from: int, offset_to: int, distance: int) -> bool:
 
 
 def _longest_chain(points: list[tuple[int, int]], pos_a, pos_b,
-                   corners: tuple[tuple[int, int], tuple[int, int]] | None = None) -> list[tuple[int, int]]:
+                   corners: tuple[tuple[int, int], tuple[int, int]] | None = None
+                   ) -> list[tuple[int, int]]:
     """Longest chain of candidate pairs (p, q), increasing in both, whose offset pos_b[q] - pos_a[p]
     drifts slowly (_drift_ok, capped at CHAIN_REACH offset buckets) between consecutive pairs: drift
     comes from missing or extra elements, while a jump to another copy of a repeated stretch (e.g. the
@@ -431,28 +493,30 @@ def _longest_chain(points: list[tuple[int, int]], pos_a, pos_b,
     spots = {q for _, q in points}
     spread = pos_b[points[-1][1]] - pos_b[points[0][1]]
     bucket = max(16, spread // (4 * len(spots)))
+    offsets = [pos_b[q] - pos_a[p] for p, q in points]
+    at_b = [pos_b[q] for _, q in points]
     length = [0] * len(points)  # 0: cannot be part of a chain
     before = [-1] * len(points)
     buckets: dict[int, list[int]] = {}
+    reach = CHAIN_REACH * bucket
     best = -1
     for k, (p, q) in enumerate(points):
-        offset = pos_b[q] - pos_a[p]
-        if corners is None or _drift_ok(corners[0][1] - corners[0][0], offset, pos_b[q] - corners[0][1]):
+        offset, here = offsets[k], at_b[k]
+        if corners is None or _drift_ok(corners[0][1] - corners[0][0], offset, here - corners[0][1]):
             length[k] = 1
         home = offset // bucket
         for near in range(home - CHAIN_REACH, home + CHAIN_REACH + 1):
             for back in buckets.get(near, ())[-CHAIN_LOOKBACK:]:
-                p0, q0 = points[back]
-                if length[back] and p0 < p and q0 < q and length[back] + 1 > length[k]:
-                    offset0 = pos_b[q0] - pos_a[p0]
-                    if (abs(offset - offset0) <= CHAIN_REACH * bucket
-                            and _drift_ok(offset0, offset, pos_b[q] - pos_b[q0])):
+                if length[back] >= length[k] and points[back][0] < p and points[back][1] < q:
+                    drift = abs(offset - offsets[back])
+                    if drift <= reach and drift <= 8 + (here - at_b[back]) // 4:  # _drift_ok
                         length[k] = length[back] + 1
                         before[k] = back
         if length[k]:
             buckets.setdefault(home, []).append(k)
-            if (best < 0 or length[k] > length[best]) and (
-                    corners is None or _drift_ok(offset, corners[1][1] - corners[1][0], corners[1][1] - pos_b[q])):
+            ends_ok = corners is None or _drift_ok(offset, corners[1][1] - corners[1][0],
+                                                   corners[1][1] - here)
+            if ends_ok and (best < 0 or length[k] > length[best]):
                 best = k
     chain = []
     k = best
@@ -493,11 +557,17 @@ def _locally_unique(a: list, i: int, lo: int, hi: int) -> bool:
 
 def _rare_anchors(a: list, b: list, xs: list[int], ys: list[int], i0: int, i1: int, j0: int,
                   j1: int, mirror: bool) -> list[tuple[int, int]]:
-    """Anchors for a large gap without unique tokens (e.g. repeated iterations): pairs of equal
-    tokens, rarest tokens first, about RARE_POINTS of them (_candidate_pairs), chained
-    (_longest_chain, offsets measured on the node indices xs, ys: pre-order positions, which a missing
-    node shifts by one only) so that they stay near one diagonal, keeping the pairs whose token is unique
-    within LOCAL_RADIUS on both sides (_locally_unique).  O(m + n + RARE_POINTS * CHAIN_REACH * CHAIN_LOOKBACK)."""
+    """Anchors for a large gap without unique tokens (e.g. repeated iterations).
+
+    Positions are the node indices xs, ys (pre-order: a missing node shifts them by one only;
+    negated when mirror, as the lists are then reversed).  Candidates are pairs of equal tokens lying
+    within a corridor around the straight line between the gap's corners (as wide as the difference
+    of the two spans, plus 64), rarest tokens first, about RARE_POINTS of them; they are chained
+    (_longest_chain, tied to the corners) so that they follow one diagonal, and only pairs whose
+    token is unique within LOCAL_RADIUS on both sides are kept (_locally_unique).
+    O(m + n + RARE_POINTS * (log + CHAIN_REACH * CHAIN_LOOKBACK))."""
+    if mirror:
+        xs, ys = [-x for x in xs], [-y for y in ys]
     where_a: dict = {}
     for i in range(i0, i1):
         where_a.setdefault(a[i], []).append(i)
@@ -505,10 +575,23 @@ def _rare_anchors(a: list, b: list, xs: list[int], ys: list[int], i0: int, i1: i
     for j in range(j0, j1):
         if b[j] in where_a:
             where_b.setdefault(b[j], []).append(j)
-    points = _candidate_pairs(where_a, where_b, RARE_POINTS)
-    if mirror:  # reversed lists: node indices decrease, chain on their negation
-        xs, ys = [-x for x in xs], [-y for y in ys]
-    chain = _longest_chain(points, xs, ys, ((xs[i0], ys[j0]), (xs[i1 - 1], ys[j1 - 1])))
+    start_a, start_b, end_a, end_b = xs[i0], ys[j0], xs[i1 - 1], ys[j1 - 1]
+    ratio = (end_b - start_b) / (end_a - start_a) if end_a > start_a else 1.0
+    corridor = 64 + abs((end_b - start_b) - (end_a - start_a))
+    points: list[tuple[int, int]] = []
+    for t in sorted(where_b, key=lambda t: (len(where_a[t]) * len(where_b[t]), t)):
+        if len(points) >= RARE_POINTS:
+            break
+        on_b = where_b[t]
+        at_b = [ys[j] for j in on_b]
+        for i in where_a[t]:
+            expected = start_b + (xs[i] - start_a) * ratio
+            lo = bisect_left(at_b, expected - corridor)
+            hi = bisect_right(at_b, expected + corridor)
+            points.extend((i, on_b[k]) for k in range(lo, hi))
+            if len(points) >= RARE_POINTS:
+                break
+    chain = _longest_chain(points, xs, ys, ((start_a, start_b), (end_a, end_b)))
     return [(i, j) for i, j in chain
             if _locally_unique(a, i, i0, i1) and _locally_unique(b, j, j0, j1)]
 
@@ -549,15 +632,16 @@ def _align_earliest(a: list, b: list, xs: list[int], ys: list[int], stats: _Stat
     Work is bounded by the differences: the common prefix, then anchors cut the problem into gaps:
     tokens unique to both sides, else (gaps above SECONDARY_ANCHOR_CELLS) secondary tokens sa/sb
     unique to both sides (finer tokens, e.g. subtree shapes, whose equality implies equal primary
-    tokens) whose neighbours agree.  A gap without anchors is solved exactly when it has at most
-    GAP_SOLVE_CELLS cells: by solve_gap(xs part, ys part, mirror, band) -> [(i, j, x, y)] when given,
-    else by an LCS table.  A larger gap is solved by solve_gap restricted to a band around the
-    diagonal when that fits in BAND_CELL_CAP cells, else cut by rare-token anchors (_rare_anchors),
-    else aligned chunk by chunk (_chunked, counted as a fallback).
+    tokens) whose neighbours agree.  A gap without anchors is solved exactly: by solve_gap(xs part,
+    ys part, mirror, band) -> [(i, j, x, y)] when given, up to GAP_SOLVE_CELLS cells, then restricted
+    to a band around the diagonal up to BAND_CELL_CAP cells; else by an LCS table up to LCS_CELL_CAP
+    cells.  A larger gap is cut by rare-token anchors (_rare_anchors), else aligned chunk by chunk
+    (_chunked, counted as a fallback).
     Cost: O(m + n) for near-identical inputs; O((m + n) log + gap work) in general."""
     found: list[tuple[int, int, int, int]] = []  # (i, j, x, y); x = -1 means (xs[i], ys[j])
 
-    def solve(i0: int, i1: int, j0: int, j1: int, band: int | None = None) -> list[tuple[int, int, int, int]]:
+    def solve(i0: int, i1: int, j0: int, j1: int,
+              band: int | None = None) -> list[tuple[int, int, int, int]]:
         if solve_gap is not None:
             return [(i0 + i, j0 + j, x, y)
                     for i, j, x, y in solve_gap(xs[i0:i1], ys[j0:j1], mirror, band)]
@@ -587,9 +671,12 @@ def _align_earliest(a: list, b: list, xs: list[int], ys: list[int], stats: _Stat
         if not anchors and sa is not None and cells > SECONDARY_ANCHOR_CELLS:
             anchors = [(i, j) for i, j in _unique_anchors(sa, sb, i0, i1, j0, j1)
                        if _neighbour_agrees(a, b, i, j)]
-        band = BAND_MIN + 2 * abs((i1 - i0) - (j1 - j0)) + (i1 - i0 + j1 - j0) // 64
-        banded = solve_gap is not None and (i1 - i0) * (2 * band + 1) <= BAND_CELL_CAP
-        if not anchors and cells > GAP_SOLVE_CELLS and not banded:
+        band = BAND_MIN + abs((i1 - i0) - (j1 - j0)) + (i1 - i0 + j1 - j0) // 64
+        if solve_gap is not None:
+            exact, banded = cells <= GAP_SOLVE_CELLS, (i1 - i0) * (2 * band + 1) <= BAND_CELL_CAP
+        else:
+            exact, banded = cells <= LCS_CELL_CAP, False
+        if not anchors and not exact and not banded:
             anchors = _rare_anchors(a, b, xs, ys, i0, i1, j0, j1, mirror)
         if anchors:
             found.extend((i, j, -1, -1) for i, j in anchors)
@@ -600,13 +687,14 @@ def _align_earliest(a: list, b: list, xs: list[int], ys: list[int], stats: _Stat
                 pi, pj = i + 1, j + 1
             if pi < i1 or pj < j1:
                 stack.append((pi, i1, pj, j1))
-        elif cells <= GAP_SOLVE_CELLS:
+        elif exact:
             found.extend(solve(i0, i1, j0, j1))
         elif banded:
             found.extend(solve(i0, i1, j0, j1, band))
         else:
             stats.chunked_fallbacks += 1
-            _chunked(i0, i1, j0, j1, CHUNK_ITEMS if solve_gap is not None else CHUNK_TOKENS, solve, found)
+            chunk = CHUNK_ITEMS if solve_gap is not None else CHUNK_TOKENS
+            _chunked(i0, i1, j0, j1, chunk, solve, found)
     return [(xs[i], ys[j]) if x < 0 else (x, y) for i, j, x, y in found]
 
 
@@ -632,51 +720,8 @@ def _align_tokens(a: list, b: list, xs: list[int], ys: list[int], stats: _Stats,
     return certain
 
 
-def _gaps(pairs: list[tuple[int, int]], m: int, n: int):
-    """Yield (i0, i1, j0, j1) for the unpaired stretches around sorted pairs (possibly empty sides)."""
-    pi = pj = 0
-    for i, j in pairs:
-        if i > pi or j > pj:
-            yield pi, i, pj, j
-        pi, pj = i + 1, j + 1
-    if pi < m or pj < n:
-        yield pi, m, pj, n
-
-
-def _labels_with_children(forest: _IndexedForest, items: list[int]) -> set[int]:
-    """Labels of items and of their children.  O(items + children)."""
-    found = set()
-    label = forest.label
-    for x in items:
-        found.add(label[x])
-        found.update(label[c] for c in _children(forest, x))
-    return found
-
-
-def _owner(forest: _IndexedForest, node: int, index_of: dict[int, int]) -> int:
-    """index_of[a] for the nearest ancestor-or-self a of node that is a key of index_of.
-    O(levels walked)."""
-    while node not in index_of:
-        node = forest.parent[node]
-    return index_of[node]
-
-
-def _label_overlap(la: list[int], lb: list[int]) -> int:
-    """Size of the multiset intersection of two label lists.  O(len(la) + len(lb))."""
-    count: dict[int, int] = {}
-    for t in la:
-        count[t] = count.get(t, 0) + 1
-    common = 0
-    for t in lb:
-        c = count.get(t, 0)
-        if c:
-            count[t] = c - 1
-            common += 1
-    return common
-
-
 # --------------------------------------------------------------------------------------------------
-# Ordered tree edit distance (Zhang-Shasha) for small gaps
+# Ordered tree edit distance (Zhang-Shasha) for small leftover gaps
 # --------------------------------------------------------------------------------------------------
 
 _NO_MATCH = 3
@@ -810,11 +855,12 @@ def _tree_edit_pairs(a: _PostorderForest, b: _PostorderForest) -> list[tuple[int
 # --------------------------------------------------------------------------------------------------
 
 class _Matcher:
-    """Holds the two indexed forests, the pairing being built and a stack of pending regions.
+    """The two indexed forests, the pairing being built (pair_et, pair_kineto: partner index or -1;
+    how: _HOW_* per paired ET node) and a stack of pending tasks.
 
-    A region is either (SIBLINGS, et items, kineto items): two sequences of sibling subtrees to align,
-    or (ORDER, et items, kineto items): subtrees below max_depth, aligned on pre-order labels.
-    Regions are disjoint, so each node is decided once: total work O(n + gap work)."""
+    A task is (_SIBLINGS, et items, kineto items): two sequences of sibling subtrees to align, or
+    (_ORDER, et items, kineto items): subtrees below max_depth, aligned on pre-order labels.  Tasks
+    cover disjoint subtrees, so each node is decided once: total work O(n + gap work)."""
 
     def __init__(self, et: _IndexedForest, kineto: _IndexedForest, max_depth: int) -> None:
         self.et = et
@@ -824,9 +870,11 @@ class _Matcher:
         self.pair_kineto = [-1] * len(kineto.label)
         self.how = bytearray(len(et.label))
         self.stats = _Stats()
+        self.expansion_nesting = 0
         self.tasks: list[tuple[int, list[int], list[int]]] = []
 
     def run(self) -> None:
+        """Process tasks until none is left."""
         while self.tasks:
             kind, xs, ys = self.tasks.pop()
             if kind == _SIBLINGS:
@@ -836,6 +884,7 @@ class _Matcher:
 
     # pairing primitives -----------------------------------------------------------------------
     def _pair_identical(self, x: int, y: int) -> None:
+        """Pair the identical subtrees of x and y node by node (same pre-order offsets).  O(size)."""
         s = self.et.size[x]
         self.pair_et[x:x + s] = range(y, y + s)
         self.pair_kineto[y:y + s] = range(x, x + s)
@@ -862,9 +911,6 @@ class _Matcher:
         are identical, otherwise their children are aligned next; items left untouched on both sides
         of a stretch go to _gap."""
         et, kineto = self.et, self.kineto
-        if min(et.depth[x] for x in xs) > self.max_depth:
-            self._by_order(xs, ys, _HOW_ORDER)
-            return
         label_a, label_b, shape_a, shape_b = et.label, kineto.label, et.shape, kineto.shape
         pairs = _align_tokens([label_a[x] for x in xs], [label_b[y] for y in ys], xs, ys, self.stats,
                               [shape_a[x] for x in xs], [shape_b[y] for y in ys], self._solve_gap)
@@ -904,6 +950,8 @@ class _Matcher:
     @staticmethod
     def _expand(forest: _IndexedForest, items: list[int], origin: list[int], other_labels: set[int],
                 mirror: bool) -> tuple[list[int], list[int]]:
+        """items with each non-leaf item whose label is not in other_labels replaced by its children
+        (reversed when mirror), and the matching origin list.  O(items + children)."""
         new_items: list[int] = []
         new_origin: list[int] = []
         for x, o in zip(items, origin):
@@ -920,19 +968,26 @@ class _Matcher:
                    band: int | None = None) -> list[tuple[int, int, int, int]]:
         """Gap solver of a sibling alignment: expand items missing on the other side (_expand_absent),
         then align with _item_dp (banded when band is given and nothing was expanded); an expanded gap
-        too large for that is aligned again with _align_earliest.  Returns (i, j, x, y) sorted, i and j
-        being the indices of the original items x and y descend from."""
+        too large for that is aligned again with _align_earliest, whose gaps come back here (at most
+        MAX_EXPANSION_NESTING levels deep; deeper, nothing is expanded any more).  Returns
+        (i, j, x, y) sorted, i and j being the indices of the original items x and y descend from."""
+        if self.expansion_nesting >= MAX_EXPANSION_NESTING:
+            return self._item_dp(xs, ys, mirror, band)
         ex, ey, origin_a, origin_b = self._expand_absent(xs, ys, mirror)
-        if len(ex) == len(xs) and len(ey) == len(ys):
+        if ex is xs and ey is ys:
             return self._item_dp(xs, ys, mirror, band)
         if len(ex) * len(ey) <= GAP_SOLVE_CELLS:
             return [(origin_a[i], origin_b[j], x, y) for i, j, x, y in self._item_dp(ex, ey, mirror)]
         et, kineto = self.et, self.kineto
         where_a = dict(zip(ex, origin_a))
         where_b = dict(zip(ey, origin_b))
-        pairs = _align_earliest([et.label[x] for x in ex], [kineto.label[y] for y in ey], ex, ey,
-                                self.stats, [et.shape[x] for x in ex], [kineto.shape[y] for y in ey],
-                                self._solve_gap, mirror)
+        self.expansion_nesting += 1
+        try:
+            pairs = _align_earliest([et.label[x] for x in ex], [kineto.label[y] for y in ey], ex, ey,
+                                    self.stats, [et.shape[x] for x in ex], [kineto.shape[y] for y in ey],
+                                    self._solve_gap, mirror)
+        finally:
+            self.expansion_nesting -= 1
         found = [(_owner(et, x, where_a), _owner(kineto, y, where_b), x, y) for x, y in pairs]
         found.sort()
         return found
@@ -1082,61 +1137,38 @@ class _Matcher:
         return out
 
     def _gap(self, xs: list[int], ys: list[int]) -> None:
-        """Siblings left untouched facing each other (both sides non-empty).  Small gaps get an exact
-        ordered tree edit distance (run on the forests and on their mirror images; only pairs both
-        optima agree on are kept); otherwise their pre-order label sequences are aligned when not too
-        long; else they are opened (_open).  Deleting a node and promoting its children, which is what a
-        missing Kineto event does, is an edit operation of all three."""
+        """Siblings the sibling alignment left untouched, facing each other (both sides non-empty),
+        e.g. nested missing nodes or an ambiguous run.  A small gap gets an exact ordered tree edit
+        distance, run on the forests and on their mirror images; only the pairs both optima agree on
+        are kept.  A larger one has its pre-order label sequences aligned if they are short enough
+        (GAP_PREORDER_CAP), else it stays unpaired and is counted.  O(TED_CELL_CAP) or O(alignment)."""
         et, kineto = self.et, self.kineto
         if all(et.size[x] == 1 for x in xs) and all(kineto.size[y] == 1 for y in ys):
             return  # leaves only: the label alignment that left them unpaired is all there is
-        fa = _postorder_forest(et, xs, mirror=False)
-        fb = _postorder_forest(kineto, ys, mirror=False)
-        cells = _keyroot_cells(fa) * _keyroot_cells(fb)
-        if cells <= TED_CELL_CAP:
-            self.stats.ted_cells += 2 * cells
-            forward = _tree_edit_pairs(fa, fb)
-            backward = set(_tree_edit_pairs(_postorder_forest(et, xs, mirror=True),
-                                            _postorder_forest(kineto, ys, mirror=True)))
-            pair_et, pair_kineto, mark = self.pair_et, self.pair_kineto, self.how
-            for x, y in forward:
-                if (x, y) in backward:
-                    pair_et[x] = y
-                    pair_kineto[y] = x
-                    mark[x] = _HOW_ALIGNED
-                else:
-                    self.stats.ambiguous_unpaired += 1
-            return
-        if (sum(et.size[x] for x in xs) <= GAP_PREORDER_CAP
-                and sum(kineto.size[y] for y in ys) <= GAP_PREORDER_CAP):
+        nodes_a = sum(et.size[x] for x in xs)
+        nodes_b = sum(kineto.size[y] for y in ys)
+        if nodes_a * nodes_b <= TED_CELL_CAP:  # key-root cells are at least the node counts
+            fa = _postorder_forest(et, xs, mirror=False)
+            fb = _postorder_forest(kineto, ys, mirror=False)
+            cells = _keyroot_cells(fa) * _keyroot_cells(fb)
+            if cells <= TED_CELL_CAP:
+                self.stats.ted_cells += 2 * cells
+                forward = _tree_edit_pairs(fa, fb)
+                backward = set(_tree_edit_pairs(_postorder_forest(et, xs, mirror=True),
+                                                _postorder_forest(kineto, ys, mirror=True)))
+                pair_et, pair_kineto, mark = self.pair_et, self.pair_kineto, self.how
+                for x, y in forward:
+                    if (x, y) in backward:
+                        pair_et[x] = y
+                        pair_kineto[y] = x
+                        mark[x] = _HOW_ALIGNED
+                    else:
+                        self.stats.ambiguous_unpaired += 1
+                return
+        if nodes_a <= GAP_PREORDER_CAP and nodes_b <= GAP_PREORDER_CAP:
             self._by_order(xs, ys, _HOW_ALIGNED)
         else:
-            self._open(xs, ys)
-
-    def _open(self, xs: list[int], ys: list[int]) -> None:
-        """Unpaired items facing each other: treat the items of one side (or both) as deleted nodes,
-        replace them by their children and align again.  The side(s) opened are those whose children
-        share most labels with the other side; nothing is opened when no labels would be shared."""
-        et, kineto = self.et, self.kineto
-        open_a = [c for x in xs for c in (_children(et, x) or [x])]
-        open_b = [c for y in ys for c in (_children(kineto, y) or [y])]
-        can_a = len(open_a) != len(xs) or any(et.size[x] > 1 for x in xs)
-        can_b = len(open_b) != len(ys) or any(kineto.size[y] > 1 for y in ys)
-        la = [et.label[x] for x in xs]
-        lb = [kineto.label[y] for y in ys]
-        options = []
-        if can_a:
-            options.append((_label_overlap([et.label[x] for x in open_a], lb), 2, open_a, ys))
-        if can_b:
-            options.append((_label_overlap(la, [kineto.label[y] for y in open_b]), 1, xs, open_b))
-        if can_a and can_b:
-            options.append((_label_overlap([et.label[x] for x in open_a],
-                                           [kineto.label[y] for y in open_b]), 0, open_a, open_b))
-        if not options:
-            return
-        best = max(options, key=lambda o: (o[0], o[1]))
-        if best[0] > 0:
-            self.tasks.append((_SIBLINGS, best[2], best[3]))
+            self.stats.gaps_unresolved += 1
 
     def _by_order(self, xs: list[int], ys: list[int], how: int) -> None:
         """Pair the nodes of two subtree sequences by aligning their pre-order label sequences."""
@@ -1156,33 +1188,37 @@ def _choose_kineto_window(et: _IndexedForest, kineto: _IndexedForest) -> tuple[i
     """Range [start, end) of Kineto roots (positions in kineto.roots) the ET roots are aligned with.
 
     Only when Kineto holds clearly more than the ET (more roots, and more nodes than a copy of the ET
-    with extra events could explain: extra iterations or annotations) is a stretch chosen: equal root
-    labels give candidate points (ET root p, Kineto root q), rarest labels first, about
-    WINDOW_POINTS of them (_candidate_pairs), chained with offsets measured in nodes (pre-order
-    index; _longest_chain): missing events make the offset drift slowly, a jump to another copy of an
-    iteration moves it by a whole iteration.  The longest chain (earliest on a tie) gives the
-    stretch, widened by the ET roots before its first and after its last point plus a small slack.
+    with extra events could explain: extra iterations or annotations) is a stretch chosen.  The
+    labels of the first WINDOW_HEAD ET roots and equal Kineto root labels give candidate points
+    (rarest labels first, about WINDOW_POINTS, _candidate_pairs), chained with offsets measured in
+    nodes (pre-order index; _longest_chain): missing events make the offset drift slowly, a jump to
+    another copy of an iteration moves it by a whole iteration.  The longest chain (earliest on a
+    tie, so of identical copies the first) places the ET's start; the ET's node count, scaled by the
+    node density the chain shows, places its end.
     O(m + n + WINDOW_POINTS * CHAIN_REACH * CHAIN_LOOKBACK) time, O(m + n + points) memory."""
     ra, rb = et.roots, kineto.roots
     m, n = len(ra), len(rb)
-    slack = 2 + m // 16
     et_nodes, kineto_nodes = len(et.label), len(kineto.label)
-    if n <= m + slack or kineto_nodes <= et_nodes + et_nodes // 4 + 64:
+    if n <= m + 2 + m // 16 or kineto_nodes <= et_nodes + et_nodes // 4 + 64:
         return 0, n
     at_a: dict[int, list[int]] = {}
-    for p, x in enumerate(ra):
-        at_a.setdefault(et.label[x], []).append(p)
+    for p in range(min(m, WINDOW_HEAD)):
+        at_a.setdefault(et.label[ra[p]], []).append(p)
     at_b: dict[int, list[int]] = {}
     for q, y in enumerate(rb):
         if kineto.label[y] in at_a:
             at_b.setdefault(kineto.label[y], []).append(q)
-    if not at_b:
-        return 0, n
     chain = _longest_chain(_candidate_pairs(at_a, at_b, WINDOW_POINTS), ra, rb)
-    first_p, first_q = chain[0]
-    last_p, last_q = chain[-1]
-    start = max(0, first_q - first_p - slack)
-    end = min(n, last_q + (m - 1 - last_p) + 1 + slack)
+    if not chain:
+        return 0, n
+    (p0, q0), (p1, q1) = chain[0], chain[-1]
+    density = 1.0
+    if ra[p1] - ra[p0] >= 64:
+        density = min(2.0, max(0.5, (rb[q1] - rb[q0]) / (ra[p1] - ra[p0])))
+    start_node = rb[q0] - (ra[p0] - ra[0]) * density
+    end_node = rb[q0] + (et_nodes - ra[p0]) * density
+    start = max(0, bisect_right(rb, start_node) - 1 - WINDOW_SLACK)
+    end = min(n, bisect_left(rb, end_node) + WINDOW_SLACK)
     return start, max(start, end)
 
 
@@ -1203,8 +1239,16 @@ def _enforce_tree_mapping(et: _IndexedForest, kineto: _IndexedForest, pair_et: l
     Ancestor rule: the nearest paired ancestors of the two nodes of a pair must be paired with each
     other (both -1 for none); checked for all pairs, repeated until stable (one or two O(n) rounds in
     practice).  Order rule: pairs sorted by ET index must have increasing Kineto index; the longest such
-    chain is kept, O(n log n).  Dropping a consistent pair keeps the others consistent."""
+    chain is kept, O(n log n).  Dropping a consistent pair keeps the others consistent.  (A pair
+    whose Kineto node points elsewhere, which the matcher never makes, would be dropped first.)"""
     dropped = 0
+    for x, y in enumerate(pair_et):
+        if y >= 0 and pair_kineto[y] != x:
+            pair_et[x] = -1
+            dropped += 1
+    for y, x in enumerate(pair_kineto):
+        if x >= 0 and pair_et[x] != y:
+            pair_kineto[y] = -1
     while True:
         up_a = _nearest_paired_ancestor(et, pair_et)
         up_b = _nearest_paired_ancestor(kineto, pair_kineto)
@@ -1233,23 +1277,21 @@ def _enforce_tree_mapping(et: _IndexedForest, kineto: _IndexedForest, pair_et: l
 
 def _unmatched_subtrees(forest: _IndexedForest, pair: list[int], names: list[str], side: str,
                         lo: int, hi: int) -> list[UnmatchedSubtree]:
-    """Maximal subtrees inside [lo, hi) with no paired node.  O(n)."""
-    parent, size = forest.parent, forest.size
-    touched = bytearray(len(parent))  # 1 if the subtree holds a pair
-    for i in range(hi - 1, lo - 1, -1):
-        if pair[i] >= 0:
-            touched[i] = 1
-        if touched[i]:
-            p = parent[i]
-            if p >= 0:
-                touched[p] = 1
-    out = []
+    """Maximal connected groups of unpaired nodes inside [lo, hi): an unpaired node whose parent is
+    paired (or a root) heads a group holding it and every unpaired node reachable from it through
+    unpaired children.  A node missing on the other side whose children were paired is a group of
+    one; an extra or unmatched subtree is one group of its size.  O(hi - lo)."""
+    parent = forest.parent
+    head = {}  # node -> head of its group, for unpaired nodes
+    count: dict[int, int] = {}
     for i in range(lo, hi):
-        if not touched[i]:
-            p = parent[i]
-            if p < 0 or touched[p]:
-                out.append(UnmatchedSubtree(side=side, root=i, label=names[i], size=size[i]))
-    return out
+        if pair[i] >= 0:
+            continue
+        p = parent[i]
+        h = head.get(p, i) if p >= lo else i
+        head[i] = h
+        count[h] = count.get(h, 0) + 1
+    return [UnmatchedSubtree(side=side, root=h, label=names[h], size=c) for h, c in count.items()]
 
 
 def match_forests(et: OrderedForest, kineto: OrderedForest, max_depth: int = 10) -> ForestMatch:
@@ -1310,5 +1352,6 @@ def match_forests(et: OrderedForest, kineto: OrderedForest, max_depth: int = 10)
         dp_cells=stats.dp_cells,
         chunked_fallbacks=stats.chunked_fallbacks,
         ambiguous_unpaired=stats.ambiguous_unpaired,
+        gaps_unresolved=stats.gaps_unresolved,
         inconsistent_dropped=dropped,
     )
