@@ -106,7 +106,7 @@ def _anchors(a, b, alo, ahi, blo, bhi) -> list[tuple[int, int, int]]:
         if not b_pos:
             continue
         candidates = [(alo + i, b_pos[key]) for i, key in enumerate(a_keys) if key in b_pos]
-        chain = _longest_increasing(candidates)
+        chain = longest_increasing_chain(candidates)
         anchors: list[tuple[int, int, int]] = []
         last_i = last_j = -1
         for i, j in chain:  # n-gram anchors may overlap: keep the non-overlapping ones
@@ -118,8 +118,9 @@ def _anchors(a, b, alo, ahi, blo, bhi) -> list[tuple[int, int, int]]:
     return []
 
 
-def _longest_increasing(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Longest chain of points increasing in both coordinates (points sorted by the first). O(k log k)."""
+def longest_increasing_chain(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Longest chain of points strictly increasing in both coordinates (points sorted by the
+    first, distinct there). O(k log k)."""
     tails: list[int] = []  # tails[L] = smallest j ending a chain of length L+1
     tail_at: list[int] = []
     back = [-1] * len(points)

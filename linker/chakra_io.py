@@ -26,7 +26,7 @@ from google.protobuf.message import DecodeError, Message
 
 from . import et_def_pb2 as pb
 from .errors import TraceInputError
-from .fileio import GZIP_MAGIC, atomic_output
+from .fileio import GZIP_MAGIC, atomic_output, open_input
 
 GlobalMetadata = pb.GlobalMetadata
 Node = pb.Node
@@ -163,13 +163,9 @@ def open_binary(path: str | os.PathLike) -> IO[bytes]:
     """
     path = Path(path)
     try:
-        raw = open(path, "rb")
-    except FileNotFoundError:
-        raise TraceFormatError(path, "no such file") from None
-    except IsADirectoryError:
-        raise TraceFormatError(path, "is a directory, not a trace file") from None
-    except OSError as err:
-        raise TraceFormatError(path, f"cannot read: {err.strerror or err}") from None
+        raw = open_input(path)
+    except TraceInputError as err:
+        raise TraceFormatError(path, err.problem) from None
     try:
         magic = raw.read(2)
         raw.seek(0)

@@ -15,6 +15,19 @@ from .errors import TraceInputError
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+def open_input(path: str | os.PathLike) -> IO[bytes]:
+    """Open an input file for binary reading; ``TraceInputError`` (one line) when it cannot be."""
+    p = Path(path)
+    try:
+        return open(p, "rb")
+    except FileNotFoundError:
+        raise TraceInputError(p, "no such file") from None
+    except IsADirectoryError:
+        raise TraceInputError(p, "is a directory, not a trace file") from None
+    except OSError as err:
+        raise TraceInputError(p, f"cannot read: {err.strerror or err}") from None
+
+
 def read_trace_bytes(path: str | os.PathLike) -> bytes | bytearray:
     """Return the decompressed bytes of a trace file; gzip is detected by its magic bytes.
 
@@ -23,14 +36,11 @@ def read_trace_bytes(path: str | os.PathLike) -> bytes | bytearray:
     unreadable, empty or truncated file. Cost: one read, one pass of inflation.
     """
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise TraceInputError(p, "no such file") from None
-    except IsADirectoryError:
-        raise TraceInputError(p, "is a directory, not a trace file") from None
-    except OSError as err:
-        raise TraceInputError(p, f"cannot read: {err.strerror or err}") from None
+    with open_input(p) as stream:
+        try:
+            data = stream.read()
+        except OSError as err:
+            raise TraceInputError(p, f"cannot read: {err.strerror or err}") from None
     if data[:2] == GZIP_MAGIC:
         data = _gunzip(p, data)
     if not data or (len(data) < (1 << 20) and not data.strip()):

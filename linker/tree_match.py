@@ -52,6 +52,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from .align import longest_increasing_chain
 from itertools import accumulate
 
 ET_SIDE = "et"
@@ -331,30 +333,6 @@ def _owner(forest: _IndexedForest, node: int, index_of: dict[int, int]) -> int:
 # Sequence alignment
 # --------------------------------------------------------------------------------------------------
 
-def _increasing_chain(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Longest subsequence of points (sorted by first coordinate, distinct) whose second coordinate
-    strictly increases.  O(k log k)."""
-    tails: list[int] = []
-    tail_at: list[int] = []
-    prev = [-1] * len(points)
-    for k, (_, j) in enumerate(points):
-        pos = bisect_left(tails, j)
-        if pos == len(tails):
-            tails.append(j)
-            tail_at.append(k)
-        else:
-            tails[pos] = j
-            tail_at[pos] = k
-        prev[k] = tail_at[pos - 1] if pos else -1
-    out = []
-    k = tail_at[-1] if tail_at else -1
-    while k != -1:
-        out.append(points[k])
-        k = prev[k]
-    out.reverse()
-    return out
-
-
 def _lcs_earliest(a: list, b: list, i0: int, i1: int, j0: int, j1: int, stats: _Stats,
                   out: list[tuple[int, int]]) -> None:
     """Append to out the pairs (i, j), a[i] == b[j], of the longest common subsequence of a[i0:i1] and
@@ -416,7 +394,7 @@ def _unique_anchors(a: list, b: list, i0: int, i1: int, j0: int, j1: int) -> lis
             j = where_b.get(t, -1)
             if j >= 0:
                 points.append((i, j))
-    return _increasing_chain(points) if points else []
+    return longest_increasing_chain(points) if points else []
 
 
 def _neighbour_agrees(a: list, b: list, i: int, j: int) -> bool:
@@ -1266,7 +1244,7 @@ def _enforce_tree_mapping(et: _IndexedForest, kineto: _IndexedForest, pair_et: l
         dropped += len(bad)
     points = [(x, y) for x, y in enumerate(pair_et) if y >= 0]
     if any(points[k][1] > points[k + 1][1] for k in range(len(points) - 1)):
-        keep = set(_increasing_chain(points))
+        keep = set(longest_increasing_chain(points))
         for x, y in points:
             if (x, y) not in keep:
                 pair_et[x] = -1
