@@ -59,15 +59,15 @@ EXIT_RANKS_FAILED = 5
 # --- memory model -------------------------------------------------------------------------------
 # Peak RSS of one rank ~= PEAK_BASE_BYTES + PEAK_BYTES_PER_INPUT_BYTE * (uncompressed ET + Kineto
 # bytes). Measured with ``scripts/bench_batch.py --memory`` (fresh process per pair, ru_maxrss minus
-# the RSS after imports, 18 MB), peak / input:
-#   param_dlrm ranks 0 and 3 (1.7-1.8 MB of JSON): 25-26 MB peak, 3.97-4.39 bytes per input byte;
-#   param_linear (21.5 MB): 102 MB, 4.08;  torch_cpu threads (1.9 MB): 26 MB, 4.30;
-#   transformer capture, 12 layers x 12 steps (135k ET nodes, 196 MB): 841-852 MB, 4.40-4.46.
+# the RSS after imports, 18 MB), (peak - base) / input:
+#   param_dlrm rank 0 (1.7 MB of JSON): 25 MB peak, 3.99;  param_linear (21.5 MB): 105 MB, 4.22;
+#   transformer 12 layers x 12 steps (135k ET nodes, 196 MB): 606 MB, 3.14;
+#   transformer 48 layers x 8 steps (361k ET nodes, 524 MB): 1,536 MB, 3.04.
 # The factor is the largest ratio plus ~25% (an underestimate risks the OOM killer, an overestimate
 # only costs parallelism); the base covers the interpreter, the imports and, for forked local
 # workers, the parent's pages (34 MB measured).
 PEAK_BASE_BYTES = 48 << 20
-PEAK_BYTES_PER_INPUT_BYTE = 5.5
+PEAK_BYTES_PER_INPUT_BYTE = 5.3
 # Share of MemAvailable the local runner plans to use (the rest is left to the system).
 MEMORY_BUDGET_SHARE = 0.85
 # gzip stores the uncompressed size modulo 2**32; for big files the wrap count is estimated from
