@@ -75,7 +75,7 @@ def _window_mask(kineto: KinetoTrace, window: Window | None) -> list[bool] | Non
 
 
 def _match_structure(et, kineto, keep, options) -> OpMatch:
-    from .match_approx import match_by_structure  # networkx-free, but only loaded when used
+    from .match_approx import match_by_structure  # imported on first use: most runs never need it
 
     return match_by_structure(et, kineto, keep, max_depth=options.max_depth)
 

@@ -91,7 +91,6 @@ def auto_segments(et: ExecutionTrace, kineto: KinetoTrace) -> list[Segment]:
     if not et_top:
         return []
     et_top_counts = Counter(et_top)
-    main_names = Counter(et_top)
     kthreads = group_by_thread(kineto.cpu_events)
     events = kineto.cpu_events
     skip = [e.name.startswith("ProfilerStep#") for e in events]
@@ -99,7 +98,7 @@ def auto_segments(et: ExecutionTrace, kineto: KinetoTrace) -> list[Segment]:
     best_key, k_top = None, []
     for key, indices in kthreads.items():
         top = [i for i in indices if parents[i] < 0 and not skip[i]]
-        score = _overlap(main_names, Counter(events[i].name for i in top))
+        score = _overlap(et_top_counts, Counter(events[i].name for i in top))
         if best_key is None or score > best_key:
             best_key, k_top = score, top
     k_counts = Counter(events[i].name for i in k_top)
