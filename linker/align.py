@@ -194,6 +194,17 @@ def _nearest_resync(a, b, i, ahi, j, bhi, positions, window, run):
     return best
 
 
+def gaps_between(pairs: list[tuple[int, int]], n: int, m: int):
+    """The stretches an alignment left open: ``(a_lo, a_hi, b_lo, b_hi)`` before the first pair,
+    between consecutive pairs and after the last, for pairs increasing in both coordinates over
+    sequences of lengths ``n`` and ``m``. Stretches empty on either side are skipped. O(pairs)."""
+    prev_a = prev_b = -1
+    for a, b in pairs + [(n, m)]:
+        if a - prev_a > 1 and b - prev_b > 1:
+            yield prev_a + 1, a, prev_b + 1, b
+        prev_a, prev_b = a, b
+
+
 def _runs(seq: Sequence[Hashable]) -> list[int]:
     """For each position, the start of the run of equal consecutive items it belongs to."""
     starts = []

@@ -12,6 +12,14 @@ from .kineto_reader import KinetoEvent
 
 ThreadKey = tuple  # (pid, tid) of a Kineto thread
 
+# Slack allowed when checking that one event's interval lies in another's (µs): float rounding.
+NESTING_SLACK_US = 0.001
+
+
+def lies_within(inner: KinetoEvent, outer: KinetoEvent, slack: float = NESTING_SLACK_US) -> bool:
+    """True when ``inner``'s interval lies inside ``outer``'s, up to ``slack`` µs at each end."""
+    return outer.ts - slack <= inner.ts and inner.ts + inner.dur <= outer.ts + outer.dur + slack
+
 
 def group_by_thread(events: Sequence[KinetoEvent]) -> dict[ThreadKey, list[int]]:
     """Thread (pid, tid) -> indices of its events, in start order. O(n)."""

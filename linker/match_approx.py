@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from .align import gaps_between
 from .et_reader import ExecutionTrace
 from .intervals import nesting_parents
 from .kineto_reader import KinetoTrace
@@ -118,14 +119,12 @@ def settle_children(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[i
         position = {j: y for y, j in enumerate(kids_k)}
         anchors = [(x, position[event_of_op[c]]) for x, c in enumerate(kids_et)
                    if event_of_op[c] in position]
-        prev_x = prev_y = -1
-        for x, y in anchors + [(len(kids_et), len(kids_k))]:
-            gap_et = [c for c in kids_et[prev_x + 1:x] if event_of_op[c] < 0]
-            gap_k = [j for j in kids_k[prev_y + 1:y] if j not in used]
+        for x_lo, x_hi, y_lo, y_hi in gaps_between(anchors, len(kids_et), len(kids_k)):
+            gap_et = [c for c in kids_et[x_lo:x_hi] if event_of_op[c] < 0]
+            gap_k = [j for j in kids_k[y_lo:y_hi] if j not in used]
             if gap_et and gap_k:
                 for a, b in align_names(et, kineto, gap_et, gap_k):
                     event_of_op[gap_et[a]] = gap_k[b]
                     used.add(gap_k[b])
                     added += 1
-            prev_x, prev_y = x, y
     return added

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import msgspec
 
-from .align import align_sequences, drop_ambiguous_runs
+from .align import align_sequences, drop_ambiguous_runs, gaps_between
 from .et_reader import ExecutionTrace
-from .intervals import group_by_thread
+from .intervals import group_by_thread, lies_within
 from .kineto_reader import KinetoTrace
 from .match import OpMatch, pair_threads
 
@@ -72,8 +72,7 @@ def _align_leftover_threads(et, kineto, et_threads, k_threads, pairs, event_of_o
             event_of_op[best_ops[x]] = evs[y]
 
 
-def drop_links_outside_parent(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int],
-                              slack: float = 0.001) -> int:
+def drop_links_outside_parent(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int]) -> int:
     """Unlink ops whose event does not lie inside the event of their nearest linked ET ancestor.
 
     Names alone cannot tell which of two same-name neighbours a missing event was; the call
@@ -94,8 +93,7 @@ def drop_links_outside_parent(et: ExecutionTrace, kineto: KinetoTrace, event_of_
         e = event_of_op[i]
         if e < 0 or outer < 0:
             continue
-        child, parent = events[e], events[outer]
-        if child.ts < parent.ts - slack or child.ts + child.dur > parent.ts + parent.dur + slack:
+        if not lies_within(events[e], events[outer]):
             event_of_op[i] = -1
             dropped += 1
     return dropped
@@ -166,17 +164,12 @@ def _difference_zones(pairs: list[tuple[int, int]], n: int, m: int):
 def _align_with_shapes(et, events, ops, evs, names_a, names_b) -> list[tuple[int, int]]:
     keys_a = [(names_a[x], shape_key(et.input_shapes(i))) for x, i in enumerate(ops)]
     keys_b = [(names_b[y], shape_key(_decode(events[j].args.input_dims))) for y, j in enumerate(evs)]
-    by_shape = drop_ambiguous_runs(keys_a, keys_b, align_sequences(keys_a, keys_b))
-    pairs = []
-    prev_a = prev_b = -1
-    for i, j in by_shape + [(len(ops), len(evs))]:
-        if i - prev_a > 1 and j - prev_b > 1:
-            gap_a, gap_b = names_a[prev_a + 1:i], names_b[prev_b + 1:j]
-            gap = drop_ambiguous_runs(gap_a, gap_b, align_sequences(gap_a, gap_b))
-            pairs.extend((prev_a + 1 + x, prev_b + 1 + y) for x, y in gap)
-        if i < len(ops):
-            pairs.append((i, j))
-        prev_a, prev_b = i, j
+    pairs = drop_ambiguous_runs(keys_a, keys_b, align_sequences(keys_a, keys_b))
+    for a_lo, a_hi, b_lo, b_hi in list(gaps_between(pairs, len(ops), len(evs))):
+        gap_a, gap_b = names_a[a_lo:a_hi], names_b[b_lo:b_hi]
+        gap = drop_ambiguous_runs(gap_a, gap_b, align_sequences(gap_a, gap_b))
+        pairs.extend((a_lo + x, b_lo + y) for x, y in gap)
+    pairs.sort()
     return pairs
 
 

@@ -6,13 +6,12 @@ from dataclasses import asdict, dataclass, field
 
 from .et_reader import ExecutionTrace
 from .gpu import GpuAttribution
+from .intervals import lies_within
 from .kineto_reader import KinetoTrace
 from .match import OpMatch
 from .windows import Window
 
 EXAMPLES = 10
-# Slack allowed when checking that a child's interval lies in its parent's (µs).
-NESTING_SLACK_US = 0.001
 
 
 @dataclass
@@ -78,8 +77,7 @@ def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: lis
         p = parent_index[i]
         if p < 0 or event_of_op[p] < 0:
             continue
-        child, parent = events[e], events[event_of_op[p]]
-        if child.ts < parent.ts - NESTING_SLACK_US or child.ts + child.dur > parent.ts + parent.dur + NESTING_SLACK_US:
+        if not lies_within(events[e], events[event_of_op[p]]):
             bad += 1
     return bad
 
