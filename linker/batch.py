@@ -995,11 +995,6 @@ def plan_batch(config: BatchConfig) -> BatchPlan:
     """
     if config.fmt not in ("json", "et"):
         raise BatchSetupError(f"unknown --format {config.fmt!r}; choose json or et")
-    if config.fmt == "et":
-        try:
-            from . import write_chakra  # noqa: F401
-        except ImportError as err:
-            raise BatchSetupError(f"--format et is not available in this build ({err})") from None
     et_paths, kineto_paths = expand_glob(config.et_glob), expand_glob(config.kineto_glob)
     if not et_paths:
         raise BatchSetupError(f"no file matches --et {config.et_glob!r}")

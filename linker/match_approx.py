@@ -26,14 +26,15 @@ def _is_step(name: str) -> bool:
     return name.startswith("ProfilerStep#")
 
 
-def et_forest(et: ExecutionTrace, ops: list[int], index: dict[int, int]) -> OrderedForest:
+def et_forest(et: ExecutionTrace, ops: list[int]) -> OrderedForest:
     """The ET call tree of one thread's ops (in id order); steps are leaves."""
     position = {i: k for k, i in enumerate(ops)}
+    parent_index = et.parent_index()
     labels, parents = [], []
     for i in ops:
-        p = index.get(et.parent[i], -1)
+        p = parent_index[i]
         while p >= 0 and p in position and _is_step(et.names[p]):
-            p = index.get(et.parent[p], -1)
+            p = parent_index[p]
         labels.append(et.names[i])
         parents.append(position.get(p, -1))
     return OrderedForest(labels, parents)
@@ -55,7 +56,6 @@ def match_by_structure(et: ExecutionTrace, kineto: KinetoTrace, keep: list[bool]
     et_threads = et.threads()
     k_threads = kineto_threads_in(kineto, keep)
     pairs, unpaired = pair_threads(et_threads, k_threads, et, kineto)
-    index = et.index_of_id()
     event_of_op = [-1] * len(et)
     edit_cost = 0
     sizes = [0, 0]
@@ -63,7 +63,7 @@ def match_by_structure(et: ExecutionTrace, kineto: KinetoTrace, keep: list[bool]
     counters: dict[str, int] = {}  # tree_match's own counters (pairs by kind, DP cells, ...), summed
     for pair in pairs:
         ops, evs = et_threads[pair.et_tid], k_threads[pair.kineto_thread]
-        result = match_forests(et_forest(et, ops, index), kineto_forest(kineto, evs, nest), max_depth)
+        result = match_forests(et_forest(et, ops), kineto_forest(kineto, evs, nest), max_depth)
         for a, b in result.pairs:
             event_of_op[ops[a]] = evs[b]
         pair.linked = len(result.pairs)
@@ -77,7 +77,7 @@ def match_by_structure(et: ExecutionTrace, kineto: KinetoTrace, keep: list[bool]
         for sub in result.unmatched_subtrees[:LARGEST_UNMATCHED]:
             unmatched.append({"side": sub.side, "thread": pair.et_tid if sub.side == "et" else list(pair.kineto_thread),
                               "name": sub.label, "size": sub.size})
-    settled = settle_children(et, kineto, event_of_op, index, nest, keep)
+    settled = settle_children(et, kineto, event_of_op, nest, keep)
     unmatched.sort(key=lambda u: -u["size"])
     match = OpMatch("approximate", event_of_op, pairs, unpaired)
     match.stats = {"max_depth": max_depth, "edit_cost": edit_cost, "tree_nodes": {"et": sizes[0], "kineto": sizes[1]},
@@ -89,7 +89,7 @@ def match_by_structure(et: ExecutionTrace, kineto: KinetoTrace, keep: list[bool]
     return match
 
 
-def settle_children(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int], index: dict[int, int],
+def settle_children(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int],
                     nest: list[int], keep: list[bool] | None) -> int:
     """Second pass: under each matched pair, align the still-unmatched children of the two sides
     between their matched siblings, by name and input shapes (``match_exact.align_names``).
@@ -99,11 +99,11 @@ def settle_children(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[i
     children (id order), so a newly matched child's children are settled in turn. O(n) plus the
     shapes decoded for the ops in gaps. Returns how many pairs it added.
     """
-    events = kineto.cpu_events
+    parent_index = et.parent_index()
     et_children: dict[int, list[int]] = {}
     for i in sorted(range(len(et)), key=et.ids.__getitem__):
-        p = index.get(et.parent[i], -1)
-        if p >= 0 and p != i and not et.is_root(i):
+        p = parent_index[i]
+        if p >= 0 and not et.is_root(i):
             et_children.setdefault(p, []).append(i)
     k_children: dict[int, list[int]] = {}
     for j, p in enumerate(nest):

@@ -30,7 +30,6 @@ def match_by_order(et: ExecutionTrace, kineto: KinetoTrace, keep: list[bool] | N
     et_threads = et.threads()
     k_threads = kineto_threads_in(kineto, keep)
     pairs, unpaired = pair_threads(et_threads, k_threads, et, kineto)
-    events = kineto.cpu_events
     event_of_op = [-1] * len(et)
     for pair in pairs:
         ops = et_threads[pair.et_tid]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, dlrm_pair, fixture_pair, shared_trace
+from conftest import dlrm_pair, fixture_pair, shared_trace
 from linker.et_reader import read_execution_trace
 from linker.kineto_reader import read_kineto_trace
 from linker.link import LinkOptions, link
