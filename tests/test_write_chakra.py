@@ -13,7 +13,7 @@ import pytest
 import wire_decoder
 from conftest import dlrm_pair, fixture_pair
 from linker import et_def_pb2 as pb
-from linker import write_chakra
+from linker import chakra_comm, chakra_deps, write_chakra
 from linker.chakra_io import attr_dict, message_to_dict, read_et
 from linker.errors import TraceInputError
 from linker.et_reader import read_execution_trace
@@ -22,14 +22,8 @@ from linker.kineto_reader import read_kineto_trace
 from linker.link import LinkOptions, link
 from linker.pipeline import link_pair
 from linker.validate import format_result, validate_file
-from linker.write_chakra import (
-    ProcessGroups,
-    attr_spec,
-    kind_from_kernel,
-    kind_from_name,
-    tensors_bytes,
-    write_chakra_trace,
-)
+from linker.chakra_comm import ProcessGroups, kind_from_kernel, kind_from_name, tensors_bytes
+from linker.write_chakra import attr_spec, write_chakra_trace
 
 DLRM_RANKS = range(8)
 GPU_FIXTURES = ["gpu_v101", "gpu_v111"]
@@ -223,7 +217,7 @@ def test_dlrm_waits_become_edges_without_cycles(tmp_path):
     events = load_json(kineto_path)["traceEvents"]
     expected_calls = {}
     for event in events:
-        if event.get("cat") == "cuda_runtime" and event["name"] in write_chakra.WAIT_CALLS:
+        if event.get("cat") == "cuda_runtime" and event["name"] in chakra_deps.WAIT_CALLS:
             expected_calls[event["name"]] = expected_calls.get(event["name"], 0) + 1
     assert summary.wait_calls == expected_calls
     _, nodes = read_chakra(out)
@@ -533,20 +527,20 @@ def test_never_overwrites_an_input(tmp_path, synthetic_pair):
 
 
 @pytest.mark.parametrize("name, expected", [
-    ("nccl:all_to_all", (write_chakra.COLL, pb.ALL_TO_ALL)),
-    ("all_to_allv", (write_chakra.COLL, pb.ALL_TO_ALL)),
-    ("nccl:all_reduce", (write_chakra.COLL, pb.ALL_REDUCE)),
-    ("allreduce_coalesced", (write_chakra.COLL, pb.ALL_REDUCE)),
-    ("_allgather_base", (write_chakra.COLL, pb.ALL_GATHER)),
-    ("nccl:all_gather_into_tensor_coalesced", (write_chakra.COLL, pb.ALL_GATHER)),
-    ("nccl:_reduce_scatter_base", (write_chakra.COLL, pb.REDUCE_SCATTER)),
-    ("nccl:broadcast", (write_chakra.COLL, pb.BROADCAST)),
-    ("nccl:reduce", (write_chakra.COLL, pb.REDUCE)),
-    ("gather", (write_chakra.COLL, pb.GATHER)),
-    ("scatter", (write_chakra.COLL, pb.SCATTER)),
-    ("barrier", (write_chakra.COLL, pb.BARRIER)),
-    ("nccl:send", (write_chakra.SEND, None)),
-    ("c10d::recv_any_source_", (write_chakra.RECV, None)),
+    ("nccl:all_to_all", (chakra_comm.COLL, pb.ALL_TO_ALL)),
+    ("all_to_allv", (chakra_comm.COLL, pb.ALL_TO_ALL)),
+    ("nccl:all_reduce", (chakra_comm.COLL, pb.ALL_REDUCE)),
+    ("allreduce_coalesced", (chakra_comm.COLL, pb.ALL_REDUCE)),
+    ("_allgather_base", (chakra_comm.COLL, pb.ALL_GATHER)),
+    ("nccl:all_gather_into_tensor_coalesced", (chakra_comm.COLL, pb.ALL_GATHER)),
+    ("nccl:_reduce_scatter_base", (chakra_comm.COLL, pb.REDUCE_SCATTER)),
+    ("nccl:broadcast", (chakra_comm.COLL, pb.BROADCAST)),
+    ("nccl:reduce", (chakra_comm.COLL, pb.REDUCE)),
+    ("gather", (chakra_comm.COLL, pb.GATHER)),
+    ("scatter", (chakra_comm.COLL, pb.SCATTER)),
+    ("barrier", (chakra_comm.COLL, pb.BARRIER)),
+    ("nccl:send", (chakra_comm.SEND, None)),
+    ("c10d::recv_any_source_", (chakra_comm.RECV, None)),
     ("batch_isend_irecv", None),
     ("aten::add", None),
 ])
@@ -569,7 +563,7 @@ def test_kind_from_kernel(name, expected):
 
 
 def test_tensor_bytes_from_values_or_shapes():
-    io = write_chakra.OpIO(
+    io = chakra_comm.OpIO(
         values=[[1, 2, 0, 12, 2, "cuda:0"], [[3, 4, 0, 5, 8, "cuda:0"], [5, 6, 0, 7, 8, "cuda:0"]], 3, "x"],
         shapes=[[3, 4], [[5], [7]], [], []],
         types=["Tensor(c10::Half)", "GenericList[Tensor(long int),Tensor(long int)]", "Int", "String"])
@@ -577,8 +571,8 @@ def test_tensor_bytes_from_values_or_shapes():
     # without the value tuples, shape x dtype size
     io.values = [None, [None, None], 3, "x"]
     assert tensors_bytes(io) == 12 * 2 + (5 + 7) * 8
-    assert tensors_bytes(write_chakra.OpIO([3], [[]], ["Int"])) is None
-    assert tensors_bytes(write_chakra.OpIO([None], [[2, 2]], ["Tensor(unknown_t)"])) is None
+    assert tensors_bytes(chakra_comm.OpIO([3], [[]], ["Int"])) is None
+    assert tensors_bytes(chakra_comm.OpIO([None], [[2, 2]], ["Tensor(unknown_t)"])) is None
 
 
 def test_process_group_names():

@@ -1,0 +1,439 @@
+"""Communication attributes of NCCL/RCCL kernels for the Chakra writer.
+
+What a communication kernel is (collective type from the kernel name or the launching
+``nccl:*`` / ``record_param_comms`` / ``c10d::*`` ops, send / recv), how many bytes it moves
+(the collective op's input tensors, else Kineto "In msg nelems" × dtype size), its process group
+(numeric name, mapped through ``## process_group:init ##``) and, for point-to-point, its peer.
+See ``write_chakra``'s docstring for the rules; a kernel whose kind, size or peer cannot be
+determined resolves to ``COMP_NODE`` with a ``problem``, never an invented value.
+Cost: per kernel O(depth of the launching ops) plus one parse of their inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import orjson
+
+from . import et_def_pb2 as pb
+from .et_reader import FLAT, EtNode
+from .etplus import EtPlus, GpuNode
+
+PROCESS_GROUP_INIT = "## process_group:init ##"
+PARAM_COMMS_NAME = "record_param_comms"
+# How far above the launching op the collective's nccl:* / record_param_comms / c10d:: ops are looked for.
+MAX_COMM_ANCESTORS = 4
+NO_NODE = -1
+
+# ---------------------------------------------------------------------------------------------
+# Collectives
+# ---------------------------------------------------------------------------------------------
+
+COLL, SEND, RECV = "coll", "send", "recv"
+
+# Normalised name fragment -> collective; longer/more specific fragments first.
+_COLLECTIVE_FRAGMENTS = (
+    ("alltoall", pb.ALL_TO_ALL),
+    ("allreduce", pb.ALL_REDUCE),
+    ("allgather", pb.ALL_GATHER),
+    ("reducescatter", pb.REDUCE_SCATTER),
+    ("broadcast", pb.BROADCAST),
+    ("bcast", pb.BROADCAST),
+    ("barrier", pb.BARRIER),
+    ("gather", pb.GATHER),
+    ("scatter", pb.SCATTER),
+    ("reduce", pb.REDUCE),
+)
+_KERNEL_TOKEN = re.compile(r"kernel_([A-Za-z]+)", re.IGNORECASE)
+
+# Bytes per element of the dtype names ET types ("Tensor(float)") and Kineto ("Float") use.
+DTYPE_BYTES = {
+    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "c10::half": 2, "float16": 2,
+    "bfloat16": 2, "c10::bfloat16": 2, "long int": 8, "long": 8, "int64": 8, "int": 4, "int32": 4,
+    "short int": 2, "short": 2, "int16": 2, "signed char": 1, "char": 1, "int8": 1,
+    "unsigned char": 1, "byte": 1, "uint8": 1, "bool": 1, "c10::complex<float>": 8,
+    "complexfloat": 8, "c10::complex<double>": 16, "complexdouble": 16, "c10::complex<c10::half>": 4,
+    "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+}
+_TENSOR_DTYPE = re.compile(r"Tensor\(([^)]*)\)")
+
+
+@dataclass(frozen=True)
+class CommKind:
+    """What a communication kernel is: ``role`` COLL (with ``comm_type``), SEND or RECV."""
+
+    role: str
+    comm_type: int | None = None
+
+
+def is_comm_kernel(node: GpuNode) -> bool:
+    """True for NCCL / RCCL kernels (by name). O(len(name))."""
+    if node.cat != "kernel":
+        return False
+    name = node.name.lower()
+    return "nccl" in name or "rccl" in name
+
+
+def kind_from_name(name: str) -> CommKind | None:
+    """The collective an op or collective name denotes ("nccl:all_to_all", "all_to_allv",
+    "_allgather_base", "send", "c10d::recv_"...), or None. Send+recv together is ambiguous: None."""
+    base = name.split(":")[-1] if name.startswith(("nccl:", "rccl:", "gloo:")) else name
+    letters = re.sub(r"[^a-z]", "", base.lower())
+    has_send, has_recv = "send" in letters, "recv" in letters
+    if has_send != has_recv:
+        return CommKind(SEND if has_send else RECV)
+    if has_send:
+        return None
+    for fragment, comm_type in _COLLECTIVE_FRAGMENTS:
+        if fragment in letters:
+            return CommKind(COLL, comm_type)
+    return None
+
+
+def kind_from_kernel(name: str) -> CommKind | None:
+    """The collective named by an NCCL kernel ("ncclKernel_AllReduce_RING_LL_Sum_float" ->
+    ALL_REDUCE); None for SendRecv / generic kernels, whose meaning is the launching op's."""
+    match = _KERNEL_TOKEN.search(name)
+    if match is None:
+        return None
+    kind = kind_from_name(match.group(1))
+    return kind if kind is not None and kind.role == COLL else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensor sizes
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class OpIO:
+    """The decoded inputs (or outputs) of one ET op: parallel lists of values, shapes, types."""
+
+    values: list
+    shapes: list
+    types: list
+
+
+class _IOParts(msgspec.Struct):
+    """The nested-layout ``inputs``/``outputs`` object, its parts kept as raw JSON text."""
+
+    values: msgspec.Raw = msgspec.Raw(b"[]")
+    shapes: msgspec.Raw = msgspec.Raw(b"[]")
+    types: msgspec.Raw = msgspec.Raw(b"[]")
+    strides: msgspec.Raw = msgspec.Raw(b"")  # empty: absent
+
+
+def _loads_list(raw: Any) -> list:
+    if raw is None or raw is msgspec.UNSET:
+        return []
+    try:
+        value = orjson.loads(bytes(raw))
+    except orjson.JSONDecodeError:
+        return []
+    return value if isinstance(value, list) else []
+
+
+def op_inputs(node: EtNode, layout: str) -> OpIO:
+    """Decode an ET op's inputs (either layout). Cost: one JSON parse of the inputs."""
+    if layout == FLAT:
+        return OpIO(_loads_list(node.inputs), _loads_list(node.input_shapes), _loads_list(node.input_types))
+    if node.inputs is msgspec.UNSET:
+        return OpIO([], [], [])
+    try:
+        parsed = orjson.loads(bytes(node.inputs))
+    except orjson.JSONDecodeError:
+        return OpIO([], [], [])
+    if not isinstance(parsed, dict):
+        return OpIO([], [], [])
+    return OpIO(*(parsed.get(key) if isinstance(parsed.get(key), list) else [] for key in ("values", "shapes", "types")))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def tensor_bytes(value: Any, shape: Any, dtype: str | None) -> int | None:
+    """Bytes of one ET tensor: numel × element size from its value tuple
+    ``[tensor_id, storage_id, offset, numel, elem_bytes, device]``, else shape × dtype size."""
+    if isinstance(value, list) and len(value) >= 5 and _is_int(value[3]) and _is_int(value[4]):
+        return value[3] * value[4]
+    size = DTYPE_BYTES.get((dtype or "").strip().lower())
+    if size is None or not isinstance(shape, list) or not all(_is_int(d) for d in shape):
+        return None
+    return math.prod(shape) * size
+
+
+def tensors_bytes(io: OpIO) -> int | None:
+    """Total bytes of the tensor (and tensor-list) entries of ``io``; None when it has none."""
+    total, found = 0, False
+    for position, type_name in enumerate(io.types):
+        if not isinstance(type_name, str) or "Tensor" not in type_name:
+            continue
+        value = io.values[position] if position < len(io.values) else None
+        shape = io.shapes[position] if position < len(io.shapes) else None
+        dtypes = _TENSOR_DTYPE.findall(type_name) or [None]
+        if type_name.startswith("Tensor"):
+            items = [(value, shape, dtypes[0])]
+        elif isinstance(value, list):
+            shapes = shape if isinstance(shape, list) else []
+            items = [(v, shapes[k] if k < len(shapes) else None, dtypes[min(k, len(dtypes) - 1)])
+                     for k, v in enumerate(value)]
+        else:
+            continue
+        for item_value, item_shape, dtype in items:
+            size = tensor_bytes(item_value, item_shape, dtype)
+            if size is not None:
+                total += size
+                found = True
+    return total if found else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Process groups
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ProcessGroups:
+    """From ``## process_group:init ##``: description -> numeric name, name -> global ranks."""
+
+    name_of_desc: dict[str, str] = field(default_factory=dict)
+    ranks_of_name: dict[str, list[int]] = field(default_factory=dict)
+
+    def numeric_name(self, candidate: Any) -> str | None:
+        """``candidate`` as a numeric pg name (itself, or mapped from a description), or None."""
+        if candidate is None:
+            return None
+        text = str(candidate)
+        if text.isdigit():
+            return text
+        return self.name_of_desc.get(text)
+
+
+def read_process_groups(et_plus: EtPlus) -> ProcessGroups:
+    """Parse every ``## process_group:init ##`` node (first input: a JSON list of group dicts with
+    ``pg_name``, ``pg_desc``, ``ranks``). Cost: O(n) name checks + the init nodes' parse."""
+    et = et_plus.et
+    groups = ProcessGroups()
+    for i, name in enumerate(et.names):
+        if name != PROCESS_GROUP_INIT:
+            continue
+        values = op_inputs(et.nodes[i], et.layout).values
+        if not values or not isinstance(values[0], str):
+            continue
+        try:
+            config = orjson.loads(values[0])
+        except orjson.JSONDecodeError:
+            continue
+        entries = list(config.values()) if isinstance(config, dict) else config
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, dict) or entry.get("pg_name") is None:
+                continue
+            pg_name = str(entry["pg_name"])
+            if entry.get("pg_desc") is not None and pg_name.isdigit():
+                groups.name_of_desc.setdefault(str(entry["pg_desc"]), pg_name)
+            ranks = entry.get("ranks")
+            if isinstance(ranks, list) and all(_is_int(r) for r in ranks):
+                groups.ranks_of_name[pg_name] = ranks
+    return groups
+
+
+# ---------------------------------------------------------------------------------------------
+# Communication attributes of a GPU op
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CommOps:
+    """The ET ops around a communication kernel (ET indices, -1 when absent)."""
+
+    launcher: int
+    collective: int = NO_NODE  # nccl:* / rccl:* user annotation
+    param: int = NO_NODE  # record_param_comms
+    c10d: int = NO_NODE  # c10d::* op
+
+
+@dataclass
+class CommAttrs:
+    """What a comm node carries. ``node_type`` COMP_NODE means it could not be resolved."""
+
+    node_type: int
+    comm_type: int | None = None
+    comm_size: int | None = None
+    pg_name: str | None = None
+    comm_src: int | None = None
+    comm_dst: int | None = None
+    comm_tag: int | None = None
+    problem: str | None = None
+
+
+class CommResolver:
+    """Resolves the Chakra communication attributes of NCCL/RCCL kernels. Per kernel O(depth)."""
+
+    def __init__(self, et_plus: EtPlus, index_of_id: dict[int, int]):
+        self.et_plus = et_plus
+        self.et = et_plus.et
+        self.index_of_id = index_of_id
+        self.groups = read_process_groups(et_plus)
+        self.rank = et_plus.result.kineto.rank
+        self._event_of_op = et_plus.result.match.event_of_op
+        self._cpu_events = et_plus.result.kineto.cpu_events
+
+    def comm_ops(self, launcher: int) -> CommOps:
+        """Find the nccl:* / record_param_comms / c10d:: ops at or above the launching op."""
+        ops = CommOps(launcher)
+        i, depth = launcher, 0
+        while i >= 0 and depth <= MAX_COMM_ANCESTORS:
+            name = self.et.names[i]
+            if ops.collective < 0 and name.startswith(("nccl:", "rccl:")):
+                ops.collective = i
+            elif ops.param < 0 and name == PARAM_COMMS_NAME:
+                ops.param = i
+            elif ops.c10d < 0 and name.startswith("c10d::"):
+                ops.c10d = i
+            parent = self.index_of_id.get(self.et.parent[i], NO_NODE)
+            if parent == i:
+                break
+            i, depth = parent, depth + 1
+        return ops
+
+    def _kineto_args(self, et_index: int):
+        if et_index < 0:
+            return None
+        event = self._event_of_op[et_index]
+        return self._cpu_events[event].args if event >= 0 else None
+
+    def _param_inputs(self, ops: CommOps) -> OpIO | None:
+        return op_inputs(self.et.nodes[ops.param], self.et.layout) if ops.param >= 0 else None
+
+    def kind(self, gpu: GpuNode, gpu_args, ops: CommOps, param_io: OpIO | None) -> CommKind | None:
+        """Kernel name first (explicit collectives), then the launching ops' names, then Kineto."""
+        kind = kind_from_kernel(gpu.name)
+        if kind is not None:
+            return kind
+        names = []
+        if ops.collective >= 0:
+            names.append(self.et.names[ops.collective])
+        if param_io is not None:
+            names.append(_collective_name(param_io))
+        if ops.c10d >= 0:
+            names.append(self.et.names[ops.c10d])
+        if gpu_args is not None:
+            names.append(gpu_args.collective_name)
+        for name in names:
+            if name:
+                kind = kind_from_name(name)
+                if kind is not None:
+                    return kind
+        return None
+
+    def size(self, ops: CommOps, param_io: OpIO | None, gpu_args) -> int | None:
+        """Bytes moved: the collective op's input tensors, else record_param_comms' tensor
+        inputs, else Kineto "In msg nelems" × dtype size (kernel's args, then the ops')."""
+        if ops.collective >= 0:
+            size = tensors_bytes(op_inputs(self.et.nodes[ops.collective], self.et.layout))
+            if size:
+                return size
+        if param_io is not None:
+            size = tensors_bytes(param_io)
+            if size:
+                return size
+        for args in (gpu_args, self._kineto_args(ops.param), self._kineto_args(ops.collective)):
+            if args is not None and args.in_msg_nelems and args.dtype:
+                element = DTYPE_BYTES.get(args.dtype.lower())
+                if element:
+                    return args.in_msg_nelems * element
+        return None
+
+    def pg_name(self, gpu: GpuNode, ops: CommOps, param_io: OpIO | None) -> str:
+        """Numeric process-group name; "0" (the default group) when the trace does not say."""
+        candidates: list[Any] = []
+        if gpu.pg_name is not msgspec.UNSET:
+            candidates.append(gpu.pg_name)
+        for et_index in (ops.param, ops.collective):
+            args = self._kineto_args(et_index)
+            if args is not None:
+                candidates.append(args.pg_name)
+        if param_io is not None:
+            candidates += _pg_candidates(param_io)
+        for candidate in candidates:
+            name = self.groups.numeric_name(candidate)
+            if name is not None:
+                return name
+        return "0"
+
+    def resolve(self, gpu: GpuNode, gpu_args, launcher: int) -> CommAttrs:
+        """The node type and comm attributes of one communication kernel."""
+        ops = self.comm_ops(launcher)
+        param_io = self._param_inputs(ops)
+        kind = self.kind(gpu, gpu_args, ops, param_io)
+        if kind is None:
+            return CommAttrs(pb.COMP_NODE, problem="comm kind unknown")
+        size = self.size(ops, param_io, gpu_args)
+        if not size or size <= 0:
+            return CommAttrs(pb.COMP_NODE, problem="comm size unknown")
+        pg_name = self.pg_name(gpu, ops, param_io)
+        if kind.role == COLL:
+            return CommAttrs(pb.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size, pg_name=pg_name)
+        peer = _peer_rank(param_io, self.groups.ranks_of_name.get(pg_name))
+        if peer is None:
+            return CommAttrs(pb.COMP_NODE, problem="point-to-point peer unknown")
+        attrs = CommAttrs(pb.COMM_SEND_NODE if kind.role == SEND else pb.COMM_RECV_NODE,
+                          comm_size=size, pg_name=pg_name)
+        if kind.role == SEND:
+            attrs.comm_src, attrs.comm_dst = self.rank, peer
+        else:
+            attrs.comm_src, attrs.comm_dst = peer, self.rank
+        if ops.c10d >= 0:
+            attrs.comm_tag = _last_int(op_inputs(self.et.nodes[ops.c10d], self.et.layout))
+        return attrs
+
+
+def _collective_name_position(io: OpIO) -> int:
+    """Position of record_param_comms' collective-name argument (its first non-numeric string)."""
+    for position, value in enumerate(io.values):
+        if isinstance(value, str) and value and not value.isdigit():
+            return position
+    return NO_NODE
+
+
+def _collective_name(io: OpIO) -> str | None:
+    position = _collective_name_position(io)
+    return io.values[position] if position >= 0 else None
+
+
+def _pg_candidates(io: OpIO) -> list[Any]:
+    """record_param_comms' process-group arguments: a (pg_name, pg_desc) pair of strings
+    (PyTorch >= 2.2) or a numeric string. (PyTorch 2.0 records a pointer: not a name.)"""
+    out: list[Any] = []
+    for value in io.values:
+        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
+            out += value
+        elif isinstance(value, str) and value.isdigit():
+            out.append(value)
+    return out
+
+
+def _peer_rank(io: OpIO | None, group_ranks: list[int] | None) -> int | None:
+    """Peer of a send/recv: record_param_comms' rank argument (just before the collective name),
+    mapped from group-local to global rank when the group's ranks are known."""
+    if io is None:
+        return None
+    position = _collective_name_position(io)
+    if position < 1 or not _is_int(io.values[position - 1]):
+        return None
+    peer = io.values[position - 1]
+    if group_ranks and 0 <= peer < len(group_ranks):
+        return group_ranks[peer]
+    return peer
+
+
+def _last_int(io: OpIO) -> int | None:
+    for value in reversed(io.values):
+        if _is_int(value):
+            return value
+    return None

@@ -1,0 +1,401 @@
+"""The dependency plan of the Chakra writer: ctrl / data dependencies and the write order.
+
+One numbering for all nodes: ET node i is i, GPU node k is n + k. ``plan_dependencies`` builds the
+parent (ctrl) edges, the per-thread and per-stream chains, a topological write order, and the
+wait edges of blocking runtime calls (rules in ``write_chakra``'s docstring).
+Cost: O((n + g) log(n + g)) time, O(n + g) small ints of memory.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from .et_reader import PROCESS_ROOT_NAMES
+from .etplus import EtPlus
+from .intervals import TimePoint, innermost_covering
+
+NO_NODE = -1
+
+# ---------------------------------------------------------------------------------------------
+# Dependency plan
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GpuPlacement:
+    """Per GPU node k: its (device, stream), issue (launch) time and issuing Kineto thread."""
+
+    stream_key: list[tuple]
+    issue_ts: list[float]
+    issue_thread: list[tuple | None]
+
+
+@dataclass
+class IssueIndex:
+    """GPU ops grouped for "last op issued before t" lookups: per key, issue times (sorted) and
+    the GPU node numbers in that order. Lookups are one bisect: O(log g)."""
+
+    times: dict[Any, list[float]] = field(default_factory=dict)
+    nodes: dict[Any, list[int]] = field(default_factory=dict)
+
+    @staticmethod
+    def build(keys: list, issue_ts: list[float]) -> IssueIndex:
+        grouped: dict[Any, list[int]] = {}
+        for k, key in enumerate(keys):
+            if key is not None:
+                grouped.setdefault(key, []).append(k)
+        index = IssueIndex()
+        for key, members in grouped.items():
+            members.sort(key=lambda k: (issue_ts[k], k))
+            index.nodes[key] = members
+            index.times[key] = [issue_ts[k] for k in members]
+        return index
+
+    def last_before(self, key: Any, t: float) -> int:
+        """The last GPU node of ``key`` issued at or before ``t`` (-1 if none)."""
+        times = self.times.get(key)
+        if not times:
+            return NO_NODE
+        position = bisect_right(times, t)
+        return self.nodes[key][position - 1] if position else NO_NODE
+
+    def first_after(self, key: Any, t: float) -> int:
+        """The first GPU node of ``key`` issued after ``t`` (-1 if none)."""
+        times = self.times.get(key)
+        if not times:
+            return NO_NODE
+        position = bisect_right(times, t)
+        return self.nodes[key][position] if position < len(times) else NO_NODE
+
+
+@dataclass
+class WriteSummary:
+    """What ``write_chakra_trace`` wrote and decided."""
+
+    path: str
+    nodes: int = 0
+    counts_by_type: Counter = field(default_factory=Counter)
+    wait_calls: Counter = field(default_factory=Counter)  # runtime wait calls seen, by name
+    wait_edges: int = 0  # edges GPU op -> the op that waited
+    wait_edges_redirected: int = 0  # edges moved to the next op (the wait was inside the launcher)
+    waits_skipped: Counter = field(default_factory=Counter)  # reason -> count
+    comm_unresolved: Counter = field(default_factory=Counter)  # reason -> comm kernels as COMP_NODE
+    ctrl_deps_dropped: int = 0  # parents missing from the ET (roots' self-parents not counted)
+    seconds: float = 0.0
+
+
+@dataclass
+class DependencyPlan:
+    """Dependencies of every node in one numbering: ET node i is i, GPU node k is n + k.
+
+    ``ctrl[u]``: parent (-1 none). ``prev[u]``: previous node of u's CPU thread chain, or, for a
+    GPU node, the previous op on its stream (-1 none); a GPU node's launcher is ``ctrl[u]``.
+    ``waits[u]``: extra GPU sources u waits for. ``order``: topological write order.
+    """
+
+    cpu_count: int
+    ctrl: array
+    prev: array
+    waits: dict[int, list[int]]
+    order: list[int]
+    position: array
+
+
+def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary) -> tuple[list[int], array]:
+    """ET indices in start order (tree pre-order, siblings by id) and the ctrl parent of each
+    (-1 for roots and dropped parents). Nodes under a parent cycle follow in id order, keeping a
+    parent only when it comes earlier. O(n log n)."""
+    n = len(et.nodes)
+    parent = array("q", [NO_NODE]) * n
+    by_id = sorted(range(n), key=et.ids.__getitem__)
+    children: dict[int, list[int]] = {}
+    roots: list[int] = []
+    for i in by_id:
+        p = index_of_id.get(et.parent[i], NO_NODE)
+        if p == i or p < 0:
+            if p < 0 and et.names[i] not in PROCESS_ROOT_NAMES:
+                summary.ctrl_deps_dropped += 1
+            roots.append(i)
+            continue
+        parent[i] = p
+        children.setdefault(p, []).append(i)
+    order: list[int] = []
+    seen = bytearray(n)
+    for root in roots:
+        stack = [root]
+        while stack:
+            i = stack.pop()
+            seen[i] = 1
+            order.append(i)
+            stack.extend(reversed(children.get(i, ())))
+    if len(order) < n:  # parent cycles: not reachable from a root
+        rank = {i: r for r, i in enumerate(order)}
+        for i in by_id:
+            if not seen[i]:
+                if parent[i] not in rank:
+                    parent[i] = NO_NODE
+                    summary.ctrl_deps_dropped += 1
+                rank[i] = len(order)
+                order.append(i)
+    return order, parent
+
+
+def _gpu_placement(et_plus: EtPlus) -> GpuPlacement:
+    stream_key, issue_ts, issue_thread = [], [], []
+    for node, link in zip(et_plus.gpu_nodes, et_plus.gpu_links):
+        stream_key.append((node.device, node.stream))
+        launch = link.launch
+        issue_ts.append(launch.ts if launch is not None else link.event.ts)
+        issue_thread.append((launch.pid, launch.tid) if launch is not None else None)
+    return GpuPlacement(stream_key, issue_ts, issue_thread)
+
+
+def _time_keys(et_plus: EtPlus, placement: GpuPlacement) -> list[float]:
+    """Priority of each node in the write order: linked start (CPU) or issue time (GPU);
+    -inf for unlinked CPU ops (written as soon as their dependencies are)."""
+    keys = [node.ts if node.ts is not msgspec.UNSET else -math.inf for node in et_plus.et.nodes]
+    keys += placement.issue_ts
+    return keys
+
+
+def _topological_order(ctrl: array, prev: array, keys: list[float], ids: list[int]) -> list[int]:
+    """Kahn's algorithm over the ctrl + prev edges, taking the ready node with the smallest
+    (time key, id) first. O((V + E) log V). Raises RuntimeError if the edges have a cycle."""
+    total = len(ctrl)
+    indegree = array("q", [0]) * total
+    out_count = array("q", [0]) * (total + 1)
+    for u in range(total):
+        for d in (ctrl[u], prev[u] if prev[u] != ctrl[u] else NO_NODE):
+            if d >= 0:
+                indegree[u] += 1
+                out_count[d + 1] += 1
+    for u in range(total):
+        out_count[u + 1] += out_count[u]
+    fill = array("q", out_count)
+    targets = array("q", [0]) * out_count[total]
+    for u in range(total):
+        for d in (ctrl[u], prev[u] if prev[u] != ctrl[u] else NO_NODE):
+            if d >= 0:
+                targets[fill[d]] = u
+                fill[d] += 1
+    ready = [(keys[u], ids[u], u) for u in range(total) if indegree[u] == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        _, _, u = heapq.heappop(ready)
+        order.append(u)
+        for t in range(out_count[u], out_count[u + 1]):
+            v = targets[t]
+            indegree[v] -= 1
+            if indegree[v] == 0:
+                heapq.heappush(ready, (keys[v], ids[v], v))
+    if len(order) != total:
+        raise RuntimeError(f"internal error: dependency cycle among {total - len(order)} nodes")
+    return order
+
+
+def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: WriteSummary) -> DependencyPlan:
+    """ctrl / thread-chain / launcher / stream dependencies, the write order, then the waits."""
+    et = et_plus.et
+    n, g = len(et.nodes), len(et_plus.gpu_nodes)
+    preorder, parent = _preorder(et, index_of_id, summary)
+    ctrl = array("q", parent) + array("q", [NO_NODE]) * g
+    prev = array("q", [NO_NODE]) * (n + g)
+    last_on_thread: dict[int, int] = {}
+    for i in preorder:
+        tid = et.tid[i]
+        prev[i] = last_on_thread.get(tid, NO_NODE)
+        last_on_thread[tid] = i
+    placement = _gpu_placement(et_plus)
+    for k, link in enumerate(et_plus.gpu_links):
+        ctrl[n + k] = link.et_index
+    last_on_stream: dict[tuple, int] = {}
+    gpu_nodes = et_plus.gpu_nodes
+    for k in sorted(range(g), key=lambda k: (gpu_nodes[k].ts, gpu_nodes[k].id)):
+        key = placement.stream_key[k]
+        prev[n + k] = last_on_stream.get(key, NO_NODE)
+        last_on_stream[key] = n + k
+    ids = et.ids + [node.id for node in gpu_nodes]
+    order = _topological_order(ctrl, prev, _time_keys(et_plus, placement), ids)
+    position = array("q", [0]) * (n + g)
+    for p, u in enumerate(order):
+        position[u] = p
+    plan = DependencyPlan(n, ctrl, prev, {}, order, position)
+    add_wait_edges(et_plus, plan, placement, summary)
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------
+# Waits
+# ---------------------------------------------------------------------------------------------
+
+DEVICE_SYNC, STREAM_SYNC, STREAM_WAIT_EVENT = "device_sync", "stream_sync", "stream_wait_event"
+WAIT_CALLS = {
+    "cudaDeviceSynchronize": DEVICE_SYNC, "cuCtxSynchronize": DEVICE_SYNC, "hipDeviceSynchronize": DEVICE_SYNC,
+    "cudaStreamSynchronize": STREAM_SYNC, "cuStreamSynchronize": STREAM_SYNC, "hipStreamSynchronize": STREAM_SYNC,
+    "cudaEventSynchronize": STREAM_SYNC, "cuEventSynchronize": STREAM_SYNC, "hipEventSynchronize": STREAM_SYNC,
+    "cudaStreamWaitEvent": STREAM_WAIT_EVENT, "cuStreamWaitEvent": STREAM_WAIT_EVENT,
+    "hipStreamWaitEvent": STREAM_WAIT_EVENT,
+}
+
+
+@dataclass
+class WaitContext:
+    """Lookup structures for wait resolution, built once. Memory O(g + linked ops)."""
+
+    placement: GpuPlacement
+    by_stream: IssueIndex
+    by_thread: IssueIndex
+    by_thread_stream: IssueIndex
+    thread_streams: dict[tuple, list[tuple]]
+    linked_starts: dict[int, list[float]]  # ET tid -> linked op start times, sorted
+    linked_ops: dict[int, list[int]]  # ET tid -> linked ET indices in that order
+
+
+def _wait_context(et_plus: EtPlus, placement: GpuPlacement) -> WaitContext:
+    et = et_plus.et
+    threads = placement.issue_thread
+    pairs = [(t, s) if t is not None else None for t, s in zip(threads, placement.stream_key)]
+    thread_streams: dict[tuple, list[tuple]] = {}
+    for pair in set(p for p in pairs if p is not None):
+        thread_streams.setdefault(pair[0], []).append(pair[1])
+    linked: dict[int, list[int]] = {}
+    for i, node in enumerate(et.nodes):
+        if node.ts is not msgspec.UNSET and not et.is_root(i):
+            linked.setdefault(et.tid[i], []).append(i)
+    starts = {}
+    for tid, ops in linked.items():
+        ops.sort(key=lambda i: (et.nodes[i].ts, et.ids[i]))
+        starts[tid] = [et.nodes[i].ts for i in ops]
+    return WaitContext(
+        placement,
+        IssueIndex.build(placement.stream_key, placement.issue_ts),
+        IssueIndex.build(list(threads), placement.issue_ts),
+        IssueIndex.build(pairs, placement.issue_ts),
+        thread_streams, starts, linked,
+    )
+
+
+def _waited_on(call, kind: str, ctx: WaitContext) -> list[int]:
+    """GPU node numbers the call waited for (rules in the module docstring)."""
+    t = call.ts
+    thread = (call.pid, call.tid)
+    if kind == DEVICE_SYNC:
+        found = (ctx.by_stream.last_before(key, t) for key in ctx.by_stream.nodes)
+        return [k for k in found if k >= 0]
+    if kind == STREAM_SYNC:
+        stream = _named_stream(call, ctx)
+        if stream is None:
+            last = ctx.by_thread.last_before(thread, t)
+            stream = ctx.placement.stream_key[last] if last >= 0 else None
+        k = ctx.by_stream.last_before(stream, t) if stream is not None else NO_NODE
+        return [k] if k >= 0 else []
+    following = ctx.by_thread.first_after(thread, t)
+    waiting = ctx.placement.stream_key[following] if following >= 0 else None
+    latest, source_stream = -math.inf, None
+    for stream in ctx.thread_streams.get(thread, ()):
+        if stream == waiting:
+            continue
+        k = ctx.by_thread_stream.last_before((thread, stream), t)
+        if k >= 0 and ctx.placement.issue_ts[k] > latest:
+            latest, source_stream = ctx.placement.issue_ts[k], stream
+    k = ctx.by_stream.last_before(source_stream, t) if source_stream is not None else NO_NODE
+    return [k] if k >= 0 else []
+
+
+def _named_stream(call, ctx: WaitContext) -> tuple | None:
+    """The (device, stream) a runtime call names in its args, when Kineto records one."""
+    stream = call.args.stream
+    if stream is None:
+        return None
+    for key in ctx.by_stream.nodes:
+        if key[1] == stream and (call.args.device is None or key[0] == call.args.device):
+            return key
+    return None
+
+
+def _redirect_target(call, kind: str, waiter: int, ctx: WaitContext, et, n: int) -> int:
+    """Where a wait goes when its own op launched the work: for a blocking synchronize, the first
+    linked op of the waiter's thread starting at or after the call's end; for
+    cudaStreamWaitEvent, the next GPU op the calling thread issued. -1 if none."""
+    if kind == STREAM_WAIT_EVENT:
+        k = ctx.by_thread.first_after((call.pid, call.tid), call.ts)
+        return n + k if k >= 0 else NO_NODE
+    tid = et.tid[waiter]
+    starts = ctx.linked_starts.get(tid)
+    if not starts:
+        return NO_NODE
+    position = bisect_left(starts, call.ts + call.dur)
+    return ctx.linked_ops[tid][position] if position < len(starts) else NO_NODE
+
+
+def _wait_calls(et_plus: EtPlus) -> list:
+    """The Kineto runtime events that are waits, inside the linked window if there is one."""
+    window = et_plus.result.window
+    calls = []
+    for event in et_plus.result.kineto.runtime_events:
+        if event.name in WAIT_CALLS and (window is None or window.contains(event.ts)):
+            calls.append(event)
+    return calls
+
+
+def _waiting_ops(et_plus: EtPlus, calls: list) -> list[int]:
+    """For each call, the innermost linked ET op covering it (-1 if none). O((n + w) log(n + w))."""
+    result = et_plus.result
+    events = result.kineto.cpu_events
+    op_of_event = [NO_NODE] * len(events)
+    for i, e in enumerate(result.match.event_of_op):
+        if e >= 0:
+            op_of_event[e] = i
+    points = [TimePoint(call.pid, call.tid, call.ts) for call in calls]
+    waiting = []
+    for e in innermost_covering(events, points):
+        while e >= 0 and op_of_event[e] < 0:
+            e = result.parents[e]
+        waiting.append(op_of_event[e] if e >= 0 else NO_NODE)
+    return waiting
+
+
+def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacement, summary: WriteSummary) -> None:
+    """Add the wait edges to ``plan.waits``; only edges that go forward in ``plan.order`` are
+    kept, so the order stays topological and the graph acyclic. O(w log g) for w wait calls."""
+    calls = _wait_calls(et_plus)
+    if not calls or not et_plus.gpu_nodes:
+        summary.wait_calls.update(call.name for call in calls)
+        if calls:
+            summary.waits_skipped["no GPU op to wait on"] += len(calls)
+        return
+    ctx = _wait_context(et_plus, placement)
+    n, position, et = plan.cpu_count, plan.position, et_plus.et
+    for call, waiter in zip(calls, _waiting_ops(et_plus, calls)):
+        summary.wait_calls[call.name] += 1
+        if waiter < 0:
+            summary.waits_skipped["call outside linked ops"] += 1
+            continue
+        kind = WAIT_CALLS[call.name]
+        sources = _waited_on(call, kind, ctx)
+        if not sources:
+            summary.waits_skipped["no GPU op to wait on"] += 1
+            continue
+        for k in sources:
+            source = n + k
+            target, redirected = waiter, False
+            if position[target] <= position[source]:
+                target, redirected = _redirect_target(call, kind, waiter, ctx, et, n), True
+            if target < 0 or target == source or position[target] <= position[source]:
+                summary.waits_skipped["no later op to carry the wait"] += 1
+                continue
+            targets = plan.waits.setdefault(target, [])
+            if source in targets or plan.prev[target] == source or plan.ctrl[target] == source:
+                continue
+            targets.append(source)
+            summary.wait_edges += 1
+            summary.wait_edges_redirected += redirected
