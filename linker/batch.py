@@ -9,14 +9,18 @@ Steps, each one a plain function over plain data:
    (no rank, duplicated rank, rank on one side only, name contradicting the content) is collected
    and reported before any work starts.
 2. **Plan** one ``RankTask`` per rank with its output paths in the output directory
-   (``rank<N>_plus.json`` …, ``rank<N>.report.json``) and skip the ranks whose outputs are already
+   (``rank<N>_plus.json``, or ``rank.<N>.et`` as ASTRA-sim names a job's workload files,
+   ``rank<N>.report.json``) and skip the ranks whose outputs are already
    complete (``completed_result``: the report sidecar written after a successful link records the
    output's and inputs' size and mtime and the link options).
 3. **Run** the tasks, one fresh process per rank: locally (``run_local``: forked workers, no more at
    once than ``--workers`` and than fit in available memory by ``estimate_peak_bytes``) or on a Dask
    cluster (``run_dask``: each task runs ``python`` in a subprocess on a worker). A failing rank
-   only records its error.
-4. **Summarise** (``summarize_totals``, ``find_outliers``, ``format_table``): per-rank table, job
+   only records its error. Each worker also records the rank's communication ops per process
+   group in its report sidecar (``job_check.rank_collectives``).
+4. **Check the job** (``job_check.check_job``): the job's process groups (``comm_groups.json``
+   for ``--format et``) and the cross-rank comparison of every group's collectives.
+5. **Summarise** (``summarize_totals``, ``find_outliers``, ``format_table``): per-rank table, job
    totals, ranks that stand out; ``summary.json``.
 """
 
@@ -43,12 +47,13 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import wait as wait_for_ready
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 import orjson
 
 from .errors import MismatchedPairError, TraceInputError
 from .fileio import GZIP_MAGIC, atomic_output
+from .job_check import COMM_GROUPS_FILE, SIDECAR_KEY, CollectiveCheck, check_job, format_check, format_ranks
 from .link import LinkOptions
 from .progress import BatchProgress
 
@@ -77,7 +82,7 @@ MAX_GZIP_RATIO = 1032.0  # deflate cannot do better: a larger ISIZE means a trun
 
 HEAD_BYTES = 1 << 20  # distributedInfo must appear within this many uncompressed bytes
 HEAD_CHUNK = 64 << 10
-SIDECAR_VERSION = 1
+SIDECAR_VERSION = 2  # 2: the sidecar holds the rank's collectives
 
 # File-name patterns for a rank, tried in this order (case-insensitive); the first pattern that
 # matches decides. A name without any of them may still hold exactly one number.
@@ -282,20 +287,6 @@ def expand_glob(pattern: str) -> list[Path]:
     return sorted(Path(m).absolute() for m in matches if os.path.isfile(m))
 
 
-def format_ranks(ranks: Iterable[int]) -> str:
-    """``0-3,5,7-9``."""
-    ordered = sorted(set(ranks))
-    spans: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        spans.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(spans)
-
-
 def _group_by_rank(files: list[RankOfFile], kind: str, problems: list[str]) -> tuple[dict[int, RankOfFile], set[int]]:
     """Files by rank; problems for files without a rank and for duplicated ranks (also returned)."""
     by_rank: dict[int, list[RankOfFile]] = {}
@@ -438,8 +429,10 @@ def available_memory_bytes() -> int | None:
 
 
 def output_name(rank: int, fmt: str, compressed: bool) -> str:
-    """``rank<N>_plus.json`` / ``.et``, plus ``.gz`` when asked."""
-    return f"rank{rank}_plus.{'et' if fmt == 'et' else 'json'}" + (".gz" if compressed else "")
+    """``rank<N>_plus.json``, or ``rank.<N>.et`` (ASTRA-sim reads a job's workload as
+    ``<prefix>.<rank>.et``, here prefix ``<output dir>/rank``); plus ``.gz`` when asked."""
+    name = f"rank.{rank}.et" if fmt == "et" else f"rank{rank}_plus.json"
+    return name + (".gz" if compressed else "")
 
 
 def make_task(pair: RankPair, output_dir: Path, options: LinkOptions, fmt: str, compressed: bool) -> RankTask:
@@ -498,10 +491,12 @@ def run_rank_task(task: RankTask) -> RankResult:
     """Link one rank in this process and write its output and report sidecar; never raises.
 
     The sidecar (``task.report_path``) is the link report plus a ``batch`` record of the output's
-    and inputs' size/mtime, the options, wall time and peak RSS; it is removed first and written
-    last, so it exists only next to a complete output. Peak memory is this process's
+    and inputs' size/mtime, the options, wall time and peak RSS, and the rank's communication
+    ops (``collectives``, see ``job_check``); it is removed first and written last, so it exists
+    only next to a complete output. Peak memory is this process's
     ``ru_maxrss``: meaningful because every task runs in a fresh process.
     """
+    from .job_check import rank_collectives
     from .pipeline import link_pair
 
     started = time.perf_counter()
@@ -510,6 +505,8 @@ def run_rank_task(task: RankTask) -> RankResult:
         task.report_path.unlink()
     try:
         outcome = link_pair(task.et, task.kineto, task.output, task.options)
+        collectives = rank_collectives(outcome.et_plus).to_record()
+        outcome.et_plus = None
     except MismatchedPairError as err:
         return failed_result(task, f"not the same run: {err}", time.perf_counter() - started, _peak_rss_bytes())
     except (TraceInputError, ValueError, OSError) as err:
@@ -530,7 +527,8 @@ def run_rank_task(task: RankTask) -> RankResult:
               "peak_rss_bytes": peak, "base_rss_bytes": base, "host": result.host}
     try:
         with atomic_output(task.report_path) as out:
-            out.write(orjson.dumps(outcome.report.to_dict() | {"batch": record}, option=orjson.OPT_INDENT_2))
+            out.write(orjson.dumps(outcome.report.to_dict() | {"batch": record, SIDECAR_KEY: collectives},
+                                   option=orjson.OPT_INDENT_2))
     except (OSError, TraceInputError) as err:
         result.warnings.append(f"report sidecar not written ({err}); the rank will be linked again next run")
     return result
@@ -831,6 +829,7 @@ class BatchSummary:
     outliers: list[Outlier]
     notes: list[str]
     options: dict
+    collectives: CollectiveCheck | None = None
 
     @property
     def failed(self) -> list[RankResult]:
@@ -942,6 +941,8 @@ def format_table(summary: BatchSummary) -> str:
     if summary.failed:
         lines.append("failed ranks:")
         lines += [f"  rank {r.rank}: {r.error}" for r in summary.failed]
+    if summary.collectives is not None:
+        lines += format_check(summary.collectives)
     return "\n".join(lines)
 
 
@@ -1061,12 +1062,16 @@ def run_batch(config: BatchConfig, progress_stream=None, interactive: bool | Non
         results = run_local(plan.to_run, workers, budget, progress) if plan.to_run else []
     progress.close()
     ranks = sorted(results + plan.complete, key=lambda r: r.rank)
+    output_dir = Path(config.output_dir).absolute()
+    collectives = check_job({r.rank: r.report for r in ranks if r.ok}, [r.rank for r in ranks],
+                            plan.pairing.world_size, output_dir / COMM_GROUPS_FILE if config.fmt == "et" else None)
     elapsed = time.monotonic() - started
     summary = BatchSummary(
-        output_dir=str(Path(config.output_dir).absolute()), executor=executor, ranks=ranks,
+        output_dir=str(output_dir), executor=executor, ranks=ranks,
         totals=summarize_totals(ranks, elapsed), outliers=find_outliers(ranks), notes=plan.pairing.notes,
         options={"link": asdict(config.options), "format": config.fmt, "gzip": config.gzip,
-                 "et": config.et_glob, "kineto": config.kineto_glob, "rank_pattern": config.rank_pattern})
+                 "et": config.et_glob, "kineto": config.kineto_glob, "rank_pattern": config.rank_pattern},
+        collectives=collectives)
     write_summary(summary, Path(summary.output_dir) / "summary.json")
     return summary
 

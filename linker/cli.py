@@ -166,12 +166,16 @@ def batch_command(
     gzip_output: bool = typer.Option(False, "--gzip", help="Gzip the outputs (.json.gz / .et.gz)."),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="Memory the local ranks may use "
                                                 "together, e.g. 16G (default: 85% of MemAvailable)."),
+    allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help="Exit 0 even when the ranks' collectives "
+                                        "disagree (the mismatch is still reported; otherwise exit status 6)."),
     log_level: str = typer.Option("WARNING", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr (the table is still printed)."),
 ) -> None:
     """Link all ranks of a job: pair ET and Kineto files by rank, link each rank in its own process
-    (locally or on Dask), skip ranks already done, print a table and write summary.json."""
+    (locally or on Dask), skip ranks already done, check that the ranks' collectives agree, print a
+    table and write summary.json (and comm_groups.json with --format et)."""
     from .batch import EXIT_RANKS_FAILED, BatchConfig, BatchSetupError, PairingError, format_table, parse_bytes, run_batch
+    from .job_check import EXIT_COLLECTIVE_MISMATCH
 
     _setup_logging(log_level)
     if sum((exact_match, approximate, match != "auto")) > 1:
@@ -204,6 +208,8 @@ def batch_command(
     typer.echo(f"summary: {Path(summary.output_dir) / 'summary.json'}")
     if summary.failed:
         raise typer.Exit(EXIT_RANKS_FAILED)
+    if summary.collectives is not None and summary.collectives.mismatch and not allow_mismatch:
+        raise typer.Exit(EXIT_COLLECTIVE_MISMATCH)
 
 
 def main() -> None:

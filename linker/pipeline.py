@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 
 from .et_reader import read_execution_trace
-from .etplus import build_et_plus
+from .etplus import EtPlus, build_et_plus
 from .fileio import atomic_output
 from .kineto_reader import read_kineto_trace
 from .link import LinkOptions, link
@@ -46,6 +46,7 @@ class PairOutcome:
     report: LinkReport
     output: Path
     report_path: Path | None
+    et_plus: EtPlus | None = None  # what was written (the batch reads its collectives)
 
 
 def write_report(report: LinkReport, path: str | os.PathLike, protected: tuple = ()) -> None:
@@ -84,4 +85,4 @@ def link_pair(
         write_et_plus_json(et_plus, output, protected)
     if report_path:
         write_report(result.report, report_path, protected)
-    return PairOutcome(result.report, output, Path(report_path) if report_path else None)
+    return PairOutcome(result.report, output, Path(report_path) if report_path else None, et_plus)
