@@ -64,10 +64,6 @@ class CommOp:
     dtype: str | None = None
     peer: int | None = None
 
-    @property
-    def is_point_to_point(self) -> bool:
-        return self.kind in (SEND, RECV)
-
     def matches(self, other: CommOp) -> bool:
         """Same kind, bytes and peer; dtypes equal or unknown on either side."""
         return (self.kind, self.size, self.peer) == (other.kind, other.size, other.peer) and (
@@ -83,29 +79,49 @@ class CommOp:
         return [self.kind, self.size, self.dtype] + ([self.peer] if self.peer is not None else [])
 
     @staticmethod
-    def from_record(item: list) -> CommOp:
-        return CommOp(str(item[0]), int(item[1]), item[2], int(item[3]) if len(item) > 3 else None)
+    def from_record(item: list, interned: dict | None = None) -> CommOp:
+        """From ``to_record``'s list; equal ops share one object through ``interned`` (a job
+        repeats few distinct ops many times: memory per op is then one list slot)."""
+        key = tuple(item)
+        op = interned.get(key) if interned is not None else None
+        if op is None:
+            op = CommOp(str(item[0]), int(item[1]), item[2], int(item[3]) if len(item) > 3 else None)
+            if interned is not None:
+                interned[key] = op
+        return op
 
 
 @dataclass
 class RankCollectives:
-    """A rank's communication ops per group id (in GPU start order) and the groups its trace lists."""
+    """A rank's communication ops per group id, in GPU start order: ``collectives`` and
+    ``point_to_point`` (send / recv) apart; and the groups its trace lists."""
 
     groups: dict[str, list[int]] = field(default_factory=dict)
-    ops: dict[str, list[CommOp]] = field(default_factory=dict)
+    collectives: dict[str, list[CommOp]] = field(default_factory=dict)
+    point_to_point: dict[str, list[CommOp]] = field(default_factory=dict)
     unresolved: int = 0
+
+    def add(self, group: str, op: CommOp) -> None:
+        target = self.point_to_point if op.kind in (SEND, RECV) else self.collectives
+        target.setdefault(group, []).append(op)
+
+    def groups_used(self) -> set[str]:
+        return set(self.collectives) | set(self.point_to_point)
 
     def to_record(self) -> dict:
         """Compact JSON-able form for the report sidecar: ops as ``[kind, bytes, dtype(, peer)]``."""
         return {"groups": self.groups, "unresolved": self.unresolved,
-                "ops": {group: [op.to_record() for op in ops] for group, ops in self.ops.items()}}
+                "collectives": {g: [op.to_record() for op in ops] for g, ops in self.collectives.items()},
+                "point_to_point": {g: [op.to_record() for op in ops] for g, ops in self.point_to_point.items()}}
 
     @staticmethod
-    def from_record(record: dict) -> RankCollectives:
+    def from_record(record: dict, interned: dict | None = None) -> RankCollectives:
         """Inverse of ``to_record``; raises KeyError / TypeError / ValueError on a malformed record."""
+        def ops(key: str) -> dict[str, list[CommOp]]:
+            return {str(g): [CommOp.from_record(item, interned) for item in items] for g, items in record[key].items()}
+
         groups = {str(g): [int(r) for r in ranks] for g, ranks in record["groups"].items()}
-        ops = {str(g): [CommOp.from_record(item) for item in items] for g, items in record["ops"].items()}
-        return RankCollectives(groups, ops, int(record.get("unresolved") or 0))
+        return RankCollectives(groups, ops("collectives"), ops("point_to_point"), int(record.get("unresolved") or 0))
 
 
 def rank_collectives(et_plus: EtPlus) -> RankCollectives:
@@ -127,16 +143,16 @@ def rank_collectives(et_plus: EtPlus) -> RankCollectives:
         else:
             result.unresolved += 1
             continue
-        result.ops.setdefault(attrs.pg_name or WORLD_GROUP_ID, []).append(op)
+        result.add(attrs.pg_name or WORLD_GROUP_ID, op)
     return result
 
 
-def load_rank_collectives(report_path: str | Path | None) -> RankCollectives | None:
+def load_rank_collectives(report_path: str | Path | None, interned: dict | None = None) -> RankCollectives | None:
     """The record a rank's worker left in its report sidecar, or None (no sidecar, no record)."""
     if not report_path:
         return None
     try:
-        return RankCollectives.from_record(orjson.loads(Path(report_path).read_bytes())[SIDECAR_KEY])
+        return RankCollectives.from_record(orjson.loads(Path(report_path).read_bytes())[SIDECAR_KEY], interned)
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError, AttributeError):
         return None
 
@@ -217,7 +233,7 @@ def job_comm_groups(records: dict[int, RankCollectives], job_ranks: list[int], w
         table[WORLD_GROUP_ID] = list(range(world_size)) if world_size else sorted(set(job_ranks))
     users: dict[str, list[int]] = defaultdict(list)
     for rank in sorted(records):
-        for group in records[rank].ops:
+        for group in sorted(records[rank].groups_used()):
             users[group].append(rank)
     for group in sorted(set(users) - set(table), key=_group_order):
         table[group] = users[group]
@@ -257,7 +273,7 @@ def _first_difference(sequences: dict[int, list[CommOp]]) -> int | None:
             if first is None or other is None:
                 if first is not other:
                     return position
-            elif not first.matches(other):
+            elif first is not other and not first.matches(other):
                 return position
     return None
 
@@ -311,7 +327,7 @@ def _check_group_point_to_point(group: str, records: dict[int, RankCollectives],
     sends: dict[tuple[int, int], list[CommOp]] = defaultdict(list)
     recvs: dict[tuple[int, int], list[CommOp]] = defaultdict(list)
     for rank, record in records.items():
-        for op in record.ops.get(group, ()):
+        for op in record.point_to_point.get(group, ()):
             if op.kind == SEND:
                 sends[(rank, op.peer)].append(op)
             elif op.kind == RECV:
@@ -337,10 +353,11 @@ def check_collectives(records: dict[int, RankCollectives], table: dict[str, list
     for group, members in table.items():
         compared = [r for r in members if r in records]
         member_set = set(members)
-        sequences = {r: [op for op in records[r].ops.get(group, ()) if not op.is_point_to_point] for r in compared}
+        sequences = {r: records[r].collectives.get(group, []) for r in compared}
         found = [d for d in (_check_group_collectives(group, sequences),
                              _check_group_point_to_point(group, records, notes)) if d is not None]
-        outsiders = sorted(r for r, record in records.items() if r not in member_set and record.ops.get(group))
+        outsiders = sorted(r for r, record in records.items()
+                           if r not in member_set and (record.collectives.get(group) or record.point_to_point.get(group)))
         if outsiders:
             found.append(Divergence(group, "membership", None, outsiders,
                                     [RankOps(outsiders, "ops on a group it is not a member of")],
@@ -350,7 +367,7 @@ def check_collectives(records: dict[int, RankCollectives], table: dict[str, list
         if missing:
             notes.append(f"group {group}: member rank(s) {_ranks_text(missing)} have no record here, not compared")
         divergences += found
-        point_to_point = sum(op.is_point_to_point for r in compared for op in records[r].ops.get(group, ()))
+        point_to_point = sum(len(records[r].point_to_point.get(group, ())) for r in compared)
         status = MISMATCH if found or any(d.group == group for d in divergences) else CONSISTENT
         groups.append(GroupCheck(group, members, compared, max((len(s) for s in sequences.values()), default=0),
                                  point_to_point, status))
@@ -369,8 +386,9 @@ def check_job(report_paths: dict[int, str | None], job_ranks: list[int], world_s
     """Load each rank's record, build the job's groups (written to ``comm_groups_path`` when
     given), compare. ``report_paths``: rank -> report sidecar of the ranks that linked.
     Cost: one sidecar read per rank + O(total comm ops)."""
+    interned: dict[tuple, CommOp] = {}
     records = {rank: rec for rank, path in sorted(report_paths.items())
-               if (rec := load_rank_collectives(path)) is not None}
+               if (rec := load_rank_collectives(path, interned)) is not None}
     without = sorted(set(job_ranks) - set(records))
     divergences: list[Divergence] = []
     notes: list[str] = []

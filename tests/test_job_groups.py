@@ -87,9 +87,9 @@ def test_dlrm_sidecar_holds_the_rank_sequence(dlrm_job):
     record = RankCollectives.from_record(orjson.loads((out / "rank4.report.json").read_bytes())["collectives"])
     assert record.groups == {}  # PyTorch 2.0 traces list no process groups
     written = comm_sequence(out / "rank.4.et")
-    assert [(pb.CollectiveCommType.Value(op.kind), op.size) for op in record.ops["1"]] == [
+    assert [(pb.CollectiveCommType.Value(op.kind), op.size) for op in record.collectives["1"]] == [
         (entry[1], entry[2]) for entry in written]
-    assert all(op.dtype in ("float", "int", "long int") for op in record.ops["1"])
+    assert all(op.dtype in ("float", "int", "long int") for op in record.collectives["1"])
 
 
 def _nccl_kernels(kineto: dict) -> list[dict]:
@@ -291,7 +291,7 @@ def test_member_lists_that_disagree_and_ops_on_a_foreign_group(tmp_path):
     op = CommOp("ALL_REDUCE", 64, "float")
     records = {0: RankCollectives({"2": [0, 1]}, {"2": [op]}),
                1: RankCollectives({"2": [0, 1, 2]}, {"2": [op]}),
-               2: RankCollectives({}, {"2": [op]})}
+               2: RankCollectives({}, {}, {"2": [CommOp("SEND", 8, None, 0)]})}
     check = check_job(_sidecars(tmp_path, records), [0, 1, 2], 3)
     kinds = [(d.group, d.kind, d.ranks_at_fault) for d in check.divergences]
     assert ("2", "membership", [1]) in kinds  # rank 1 lists other members than rank 0
