@@ -29,7 +29,6 @@ Cost: O(GPU ops) per rank; O(total comm ops + ranks x groups) in the batch proce
 
 from __future__ import annotations
 
-import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,10 +38,9 @@ import orjson
 
 from . import et_def_pb2 as pb
 from .chakra_comm import WORLD_GROUP_ID, CommResolver, is_comm_kernel
+from .errors import TraceInputError
 from .etplus import EtPlus
 from .fileio import atomic_output
-
-log = logging.getLogger("et_link")
 
 COMM_GROUPS_FILE = "comm_groups.json"
 SIDECAR_KEY = "collectives"
@@ -395,8 +393,11 @@ def check_job(report_paths: dict[int, str | None], job_ranks: list[int], world_s
     table = job_comm_groups(records, job_ranks, world_size, divergences, notes)
     written = None
     if comm_groups_path is not None:
-        write_comm_groups(table, comm_groups_path)
-        written = str(comm_groups_path)
+        try:
+            write_comm_groups(table, comm_groups_path)
+            written = str(comm_groups_path)
+        except (OSError, TraceInputError) as err:
+            notes.append(f"{comm_groups_path} not written: {err}")
     groups = check_collectives(records, table, divergences, notes) if records else []
     if len(records) < 2:
         status = NOT_CHECKED
@@ -427,4 +428,6 @@ def format_check(check: CollectiveCheck) -> list[str]:
         lines.append(f"  {check.unresolved_kernels} communication kernel(s) unresolved (written as COMP_NODE), not compared")
     if check.comm_groups_file:
         lines.append(f"comm groups: {check.comm_groups_file}")
+    if check.status != NOT_CHECKED:
+        lines += [f"  note: {note}" for note in check.notes]
     return lines

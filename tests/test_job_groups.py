@@ -317,3 +317,14 @@ def test_failed_rank_is_not_compared_and_a_short_sequence_is_found(tmp_path):
 
 def test_format_ranks():
     assert format_ranks([7, 0, 1, 2, 5, 3, 9, 8]) == "0-3,5,7-9"
+
+
+def test_partial_job_and_unwritable_comm_groups_file_are_notes(tmp_path):
+    op = CommOp("ALL_REDUCE", 64, "float")
+    records = {0: RankCollectives({}, {"1": [op]}), 1: RankCollectives({}, {"1": [op]})}
+    target = tmp_path / "no_such_dir" / "comm_groups.json"
+    check = check_job(_sidecars(tmp_path, records), [0, 1], 4, target)  # world size 4, ranks 0-1 given
+    assert check.status == "consistent" and check.comm_groups_file is None and not target.exists()
+    assert any(note.startswith(f"{target} not written") for note in check.notes)
+    assert "group 1: member rank(s) 2-3 have no record here, not compared" in check.notes
+    assert check.groups[0].ranks == [0, 1, 2, 3] and check.groups[0].ranks_compared == [0, 1]
