@@ -217,12 +217,14 @@ def job_comm_groups(records: dict[int, RankCollectives], job_ranks: list[int], w
     """The job's groups ``{id: sorted global ranks}``; disagreements become divergences. O(ranks x groups)."""
     table: dict[str, list[int]] = {}
     claimed_by: dict[str, int] = {}
+    disputed: set[str] = set()
     for rank in sorted(records):
         for group, ranks in records[rank].groups.items():
             ranks = sorted(ranks)
             if group not in table:
                 table[group], claimed_by[group] = ranks, rank
-            elif table[group] != ranks and not any(d.group == group and d.kind == "membership" for d in divergences):
+            elif table[group] != ranks and group not in disputed:
+                disputed.add(group)
                 has = [RankOps([claimed_by[group]], f"members {_ranks_text(table[group])}"),
                        RankOps([rank], f"members {_ranks_text(ranks)}")]
                 divergences.append(Divergence(group, "membership", None, [rank], has,
