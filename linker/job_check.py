@@ -47,6 +47,7 @@ SIDECAR_KEY = "collectives"
 EXIT_COLLECTIVE_MISMATCH = 6
 SEND, RECV = "SEND", "RECV"
 CONSISTENT, MISMATCH, NOT_CHECKED = "consistent", "mismatch", "not checked"
+TABLE_GROUPS, TABLE_LINES = 4, 20  # the printed table names at most this many groups / divergences / notes
 
 
 # --- one rank ---------------------------------------------------------------------------------
@@ -416,14 +417,18 @@ def format_check(check: CollectiveCheck) -> list[str]:
     if check.status == NOT_CHECKED:
         lines = [f"collectives: not checked ({'; '.join(check.notes) or 'no record'})"]
     elif check.status == CONSISTENT:
-        per_group = ", ".join(f"group {g.group}: {g.collectives} collectives"
-                              + (f" + {g.point_to_point} send/recv" if g.point_to_point else "")
-                              + f" on ranks {_ranks_text(g.ranks_compared)}" for g in check.groups)
-        lines = [f"collectives: consistent across {len(compared)} ranks ({per_group})"]
+        per_group = [f"group {g.group}: {g.collectives} collectives"
+                     + (f" + {g.point_to_point} send/recv" if g.point_to_point else "")
+                     + f" on ranks {_ranks_text(g.ranks_compared)}" for g in check.groups[:TABLE_GROUPS]]
+        if len(check.groups) > TABLE_GROUPS:
+            per_group.append(f"{len(check.groups) - TABLE_GROUPS} more groups")
+        lines = [f"collectives: consistent across {len(compared)} ranks ({', '.join(per_group)})"]
     else:
         lines = [f"collectives: MISMATCH in {len({d.group for d in check.divergences})} group(s) "
                  "(the simulator would hang or abort on this job):"]
-        lines += [f"  {d.message} -> rank(s) {_ranks_text(d.ranks_at_fault)}" for d in check.divergences]
+        lines += [f"  {d.message} -> rank(s) {_ranks_text(d.ranks_at_fault)}" for d in check.divergences[:TABLE_LINES]]
+        if len(check.divergences) > TABLE_LINES:
+            lines.append(f"  ... {len(check.divergences) - TABLE_LINES} more divergences in summary.json")
     if check.ranks_without_record:
         lines.append(f"  not compared (failed or no record): ranks {_ranks_text(check.ranks_without_record)}")
     if check.unresolved_kernels:
@@ -431,5 +436,7 @@ def format_check(check: CollectiveCheck) -> list[str]:
     if check.comm_groups_file:
         lines.append(f"comm groups: {check.comm_groups_file}")
     if check.status != NOT_CHECKED:
-        lines += [f"  note: {note}" for note in check.notes]
+        lines += [f"  note: {note}" for note in check.notes[:TABLE_LINES]]
+        if len(check.notes) > TABLE_LINES:
+            lines.append(f"  ... {len(check.notes) - TABLE_LINES} more notes in summary.json")
     return lines
