@@ -328,3 +328,17 @@ def test_partial_job_and_unwritable_comm_groups_file_are_notes(tmp_path):
     assert any(note.startswith(f"{target} not written") for note in check.notes)
     assert "group 1: member rank(s) 2-3 have no record here, not compared" in check.notes
     assert check.groups[0].ranks == [0, 1, 2, 3] and check.groups[0].ranks_compared == [0, 1]
+
+
+def test_printed_check_stays_short_for_many_groups(tmp_path):
+    from linker.job_check import format_check
+
+    op = CommOp("ALL_GATHER", 16, "half")
+    records = {r: RankCollectives({str(g): [0, 1] for g in range(2, 8)}, {str(g): [op] for g in range(1, 8)})
+               for r in (0, 1)}
+    check = check_job(_sidecars(tmp_path, records), [0, 1], 2)
+    assert check.status == "consistent" and len(check.groups) == 7
+    [line] = format_check(check)
+    assert line == ("collectives: consistent across 2 ranks (group 1: 1 collectives on ranks 0-1, group 2: 1 "
+                    "collectives on ranks 0-1, group 3: 1 collectives on ranks 0-1, group 4: 1 collectives on "
+                    "ranks 0-1, 3 more groups)")
