@@ -237,9 +237,11 @@ def split_ambiguous_runs(
         ra, rb = run_a[i], run_b[j]
         if len_a[ra] == 1 and len_b[rb] == 1:
             continue
-        if partner_of_a_run.setdefault(ra, rb) != rb or partner_of_b_run.setdefault(rb, ra) != ra:
+        partner_a = partner_of_a_run.setdefault(ra, rb)  # both first partners are recorded
+        partner_b = partner_of_b_run.setdefault(rb, ra)
+        if partner_a != rb or partner_b != ra:
             conflicting.add(ra)
-            conflicting.add(partner_of_b_run[rb])
+            conflicting.add(partner_b)
     ambiguous = {ra for ra, rb in partner_of_a_run.items() if len_a[ra] != len_b[rb]} - conflicting
     if not ambiguous and not conflicting:
         return pairs, []

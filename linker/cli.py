@@ -223,6 +223,8 @@ def dump_command(
 
     if limit is not None and limit < 0:
         fail(f"--limit {limit}: must be 0 or more")
+    if file.name.endswith((".json", ".json.gz")):
+        fail(f"{file}: dump reads Chakra protobuf files (.et, .et.gz), not JSON; use 'et-link validate' for JSON")
     try:
         out = sys.stdout.buffer
         with decoding(file, "Chakra trace"):
@@ -265,6 +267,8 @@ def batch_command(
     gzip_output: bool = typer.Option(False, "--gzip", help="Gzip the outputs (.json.gz / .et.gz)."),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="Memory the local ranks may use "
                                                 "together, e.g. 16G (default: 85% of MemAvailable)."),
+    skip_unpaired: bool = typer.Option(False, "--skip-unpaired", help="Link the ranks that have both files; "
+                                       "a rank missing its ET or Kineto file is noted, not fatal."),
     log_level: str = typer.Option("WARNING", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr (the table is still printed)."),
 ) -> None:
@@ -272,12 +276,14 @@ def batch_command(
     (locally or on Dask), skip ranks already done, print a table and write summary.json."""
     from .batch import EXIT_RANKS_FAILED, BatchConfig, BatchSetupError, PairingError, format_table, parse_bytes, run_batch
 
+    terminate_as_interrupt()
     _setup_logging(log_level)
     if sum((exact_match, approximate, match != "auto")) > 1:
         fail("choose one of --exact-match, --approximate, --match")
     method = "exact" if exact_match else "approximate" if approximate else match
     if method not in METHODS:
         fail(f"unknown --match {method!r}; choose one of {', '.join(METHODS)}")
+    _check_options(window, max_depth, None, annotation)
     if workers is not None and workers < 1:
         fail("--workers must be at least 1")
     try:
@@ -287,7 +293,8 @@ def batch_command(
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force, max_depth=max_depth)
     config = BatchConfig(et_glob=et, kineto_glob=kineto, output_dir=output_dir, options=options, fmt=fmt,
                          gzip=gzip_output, workers=workers, scheduler=scheduler, rank_pattern=rank_pattern,
-                         redo=redo, verify_existing=verify_existing, memory_budget=budget)
+                         redo=redo, verify_existing=verify_existing, memory_budget=budget,
+                         skip_unpaired=skip_unpaired)
     try:
         summary = run_batch(config, quiet=quiet)
     except PairingError as err:
@@ -296,9 +303,14 @@ def batch_command(
         fail(str(err))
     except BatchSetupError as err:
         fail(str(err))
+    except Terminated:
+        typer.echo("et-link: terminated; running ranks stopped (complete ranks are kept)", err=True)
+        raise typer.Exit(EXIT_TERMINATED)
     except KeyboardInterrupt:
         typer.echo("et-link: interrupted; running ranks stopped (complete ranks are kept)", err=True)
-        raise typer.Exit(130)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except TraceInputError as err:  # e.g. summary.json cannot be written
+        fail(str(err))
     typer.echo(format_table(summary))
     typer.echo(f"summary: {Path(summary.output_dir) / 'summary.json'}")
     if summary.failed:
