@@ -153,7 +153,7 @@ def choose_window(
         if k >= 0 and e.ts < segments[k].end:
             per_segment[k][e.name] += 1
 
-    if source == "profiler_step":
+    if source == "profiler_step" and pick is None:
         named = [k for k, s in enumerate(segments) if s.label in et_names]
         if named:  # the ET holds these very steps
             first, last = named[0], named[-1]
