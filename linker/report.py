@@ -59,7 +59,7 @@ class LinkReport:
         gpu = (f"{self.gpu_events_linked}/{self.gpu_events} GPU ops attached ({self.gpu_linked_pct:.2f}%)"
                if self.gpu_events else "no GPU ops in the Kineto trace (CPU-only run)")
         timing = (f"in {total_seconds:.2f}s (matching {self.seconds:.2f}s)" if total_seconds is not None
-                  else f"matching took {self.seconds:.2f}s")
+                  else f"(matching {self.seconds:.2f}s)")
         lines = [
             f"et-link: {self.method}: linked {self.linked_ops}/{self.et_ops} ET ops "
             f"({self.linked_pct:.2f}%), {gpu} {timing}",
