@@ -51,17 +51,25 @@ def _in_int64(value) -> bool:
     return type(value) is not int or INT64_MIN <= value <= INT64_MAX
 
 
+def _first_outside(column: list, low: int, high: int) -> int | None:
+    """Position of the first value outside [low, high]; min/max first, so O(n) at C speed."""
+    if not column or (low <= min(column) and max(column) <= high):
+        return None
+    return next(i for i, v in enumerate(column) if not low <= v <= high)
+
+
 def check_ids(et: ExecutionTrace) -> None:
     """Refuse ids outside 0..2**63-1 and 64-bit fields out of range. O(nodes)."""
-    for i, node_id in enumerate(et.ids):
-        if type(node_id) is not int or not 0 <= node_id <= ID_MAX:
-            raise TraceInputError(et.path, f"node #{i} ({et.names[i][:60]!r}): id {node_id} is out of range "
-                                  "(node ids must be integers from 0 to 2**63-1)")
-    columns = {"rf_id": et.rf_id, "tid": et.tid, "scope": et.scope}
-    for name, column in columns.items():
-        for i, value in enumerate(column):
-            if not _in_int64(value):
-                raise TraceInputError(et.path, f"node {et.ids[i]}: {name} {value} does not fit in 64 bits")
+    i = _first_outside(et.ids, 0, ID_MAX)
+    if i is not None:
+        raise TraceInputError(et.path, f"node #{i} ({et.names[i][:60]!r}): id {et.ids[i]} is out of range "
+                              "(node ids must be integers from 0 to 2**63-1)")
+    for name, column in (("rf_id", et.rf_id), ("tid", et.tid), ("scope", et.scope)):
+        i = _first_outside(column, INT64_MIN, INT64_MAX)
+        if i is not None:
+            raise TraceInputError(et.path, f"node {et.ids[i]}: {name} {column[i]} does not fit in 64 bits")
+    if et.layout != FLAT:
+        return  # the nested layout keeps these in ``attrs`` (read into the columns above)
     for i, node in enumerate(et.nodes):
         for name in INT64_NODE_FIELDS:
             value = getattr(node, name, None)
@@ -154,9 +162,11 @@ def check_kineto_trace(kineto: KinetoTrace) -> list[str]:
     Raises ``TraceInputError`` when no CPU event is left.
     """
     warnings = []
+    limit = TIME_LIMIT_US
     for label in ("cpu_events", "runtime_events", "gpu_events"):
         events = getattr(kineto, label)
-        bad = [k for k, e in enumerate(events) if not usable_time(e)]
+        # inline form of ``usable_time`` (NaN fails every comparison): one cheap test per event
+        bad = [k for k, e in enumerate(events) if not (0 <= e.ts < limit and 0 <= e.dur < limit)]
         if not bad:
             continue
         first = events[bad[0]]
