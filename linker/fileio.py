@@ -162,6 +162,8 @@ def check_output_paths(outputs: list, inputs: tuple = ()) -> None:
                 raise TraceInputError(out, "the same path is given for two outputs (ET+ and --report?)")
         if out.is_dir():
             raise TraceInputError(out, "output path is a directory; give a file name")
+        if out.exists() and not out.is_file():  # /dev/null, a FIFO, ...: renaming over it would replace it
+            raise TraceInputError(out, "output path exists and is not a regular file")
         problem = _writable_directory(out)
         if problem:
             raise TraceInputError(out, problem)

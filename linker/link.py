@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .durations import exclusive_durations
-from .errors import MismatchedPairError
+from .errors import MismatchedPairError, OptionError
 from .et_reader import ExecutionTrace
 from .gpu import GpuAttribution, attribute_gpu_ops
 from .intervals import nesting_parents
@@ -98,9 +98,9 @@ def choose_and_match(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptio
         if check.usable:
             notes.append("record-function ids validated: joined on them")
             return match, None, notes
-        if options.method == "rf_id":
-            notes.append(f"rf_id requested but the ids do not validate: {check.reason}")
-            return match, None, notes
+        if options.method == "rf_id":  # linking nothing would silently ignore the request
+            raise OptionError(f"--match rf_id: the record-function ids of {et.path} and {kineto.path} "
+                              f"cannot be trusted ({check.reason}); use --match auto or exact")
         notes.append(f"record-function ids not usable: {check.reason}; using order alignment")
     window = choose_window(et, kineto, options.annotation, options.window)
     keep = _window_mask(kineto, window)

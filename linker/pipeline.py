@@ -107,9 +107,16 @@ def link_pair(
     nothing is written.
     """
     started = time.perf_counter()
+    defaulted = not output
     output = Path(output) if output else default_output_path(et_path)
     protected = (et_path, kineto_path)
-    check_output_paths([output, report_path], protected)
+    try:
+        check_output_paths([output, report_path], protected)
+    except TraceInputError as err:
+        if defaulted and err.path == str(output):
+            raise TraceInputError(output, f"{err.problem} (the default output beside the ET; choose "
+                                  "another with -o)") from None
+        raise
     et, kineto, input_warnings = read_pair(et_path, kineto_path)
     result = link(et, kineto, options)
     result.report.warnings[:0] = input_warnings
