@@ -15,6 +15,7 @@ import errno
 import gzip
 import os
 import signal
+import stat
 import tempfile
 import zlib
 from pathlib import Path
@@ -28,6 +29,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 def open_input(path: str | os.PathLike) -> IO[bytes]:
     """Open an input file for binary reading; ``TraceInputError`` (one line) when it cannot be."""
     p = Path(path)
+    with contextlib.suppress(OSError):
+        if stat.S_ISCHR(p.stat().st_mode) or stat.S_ISBLK(p.stat().st_mode):  # /dev/zero never ends
+            raise TraceInputError(p, "is a device, not a trace file")
     try:
         return open(p, "rb")
     except FileNotFoundError:

@@ -596,3 +596,11 @@ def test_batch_refuses_a_read_only_output_directory(tmp_path):
         code, stderr = invoke("batch", "--et", traces / "rank*.et.json.gz", "--kineto",
                               traces / "rank*.kineto.json.gz", "--output-dir", ro)
         assert code == cli.EXIT_INPUT and "not writable" in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
+def test_a_device_is_not_read_as_a_trace(dirs):
+    _, outputs = dirs
+    code, stderr = invoke("--et-file", "/dev/zero", "--kineto-file", NESTED_KINETO, "-o", outputs / "o.json")
+    assert_clean_failure(code, stderr, cli.EXIT_INPUT, Path("/dev/zero"), outputs, {})
+    assert invoke("validate", "/dev/zero")[0] == cli.EXIT_UNREADABLE
