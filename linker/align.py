@@ -252,6 +252,20 @@ def split_ambiguous_runs(
     return kept, regions
 
 
+def align_both_ways(a: Sequence[Hashable], b: Sequence[Hashable]) -> list[tuple[int, int]]:
+    """The pairs on which aligning forwards and aligning the reversed sequences agree.
+
+    Where a block repeats (``x y z x y z x y z``) and one copy lost an item, names cannot tell which
+    copy it was: a forward alignment places the gap in one copy, a backward one in another, and the
+    pairs between those places differ. Keeping only the pairs both agree on leaves those unlinked
+    (a missing link beats a wrong one) and keeps everything elsewhere. Cost: two alignments.
+    """
+    forward = align_sequences(a, b)
+    n, m = len(a), len(b)
+    backward = {(n - 1 - i, m - 1 - j) for i, j in align_sequences(a[::-1], b[::-1])}
+    return [pair for pair in forward if pair in backward]
+
+
 def drop_ambiguous_runs(
     a: Sequence[Hashable], b: Sequence[Hashable], pairs: list[tuple[int, int]]
 ) -> list[tuple[int, int]]:
