@@ -19,7 +19,7 @@ from linker.kineto_reader import read_kineto_trace
 from linker.link import LinkOptions, link
 from tracetools import RF_ID_KEY, drop_cpu_events, is_cpu_event, load_trace, save_trace, strip_record_function_ids
 
-PAIRS = ["dataloader_annotated", "dataloader_workers", "dataloader"]
+PAIRS = ["dataloader_annotated", "dataloader_workers"]
 SEEDS = [3, 11, 17]
 MAX_WRONG = 0.002
 MIN_CORRECT = 0.97
