@@ -604,3 +604,44 @@ def test_a_device_is_not_read_as_a_trace(dirs):
     code, stderr = invoke("--et-file", "/dev/zero", "--kineto-file", NESTED_KINETO, "-o", outputs / "o.json")
     assert_clean_failure(code, stderr, cli.EXIT_INPUT, Path("/dev/zero"), outputs, {})
     assert invoke("validate", "/dev/zero")[0] == cli.EXIT_UNREADABLE
+
+
+SLOW_BATCH = """
+import sys, time
+import linker.batch as batch
+real = batch.run_rank_task
+def slow(task):
+    time.sleep(3)  # the interrupt lands while every worker is busy
+    return real(task)
+batch.run_rank_task = slow
+from linker.cli import main
+sys.argv = ["et-link"] + sys.argv[1:]
+main()
+"""
+
+
+@pytest.mark.parametrize("signum,status", [(2, cli.EXIT_INTERRUPTED), (15, cli.EXIT_TERMINATED)])
+def test_batch_interrupted_stops_cleanly(tmp_path, signum, status):
+    import signal
+    import time
+
+    traces = _rank_set(tmp_path / "traces")
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-c", SLOW_BATCH, "batch", "--et", str(traces / "rank*.et.json.gz"),
+                                "--kineto", str(traces / "rank*.kineto.json.gz"), "--output-dir", str(out),
+                                "--workers", "2", "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=ROOT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not out.is_dir() and time.monotonic() < deadline:  # the batch created it: workers start
+            time.sleep(0.05)
+        time.sleep(0.8)
+        os.killpg(process.pid, signum)  # like Ctrl-C in a terminal: the whole process group
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == status, stderr
+    assert "Traceback" not in stderr
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
