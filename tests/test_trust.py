@@ -645,3 +645,15 @@ def test_batch_interrupted_stops_cleanly(tmp_path, signum, status):
     assert process.returncode == status, stderr
     assert "Traceback" not in stderr
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_options_without_effect_are_named_in_a_warning(dirs):
+    _, outputs = dirs
+    pair = ["--et-file", NESTED_ET, "--kineto-file", NESTED_KINETO, "-o", outputs / "o.json"]
+    for extra, words in [(["--window", "0"], "--window 0 had no effect"),
+                         (["--annotation", "## optimizer ##"], "--annotation '## optimizer ##' had no effect"),
+                         (["--max-depth", "3"], "--max-depth 3 had no effect")]:
+        code, stderr = invoke(*pair, *extra)  # auto: the rf_ids validate, so windows do not apply
+        assert code == 0 and words in stderr, stderr
+    code, stderr = invoke(*pair, "--window", "0", "--exact-match")
+    assert code == 0 and "had no effect" not in stderr and "(user," in stderr
