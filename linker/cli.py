@@ -165,6 +165,15 @@ def main_command(
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force,
                           max_depth=max_depth)
     outcome = _run_pair(et_file, kineto_file, output_file, options, report)
+    try:
+        _finish_pair(outcome, et_file, kineto_file, quiet, min_linked)
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM after the outputs were complete: they are kept
+        typer.echo("et-link: stopped after the outputs were written (they are complete)", err=True)
+        raise typer.Exit(EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED)
+
+
+def _finish_pair(outcome, et_file: Path, kineto_file: Path, quiet: bool, min_linked: Optional[float]) -> None:
+    """The summary and the --min-linked verdict, once the outputs are written."""
     if not quiet:
         typer.echo(outcome.report.summary(outcome.seconds), err=True)
         typer.echo(f"  wrote {outcome.output}" + (f", report {outcome.report_path}" if outcome.report_path else ""),
