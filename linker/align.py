@@ -262,6 +262,8 @@ def align_both_ways(a: Sequence[Hashable], b: Sequence[Hashable]) -> list[tuple[
     """
     forward = align_sequences(a, b)
     n, m = len(a), len(b)
+    if len(forward) == n == m:  # everything paired in order: the only alignment there is
+        return forward
     backward = {(n - 1 - i, m - 1 - j) for i, j in align_sequences(a[::-1], b[::-1])}
     return [pair for pair in forward if pair in backward]
 
