@@ -307,8 +307,11 @@ def _group_by_rank(files: list[RankOfFile], kind: str, problems: list[str]) -> t
 
 
 def pair_rank_files(et_paths: list[Path], kineto_paths: list[Path],
-                    rank_pattern: str | re.Pattern | None = None) -> Pairing:
+                    rank_pattern: str | re.Pattern | None = None, skip_unpaired: bool = False) -> Pairing:
     """Pair ET and Kineto files by rank; every ambiguity becomes a ``problem`` (nothing guessed).
+
+    ``skip_unpaired``: a rank with only one of its two files is left out with a note instead of
+    being a problem (``--skip-unpaired``: link the complete ranks).
 
     Cost: O(files) plus one header read per Kineto file (``read_distributed_info``).
     """
@@ -324,10 +327,12 @@ def pair_rank_files(et_paths: list[Path], kineto_paths: list[Path],
     kineto_files = [kineto_rank(p, pattern) for p in kineto_paths if p not in both]
     ets, et_duplicated = _group_by_rank(et_files, "ET", problems)
     kinetos, kineto_duplicated = _group_by_rank(kineto_files, "Kineto", problems)
+    unpaired = notes if skip_unpaired else problems
+    skipped = "; rank skipped (--skip-unpaired)" if skip_unpaired else " (--skip-unpaired links the other ranks)"
     for rank in sorted(set(ets) - set(kinetos) - kineto_duplicated):
-        problems.append(f"rank {rank}: ET file {ets[rank].path} has no Kineto file")
+        unpaired.append(f"rank {rank}: ET file {ets[rank].path} has no Kineto file{skipped}")
     for rank in sorted(set(kinetos) - set(ets) - et_duplicated):
-        problems.append(f"rank {rank}: Kineto file {kinetos[rank].path} has no ET file")
+        unpaired.append(f"rank {rank}: Kineto file {kinetos[rank].path} has no ET file{skipped}")
     pairs = [RankPair(r, ets[r].path, kinetos[r].path, kinetos[r].source)
              for r in sorted(set(ets) & set(kinetos))]
     worlds = {f.world_size for f in kineto_files if f.world_size is not None}
@@ -338,7 +343,7 @@ def pair_rank_files(et_paths: list[Path], kineto_paths: list[Path],
     elif worlds:
         world = worlds.pop()
         missing = sorted(set(range(world)) - {p.rank for p in pairs})
-        if missing and not problems:
+        if missing and not problems and not skip_unpaired:
             notes.append(f"world size is {world} but ranks {format_ranks(missing)} were not given; "
                          f"linking the {len(pairs)} given")
         beyond = [p.rank for p in pairs if p.rank >= world]
@@ -590,8 +595,20 @@ def _local_child(task: RankTask, connection) -> None:
     send the result."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the parent around start()
     connection.send(run_rank_task(task))
     connection.close()
+
+
+def _start_with_sigint_blocked(process) -> None:
+    """Start a worker with Ctrl-C blocked, so that a Ctrl-C during the fork cannot reach the child
+    before it ignores SIGINT (that race printed a child's traceback); a Ctrl-C meanwhile is
+    delivered to this process when the mask is restored."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _process_context() -> multiprocessing.context.BaseContext:
@@ -658,7 +675,7 @@ def run_local(tasks: list[RankTask], workers: int, memory_budget: int | None,
                         log.warning("%s", message)
                 receiver, sender = context.Pipe(duplex=False)
                 process = context.Process(target=_local_child, args=(task, sender), name=f"et-link-rank{task.rank}")
-                process.start()
+                _start_with_sigint_blocked(process)
                 sender.close()
                 running[task.rank] = _Running(task, process, receiver)
                 if progress:
@@ -971,6 +988,7 @@ class BatchConfig:
     redo: bool = False
     verify_existing: bool = False
     memory_budget: int | None = None
+    skip_unpaired: bool = False  # link the ranks that have both files; note the others
 
 
 @dataclass
@@ -1001,7 +1019,7 @@ def plan_batch(config: BatchConfig) -> BatchPlan:
         raise BatchSetupError(f"no file matches --et {config.et_glob!r}")
     if not kineto_paths:
         raise BatchSetupError(f"no file matches --kineto {config.kineto_glob!r}")
-    pairing = pair_rank_files(et_paths, kineto_paths, config.rank_pattern)
+    pairing = pair_rank_files(et_paths, kineto_paths, config.rank_pattern, config.skip_unpaired)
     if pairing.problems:
         raise PairingError(pairing.problems)
     output_dir = Path(config.output_dir).absolute()
@@ -1009,6 +1027,8 @@ def plan_batch(config: BatchConfig) -> BatchPlan:
         output_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise BatchSetupError(f"cannot create the output directory {output_dir}: {err}") from None
+    if not output_dir.is_dir() or not os.access(output_dir, os.W_OK | os.X_OK):
+        raise BatchSetupError(f"{output_dir}: the output directory is not writable")
     tasks = [make_task(p, output_dir, config.options, config.fmt, config.gzip) for p in pairing.pairs]
     complete, to_run = [], []
     for task in tasks:

@@ -69,8 +69,8 @@ class KinetoEvent(msgspec.Struct):
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
+    ts: float = -1.0  # absent in the file: negative, so ``sanity`` leaves the event out
+    dur: float = -1.0
     id: int | str | None = None
     args: KinetoArgs = NO_ARGS
 

@@ -13,6 +13,13 @@ from .windows import Window
 
 EXAMPLES = 10
 
+# Plain words for the report's internal problem names (the JSON keeps the names as keys).
+GPU_PROBLEM_WORDS = {
+    "no_launch": "have no launching runtime call in the Kineto trace (no matching correlation id)",
+    "launch_outside_cpu_ops": "were launched outside every CPU op",
+    "launch_outside_linked_ops": "were launched inside CPU ops that no ET op is linked to",
+}
+
 
 @dataclass
 class Unmatched:
@@ -47,11 +54,15 @@ class LinkReport:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def summary(self) -> str:
+    def summary(self, total_seconds: float | None = None) -> str:
+        """The stderr summary; its WARNING lines are exactly the report's ``warnings``."""
+        gpu = (f"{self.gpu_events_linked}/{self.gpu_events} GPU ops attached ({self.gpu_linked_pct:.2f}%)"
+               if self.gpu_events else "no GPU ops in the Kineto trace (CPU-only run)")
+        timing = (f"in {total_seconds:.2f}s (matching {self.seconds:.2f}s)" if total_seconds is not None
+                  else f"(matching {self.seconds:.2f}s)")
         lines = [
             f"et-link: {self.method}: linked {self.linked_ops}/{self.et_ops} ET ops "
-            f"({self.linked_pct:.2f}%), {self.gpu_events_linked}/{self.gpu_events} GPU ops attached "
-            f"({self.gpu_linked_pct:.2f}%) in {self.seconds:.2f}s",
+            f"({self.linked_pct:.2f}%), {gpu} {timing}",
         ]
         lines += [f"  {reason}" for reason in self.method_reason]
         if self.window:
@@ -60,8 +71,6 @@ class LinkReport:
         et_unmatched = self.unmatched["et"]["count"]
         k_unmatched = self.unmatched["kineto"]["count"]
         lines.append(f"  unmatched: {et_unmatched} ET ops, {k_unmatched} Kineto CPU events")
-        if self.nesting_violations:
-            lines.append(f"  WARNING: {self.nesting_violations} linked ops lie outside their parent's interval")
         lines += [f"  WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -112,11 +121,15 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
         for l in gpu.links if l.et_index < 0][:EXAMPLES]
     warnings = list(warnings)
     if gpu.problem_counts:
-        warnings.append("GPU ops not attributed: " + ", ".join(
-            f"{n} {why}" for why, n in sorted(gpu.problem_counts.items())))
+        warnings.append("GPU ops not attached to any ET op: " + "; ".join(
+            f"{n} {GPU_PROBLEM_WORDS.get(why, why)} [{why}]" for why, n in sorted(gpu.problem_counts.items())))
     if match.unpaired_et_threads:
-        warnings.append(f"ET threads {match.unpaired_et_threads} have no Kineto counterpart")
+        warnings.append(f"ET threads {match.unpaired_et_threads} have no Kineto counterpart "
+                        "(their ops stay unlinked)")
     violations = nesting_violations(et, kineto, match.event_of_op)
+    if violations:
+        warnings.append(f"{violations} linked ops lie outside their linked parent's time interval "
+                        "(a sign of wrong links)")
     return LinkReport(
         et_file=et.path, kineto_file=kineto.path, et_schema=et.schema, et_layout=et.layout,
         method=match.method, method_reason=notes + match.notes,
