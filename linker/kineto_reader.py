@@ -34,8 +34,13 @@ LAUNCH_NAMES = frozenset({
     "cudaLaunchCooperativeKernel", "cudaMemcpyAsync", "cudaMemcpy", "cudaMemcpyToSymbol",
     "cudaMemcpyFromSymbol", "cudaMemsetAsync", "cudaGraphLaunch", "hipLaunchKernel",
     "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel", "hipMemcpyAsync",
-    "hipMemcpyWithStream", "hipMemsetAsync",
+    "hipMemcpyWithStream", "hipMemsetAsync", "hipGraphLaunch",
 })
+# Launch calls whose one correlation carries every GPU op of a captured graph.
+GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
+# Python call-stack events (with_stack): kept unsorted, looked at only for launches outside every
+# cpu_op and annotation.
+PYTHON_CATEGORY = "python_function"
 
 
 class KinetoArgs(msgspec.Struct, frozen=True):
@@ -56,6 +61,7 @@ class KinetoArgs(msgspec.Struct, frozen=True):
     # Tensor shapes of the op's inputs (recorded with record_shapes): kept raw, decoded only to
     # tell apart same-name neighbours.
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input type")
 
 
 NO_ARGS = KinetoArgs()
@@ -105,6 +111,7 @@ class KinetoTrace:
     ``runtime_events``: ``cuda_runtime``/``cuda_driver`` (and HIP) events, sorted by (pid, tid, ts).
     ``gpu_events``: kernels, memcpys, memsets, sorted by ts.
     ``flows``: ``ac2g`` flow id -> its endpoints (usually one on the host, one on the device).
+    ``python_events``: ``python_function`` complete events, in file order (not sorted).
     """
 
     path: str
@@ -115,9 +122,11 @@ class KinetoTrace:
     runtime_events: list[KinetoEvent]
     gpu_events: list[KinetoEvent]
     flows: dict[int | str, list[FlowEnd]] = field(default_factory=dict)
+    python_events: list[KinetoEvent] = field(default_factory=list)
 
     def has_record_function_ids(self) -> bool:
-        return any(e.args.rf_id is not None for e in self.cpu_events)
+        """True when some CPU event has a non-zero ``Record function id`` (0 means unknown)."""
+        return any(e.args.rf_id for e in self.cpu_events)
 
 
 def _cpu_order(event: KinetoEvent) -> tuple:
@@ -144,7 +153,7 @@ def read_kineto_trace(path: str | Path) -> KinetoTrace:
             )
         raise TraceInputError(path, "not a Kineto trace: no 'traceEvents' list")
 
-    cpu, runtime, gpu = [], [], []
+    cpu, runtime, gpu, python = [], [], [], []
     flows: dict[int | str, list[FlowEnd]] = {}
     for event in doc.traceEvents:
         cat = event.cat
@@ -155,6 +164,8 @@ def read_kineto_trace(path: str | Path) -> KinetoTrace:
                 runtime.append(event)
             elif cat in GPU_CATEGORIES:
                 gpu.append(event)
+            elif cat == PYTHON_CATEGORY:
+                python.append(event)
         elif cat == "ac2g" and event.ph in ("s", "f") and event.id is not None:
             flows.setdefault(event.id, []).append(FlowEnd(event.pid, event.tid, event.ts))
     if not cpu:
@@ -176,4 +187,5 @@ def read_kineto_trace(path: str | Path) -> KinetoTrace:
         runtime_events=runtime,
         gpu_events=gpu,
         flows=flows,
+        python_events=python,
     )

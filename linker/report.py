@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .et_reader import ExecutionTrace
-from .gpu import GpuAttribution
+from .gpu import REASON_WORDS, GpuAttribution
 from .intervals import lies_within
 from .kineto_reader import KinetoTrace
 from .match import OpMatch
@@ -43,6 +43,11 @@ class LinkReport:
     warnings: list[str]
     seconds: float
     match_stats: dict = field(default_factory=dict)
+    # Where the host graph came from: "execution trace" or "kineto" (built from the Kineto trace alone).
+    host_graph: str = "execution trace"
+    gpu_events_in_trace: int = 0  # every kernel/memcpy/memset of the file, window or not
+    # Every GPU event of the file under one reason, in words: [{"reason", "count", "meaning"}].
+    gpu_accounting: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -54,6 +59,9 @@ class LinkReport:
             f"({self.gpu_linked_pct:.2f}%) in {self.seconds:.2f}s",
         ]
         lines += [f"  {reason}" for reason in self.method_reason]
+        if self.gpu_accounting:
+            lines.append(f"  GPU events: {self.gpu_events_in_trace}")
+            lines += [f"    {row['count']}: {row['meaning']}" for row in self.gpu_accounting]
         if self.window:
             lines.append(f"  window: {self.window['label']} ({self.window['source']}, "
                          f"{self.window['candidates']} candidates)")
@@ -113,7 +121,7 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
     warnings = list(warnings)
     if gpu.problem_counts:
         warnings.append("GPU ops not attributed: " + ", ".join(
-            f"{n} {why}" for why, n in sorted(gpu.problem_counts.items())))
+            f"{n} {REASON_WORDS[why]}" for why, n in sorted(gpu.problem_counts.items())))
     if match.unpaired_et_threads:
         warnings.append(f"ET threads {match.unpaired_et_threads} have no Kineto counterpart")
     violations = nesting_violations(et, kineto, match.event_of_op)
@@ -127,9 +135,21 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
         gpu_attribution={"via": dict(gpu.via_counts), "problems": dict(gpu.problem_counts),
                          "unattributed_examples": unattributed,
                          "launch_names_not_in_known_list": dict(gpu.unknown_launch_names),
-                         "outside_window": gpu.outside_window},
+                         "outside_window": gpu.outside_window,
+                         "placements": dict(gpu.placement_counts),
+                         "launch_names": dict(gpu.launch_names),
+                         "graph_launches": gpu.graph_launches,
+                         "graph_gpu_ops": gpu.graph_gpu_ops},
         unmatched=unmatched,
         threads=[asdict(p) | {"kineto_thread": list(p.kineto_thread)} for p in match.threads],
         window=_window_dict(window), nesting_violations=violations, warnings=warnings,
         seconds=round(seconds, 3), match_stats=match.stats,
+        gpu_events_in_trace=len(kineto.gpu_events), gpu_accounting=gpu_accounting(gpu),
     )
+
+
+def gpu_accounting(gpu: GpuAttribution) -> list[dict]:
+    """Every GPU event under one reason, with the reason in words; the counts add up to the
+    GPU event count of the Kineto file."""
+    return [{"reason": reason, "count": n, "meaning": REASON_WORDS[reason]}
+            for reason, n in gpu.accounting().items()]
