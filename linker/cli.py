@@ -45,12 +45,13 @@ def _setup_logging(level: str) -> None:
 @app.callback()
 def main_command(
     ctx: typer.Context,
-    et_file: Optional[Path] = typer.Option(None, "--et-file", help="Execution Trace (.json or .json.gz)."),
+    et_file: Optional[Path] = typer.Option(None, "--et-file", help="Execution Trace (.json or .json.gz). "
+                                           "Without it the host graph is built from the Kineto trace alone."),
     kineto_file: Optional[Path] = typer.Option(None, "--kineto-file", help="Kineto trace (.json or .json.gz)."),
     output_file: Optional[Path] = typer.Option(
         None, "--output-file", "-o",
         help="ET+ output: .json / .json.gz (ET+ JSON) or .et / .et.gz (Chakra protobuf). "
-             "Default: <ET name>_plus.json beside the ET."),
+             "Default: <ET name>_plus.json beside the ET (<Kineto name>_plus.json without an ET)."),
     match: str = typer.Option("auto", "--match", help=f"Linking method: {', '.join(METHODS)}. "
                               "auto = rf_id when the ids validate, else exact (order), "
                               "falling back to approximate (structure)."),
@@ -69,9 +70,9 @@ def main_command(
     if ctx.invoked_subcommand is not None:
         return
     _setup_logging(log_level)
-    if et_file is None or kineto_file is None:
+    if kineto_file is None:
         typer.echo(ctx.get_help(), err=True)
-        fail("--et-file and --kineto-file are required (or use a subcommand: validate, dump, batch)")
+        fail("--kineto-file is required, with --et-file or alone (or use a subcommand: validate, dump, batch)")
     if sum((exact_match, approximate, match != "auto")) > 1:
         fail("choose one of --exact-match, --approximate, --match")
     method = "exact" if exact_match else "approximate" if approximate else match

@@ -49,7 +49,8 @@ class KinetoArgs(msgspec.Struct, frozen=True):
     external_id: int | None = msgspec.field(default=None, name="External id")
     correlation: int | None = None
     rf_id: int | None = msgspec.field(default=None, name="Record function id")
-    stream: int | None = None
+    # ROCm runtime calls write the stream as a hex string ("0x0"): ``stream`` gives it as a number.
+    stream_value: int | str | None = msgspec.field(default=None, name="stream")
     device: int | None = None
     pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
     collective_name: str | None = msgspec.field(default=None, name="Collective name")
@@ -57,11 +58,23 @@ class KinetoArgs(msgspec.Struct, frozen=True):
     out_msg_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
     dtype: str | None = None
     group_size: int | None = msgspec.field(default=None, name="Group size")
-    bytes: int | None = None
+    bytes: int | str | None = None  # a decimal string on ROCm runtime calls
     # Tensor shapes of the op's inputs (recorded with record_shapes): kept raw, decoded only to
     # tell apart same-name neighbours.
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input type")
+
+
+    @property
+    def stream(self) -> int | None:
+        """The stream number: ints as written, "0x1f" / "31" strings parsed, else None."""
+        value = self.stream_value
+        if value is None or isinstance(value, int):
+            return value
+        try:
+            return int(value, 0)
+        except ValueError:
+            return None
 
 
 NO_ARGS = KinetoArgs()
@@ -134,6 +147,9 @@ def _cpu_order(event: KinetoEvent) -> tuple:
     # the smaller External id (assigned at op start); then the longer (enclosing) event first.
     ext = event.args.external_id
     return (str(event.pid), str(event.tid), event.ts, ext if ext is not None else 1 << 62, -event.dur)
+
+
+cpu_event_order = _cpu_order  # the sort key of ``KinetoTrace.cpu_events``, for lists built elsewhere
 
 
 def read_kineto_trace(path: str | Path) -> KinetoTrace:

@@ -54,7 +54,7 @@ def write_report(report: LinkReport, path: str | os.PathLike, protected: tuple =
 
 
 def link_pair(
-    et_path: str | os.PathLike,
+    et_path: str | os.PathLike | None,
     kineto_path: str | os.PathLike,
     output: str | os.PathLike | None = None,
     options: LinkOptions | None = None,
@@ -62,17 +62,26 @@ def link_pair(
 ) -> PairOutcome:
     """Link one pair and write the ET+ (JSON or Chakra by suffix) and, if asked, the report.
 
+    With ``et_path`` None the host graph is built from the Kineto trace alone (``kineto_graph``)
+    and the default output goes beside the Kineto file.
     Raises ``TraceInputError`` (bad file) or ``MismatchedPairError`` (different runs); then
     nothing is written.
     """
-    output = Path(output) if output else default_output_path(et_path)
-    protected = (et_path, kineto_path)
-    et = read_execution_trace(et_path)
-    log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
+    output = Path(output) if output else default_output_path(et_path or kineto_path)
+    protected = (et_path, kineto_path) if et_path is not None else (kineto_path,)
+    et = None
+    if et_path is not None:
+        et = read_execution_trace(et_path)
+        log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
     kineto = read_kineto_trace(kineto_path)
     log.info("read Kineto %s: %d CPU events, %d GPU events", kineto_path,
              len(kineto.cpu_events), len(kineto.gpu_events))
-    result = link(et, kineto, options)
+    if et is None:
+        from .kineto_graph import link_kineto_only
+
+        result = link_kineto_only(kineto)
+    else:
+        result = link(et, kineto, options)
     et_plus = build_et_plus(result)
     if output_format(output) == "et":
         from .write_chakra import write_et_plus_chakra

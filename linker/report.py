@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .et_reader import ExecutionTrace
-from .gpu import REASON_WORDS, GpuAttribution
+from .gpu import BEFORE_TRACE, REASON_WORDS, GpuAttribution
 from .intervals import lies_within
 from .kineto_reader import KinetoTrace
 from .match import OpMatch
@@ -53,7 +53,13 @@ class LinkReport:
         return asdict(self)
 
     def summary(self) -> str:
-        lines = [
+        if self.host_graph != "execution trace":
+            lines = [f"et-link: no ET: host graph of {self.et_ops} ops built from the Kineto trace alone, "
+                     f"{self.gpu_events_linked}/{self.gpu_events} GPU ops attached "
+                     f"({self.gpu_linked_pct:.2f}%) in {self.seconds:.2f}s"]
+        else:
+            lines = []
+        lines = lines or [
             f"et-link: {self.method}: linked {self.linked_ops}/{self.et_ops} ET ops "
             f"({self.linked_pct:.2f}%), {self.gpu_events_linked}/{self.gpu_events} GPU ops attached "
             f"({self.gpu_linked_pct:.2f}%) in {self.seconds:.2f}s",
@@ -67,7 +73,8 @@ class LinkReport:
                          f"{self.window['candidates']} candidates)")
         et_unmatched = self.unmatched["et"]["count"]
         k_unmatched = self.unmatched["kineto"]["count"]
-        lines.append(f"  unmatched: {et_unmatched} ET ops, {k_unmatched} Kineto CPU events")
+        if self.host_graph == "execution trace":
+            lines.append(f"  unmatched: {et_unmatched} ET ops, {k_unmatched} Kineto CPU events")
         if self.nesting_violations:
             lines.append(f"  WARNING: {self.nesting_violations} linked ops lie outside their parent's interval")
         lines += [f"  WARNING: {w}" for w in self.warnings]
@@ -119,9 +126,10 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
         {"name": l.event.name[:120], "correlation": l.event.args.correlation, "problem": l.problem}
         for l in gpu.links if l.et_index < 0][:EXAMPLES]
     warnings = list(warnings)
-    if gpu.problem_counts:
+    failures = {why: n for why, n in gpu.problem_counts.items() if why != BEFORE_TRACE}
+    if failures:  # work launched before the trace started is expected, not a failure
         warnings.append("GPU ops not attributed: " + ", ".join(
-            f"{n} {REASON_WORDS[why]}" for why, n in sorted(gpu.problem_counts.items())))
+            f"{n} {REASON_WORDS[why]}" for why, n in sorted(failures.items())))
     if match.unpaired_et_threads:
         warnings.append(f"ET threads {match.unpaired_et_threads} have no Kineto counterpart")
     violations = nesting_violations(et, kineto, match.event_of_op)
