@@ -141,7 +141,8 @@ def dump_command(
 
 @app.command("batch")
 def batch_command(
-    et: str = typer.Option(..., "--et", help="Glob of the ranks' Execution Traces (quote it), e.g. 'run/rank*.et.json.gz'."),
+    et: Optional[str] = typer.Option(None, "--et", help="Glob of the ranks' Execution Traces (quote it), e.g. "
+                                     "'run/rank*.et.json.gz'. Omitted: each rank's host graph is built from its Kineto trace."),
     kineto: str = typer.Option(..., "--kineto", help="Glob of the ranks' Kineto traces (quote it)."),
     output_dir: Path = typer.Option(..., "--output-dir", help="Where the ET+ files, rank<N>.report.json and "
                                     "summary.json go (created if missing)."),

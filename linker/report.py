@@ -53,17 +53,14 @@ class LinkReport:
         return asdict(self)
 
     def summary(self) -> str:
+        before = self.gpu_attribution.get("problems", {}).get(BEFORE_TRACE, 0)
+        gpu = (f"{self.gpu_events_linked}/{self.gpu_events - before} GPU ops launched while tracing attached "
+               f"({self.gpu_linked_pct:.2f}%)")
         if self.host_graph != "execution trace":
-            lines = [f"et-link: no ET: host graph of {self.et_ops} ops built from the Kineto trace alone, "
-                     f"{self.gpu_events_linked}/{self.gpu_events} GPU ops attached "
-                     f"({self.gpu_linked_pct:.2f}%) in {self.seconds:.2f}s"]
+            head = f"et-link: no ET: host graph of {self.et_ops} ops built from the Kineto trace alone, {gpu}"
         else:
-            lines = []
-        lines = lines or [
-            f"et-link: {self.method}: linked {self.linked_ops}/{self.et_ops} ET ops "
-            f"({self.linked_pct:.2f}%), {self.gpu_events_linked}/{self.gpu_events} GPU ops attached "
-            f"({self.gpu_linked_pct:.2f}%) in {self.seconds:.2f}s",
-        ]
+            head = f"et-link: {self.method}: linked {self.linked_ops}/{self.et_ops} ET ops ({self.linked_pct:.2f}%), {gpu}"
+        lines = [f"{head} in {self.seconds:.2f}s"]
         lines += [f"  {reason}" for reason in self.method_reason]
         if self.gpu_accounting:
             lines.append(f"  GPU events: {self.gpu_events_in_trace}")
@@ -121,6 +118,7 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
             {"name": events[i].name, "tid": events[i].tid, "ts": events[i].ts} for i in k_missing[:EXAMPLES]])),
     }
     gpu_total = len(gpu.links)
+    launched_in_trace = gpu_total - gpu.problem_counts[BEFORE_TRACE]
     gpu_linked = gpu.attributed
     unattributed = [
         {"name": l.event.name[:120], "correlation": l.event.args.correlation, "problem": l.problem}
@@ -139,7 +137,8 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
         et_ops=len(ops), linked_ops=linked,
         linked_pct=round(100.0 * linked / len(ops), 3) if ops else 0.0,
         kineto_cpu_events=len(in_window), gpu_events=gpu_total, gpu_events_linked=gpu_linked,
-        gpu_linked_pct=round(100.0 * gpu_linked / gpu_total, 3) if gpu_total else 100.0,
+        # Work launched before the trace started cannot be attributed by anyone: not a failure.
+        gpu_linked_pct=(round(100.0 * gpu_linked / launched_in_trace, 3) if launched_in_trace else 100.0),
         gpu_attribution={"via": dict(gpu.via_counts), "problems": dict(gpu.problem_counts),
                          "unattributed_examples": unattributed,
                          "launch_names_not_in_known_list": dict(gpu.unknown_launch_names),

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import heapq
 import json
+import subprocess
+import sys
 from collections import Counter, defaultdict
 
 import pytest
 
-from conftest import shared_trace
+from conftest import FIXTURES, shared_trace
 from linker.pipeline import link_pair
 from tracetools import load_trace
 
@@ -182,3 +184,51 @@ def test_host_graph_has_one_node_per_cpu_event_nested_by_interval(linked):
     assert report["nesting_violations"] == sum(
         1 for n in ops if "ts" in nodes[n["ctrl_deps"]]
         and n["ts"] + n["dur"] > nodes[n["ctrl_deps"]]["ts"] + nodes[n["ctrl_deps"]]["dur"] + 0.001)
+
+
+# --- the command line, on the hand-written GPU fixtures (always present) ------------------------
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "linker.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_links_a_kineto_trace_without_an_et(tmp_path):
+    kineto = FIXTURES / "gpu" / "gpu_v111" / "kineto.json.gz"
+    out, rep = tmp_path / "plus.et", tmp_path / "report.json"
+    proc = _cli("--kineto-file", kineto, "-o", out, "--report", rep)
+    assert proc.returncode == 0, proc.stderr
+    assert "built from the Kineto trace alone" in proc.stderr
+    report = json.loads(rep.read_text())
+    raw = load_trace(kineto)["traceEvents"]
+    assert report["host_graph"] == "kineto"
+    assert report["et_ops"] == sum(1 for e in raw if e.get("ph") == "X" and e.get("cat") in HOST_CATS)
+    assert report["gpu_events_in_trace"] == sum(1 for e in raw if e.get("ph") == "X" and e.get("cat") in GPU_CATS)
+    assert _cli("validate", out).returncode == 0
+    # default output name beside the Kineto file, on a copy
+    copy = tmp_path / "trace.json.gz"
+    copy.write_bytes(kineto.read_bytes())
+    assert _cli("--kineto-file", copy, "-q").returncode == 0
+    assert (tmp_path / "trace_plus.json").exists()
+
+
+def test_cli_kineto_only_bad_input_is_one_line(tmp_path):
+    et = FIXTURES / "gpu" / "gpu_v111" / "et.json.gz"
+    out = tmp_path / "o.json"
+    proc = _cli("--kineto-file", et, "-o", out)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and str(et) in lines[0] and not out.exists()
+
+
+def test_batch_links_kineto_only_ranks(tmp_path):
+    for rank, name in enumerate(("gpu_v111", "gpu_v101")):
+        (tmp_path / f"rank{rank}.kineto.json.gz").write_bytes(
+            (FIXTURES / "gpu" / name / "kineto.json.gz").read_bytes())
+    out = tmp_path / "out"
+    proc = _cli("batch", "--kineto", tmp_path / "rank*.kineto.json.gz", "--output-dir", out,
+                "--rank-pattern", r"rank(\d+)", "--format", "et", "--workers", "1", "-q")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["status"] for r in summary["ranks"]] == ["linked", "linked"]
+    assert all(r["method"] == "kineto_only" and r["et"] is None for r in summary["ranks"])
+    assert _cli("validate", out / "rank0_plus.et", out / "rank1_plus.et").returncode == 0
