@@ -162,10 +162,11 @@ def link_kineto_only(kineto: KinetoTrace) -> LinkResult:
             op_of_event[e] = i
     gpu = attribute_gpu_ops(graph.kineto, op_of_event, graph.parents)
     exclusive = exclusive_durations(events, graph.parents)
+    threads = len(set(graph.et.tid)) - 1
     note = (f"no Execution Trace: the host graph was built from the Kineto trace alone "
-            f"({len(events) - graph.python_nodes} CPU ops and annotations on "
-            f"{len(set(graph.et.tid)) - 1} threads, nesting from their intervals")
-    note += (f", plus {graph.python_nodes} Python functions around launches outside any op)"
+            f"({len(events) - graph.python_nodes} CPU ops and annotations on {threads} "
+            f"thread{'s' if threads != 1 else ''}, nesting from their intervals")
+    note += (f", plus {graph.python_nodes} Python function event(s) around launches outside any op)"
              if graph.python_nodes else ")")
     match = OpMatch(METHOD, graph.event_of_op, notes=[note])
     report = build_report(graph.et, graph.kineto, match, None, gpu, [], [],
