@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 
+import orjson
 import pytest
 
 from conftest import FIXTURES, shared_trace
@@ -50,6 +51,9 @@ def _innermost(events: list[dict], queries: list[tuple]) -> dict:
     wanted = defaultdict(set)
     for pid, tid, t in queries:
         wanted[(pid, tid)].add(t)
+    same_interval = defaultdict(list)  # events with identical intervals are equally innermost
+    for e in events:
+        same_interval[((e["pid"], e["tid"]), e["ts"], e["dur"])].append(e)
     for key, times in wanted.items():
         thread = sorted(by_thread.get(key, []), key=lambda e: e["ts"])
         heap, k = [], 0
@@ -60,12 +64,8 @@ def _innermost(events: list[dict], queries: list[tuple]) -> dict:
                 k += 1
             while heap and heap[0][3]["ts"] + heap[0][3]["dur"] < t:
                 heapq.heappop(heap)  # ended before t: ended before every later query too
-            best = []
-            if heap:
-                top = heap[0]
-                best = [item[3] for item in heap if item[0] == top[0] and item[1] == top[1]
-                        and item[3]["ts"] + item[3]["dur"] >= t]
-            answer[(key[0], key[1], t)] = best
+            top = heap[0][3] if heap else None
+            answer[(key[0], key[1], t)] = same_interval[(key, top["ts"], top["dur"])] if top else []
     return answer
 
 
@@ -111,7 +111,7 @@ def linked(request, tmp_path_factory):
     path = shared_trace("kineto_only", request.param + ".json.gz")
     out = tmp_path_factory.mktemp(request.param)
     outcome = link_pair(None, path, out / "plus.json", None, out / "report.json")
-    return (request.param, _expected(load_trace(path)), json.loads((out / "plus.json").read_bytes()),
+    return (request.param, _expected(load_trace(path)), orjson.loads((out / "plus.json").read_bytes()),
             json.loads((out / "report.json").read_bytes()), outcome)
 
 
