@@ -80,6 +80,9 @@ def main_command(
         fail(f"unknown --match {method!r}; choose one of {', '.join(METHODS)}")
     from .pipeline import link_pair
 
+    if et_file is None and (method != "auto" or annotation is not None or window is not None):
+        typer.echo("et-link: note: without --et-file there is nothing to match: "
+                   "--match/--annotation/--window are ignored", err=True)
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force,
                           max_depth=max_depth)
     try:

@@ -210,6 +210,8 @@ def test_cli_links_a_kineto_trace_without_an_et(tmp_path):
     copy.write_bytes(kineto.read_bytes())
     assert _cli("--kineto-file", copy, "-q").returncode == 0
     assert (tmp_path / "trace_plus.json").exists()
+    ignored = _cli("--kineto-file", copy, "-o", tmp_path / "x.json", "--exact-match", "-q")
+    assert ignored.returncode == 0 and "ignored" in ignored.stderr
 
 
 def test_cli_kineto_only_bad_input_is_one_line(tmp_path):
@@ -232,3 +234,15 @@ def test_batch_links_kineto_only_ranks(tmp_path):
     assert [r["status"] for r in summary["ranks"]] == ["linked", "linked"]
     assert all(r["method"] == "kineto_only" and r["et"] is None for r in summary["ranks"])
     assert _cli("validate", out / "rank0_plus.et", out / "rank1_plus.et").returncode == 0
+
+
+def test_host_graph_keeps_record_function_ids_with_zero_as_unknown(linked):
+    name, expected, plus, _, _ = linked
+    def rf(node):
+        return next(a["value"] for a in node["attrs"] if a["name"] == "rf_id")
+    have = Counter((n["name"], n["ts"], rf(n)) for n in plus["nodes"]
+                   if "ts" in n and n.get("cat") not in GPU_CATS)
+    want = Counter((e["name"], e["ts"], e["args"].get("Record function id") or 0) for e in expected["host"])
+    assert want - have == Counter()
+    if name in ("multistream_hta_a100_nccl_rank0", "amd_hta_mi250_minitoy_rocm62"):
+        assert sum(1 for key in want if key[2]) > 0  # the two traces with real ids keep them
