@@ -11,8 +11,8 @@ of the pipeline (GPU attribution, durations, ``EtPlus``, both writers) runs unch
   order (the ``tid`` attr is that number, as in an ET);
 - ids in start order per thread (ET ids are given at op start), parents from interval nesting on
   the thread (``intervals.nesting_parents``), a top-level event under its thread root;
-- inputs' shapes from ``Input Dims`` and types from ``Input type`` (a tensor type written as
-  ``Tensor(<dtype>)``, as an ET writes it) where the trace recorded them; values are not recorded;
+- inputs' shapes from ``Input Dims`` where the trace recorded them (values and types are not
+  written);
 - attrs ``rf_id`` (the Kineto ``Record function id``; 0 = unknown), ``tid``, and the usual
   ``fw_parent``/``seq_id``/``scope``/``fw_tid``/``op_schema`` left at their "unknown" values.
 
@@ -42,8 +42,6 @@ SCHEMA = "1.1.1-chakra.0.0.4"
 HOST_GRAPH_SOURCE = "kineto"
 METHOD = "kineto_only"
 PROCESS_ROOT_ID = 1
-# Kineto "Input type" names that are not tensors (everything else with a shape list is one).
-NON_TENSOR_TYPES = frozenset({"", "Scalar", "ScalarList", "TensorList", "GenericList", "None"})
 
 _EMPTY_IO = msgspec.Raw(b'{"values":[],"shapes":[],"types":[],"strides":[]}')
 
@@ -86,20 +84,14 @@ def _attrs(rf_id: int, thread: int) -> msgspec.Raw:
 
 
 def _inputs(event: KinetoEvent) -> msgspec.Raw:
-    """``{"values", "shapes", "types"}`` from the recorded input dims and types (empty if none)."""
-    dims = msgspec.json.decode(event.args.input_dims)
-    types = msgspec.json.decode(event.args.input_types)
-    if not isinstance(dims, list) and not isinstance(types, list):
+    """``{"values", "shapes", "types", "strides"}`` with the recorded ``Input Dims`` as shapes.
+
+    Types are not read: a decoded ``Input type`` would be one more raw view (or string list) per
+    event kept alive on large traces, and nothing downstream needs it."""
+    dims = event.args.input_dims
+    if not isinstance(msgspec.json.decode(dims), list):
         return _EMPTY_IO
-    dims = dims if isinstance(dims, list) else []
-    types = types if isinstance(types, list) else []
-    written = []
-    for position, name in enumerate(types):
-        shape = dims[position] if position < len(dims) else []
-        tensor = isinstance(shape, list) and shape and name not in NON_TENSOR_TYPES
-        written.append(f"Tensor({name})" if tensor else str(name))
-    return msgspec.Raw(msgspec.json.encode(
-        {"values": [], "shapes": dims, "types": written, "strides": []}))
+    return msgspec.Raw(b'{"values":[],"shapes":' + bytes(dims) + b',"types":[],"strides":[]}')
 
 
 def _with_python_events(kineto: KinetoTrace) -> tuple[KinetoTrace, int]:

@@ -9,6 +9,7 @@ event kind (O(n log n)).
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +39,8 @@ LAUNCH_NAMES = frozenset({
 })
 # Launch calls whose one correlation carries every GPU op of a captured graph.
 GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
-# Python call-stack events (with_stack): kept unsorted, looked at only for launches outside every
-# cpu_op and annotation.
+# Python call-stack events (with_stack): kept (unsorted) only around launches outside every cpu_op
+# and annotation, the only place they are looked at.
 PYTHON_CATEGORY = "python_function"
 
 
@@ -62,7 +63,6 @@ class KinetoArgs(msgspec.Struct, frozen=True):
     # Tensor shapes of the op's inputs (recorded with record_shapes): kept raw, decoded only to
     # tell apart same-name neighbours.
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Dims")
-    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input type")
 
 
     @property
@@ -124,7 +124,8 @@ class KinetoTrace:
     ``runtime_events``: ``cuda_runtime``/``cuda_driver`` (and HIP) events, sorted by (pid, tid, ts).
     ``gpu_events``: kernels, memcpys, memsets, sorted by ts.
     ``flows``: ``ac2g`` flow id -> its endpoints (usually one on the host, one on the device).
-    ``python_events``: ``python_function`` complete events, in file order (not sorted).
+    ``python_events``: the ``python_function`` events that may matter (``python_events_in_use``),
+    in file order (not sorted).
     """
 
     path: str
@@ -147,9 +148,6 @@ def _cpu_order(event: KinetoEvent) -> tuple:
     # the smaller External id (assigned at op start); then the longer (enclosing) event first.
     ext = event.args.external_id
     return (str(event.pid), str(event.tid), event.ts, ext if ext is not None else 1 << 62, -event.dur)
-
-
-cpu_event_order = _cpu_order  # the sort key of ``KinetoTrace.cpu_events``, for lists built elsewhere
 
 
 def read_kineto_trace(path: str | Path) -> KinetoTrace:
@@ -203,5 +201,44 @@ def read_kineto_trace(path: str | Path) -> KinetoTrace:
         runtime_events=runtime,
         gpu_events=gpu,
         flows=flows,
-        python_events=python,
+        python_events=python_events_in_use(cpu, runtime, gpu, python),
     )
+
+
+cpu_event_order = _cpu_order  # the sort key of ``KinetoTrace.cpu_events``, for lists built elsewhere
+
+
+def python_events_in_use(cpu, runtime, gpu, python) -> list[KinetoEvent]:
+    """The python events worth keeping: those on a thread with a GPU launch that no CPU event
+    covers, overlapping the span of such launches (usually none: a trace with stacks can hold
+    millions, kept alive for nothing). ``cpu`` sorted as ``cpu_event_order``.
+    O(n + r log n + p): the CPU events' union per thread, then one bisection per launch."""
+    if not python:
+        return []
+    carried = {g.args.correlation for g in gpu if g.args.correlation is not None}
+    launches = [r for r in runtime if r.args.correlation in carried]
+    starts: dict = {}
+    ends: dict = {}
+    for e in cpu:  # per thread, the union of the intervals (start order: merge on the fly)
+        key = (e.pid, e.tid)
+        thread_starts, thread_ends = starts.setdefault(key, []), ends.setdefault(key, [])
+        if thread_ends and e.ts <= thread_ends[-1]:
+            thread_ends[-1] = max(thread_ends[-1], e.ts + e.dur)
+        else:
+            thread_starts.append(e.ts)
+            thread_ends.append(e.ts + e.dur)
+    span: dict = {}  # thread -> (first, last) uncovered launch time
+    for r in launches:
+        key = (r.pid, r.tid)
+        k = bisect.bisect_right(starts.get(key, ()), r.ts) - 1
+        if k < 0 or ends[key][k] < r.ts:
+            first, last = span.get(key, (r.ts, r.ts))
+            span[key] = (min(first, r.ts), max(last, r.ts))
+    if not span:
+        return []
+    kept = []
+    for e in python:
+        window = span.get((e.pid, e.tid))
+        if window is not None and e.ts <= window[1] and e.ts + e.dur >= window[0]:
+            kept.append(e)
+    return kept

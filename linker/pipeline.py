@@ -62,26 +62,19 @@ def link_pair(
 ) -> PairOutcome:
     """Link one pair and write the ET+ (JSON or Chakra by suffix) and, if asked, the report.
 
-    With ``et_path`` None the host graph is built from the Kineto trace alone (``kineto_graph``)
-    and the default output goes beside the Kineto file.
     Raises ``TraceInputError`` (bad file) or ``MismatchedPairError`` (different runs); then
-    nothing is written.
+    nothing is written. With ``et_path`` None: ``link_kineto_alone``.
     """
-    output = Path(output) if output else default_output_path(et_path or kineto_path)
-    protected = (et_path, kineto_path) if et_path is not None else (kineto_path,)
-    et = None
-    if et_path is not None:
-        et = read_execution_trace(et_path)
-        log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
+    if et_path is None:
+        return link_kineto_alone(kineto_path, output, report_path)
+    output = Path(output) if output else default_output_path(et_path)
+    protected = (et_path, kineto_path)
+    et = read_execution_trace(et_path)
+    log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
     kineto = read_kineto_trace(kineto_path)
     log.info("read Kineto %s: %d CPU events, %d GPU events", kineto_path,
              len(kineto.cpu_events), len(kineto.gpu_events))
-    if et is None:
-        from .kineto_graph import link_kineto_only
-
-        result = link_kineto_only(kineto)
-    else:
-        result = link(et, kineto, options)
+    result = link(et, kineto, options)
     et_plus = build_et_plus(result)
     if output_format(output) == "et":
         from .write_chakra import write_et_plus_chakra
@@ -94,3 +87,36 @@ def link_pair(
     if report_path:
         write_report(result.report, report_path, protected)
     return PairOutcome(result.report, output, Path(report_path) if report_path else None)
+
+
+def link_kineto_alone(
+    kineto_path: str | os.PathLike,
+    output: str | os.PathLike | None = None,
+    report_path: str | os.PathLike | None = None,
+) -> PairOutcome:
+    """No ET: build the host graph from the Kineto trace (``kineto_graph``), attach its GPU work
+    and write the ET+ and, if asked, the report, as ``link_pair`` does. Default output:
+    ``<Kineto name>_plus.json`` beside the Kineto file."""
+    from .kineto_graph import link_kineto_only
+
+    output = Path(output) if output else default_output_path(kineto_path)
+    kineto = read_kineto_trace(kineto_path)
+    log.info("read Kineto %s: %d CPU events, %d GPU events (no ET)", kineto_path,
+             len(kineto.cpu_events), len(kineto.gpu_events))
+    result = link_kineto_only(kineto)
+    write_et_plus(build_et_plus(result), output, (kineto_path,))
+    if report_path:
+        write_report(result.report, report_path, (kineto_path,))
+    return PairOutcome(result.report, output, Path(report_path) if report_path else None)
+
+
+def write_et_plus(et_plus, output: Path, protected: tuple) -> None:
+    """The ET+ as Chakra protobuf (``.et``, ``.et.gz``) or ET+ JSON, by the output's suffix."""
+    if output_format(output) == "et":
+        from .write_chakra import write_et_plus_chakra
+
+        write_et_plus_chakra(et_plus, output, protected)
+    else:
+        from .write_json import write_et_plus_json
+
+        write_et_plus_json(et_plus, output, protected)
