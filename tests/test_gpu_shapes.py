@@ -117,3 +117,15 @@ def test_chakra_output_of_every_shape_validates(name, with_et, tmp_path):
     _, report, out = _run(name, tmp_path, with_et=with_et, suffix=".et")
     result = validate_file(out)
     assert result.ok
+
+
+def test_reader_keeps_python_functions_only_around_uncovered_launches():
+    from linker.kineto_reader import read_kineto_trace
+
+    for name in PAIRS:
+        path = FIXTURES / "gpu" / name / "kineto.json.gz"
+        raw = [e for e in load_trace(path)["traceEvents"] if e.get("cat") == "python_function"]
+        kept = read_kineto_trace(path).python_events
+        # the one around the Python-only launch; not the ones around covered launches
+        assert len(raw) > len(kept) == 1 or (len(raw) == len(kept) == 1)
+        assert kept[0].name.startswith(("torch/cuda/graphs.py", "torch/_ops.py"))

@@ -246,3 +246,11 @@ def test_host_graph_keeps_record_function_ids_with_zero_as_unknown(linked):
     assert want - have == Counter()
     if name in ("multistream_hta_a100_nccl_rank0", "amd_hta_mi250_minitoy_rocm62"):
         assert sum(1 for key in want if key[2]) > 0  # the two traces with real ids keep them
+
+
+def test_reader_drops_python_functions_when_every_launch_is_covered():
+    from linker.kineto_reader import read_kineto_trace
+
+    path = shared_trace("kineto_only", "cudagraph_tracelens_mi300_vllm_graph_exec.json.gz")
+    raw = [e for e in load_trace(path)["traceEvents"] if e.get("cat") == "python_function"]
+    assert len(raw) > 0 and read_kineto_trace(path).python_events == []
