@@ -144,7 +144,7 @@ class RankOfFile:
 @dataclass
 class RankPair:
     rank: int
-    et: Path
+    et: Path | None  # None: Kineto-only (the host graph is built from the Kineto trace)
     kineto: Path
     rank_source: str
 
@@ -335,6 +335,9 @@ def pair_rank_files(et_paths: list[Path], kineto_paths: list[Path],
         unpaired.append(f"rank {rank}: Kineto file {kinetos[rank].path} has no ET file{skipped}")
     pairs = [RankPair(r, ets[r].path, kinetos[r].path, kinetos[r].source)
              for r in sorted(set(ets) & set(kinetos))]
+    if not et_paths:  # Kineto-only job: every Kineto file is a rank of its own
+        problems = [p for p in problems if "has no ET file" not in p]
+        pairs = [RankPair(r, None, k.path, k.source) for r, k in sorted(kinetos.items())]
     worlds = {f.world_size for f in kineto_files if f.world_size is not None}
     world = None
     if len(worlds) > 1:
@@ -360,7 +363,7 @@ class RankTask:
     """Everything a worker needs to link one rank (picklable; paths absolute)."""
 
     rank: int
-    et: Path
+    et: Path | None  # None: Kineto-only
     kineto: Path
     output: Path
     report_path: Path
@@ -376,7 +379,7 @@ class RankResult:
 
     rank: int
     status: str
-    et: str
+    et: str | None
     kineto: str
     output: str | None = None
     report: str | None = None
@@ -443,7 +446,7 @@ def output_name(rank: int, fmt: str, compressed: bool) -> str:
 def make_task(pair: RankPair, output_dir: Path, options: LinkOptions, fmt: str, compressed: bool) -> RankTask:
     """The task of one pair; its input size is read from the files' sizes and gzip trailers. O(1)."""
     try:
-        input_bytes = uncompressed_size(pair.et) + uncompressed_size(pair.kineto)
+        input_bytes = (uncompressed_size(pair.et) if pair.et else 0) + uncompressed_size(pair.kineto)
     except OSError:
         input_bytes = 0  # unreadable: the link reports it
     return RankTask(
@@ -471,7 +474,7 @@ def _peak_rss_bytes() -> int:
 
 
 def _base_result(task: RankTask, status: str) -> RankResult:
-    return RankResult(rank=task.rank, status=status, et=str(task.et), kineto=str(task.kineto),
+    return RankResult(rank=task.rank, status=status, et=str(task.et) if task.et else None, kineto=str(task.kineto),
                       input_bytes=task.input_bytes, estimated_peak_bytes=task.estimated_peak_bytes,
                       host=socket.gethostname())
 
@@ -527,7 +530,7 @@ def run_rank_task(task: RankTask) -> RankResult:
     result.output, result.report = str(task.output), str(task.report_path)
     result.wall_seconds, result.peak_rss_bytes, result.base_rss_bytes = wall, peak, base
     record = {"version": SIDECAR_VERSION, "output": _file_stamp(task.output),
-              "inputs": [_file_stamp(task.et), _file_stamp(task.kineto)],
+              "inputs": [_file_stamp(p) for p in (task.et, task.kineto) if p],
               "options": asdict(task.options), "wall_seconds": round(wall, 3),
               "peak_rss_bytes": peak, "base_rss_bytes": base, "host": result.host}
     try:
@@ -551,7 +554,7 @@ def completed_result(task: RankTask, verify: bool = False) -> RankResult | None:
         record = doc["batch"]
         if record.get("version") != SIDECAR_VERSION or record.get("options") != asdict(task.options):
             return None
-        current = [_file_stamp(task.output), _file_stamp(task.et), _file_stamp(task.kineto)]
+        current = [_file_stamp(p) for p in (task.output, task.et, task.kineto) if p]
     except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
         return None
     if [record.get("output")] + list(record.get("inputs") or []) != current:
@@ -976,7 +979,7 @@ class BatchConfig:
     """``et-link batch`` options. ``workers`` None = CPU count; ``memory_budget`` None =
     ``MEMORY_BUDGET_SHARE`` of MemAvailable (local runs only)."""
 
-    et_glob: str
+    et_glob: str | None  # None: Kineto-only ranks
     kineto_glob: str
     output_dir: Path
     options: LinkOptions = field(default_factory=LinkOptions)
@@ -1014,8 +1017,9 @@ def plan_batch(config: BatchConfig) -> BatchPlan:
     """
     if config.fmt not in ("json", "et"):
         raise BatchSetupError(f"unknown --format {config.fmt!r}; choose json or et")
-    et_paths, kineto_paths = expand_glob(config.et_glob), expand_glob(config.kineto_glob)
-    if not et_paths:
+    et_paths = expand_glob(config.et_glob) if config.et_glob is not None else []
+    kineto_paths = expand_glob(config.kineto_glob)
+    if not et_paths and config.et_glob is not None:
         raise BatchSetupError(f"no file matches --et {config.et_glob!r}")
     if not kineto_paths:
         raise BatchSetupError(f"no file matches --kineto {config.kineto_glob!r}")

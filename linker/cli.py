@@ -92,7 +92,7 @@ def _run_pair(et_file: Path, kineto_file: Path, output_file, options: LinkOption
     """``link_pair`` with every failure turned into one line and its exit status."""
     from .pipeline import link_pair
 
-    pair = f"{et_file} + {kineto_file}"
+    pair = f"{et_file} + {kineto_file}" if et_file is not None else str(kineto_file)
     try:
         return link_pair(et_file, kineto_file, output_file, options, report)
     except TraceInputError as err:
@@ -125,12 +125,13 @@ def _setup_logging(level: str) -> None:
 @app.callback()
 def main_command(
     ctx: typer.Context,
-    et_file: Optional[Path] = typer.Option(None, "--et-file", help="Execution Trace (.json or .json.gz)."),
+    et_file: Optional[Path] = typer.Option(None, "--et-file", help="Execution Trace (.json or .json.gz). "
+                                           "Without it the host graph is built from the Kineto trace alone."),
     kineto_file: Optional[Path] = typer.Option(None, "--kineto-file", help="Kineto trace (.json or .json.gz)."),
     output_file: Optional[Path] = typer.Option(
         None, "--output-file", "-o",
         help="ET+ output: .json / .json.gz (ET+ JSON) or .et / .et.gz (Chakra protobuf). "
-             "Default: <ET name>_plus.json beside the ET."),
+             "Default: <ET name>_plus.json beside the ET (<Kineto name>_plus.json without an ET)."),
     match: str = typer.Option("auto", "--match", help=f"Linking method: {', '.join(METHODS)}. "
                               "auto = rf_id when the ids validate, else exact (order), "
                               "falling back to approximate (structure)."),
@@ -155,15 +156,18 @@ def main_command(
         return
     terminate_as_interrupt()
     _setup_logging(log_level)
-    if et_file is None or kineto_file is None:
-        fail("--et-file and --kineto-file are required (or use a subcommand: validate, dump, batch; "
-             "see --help)")
+    if kineto_file is None:
+        fail("--kineto-file is required, with --et-file or alone (or use a subcommand: validate, dump, batch, "
+             "simulate; see --help)")
     if sum((exact_match, approximate, match != "auto")) > 1:
         fail("choose one of --exact-match, --approximate, --match")
     method = "exact" if exact_match else "approximate" if approximate else match
     if method not in METHODS:
         fail(f"unknown --match {method!r}; choose one of {', '.join(METHODS)}")
     _check_options(window, max_depth, min_linked, annotation)
+    if et_file is None and (method != "auto" or annotation is not None or window is not None):
+        typer.echo("et-link: warning: without --et-file there is nothing to match: "
+                   "--match/--annotation/--window are ignored", err=True)
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force,
                           max_depth=max_depth)
     outcome = _run_pair(et_file, kineto_file, output_file, options, report)
@@ -252,7 +256,8 @@ def dump_command(
 
 @app.command("batch")
 def batch_command(
-    et: str = typer.Option(..., "--et", help="Glob of the ranks' Execution Traces (quote it), e.g. 'run/rank*.et.json.gz'."),
+    et: Optional[str] = typer.Option(None, "--et", help="Glob of the ranks' Execution Traces (quote it), e.g. "
+                                     "'run/rank*.et.json.gz'. Omitted: each rank's host graph is built from its Kineto trace."),
     kineto: str = typer.Option(..., "--kineto", help="Glob of the ranks' Kineto traces (quote it)."),
     output_dir: Path = typer.Option(..., "--output-dir", help="Where the ET+ files, rank<N>.report.json and "
                                     "summary.json go (created if missing)."),

@@ -1,6 +1,7 @@
 """One pair from files to files: check outputs, read, check inputs, link, write ET+ and report.
 
-``link_pair`` is what the CLI and the batch runner call for each (ET, Kineto) pair. Order matters
+``link_pair`` is what the CLI and the batch runner call for each (ET, Kineto) pair, or for a Kineto
+trace alone. Order matters
 for trust: output paths are checked before any reading or linking (``fileio.check_output_paths``),
 the decoded inputs go through ``sanity`` (refuse or repair, with warnings), and the report is
 written to its temporary file before the ET+ so that a failure leaves neither. Every user-fixable
@@ -96,7 +97,7 @@ def _write_et_plus(et_plus, output: Path, protected: tuple, et_path) -> None:
 
 
 def link_pair(
-    et_path: str | os.PathLike,
+    et_path: str | os.PathLike | None,
     kineto_path: str | os.PathLike,
     output: str | os.PathLike | None = None,
     options: LinkOptions | None = None,
@@ -104,29 +105,48 @@ def link_pair(
 ) -> PairOutcome:
     """Link one pair and write the ET+ (JSON or Chakra by suffix) and, if asked, the report.
 
-    Raises ``TraceInputError`` (bad file) or ``MismatchedPairError`` (different runs); then
-    nothing is written.
+    With ``et_path`` None the host graph comes from the Kineto trace alone (``kineto_graph``; the
+    default output is then ``<Kineto name>_plus.json`` beside it). Raises ``TraceInputError`` (bad
+    file) or ``MismatchedPairError`` (different runs); then nothing is written.
     """
     started = time.perf_counter()
+    beside = et_path if et_path is not None else kineto_path
     defaulted = not output
-    output = Path(output) if output else default_output_path(et_path)
-    protected = (et_path, kineto_path)
+    output = Path(output) if output else default_output_path(beside)
+    protected = tuple(p for p in (et_path, kineto_path) if p is not None)
     try:
         check_output_paths([output, report_path], protected)
     except TraceInputError as err:
         if defaulted and err.path == str(output):
-            raise TraceInputError(output, f"{err.problem} (the default output beside the ET; choose "
+            raise TraceInputError(output, f"{err.problem} (the default output beside the input; choose "
                                   "another with -o)") from None
         raise
-    et, kineto, input_warnings = read_pair(et_path, kineto_path)
-    result = link(et, kineto, options)
-    result.report.warnings[:0] = input_warnings
+    if et_path is None:
+        result = _link_kineto_alone(kineto_path)
+    else:
+        et, kineto, input_warnings = read_pair(et_path, kineto_path)
+        result = link(et, kineto, options)
+        result.report.warnings[:0] = input_warnings
     et_plus = build_et_plus(result)
     report_output = atomic_output(report_path, protected) if report_path else contextlib.nullcontext()
     with report_output as report_stream:
         if report_stream is not None:
             report_stream.write(_report_bytes(result.report))
             report_stream.flush()  # a full disk shows here, before the ET+ is written
-        _write_et_plus(et_plus, output, protected, et_path)
+        _write_et_plus(et_plus, output, protected, beside)
     return PairOutcome(result.report, output, Path(report_path) if report_path else None,
                        time.perf_counter() - started, et_plus)
+
+
+def _link_kineto_alone(kineto_path: str | os.PathLike):
+    """No ET: read and check the Kineto trace, build the host graph from it and attach its GPU work."""
+    from .kineto_graph import link_kineto_only
+
+    with decoding(kineto_path, "Kineto trace"):
+        kineto = read_kineto_trace(kineto_path)
+    log.info("read Kineto %s: %d CPU events, %d GPU events (no ET)", kineto_path,
+             len(kineto.cpu_events), len(kineto.gpu_events))
+    warnings = check_kineto_trace(kineto)
+    result = link_kineto_only(kineto)
+    result.report.warnings[:0] = warnings
+    return result
