@@ -220,16 +220,19 @@ def simulate_command(
                                              "measured and the simulated timeline side by side."),
     top: int = typer.Option(10, "--top", help="How many ops of the critical path to list."),
 ) -> None:
-    """Replay the trace(s) as ASTRA-sim would and compare the simulated step with the measured one."""
-    from .sim.cli_run import SimulateOptions, run_simulate
+    """Replay the trace(s) as ASTRA-sim would and compare the simulated step with the measured one.
+    Exit status 6 when the graph cannot finish (never-issued nodes or a stalled collective; reported)."""
+    from .sim.cli_run import EXIT_STUCK, SimulateOptions, run_simulate
 
     try:
-        output = run_simulate(SimulateOptions(files, model, scale, comm_groups, json_output, trace_out, top))
+        output, finished = run_simulate(SimulateOptions(files, model, scale, comm_groups, json_output, trace_out, top))
     except TraceInputError as err:
         fail(str(err))
     except ValueError as err:
         fail(str(err))
     sys.stdout.write(output + "\n")
+    if not finished:
+        raise typer.Exit(EXIT_STUCK)
 
 
 def main() -> None:

@@ -19,6 +19,8 @@ from .load import load_graph
 from .perfetto import write_trace
 from .report import build_report, format_text
 
+EXIT_STUCK = 6  # the replay could not run every node (the report says why)
+
 
 @dataclass
 class SimulateOptions:
@@ -31,8 +33,8 @@ class SimulateOptions:
     top: int = 10
 
 
-def run_simulate(options: SimulateOptions) -> str:
-    """Run the whole command; return what to print on stdout."""
+def run_simulate(options: SimulateOptions) -> tuple[str, bool]:
+    """Run the whole command; return what to print on stdout and whether every node ran."""
     if options.model not in MODELS:
         raise ValueError(f"unknown --model {options.model!r}; choose one of {', '.join(MODELS)}")
     if options.top < 0:
@@ -52,6 +54,5 @@ def run_simulate(options: SimulateOptions) -> str:
     report.notes = inputs.notes + report.notes
     if options.trace_out is not None:
         write_trace(result, options.trace_out, tuple(path for path, _ in inputs.files))
-    if options.json_output:
-        return orjson.dumps(report.to_json()).decode()
-    return format_text(report)
+    text = orjson.dumps(report.to_json()).decode() if options.json_output else format_text(report)
+    return text, report.finished
