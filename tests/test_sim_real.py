@@ -118,7 +118,8 @@ def test_job_where_one_rank_lacks_an_nccl_kernel_stalls_naming_rank_and_collecti
     assert stall["process_group"] == "0"
     assert [m["rank"] for m in stall["missing_ranks"]] == [3]
     assert sorted(stall["arrived_ranks"]) == [r for r in RANKS if r != 3]
-    assert any("rank 3" not in note and "different numbers of collectives" in note for note in report["notes"])
+    assert any("different numbers of collectives" in note and "3: 7" in note for note in report["notes"])
+    assert "rank 3" in stall["hint"]
     text = simulate_cli(tmp_path)
     assert text.returncode == 6
     assert f"stall: {stall['comm_type']} #{stall['index']} on process group 0" in text.stdout

@@ -32,7 +32,7 @@ import math
 from array import array
 from dataclasses import dataclass, field
 
-from .graph import COLL, COMM, CPU, GPU, META, RECV, SEND, SimGraph, lane_label
+from .graph import COLL, META, RECV, SEND, SimGraph, comm_type_name, lane_label
 
 ASTRA_SIM, LANES = "astra-sim", "lanes"
 MODELS = (ASTRA_SIM, LANES)
@@ -85,6 +85,7 @@ class CommGroups:
     member_ranks: list[list[int]] = field(default_factory=list)
     label: list[tuple[str, int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    type_mismatch: dict[str, str] = field(default_factory=dict)  # pg -> first disagreement, in words
 
 
 @dataclass
@@ -253,6 +254,34 @@ def _group_collectives(graphs, collectives, comm_groups, position_of_rank, group
         counts = {graphs[r].rank: len(nodes) for r, nodes in zip(positions, lists)}
         if len(set(counts.values())) > 1:
             groups.notes.append(f"process group {pg}: the ranks hold different numbers of collectives {counts}")
+        mismatch = _first_type_mismatch(graphs, positions, lists)
+        if mismatch:
+            groups.type_mismatch[pg] = mismatch
+            groups.notes.append(f"process group {pg}: {mismatch}")
+
+
+def _first_type_mismatch(graphs, positions: list[int], lists: list[list[int]]) -> str:
+    """The first k where the ranks' k-th collectives are of different types, as a sentence naming the
+    odd ranks ("" when they agree). O(collectives)."""
+    offsets = []
+    total = 0
+    for graph in graphs:
+        offsets.append(total)
+        total += len(graph)
+    for k in range(min(len(nodes) for nodes in lists)):
+        types: dict[int, list[int]] = {}
+        for r, nodes in zip(positions, lists):
+            info = graphs[r].comm[nodes[k] - offsets[r]]
+            if info.comm_type >= 0:
+                types.setdefault(info.comm_type, []).append(graphs[r].rank)
+        if len(types) > 1:
+            common = max(types, key=lambda t: len(types[t]))
+            odd = sorted(rank for t, ranks in types.items() if t != common for rank in ranks)
+            odd_types = sorted({comm_type_name(t) for t in types if t != common})
+            return (f"collective #{k} is {comm_type_name(common)} on most ranks but {'/'.join(odd_types)} on "
+                    f"rank{'s' if len(odd) > 1 else ''} {', '.join(map(str, odd))}: a collective is probably "
+                    f"missing (or extra) there before #{k}")
+    return ""
 
 
 def _group_point_to_point(sends, recvs, position_of_rank, groups: CommGroups) -> None:

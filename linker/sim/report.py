@@ -134,7 +134,7 @@ def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], 
     stalls = [{"process_group": s.process_group, "index": s.index, "comm_type": s.comm_type,
                "arrived_ranks": s.arrived_ranks,
                "missing_ranks": [{"rank": rank, "why": why} for rank, why in s.missing],
-               "nodes": [_node_ref(rp, u) for u in s.nodes]} for s in diagnosis.stalls]
+               "nodes": [_node_ref(rp, u) for u in s.nodes], "hint": s.hint} for s in diagnosis.stalls]
     notes = [f"rank {g.rank}: {note}" if len(rp.graphs) > 1 else note for g in rp.graphs for note in g.notes]
     notes += rp.groups.notes
     report = SimReport(
@@ -181,7 +181,8 @@ def format_text(report: SimReport) -> str:
     if report.finished:
         lines.append("never issued: none (every node ran)")
     else:
-        lines.append(f"never issued: {report.never_issued} nodes — the graph cannot finish")
+        lines.append(f"never issued: {report.never_issued} nodes; the replay cannot finish"
+                     + (" (stalled communication below)" if report.stalls else ""))
         for ex in report.never_issued_examples:
             extra = f" ({ex['detail']})" if "detail" in ex else ""
             if "blocked_by" in ex:
@@ -195,6 +196,8 @@ def format_text(report: SimReport) -> str:
                      f"reached by ranks {stall['arrived_ranks']}")
         for missing in stall["missing_ranks"]:
             lines.append(f"  rank {missing['rank']} never reaches it: {missing['why']}")
+        if stall["hint"]:
+            lines.append(f"  hint: {stall['hint']}")
     if report.critical_path:
         kinds = ", ".join(f"{k} {_us(v)}" for k, v in report.critical_path_us_by_kind.items() if v > 0)
         lines.append(f"critical path: {kinds}")
