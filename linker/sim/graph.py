@@ -163,17 +163,17 @@ class GraphBuilder:
         nodes = array("q")
         missing: list[tuple[int, int]] = []
         get = index.get
+        append, mark = nodes.append, offsets.append
         for u, deps in enumerate(self.dep_ids):
-            if deps:
-                seen = set()
-                for d in deps:
-                    v = get(d)
-                    if v is None:
-                        missing.append((u, d))
-                    elif v not in seen:
-                        seen.add(v)
-                        nodes.append(v)
-            offsets.append(len(nodes))
+            if len(deps) > 1:
+                deps = dict.fromkeys(deps)  # deduplicated, in order
+            for d in deps:
+                v = get(d)
+                if v is None:
+                    missing.append((u, d))
+                else:
+                    append(v)
+            mark(len(nodes))
         self.dep_ids = []
         return SimGraph(self.path, self.rank, self.ids, self.names, self.kind, self.duration, self.start,
                         self.measured_dur, self.lane, list(self.lane_index), offsets, nodes, missing,
