@@ -4,13 +4,14 @@ how the .et writer sets durations."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from types import SimpleNamespace
 
 import orjson
 import pytest
+from typer.testing import CliRunner
 
 from conftest import dlrm_pair, fixture_pair, shared_trace
+from linker.cli import app
 from linker.link import LinkOptions
 from linker.pipeline import link_pair
 from linker.sim.cli_run import SimulateOptions, run_simulate
@@ -23,9 +24,12 @@ from wire_decoder import decode_node, read_stream
 RANKS = range(8)
 
 
-def simulate_cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "linker.cli", "simulate", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+def simulate_cli(*args):
+    """``et-link simulate`` run in this process: returncode, stdout, stderr."""
+    result = CliRunner().invoke(app, ["simulate", *map(str, args)])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return SimpleNamespace(returncode=result.exit_code, stdout=result.stdout, stderr=result.stderr)
 
 
 @pytest.fixture(scope="module")
