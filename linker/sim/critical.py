@@ -16,7 +16,7 @@ from .engine import CAUSE_PEER, NO_NODE, Replay
 from .graph import KIND_NAMES
 
 
-@dataclass
+@dataclass(slots=True)
 class PathStep:
     """One node on the critical path (global node number), when it ran, and why it started then
     (``via``: "start", "dependency", "unit" (waited for its resource), "peer" (waited for
@@ -53,39 +53,44 @@ def last_node(rp: Replay) -> int:
 
 def critical_path(rp: Replay) -> list[PathStep]:
     """The chain from time 0 to the simulated end, first node first."""
-    steps: list[PathStep] = []
+    nodes: list[int] = []
     u = last_node(rp)
+    cause = rp.cause
     guard = rp.node_count
-    while u != NO_NODE and guard > 0:
+    while u != NO_NODE and guard > 0:  # causes end before their node starts: no loop, the guard is a fuse
         guard -= 1
-        kind = rp.cause_kind[u]
-        peer_rank = None
-        if kind == CAUSE_PEER:
-            peer_rank = rp.graphs[rp.rank_of(rp.peer[u])].rank
-        steps.append(PathStep(u, rp.start[u], rp.end[u], _VIA[kind], peer_rank))
-        u = rp.cause[u]
-    steps.reverse()
+        nodes.append(u)
+        u = cause[u]
+    nodes.reverse()
+    start, end, cause_kind = rp.start, rp.end, rp.cause_kind
+    steps = [PathStep(u, start[u], end[u], _VIA[cause_kind[u]]) for u in nodes]
+    for step in steps:
+        if cause_kind[step.node] == CAUSE_PEER:
+            step.peer_rank = rp.graphs[rp.rank_of(rp.peer[step.node])].rank
     return steps
 
 
 def top_ops(rp: Replay, path: list[PathStep], limit: int = 10) -> list[CriticalOp]:
     """Op names by their time on the path (end - start of each occurrence), largest first."""
-    totals: dict[tuple[str, str], CriticalOp] = {}
+    totals: dict[tuple[str, int], list] = {}
+    local = rp.local
     for step in path:
-        graph, local = rp.local(step.node)
-        key = (graph.names[local], KIND_NAMES[graph.kind[local]])
-        op = totals.get(key)
-        if op is None:
-            op = totals[key] = CriticalOp(key[0], key[1], 0.0, 0)
-        op.us += step.end - step.start
-        op.count += 1
-    return sorted(totals.values(), key=lambda op: (-op.us, op.name))[:limit]
+        graph, i = local(step.node)
+        key = (graph.names[i], graph.kind[i])
+        entry = totals.get(key)
+        if entry is None:
+            entry = totals[key] = [0.0, 0]
+        entry[0] += step.end - step.start
+        entry[1] += 1
+    ops = [CriticalOp(name, KIND_NAMES[kind], us, count) for (name, kind), (us, count) in totals.items()]
+    return sorted(ops, key=lambda op: (-op.us, op.name))[:limit]
 
 
 def time_by_kind(rp: Replay, path: list[PathStep]) -> dict[str, float]:
     """Time on the path per kind of node ("cpu", "gpu", "comm", "metadata")."""
-    totals = {name: 0.0 for name in KIND_NAMES}
+    totals = [0.0] * len(KIND_NAMES)
+    local = rp.local
     for step in path:
-        graph, local = rp.local(step.node)
-        totals[KIND_NAMES[graph.kind[local]]] += step.end - step.start
-    return totals
+        graph, i = local(step.node)
+        totals[graph.kind[i]] += step.end - step.start
+    return dict(zip(KIND_NAMES, totals))

@@ -28,6 +28,7 @@ on. Cost: O((n + e) log n) time, O(n + e) memory for n nodes and e dependencies 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 import math
 from array import array
 from dataclasses import dataclass, field
@@ -119,14 +120,7 @@ class Replay:
 
     def rank_of(self, u: int) -> int:
         """Rank position (index into ``graphs``) of global node u. O(log ranks)."""
-        lo, hi = 0, len(self.offsets) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.offsets[mid] <= u:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return bisect_right(self.offsets, u) - 1
 
     def local(self, u: int) -> tuple[SimGraph, int]:
         r = self.rank_of(u)
