@@ -7,7 +7,7 @@ import pytest
 
 from linker import et_def_pb2 as pb
 from linker.sim.critical import critical_path
-from linker.sim.engine import ASTRA_SIM, LANES, Scale, replay
+from linker.sim.engine import ASTRA_SIM, LANES, Scale, measured_release, replay
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
 from sim_graphs import coll, cpu, gpu, recv, send, write_et
@@ -120,6 +120,25 @@ def test_collective_starts_when_the_slowest_rank_arrives_and_lasts_the_transfer(
     u = result.offsets[0] + 1
     assert result.cause_kind[u] == 3 and result.rank_of(result.peer[u]) == 1
     assert sum(s.end - s.start for s in path) == 60
+
+
+def test_ranks_start_at_their_measured_offsets_when_clocks_agree(tmp_path):
+    # Same job, but rank 1 began 25 us after rank 0 (starts 1000 and 1025 on one clock): rank 1 is
+    # released at 25, A 25-55, the collective 55-85 (transfer min(50, 30) = 30).
+    ranks = {0: [cpu(1, 10, start=1000), coll(2, 50, [1], start=1010)],
+             1: [cpu(1, 30, start=1025), coll(2, 30, [1], start=1055)]}
+    graphs = [load_graph(write_et(tmp_path / f"rank{r}.et", specs), r) for r, specs in ranks.items()]
+    release = measured_release(graphs)
+    assert release == [0, 25]
+    result = replay(graphs, release=release)
+    report = build_report(result)[0]
+    assert node_times(result, 1, 1) == (25, 55) and node_times(result, 0, 2) == (55, 85)
+    assert report.simulated_us == 85 and [r.simulated_us for r in report.ranks] == [85, 60]
+    assert report.measured_job_span_us == 85  # 1000 .. 1085
+    # Clocks that disagree (rank 1 a day later): no offsets.
+    ranks[1] = [cpu(1, 30, start=86_400_000_000), coll(2, 30, [1], start=86_400_000_030)]
+    graphs[1] = load_graph(write_et(tmp_path / "rank1.et", ranks[1]), 1)
+    assert measured_release(graphs) is None
 
 
 def test_single_rank_replays_its_collective_for_its_own_duration(tmp_path):

@@ -77,7 +77,11 @@ def test_dlrm_job_replays_to_the_end_with_matched_collectives(dlrm_job):
     assert {r["rank"]: r["measured_us"] for r in report["ranks"]} == spans
     assert report["measured_us"] == max(spans.values())
     assert report["slowest_rank"] == max(spans, key=spans.get)
-    assert report["simulated_us"] == max(r["simulated_us"] for r in report["ranks"])
+    # ranks start at their measured offsets (one host clock): rank r's simulated step ends at its offset + step
+    assert min(report["rank_start_us"]) == 0 and max(report["rank_start_us"]) > 0
+    assert report["simulated_us"] == max(r["simulated_us"] + start
+                                         for r, start in zip(report["ranks"], report["rank_start_us"]))
+    assert report["measured_job_span_us"] >= report["measured_us"]
     assert report["ratio"] == round(report["simulated_us"] / report["measured_us"], 4)
     assert report["busy_us"]["comm"] > 0 and report["busy_us"]["gpu"] > 0
     assert report["critical_path"] and all(op["us"] > 0 for op in report["critical_path"])

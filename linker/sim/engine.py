@@ -19,6 +19,9 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   slowest peer; the last rank to arrive waits for nobody, so its kernel — the shortest — is the
   transfer alone. This needs no clock alignment between ranks. A single rank replays its
   collectives for their own duration.
+- job replay: each rank starts at its measured start offset (its first measured start minus the
+  job's earliest) when the ranks' clocks agree (``measured_release``), else all at 0. A rank that
+  began its step late makes the others wait for it at the first collective, as it did when measured.
 
 The loop ends when no event is left; nodes that never ran are then explained (``diagnose``), so a
 stuck graph (missing dependency, cycle, collective a rank never reaches) is reported, never hung
@@ -117,6 +120,7 @@ class Replay:
     groups: CommGroups
     missing: bytearray  # 1 when u depends on an id absent from its file
     queued: list[int]  # nodes still waiting for their unit when the loop ended
+    release: list[float]  # per rank position: when its first nodes became ready
 
     def rank_of(self, u: int) -> int:
         """Rank position (index into ``graphs``) of global node u. O(log ranks)."""
@@ -297,9 +301,26 @@ def _group_point_to_point(sends, recvs, position_of_rank, groups: CommGroups) ->
 # ---------------------------------------------------------------------------------------------
 
 
+def measured_release(graphs: list[SimGraph]) -> list[float] | None:
+    """Each rank's first measured start minus the job's earliest, when the ranks' clocks agree
+    (every rank timed, and the first starts lie within one measured step of each other — true for
+    ranks whose Kineto clocks are one host clock); else None. O(n)."""
+    spans = [graph.measured_span() for graph in graphs]
+    if len(graphs) < 2 or any(first != first for first, _ in spans):
+        return None
+    firsts = [first for first, _ in spans]
+    earliest = min(firsts)
+    if max(firsts) - earliest > max(last - first for first, last in spans):
+        return None
+    return [first - earliest for first in firsts]
+
+
 def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(),
-           comm_groups: dict[str, list[int]] | None = None) -> Replay:
-    """Replay one or several ranks (several = one job, collectives matched across them)."""
+           comm_groups: dict[str, list[int]] | None = None, release: list[float] | None = None) -> Replay:
+    """Replay one or several ranks (several = one job, collectives matched across them).
+
+    ``release[r]``: when rank position r starts (its nodes without dependencies become ready then);
+    default 0 for every rank (see ``measured_release`` for the measured start offsets)."""
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
     offsets, total = [], 0
@@ -318,7 +339,7 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     nan = array("d", [math.nan])
     result = Replay(graphs, model, scale, offsets, duration, unit_of, unit_names, nan * total, nan * total,
                     nan * total, nan * total, array("q", [NO_NODE]) * total, bytearray(total), array("q", [NO_NODE]) * total,
-                    groups, missing, [])
+                    groups, missing, [], list(release) if release is not None else [0.0] * len(graphs))
     _run(result, priority, succ_offsets, succ_nodes, indegree)
     return result
 
@@ -375,9 +396,14 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
                 push(events, (t + transfer, m))
 
     touched: list[int] = []
-    for v in range(len(duration)):
-        if indegree[v] == 0:
-            become_ready(v, 0.0, touched)
+    for r, base in enumerate(rp.offsets):
+        release = rp.release[r]
+        for v in range(base, base + len(rp.graphs[r])):
+            if indegree[v] == 0:
+                if release > 0:
+                    push(events, (release, ~v))  # a release, not a completion
+                else:
+                    become_ready(v, 0.0, touched)
     t = 0.0
     while True:
         for unit in touched:
@@ -389,6 +415,9 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
         t = events[0][0]
         while events and events[0][0] == t:
             _, u = pop(events)
+            if u < 0:
+                become_ready(~u, t, touched)
+                continue
             end[u] = t
             unit = unit_of[u]
             if unit >= 0:

@@ -5,7 +5,9 @@ rank's), ``simulated_us`` (end of the replay), ``ratio`` (simulated / measured),
 ``never_issued`` (count of nodes never issued), ``never_issued_examples``, ``stalls`` (communication
 that could not complete: ranks that reached it, ranks that did not and why), ``busy_us`` (simulated
 busy time per kind: cpu, gpu, comm, over all ranks), ``busy_by_unit`` (per rank and unit),
-``peer_wait_us`` (time collectives held a unit waiting for peer ranks), ``critical_path`` (top ops
+``rank_start_us`` (when each rank starts in the replay: its measured start offset in a job whose
+clocks agree, else 0), ``measured_job_span_us`` (earliest start to latest end over all ranks, when
+clocks agree), ``peer_wait_us`` (time collectives held a unit waiting for peer ranks), ``critical_path`` (top ops
 on it: name, kind, us, count), ``critical_path_us_by_kind``, ``ranks`` (per rank: rank, file,
 nodes, measured_us, simulated_us, ratio), ``slowest_rank``, ``notes`` (fallbacks the readers used,
 matching remarks). Cost: O(n) over the replay.
@@ -59,6 +61,8 @@ class SimReport:
     critical_path_us_by_kind: dict[str, float]
     ranks: list[RankSummary]
     slowest_rank: int
+    rank_start_us: list[float]  # when each rank was released in the replay (its measured start offset, or 0)
+    measured_job_span_us: float | None  # latest measured end minus earliest start over all ranks (clocks agree)
     notes: list[str] = field(default_factory=list)
     cycle_example: list[dict] = field(default_factory=list)
 
@@ -79,12 +83,15 @@ def rank_summaries(rp: Replay) -> list[RankSummary]:
     """Measured and simulated step per rank; a rank's simulated step is the end of its last node."""
     summaries = []
     for graph, base in zip(rp.graphs, rp.offsets):
-        last = 0.0
+        release = rp.release[len(summaries)]
+        last = release
         for e in rp.end[base:base + len(graph)]:
             if e == e and e > last:
                 last = e
         measured = graph.measured_step()
-        summaries.append(RankSummary(graph.rank, graph.path, len(graph), measured, last, _ratio(last, measured)))
+        simulated = last - release
+        summaries.append(RankSummary(graph.rank, graph.path, len(graph), measured, simulated,
+                                     _ratio(simulated, measured)))
     return summaries
 
 
@@ -117,7 +124,7 @@ def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], 
     """The report of a replay, with the critical path and the diagnosis it was built from."""
     ranks = rank_summaries(rp)
     slowest = max(ranks, key=lambda r: r.measured_us)
-    simulated = max((r.simulated_us for r in ranks), default=0.0)
+    simulated = max((r.simulated_us + release for r, release in zip(ranks, rp.release)), default=0.0)
     path = critical_path(rp)
     diagnosis = diagnose(rp)
     by_kind, units, peer_wait = busy_times(rp)
@@ -143,9 +150,15 @@ def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], 
         finished=not diagnosis.never_ran, never_issued=len(never), never_issued_examples=examples,
         stalls=stalls, busy_us=by_kind, busy_by_unit=units, peer_wait_us=peer_wait,
         critical_path=top_ops(rp, path, top), critical_path_us_by_kind=time_by_kind(rp, path),
-        ranks=ranks, slowest_rank=slowest.rank, notes=_dedupe(notes),
+        ranks=ranks, slowest_rank=slowest.rank, rank_start_us=list(rp.release),
+        measured_job_span_us=_job_span(rp) if any(rp.release) else None, notes=_dedupe(notes),
         cycle_example=[_node_ref(rp, u) for u in diagnosis.cycle_example[:EXAMPLES]])
     return report, path, diagnosis
+
+
+def _job_span(rp: Replay) -> float:
+    spans = [graph.measured_span() for graph in rp.graphs]
+    return max(last for _, last in spans) - min(first for first, _ in spans)
 
 
 def _dedupe(items: list[str]) -> list[str]:
@@ -172,6 +185,9 @@ def format_text(report: SimReport) -> str:
     what = f"job step (slowest measured rank {report.slowest_rank})" if job else "step"
     lines.append(f"{what}: measured {_us(report.measured_us)}, simulated {_us(report.simulated_us)}, "
                  f"ratio {ratio}")
+    if report.measured_job_span_us is not None:
+        lines.append(f"  ranks start at their measured offsets (up to {_us(max(report.rank_start_us))}); "
+                     f"measured job span, earliest start to latest end: {_us(report.measured_job_span_us)}")
     lines.append("busy (simulated): " + ", ".join(f"{k} {_us(v)}" for k, v in report.busy_us.items())
                  + (f"; collectives waiting for peers {_us(report.peer_wait_us)}" if job else ""))
     for unit in sorted(report.busy_by_unit, key=lambda u: -u.busy_us)[:8]:
