@@ -3,6 +3,7 @@ in the comments."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from linker import et_def_pb2 as pb
@@ -230,3 +231,33 @@ def test_lanes_model_runs_a_collective_on_its_stream(tmp_path):
     assert report.simulated_us == 40
     _, report, _, _ = simulate(tmp_path, {0: specs})  # astra-sim: comm and GPU are separate units too
     assert report.simulated_us == 40
+
+
+def test_et_plus_json_with_sim_dur_and_data_deps(tmp_path):
+    """The ET+ JSON contract: ``sim_dur`` is simulated, ``inclusive_dur`` measured, ``data_deps`` (ids)
+    with the parent; GPU nodes by ``cat``, collectives by ``comm_type`` name. Nested layout."""
+    def attrs(tid):
+        return [{"name": "tid", "type": "uint64", "value": tid}]
+    nodes = [
+        {"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 1, "attrs": attrs(0)},
+        {"id": 2, "name": "step", "ctrl_deps": 1, "attrs": attrs(1), "ts": 100, "dur": 60, "inclusive_dur": 60,
+         "exclusive_dur": 20, "sim_dur": 12},
+        {"id": 3, "name": "op", "ctrl_deps": 2, "attrs": attrs(1), "ts": 110, "dur": 30, "inclusive_dur": 30,
+         "exclusive_dur": 30, "sim_dur": 25, "data_deps": [2]},
+        {"id": 9, "name": "ncclKernel_AllReduce", "ctrl_deps": 3, "attrs": attrs(1), "cat": "kernel", "ts": 130,
+         "dur": 40, "stream": 20, "device": 0, "sim_dur": 40, "comm_type": "ALL_REDUCE", "pg_name": "0",
+         "data_deps": [3]},
+        {"id": 4, "name": "wait", "ctrl_deps": 2, "attrs": attrs(1), "ts": 150, "dur": 10, "sim_dur": 1,
+         "data_deps": [9]},
+    ]
+    path = tmp_path / "rank0_plus.json"
+    path.write_bytes(orjson.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": nodes}))
+    graph = load_graph(path)
+    assert graph.notes == []
+    (info,) = graph.comm.values()
+    assert info.comm_type == pb.ALL_REDUCE and info.pg_name == "0"
+    result = replay([graph])
+    report = build_report(result)[0]
+    # step 0-12, op 12-37 (after its parent), the all-reduce 37-77, wait 77-78.
+    assert node_times(result, 0, 9) == (37, 77) and report.simulated_us == 78
+    assert report.measured_us == 70  # 100 .. 170 (the kernel ends at 170)
