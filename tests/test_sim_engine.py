@@ -7,7 +7,6 @@ import orjson
 import pytest
 
 from linker import et_def_pb2 as pb
-from linker.sim.critical import critical_path
 from linker.sim.engine import ASTRA_SIM, LANES, Scale, measured_release, replay
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
