@@ -216,3 +216,8 @@ def test_hta_and_linear_single_rank_replays_finish(tmp_path):
             report = orjson.loads(text)
             assert finished and report["finished"] and report["measured_us"] > 0 and report["simulated_us"] > 0
             assert report["model"] == model
+        # the same link as ET+ JSON (hta: the flat 1.0.1 layout; linear: nested) replays the same nodes
+        as_json = tmp_path / f"{name}_plus.json"
+        link_pair(et, kineto, as_json, LinkOptions(), None)
+        from_json = build_report(replay([load_graph(as_json)]))[0]
+        assert from_json.finished and from_json.ranks[0].nodes == report["ranks"][0]["nodes"]
