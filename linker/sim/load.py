@@ -330,7 +330,7 @@ class _JsonNode(msgspec.Struct):
     name: str = ""
     ctrl_deps: Any = None  # nested layout: the parent id
     parent: Any = None  # flat layout: the parent id
-    attrs: list[_JsonAttr] | None = None
+    attrs: msgspec.Raw = msgspec.Raw(b"null")  # nested layout; only its tid is read (``_tid_of``)
     tid: Any = None
     ts: float | None = None
     dur: float | None = None
@@ -363,13 +363,32 @@ def _parent_of(node: _JsonNode) -> int | None:
     return value if isinstance(value, int) and value != node.id else None
 
 
+# The {"name": "tid", ...} object inside a nested-layout node's raw ``attrs`` list.
+_TID_ATTR = re.compile(rb'\{[^{}]*"name"\s*:\s*"tid"[^{}]*\}')
+_ATTR_DECODER = msgspec.json.Decoder(_JsonAttr)
+
+
 def _tid_of(node: _JsonNode) -> int:
+    """The node's CPU thread: flat ``tid``, else the ``tid`` entry of its ``attrs`` (0 if none).
+    The attrs list stays raw: decoding every attribute of every node costs ~5x the whole decode."""
     if node.tid is not None:
         return _as_int(node.tid, 0)
-    for attr in node.attrs or ():
-        if attr.name == "tid":
-            return _as_int(attr.value, 0)
-    return 0
+    match = _TID_ATTR.search(node.attrs)
+    if match is None:
+        return 0
+    text = match.group(0)
+    tid = _TID_CACHE.get(text)
+    if tid is None:
+        try:
+            tid = _as_int(_ATTR_DECODER.decode(text).value, 0)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            tid = 0
+        if len(_TID_CACHE) < 1024:
+            _TID_CACHE[text] = tid
+    return tid
+
+
+_TID_CACHE: dict[bytes, int] = {}
 
 
 def _json_comm(node: _JsonNode) -> CommInfo | None:
@@ -411,14 +430,15 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
         builder.notes.append("no node has a time: is this an ET rather than an ET+?")
     if not has_sim_dur:
         builder.notes.append("no sim_dur (older ET+): simulating exclusive_dur for CPU ops, dur for GPU ops")
-    fallback = None if has_data_deps else _fallback_order(nodes)
+    tids = [_tid_of(node) for node in nodes]
+    fallback = None if has_data_deps else _fallback_order(nodes, tids)
     if fallback is not None:
         builder.notes.append("no data_deps (older ET+): dependencies are the parent, per-thread id order, "
                              "the launcher and the stream order")
     for i, node in enumerate(nodes):
         is_gpu = node.cat in _GPU_CATS
         comm = _json_comm(node) if is_gpu else None
-        tid = _tid_of(node)
+        tid = tids[i]
         if node.sim_dur is not None:
             duration = node.sim_dur
         elif is_gpu:
@@ -446,14 +466,14 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
     return _finish(builder, p)
 
 
-def _fallback_order(nodes: list[_JsonNode]) -> list[int | None]:
+def _fallback_order(nodes: list[_JsonNode], tids: list[int]) -> list[int | None]:
     """For an ET+ without data_deps: the id each node follows — the previous CPU op of its thread in
     id order, or the previous GPU op of its (device, stream) in start order. O(n log n)."""
     previous: list[int | None] = [None] * len(nodes)
     cpu = sorted((i for i, node in enumerate(nodes) if node.cat not in _GPU_CATS), key=lambda i: nodes[i].id)
     last: dict[Any, int] = {}
     for i in cpu:
-        key = _tid_of(nodes[i])
+        key = tids[i]
         previous[i] = last.get(key)
         last[key] = nodes[i].id
     gpu = sorted((i for i, node in enumerate(nodes) if node.cat in _GPU_CATS),
