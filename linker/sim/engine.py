@@ -223,7 +223,13 @@ def _start_key(graph: SimGraph, u: int) -> float:
 
 def _group_collectives(graphs, collectives, comm_groups, position_of_rank, groups: CommGroups) -> None:
     all_positions = list(range(len(graphs)))
-    for pg in sorted({pg for _, pg in collectives}):
+    holders: dict[str, set[int]] = {}  # pg -> rank positions holding collectives on it
+    for r, pg in collectives:
+        holders.setdefault(pg, set()).add(r)
+    offsets = [0]
+    for graph in graphs:
+        offsets.append(offsets[-1] + len(graph))
+    for pg in sorted(holders):
         positions = all_positions
         if comm_groups is not None and pg in comm_groups:
             listed = comm_groups[pg]
@@ -234,7 +240,7 @@ def _group_collectives(graphs, collectives, comm_groups, position_of_rank, group
                                     f"its collectives are matched among the given ranks only")
         elif comm_groups is not None and pg != "0":
             groups.notes.append(f"process group {pg} is not in the comm-group file: taken as all ranks")
-        for r in {r for r, p in collectives if p == pg} - set(positions):
+        for r in sorted(holders[pg] - set(positions)):
             groups.notes.append(f"rank {graphs[r].rank} has collectives on process group {pg} but is not "
                                 f"one of its members; they are replayed alone")
         if len(positions) < 2:
@@ -252,20 +258,15 @@ def _group_collectives(graphs, collectives, comm_groups, position_of_rank, group
         counts = {graphs[r].rank: len(nodes) for r, nodes in zip(positions, lists)}
         if len(set(counts.values())) > 1:
             groups.notes.append(f"process group {pg}: the ranks hold different numbers of collectives {counts}")
-        mismatch = _first_type_mismatch(graphs, positions, lists)
+        mismatch = _first_type_mismatch(graphs, offsets, positions, lists)
         if mismatch:
             groups.type_mismatch[pg] = mismatch
             groups.notes.append(f"process group {pg}: {mismatch}")
 
 
-def _first_type_mismatch(graphs, positions: list[int], lists: list[list[int]]) -> str:
+def _first_type_mismatch(graphs, offsets: list[int], positions: list[int], lists: list[list[int]]) -> str:
     """The first k where the ranks' k-th collectives are of different types, as a sentence naming the
-    odd ranks ("" when they agree). O(collectives)."""
-    offsets = []
-    total = 0
-    for graph in graphs:
-        offsets.append(total)
-        total += len(graph)
+    odd ranks ("" when they agree). O(collectives of the group)."""
     for k in range(min(len(nodes) for nodes in lists)):
         types: dict[int, list[int]] = {}
         for r, nodes in zip(positions, lists):
