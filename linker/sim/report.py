@@ -142,7 +142,7 @@ def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], 
                "arrived_ranks": s.arrived_ranks,
                "missing_ranks": [{"rank": rank, "why": why} for rank, why in s.missing],
                "nodes": [_node_ref(rp, u) for u in s.nodes], "hint": s.hint} for s in diagnosis.stalls]
-    notes = [f"rank {g.rank}: {note}" if len(rp.graphs) > 1 else note for g in rp.graphs for note in g.notes]
+    notes = _rank_notes(rp)
     notes += rp.groups.notes
     report = SimReport(
         model=rp.model, scale={"cpu": rp.scale.cpu, "gpu": rp.scale.gpu, "comm": rp.scale.comm},
@@ -154,6 +154,18 @@ def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], 
         measured_job_span_us=_job_span(rp) if any(rp.release) else None, notes=_dedupe(notes),
         cycle_example=[_node_ref(rp, u) for u in diagnosis.cycle_example[:EXAMPLES]])
     return report, path, diagnosis
+
+
+def _rank_notes(rp: Replay) -> list[str]:
+    """The readers' notes, each once, with the ranks it concerns ("all ranks" when every one)."""
+    ranks_of: dict[str, list[int]] = {}
+    for graph in rp.graphs:
+        for note in graph.notes:
+            ranks_of.setdefault(note, []).append(graph.rank)
+    if len(rp.graphs) == 1:
+        return list(ranks_of)
+    return [f"{'all ranks' if len(ranks) == len(rp.graphs) else 'ranks ' + ', '.join(map(str, ranks))}: {note}"
+            for note, ranks in ranks_of.items()]
 
 
 def _job_span(rp: Replay) -> float:
