@@ -260,3 +260,20 @@ def test_et_plus_json_with_sim_dur_and_data_deps(tmp_path):
     # step 0-12, op 12-37 (after its parent), the all-reduce 37-77, wait 77-78.
     assert node_times(result, 0, 9) == (37, 77) and report.simulated_us == 78
     assert report.measured_us == 70  # 100 .. 170 (the kernel ends at 170)
+
+
+def test_critical_path_names_the_dependency_causes_the_file_gives(tmp_path):
+    # A(10) launches K(30) (data dep, cause "launch", and ctrl parent A); S(1) waits for K ("sync").
+    from linker.chakra_io import make_attr
+    kernel = gpu(2, 30, [1])
+    kernel.ctrl = (1,)
+    kernel.attrs.append(make_attr("data_dep_causes", ["launch"]))
+    sync = cpu(3, 1, [2])
+    sync.attrs.append(make_attr("data_dep_causes", ["sync"]))
+    result, report, path, _ = simulate(tmp_path, {0: [cpu(1, 10), kernel, sync]})
+    assert report.simulated_us == 41
+    assert [(s.via, s.link) for s in path] == [("start", ""), ("dependency", "launch"), ("dependency", "sync")]
+    assert {(link.link, link.count, link.us) for link in report.critical_path_links} == {
+        ("start", 1, 10), ("launch", 1, 30), ("sync", 1, 1)}
+    graph = result.graphs[0]
+    assert graph.edge_cause(1, 0) == "launch"  # the data cause wins over the repeated ctrl edge

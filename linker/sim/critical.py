@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .engine import CAUSE_PEER, NO_NODE, Replay
+from .engine import CAUSE_DEPENDENCY, CAUSE_PEER, NO_NODE, Replay
 from .graph import KIND_NAMES
 
 
@@ -27,6 +27,7 @@ class PathStep:
     end: float
     via: str
     peer_rank: int | None = None
+    link: str = ""  # for "dependency": the edge's cause from the file ("parent", "launch"...), if known
 
 
 @dataclass
@@ -67,7 +68,36 @@ def critical_path(rp: Replay) -> list[PathStep]:
     for step in steps:
         if cause_kind[step.node] == CAUSE_PEER:
             step.peer_rank = rp.graphs[rp.rank_of(rp.peer[step.node])].rank
+        elif cause_kind[step.node] == CAUSE_DEPENDENCY:
+            graph, local = rp.local(step.node)
+            if graph.dep_cause:
+                step.link = graph.edge_cause(local, cause[step.node] - (step.node - local))
     return steps
+
+
+@dataclass
+class PathLink:
+    """How the critical path continues into its nodes: ``link`` is "start", "unit" (waited for its
+    resource), "peer" (waited for another rank at a collective), or the dependency's cause
+    ("parent", "thread_order", "launch"..., "dependency" when the file gives none); ``us`` is the
+    time of the nodes entered that way."""
+
+    link: str
+    count: int
+    us: float
+
+
+def path_links(path: list[PathStep]) -> list[PathLink]:
+    """The path's links by kind, largest time first."""
+    totals: dict[str, PathLink] = {}
+    for step in path:
+        name = step.link or step.via
+        entry = totals.get(name)
+        if entry is None:
+            entry = totals[name] = PathLink(name, 0, 0.0)
+        entry.count += 1
+        entry.us += step.end - step.start
+    return sorted(totals.values(), key=lambda link: (-link.us, link.link))
 
 
 def top_ops(rp: Replay, path: list[PathStep], limit: int = 10) -> list[CriticalOp]:

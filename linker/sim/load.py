@@ -112,7 +112,7 @@ _SlimNode = _slim_node_class()
 # Attributes the replay reads, by their UTF-8 name.
 _WANTED_ATTRS = frozenset(name.encode() for name in (
     "is_cpu_op", "tid", "stream", "device", "comm_type", "comm_size", "pg_name", "comm_src", "comm_dst",
-    "inclusive_dur_micros", "host_gap"))
+    "inclusive_dur_micros", "host_gap", "data_dep_causes"))
 # Attributes not read whose values are about unique per op: skipped by prefix, never cached.
 _PER_OP_ATTRS = frozenset((b"rf_id", b"seq_id", b"fw_parent"))
 _ATTR_CACHE_LIMIT = 1 << 16
@@ -282,8 +282,13 @@ def load_chakra(path: str | os.PathLike, rank: int = 0) -> SimGraph:
             kind, lane = CPU, cpu_lane(_as_int(attrs.get("tid"), 0))
         deps = message.data_deps
         ctrl = message.ctrl_deps
+        causes = attrs.get("data_dep_causes")
+        if causes is not None and len(causes) == len(deps):
+            causes = ["parent"] * len(ctrl) + causes
+        else:
+            causes = None
         add(message.id, message.name, kind, duration, start, measured, lane,
-            list(ctrl) + list(deps) if ctrl else list(deps), comm)
+            list(ctrl) + list(deps) if ctrl else list(deps), comm, causes)
     if not saw_inclusive:
         builder.notes.append("no inclusive_dur_micros attribute: the measured timeline uses duration_micros")
     return _finish(builder, p)
@@ -338,6 +343,7 @@ class _JsonNode(msgspec.Struct):
     exclusive_dur: float | None = None
     sim_dur: float | None = None
     data_deps: list[int] | None = None
+    data_dep_causes: list[str] | None = None
     cat: str | None = None
     stream: int | None = None
     device: int | None = None
@@ -456,13 +462,16 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
             lane = cpu_lane(tid)
         parent = _parent_of(node)
         deps: list[int] = [] if parent is None else [parent]
+        causes = None
         if fallback is not None:
             previous = fallback[i]
             if previous is not None:
                 deps.append(previous)
         elif node.data_deps:
+            if node.data_dep_causes is not None and len(node.data_dep_causes) == len(node.data_deps):
+                causes = ["parent"] * len(deps) + node.data_dep_causes
             deps.extend(node.data_deps)
-        builder.add(node.id, node.name, kind, float(duration), start, float(measured), lane, deps, comm)
+        builder.add(node.id, node.name, kind, float(duration), start, float(measured), lane, deps, comm, causes)
     return _finish(builder, p)
 
 

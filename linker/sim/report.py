@@ -8,7 +8,8 @@ busy time per kind: cpu, gpu, comm, over all ranks), ``busy_by_unit`` (per rank 
 ``rank_start_us`` (when each rank starts in the replay: its measured start offset in a job whose
 clocks agree, else 0), ``measured_job_span_us`` (earliest start to latest end over all ranks, when
 clocks agree), ``peer_wait_us`` (time collectives held a unit waiting for peer ranks), ``critical_path`` (top ops
-on it: name, kind, us, count), ``critical_path_us_by_kind``, ``ranks`` (per rank: rank, file,
+on it: name, kind, us, count), ``critical_path_us_by_kind``, ``critical_path_links`` (how the path
+enters its nodes: a dependency's cause from the file, "unit", "peer", "start"; count and time), ``ranks`` (per rank: rank, file,
 nodes, measured_us, simulated_us, ratio), ``slowest_rank``, ``notes`` (fallbacks the readers used,
 matching remarks). Cost: O(n) over the replay.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .critical import CriticalOp, PathStep, critical_path, time_by_kind, top_ops
+from .critical import CriticalOp, PathLink, PathStep, critical_path, path_links, time_by_kind, top_ops
 from .diagnose import Diagnosis, diagnose
 from .engine import Replay
 from .graph import KIND_NAMES
@@ -59,6 +60,7 @@ class SimReport:
     peer_wait_us: float
     critical_path: list[CriticalOp]
     critical_path_us_by_kind: dict[str, float]
+    critical_path_links: list[PathLink]
     ranks: list[RankSummary]
     slowest_rank: int
     rank_start_us: list[float]  # when each rank was released in the replay (its measured start offset, or 0)
@@ -150,6 +152,7 @@ def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], 
         finished=not diagnosis.never_ran, never_issued=len(never), never_issued_examples=examples,
         stalls=stalls, busy_us=by_kind, busy_by_unit=units, peer_wait_us=peer_wait,
         critical_path=top_ops(rp, path, top), critical_path_us_by_kind=time_by_kind(rp, path),
+        critical_path_links=path_links(path),
         ranks=ranks, slowest_rank=slowest.rank, rank_start_us=list(rp.release),
         measured_job_span_us=_job_span(rp) if any(rp.release) else None, notes=_dedupe(notes),
         cycle_example=[_node_ref(rp, u) for u in diagnosis.cycle_example[:EXAMPLES]])
@@ -229,6 +232,8 @@ def format_text(report: SimReport) -> str:
     if report.critical_path:
         kinds = ", ".join(f"{k} {_us(v)}" for k, v in report.critical_path_us_by_kind.items() if v > 0)
         lines.append(f"critical path: {kinds}")
+        lines.append("  entered via: " + ", ".join(f"{link.link} {link.count} ({_us(link.us)})"
+                                                  for link in report.critical_path_links))
         lines.append(f"  {'time on path':>14}  {'share':>5}  {'count':>5}  kind  op")
         for op in report.critical_path:
             share = op.us / report.simulated_us if report.simulated_us > 0 else 0.0
