@@ -114,7 +114,10 @@ _WANTED_ATTRS = frozenset(name.encode() for name in (
     "is_cpu_op", "tid", "stream", "device", "comm_type", "comm_size", "pg_name", "comm_src", "comm_dst",
     "inclusive_dur_micros", "host_gap", "data_dep_causes"))
 # Attributes not read whose values are about unique per op: skipped by prefix, never cached.
-_PER_OP_ATTRS = frozenset((b"rf_id", b"seq_id", b"fw_parent"))
+_PER_OP_ATTRS = frozenset((b"rf_id", b"seq_id", b"fw_parent", b"exclusive_dur_micros", b"blocked_micros",
+                           b"host_gap_micros"))
+# A per-op attribute the replay reads, as its int64 wire prefix (name, then field 9 varint): decoded inline.
+_INCLUSIVE_PREFIX = b"\x0a\x14inclusive_dur_micros\x48"
 _ATTR_CACHE_LIMIT = 1 << 16
 
 
@@ -133,6 +136,10 @@ class _AttrDecoder:
         hit = self.cache.get(raw, False)
         if hit is not False:
             return hit
+        if raw.startswith(_INCLUSIVE_PREFIX):
+            value = _small_varint(raw, len(_INCLUSIVE_PREFIX))
+            if value is not None:
+                return "inclusive_dur_micros", value
         if raw.startswith(self.skip):
             return None
         attr = pb.AttributeProto()
@@ -152,6 +159,17 @@ class _AttrDecoder:
         if len(self.cache) < _ATTR_CACHE_LIMIT:
             self.cache[raw] = result
         return result
+
+
+def _small_varint(raw: bytes, pos: int) -> int | None:
+    """The non-negative varint at ``pos`` when it ends the bytes and fits 63 bits, else None."""
+    value = shift = 0
+    for byte in raw[pos:]:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value if pos + shift // 7 == len(raw) and value < (1 << 63) else None
+    return None
 
 
 _READ_BYTES = 1 << 22
