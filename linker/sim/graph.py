@@ -184,45 +184,39 @@ class GraphBuilder:
         append, mark = nodes.append, offsets.append
         causes_of = self.dep_causes
         dep_cause = bytearray()
+        add_cause = dep_cause.append
         cause_code: dict[str, int] = {"": 0}
+        code_of = cause_code.get
         for u, deps in enumerate(self.dep_ids):
             causes = causes_of.get(u) if causes_of else None
-            if causes is not None:
-                _append_with_causes(u, deps, causes, get, nodes, missing, dep_cause, cause_code)
-                mark(len(nodes))
-                continue
-            if len(deps) > 1:
-                deps = dict.fromkeys(deps)  # deduplicated, in order
-            for d in deps:
-                v = get(d)
-                if v is None:
-                    missing.append((u, d))
-                else:
+            if causes is None:
+                if len(deps) > 1:
+                    deps = dict.fromkeys(deps)  # deduplicated, in order
+                for d in deps:
+                    v = get(d)
+                    if v is None:
+                        missing.append((u, d))
+                    else:
+                        append(v)
+                        if causes_of:
+                            add_cause(0)
+            else:
+                first: dict[int, str] = {}
+                for d, cause in zip(deps, causes):
+                    if first.setdefault(d, cause) == "parent" and cause:
+                        first[d] = cause  # a data cause ("launch"...) says more than the ctrl edge it repeats
+                for d, cause in first.items():
+                    v = get(d)
+                    if v is None:
+                        missing.append((u, d))
+                        continue
                     append(v)
-            if causes_of:
-                dep_cause.extend(bytes(len(nodes) - len(dep_cause)))
+                    code = code_of(cause)
+                    if code is None:
+                        code = cause_code[cause] = len(cause_code) if len(cause_code) < 256 else 0
+                    add_cause(code)
             mark(len(nodes))
         self.dep_ids, self.dep_causes = [], {}
         return SimGraph(self.path, self.rank, self.ids, self.names, self.kind, self.duration, self.start,
                         self.measured_dur, self.lane, list(self.lane_index), offsets, nodes, missing,
                         self.comm, self.notes, dep_cause, sorted(cause_code, key=cause_code.get))
-
-
-def _append_with_causes(u: int, deps, causes: list[str], get, nodes: array, missing: list, dep_cause: bytearray,
-                        cause_code: dict[str, int]) -> None:
-    """Append u's resolved deps and their cause codes (first cause of a repeated dep wins)."""
-    first: dict[int, str] = {}
-    for d, cause in zip(deps, causes):
-        if first.setdefault(d, cause) == "parent" and cause:
-            first[d] = cause  # a data cause ("launch"...) says more than the ctrl edge it repeats
-    dep_cause.extend(bytes(len(nodes) - len(dep_cause)))  # earlier nodes without causes
-    for d, cause in first.items():
-        v = get(d)
-        if v is None:
-            missing.append((u, d))
-            continue
-        nodes.append(v)
-        code = cause_code.get(cause)
-        if code is None:
-            code = cause_code[cause] = len(cause_code) if len(cause_code) < 256 else 0
-        dep_cause.append(code)
