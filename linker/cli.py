@@ -213,7 +213,7 @@ def simulate_command(
     model: str = typer.Option("astra-sim", "--model", help="astra-sim: one CPU op, one GPU compute op and one "
                               "collective in flight per rank; lanes: each CPU thread and GPU stream its own unit."),
     scale: str = typer.Option("", "--scale", help="What-if duration factors, e.g. cpu=0.5,gpu=1,comm=2."),
-    comm_groups: Optional[Path] = typer.Option(None, "--comm-groups", help='Process groups {"<pg id>": [ranks]} '
+    comm_groups: Optional[Path] = typer.Option(None, "--comm-groups", help='Process groups as JSON {"<pg id>": list of global ranks} '
                                                "(default: comm_groups.json beside the inputs, else all ranks)."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of the text report."),
     trace_out: Optional[Path] = typer.Option(None, "--trace-out", help="Write a Chrome/Perfetto trace with the "
