@@ -16,6 +16,7 @@ from linker.link import LinkOptions
 from linker.pipeline import link_pair
 from linker.sim.cli_run import SimulateOptions, run_simulate
 from linker.sim.engine import replay
+from linker.sim.graph import COMM, CPU, GPU
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
 from tracetools import load_trace, save_trace
@@ -108,6 +109,19 @@ def test_single_rank_reads_what_the_wire_says(dlrm_job):
     edges = sum(len(set(f.get(4, [])) | set(f.get(5, []))) for f in frames)
     assert len(graph.dep_nodes) == edges and not graph.missing_deps
     assert sum(1 for f in frames if f[3][0] in (5, 6, 7)) == len(graph.comm)
+    # resource kind, lane and communication attributes, from the attributes as the wire decoder reads
+    # them (AttributeProto: name 1, int64_val 9, bool_val 27, string_val 29)
+    for u, f in enumerate(frames):
+        attrs = {a[1]: next(v for k, v in a.items() if k != 1) for a in f.get(10, [])}
+        node_type = f.get(3, [0])[0]
+        if node_type in (5, 6, 7):
+            kind, lane = COMM, ("gpu", attrs.get("device", 0), attrs.get("stream", -1))
+            assert graph.comm[u].comm_type == attrs["comm_type"] and graph.comm[u].pg_name == attrs["pg_name"]
+        elif attrs.get("is_cpu_op", True) is False:
+            kind, lane = GPU, ("gpu", attrs.get("device", 0), attrs.get("stream", -1))
+        else:
+            kind, lane = CPU, ("cpu", attrs.get("tid", 0))
+        assert (graph.kind[u], graph.lane_keys[graph.lane[u]]) == (kind, lane), f"node {graph.ids[u]}"
 
 
 def drop_one_nccl_kernel(kineto: dict) -> tuple[dict, str]:
