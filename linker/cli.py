@@ -30,6 +30,7 @@ EXIT_RANKS_FAILED = 5  # same value as batch.EXIT_RANKS_FAILED
 EXIT_BELOW_MIN_LINKED = 6
 EXIT_UNREADABLE = 7
 EXIT_COLLECTIVE_MISMATCH = 8  # same value as job_check.EXIT_COLLECTIVE_MISMATCH
+EXIT_SIM_STUCK = 9  # same value as sim.cli_run.EXIT_STUCK
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
@@ -43,6 +44,7 @@ EXIT_STATUS_TABLE = (
     (EXIT_BELOW_MIN_LINKED, "linked share below --min-linked (the ET+ and report are written)"),
     (EXIT_UNREADABLE, "validate: a file could not be read as ET/ET+ JSON or Chakra"),
     (EXIT_COLLECTIVE_MISMATCH, "batch: the ranks' collectives disagree (see summary.json; --allow-mismatch exits 0)"),
+    (EXIT_SIM_STUCK, "simulate: the replay could not run every node (stuck graph or stalled collective; the report says where)"),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C); no partial output is left"),
     (EXIT_TERMINATED, "terminated (SIGTERM); no partial output is left"),
 )
@@ -336,6 +338,38 @@ def batch_command(
         raise typer.Exit(EXIT_RANKS_FAILED)
     if summary.collectives is not None and summary.collectives.mismatch and not allow_mismatch:
         raise typer.Exit(EXIT_COLLECTIVE_MISMATCH)
+
+
+@app.command("simulate")
+def simulate_command(
+    files: list[Path] = typer.Argument(..., help="One rank's .et / .et.gz / ET+ JSON, or several files of one "
+                                       "job (or a batch output directory): replayed together."),
+    model: str = typer.Option("astra-sim", "--model", help="astra-sim: one CPU op, one GPU compute op and one "
+                              "collective in flight per rank; lanes: each CPU thread and GPU stream its own unit."),
+    scale: str = typer.Option("", "--scale", help="What-if duration factors, e.g. cpu=0.5,gpu=1,comm=2."),
+    comm_groups: Optional[Path] = typer.Option(None, "--comm-groups", help='Process groups as JSON {"<pg id>": list of global ranks} '
+                                               "(default: comm_groups.json beside the inputs, else all ranks)."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of the text report."),
+    trace_out: Optional[Path] = typer.Option(None, "--trace-out", help="Write a Chrome/Perfetto trace with the "
+                                             "measured and the simulated timeline side by side."),
+    top: int = typer.Option(10, "--top", help="How many ops of the critical path to list."),
+    rank_start: str = typer.Option("measured", "--rank-start", help="Job replay: measured = each rank starts at "
+                                   "its measured start offset (when the ranks' clocks agree); zero = all at 0."),
+) -> None:
+    """Replay the trace(s) as ASTRA-sim would and compare the simulated step with the measured one.
+    Exit status 6 when the graph cannot finish (never-issued nodes or a stalled collective; reported)."""
+    from .sim.cli_run import EXIT_STUCK, SimulateOptions, run_simulate
+
+    try:
+        output, finished = run_simulate(SimulateOptions(files, model, scale, comm_groups, json_output, trace_out, top,
+                                                           rank_start))
+    except TraceInputError as err:
+        fail(str(err))
+    except ValueError as err:
+        fail(str(err))
+    sys.stdout.write(output + "\n")
+    if not finished:
+        raise typer.Exit(EXIT_STUCK)
 
 
 def main() -> None:

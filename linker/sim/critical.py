@@ -1,0 +1,126 @@
+"""The critical path of a replay: the chain of nodes whose ends set each other's starts up to the
+simulated end, and the ops that take most time on it.
+
+Every node started because of one thing the replay recorded (``Replay.cause``): its last
+dependency to finish, the node before it on its unit (a resource wait), or — for a collective —
+what made its last-arriving member arrive (a wait for a peer rank). Following causes back from the
+node that ends last gives a chain that tiles the whole simulated time: each link starts when the
+previous one ends. Cost: O(length of the path) to walk, O(path) to aggregate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .engine import CAUSE_DEPENDENCY, CAUSE_PEER, NO_NODE, Replay
+from .graph import KIND_NAMES
+
+
+@dataclass(slots=True)
+class PathStep:
+    """One node on the critical path (global node number), when it ran, and why it started then
+    (``via``: "start", "dependency", "unit" (waited for its resource), "peer" (waited for
+    ``peer_rank`` to reach the collective))."""
+
+    node: int
+    start: float
+    end: float
+    via: str
+    peer_rank: int | None = None
+    link: str = ""  # for "dependency": the edge's cause from the file ("parent", "launch"...), if known
+
+
+@dataclass
+class CriticalOp:
+    """Time an op name (of one kind) spends on the critical path, over ``count`` occurrences."""
+
+    name: str
+    kind: str
+    us: float
+    count: int
+
+
+_VIA = ("start", "dependency", "unit", "peer")
+
+
+def last_node(rp: Replay) -> int:
+    """The node that finishes last (-1 when nothing finished). O(n)."""
+    best, best_end = NO_NODE, -1.0
+    for u, e in enumerate(rp.end):
+        if e == e and e >= best_end:
+            best, best_end = u, e
+    return best
+
+
+def critical_path(rp: Replay) -> list[PathStep]:
+    """The chain from time 0 to the simulated end, first node first."""
+    nodes: list[int] = []
+    u = last_node(rp)
+    cause = rp.cause
+    guard = rp.node_count
+    while u != NO_NODE and guard > 0:  # causes end before their node starts: no loop, the guard is a fuse
+        guard -= 1
+        nodes.append(u)
+        u = cause[u]
+    nodes.reverse()
+    start, end, cause_kind = rp.start, rp.end, rp.cause_kind
+    steps = [PathStep(u, start[u], end[u], _VIA[cause_kind[u]]) for u in nodes]
+    for step in steps:
+        if cause_kind[step.node] == CAUSE_PEER:
+            step.peer_rank = rp.graphs[rp.rank_of(rp.peer[step.node])].rank
+        elif cause_kind[step.node] == CAUSE_DEPENDENCY:
+            graph, local = rp.local(step.node)
+            if graph.dep_cause:
+                step.link = graph.edge_cause(local, cause[step.node] - (step.node - local))
+    return steps
+
+
+@dataclass
+class PathLink:
+    """How the critical path continues into its nodes: ``link`` is "start", "unit" (waited for its
+    resource), "peer" (waited for another rank at a collective), or the dependency's cause
+    ("parent", "thread_order", "launch"..., "dependency" when the file gives none); ``us`` is the
+    time of the nodes entered that way."""
+
+    link: str
+    count: int
+    us: float
+
+
+def path_links(path: list[PathStep]) -> list[PathLink]:
+    """The path's links by kind, largest time first."""
+    totals: dict[str, PathLink] = {}
+    for step in path:
+        name = step.link or step.via
+        entry = totals.get(name)
+        if entry is None:
+            entry = totals[name] = PathLink(name, 0, 0.0)
+        entry.count += 1
+        entry.us += step.end - step.start
+    return sorted(totals.values(), key=lambda link: (-link.us, link.link))
+
+
+def top_ops(rp: Replay, path: list[PathStep], limit: int = 10) -> list[CriticalOp]:
+    """Op names by their time on the path (end - start of each occurrence), largest first."""
+    totals: dict[tuple[str, int], list] = {}
+    local = rp.local
+    for step in path:
+        graph, i = local(step.node)
+        key = (graph.names[i], graph.kind[i])
+        entry = totals.get(key)
+        if entry is None:
+            entry = totals[key] = [0.0, 0]
+        entry[0] += step.end - step.start
+        entry[1] += 1
+    ops = [CriticalOp(name, KIND_NAMES[kind], us, count) for (name, kind), (us, count) in totals.items()]
+    return sorted(ops, key=lambda op: (-op.us, op.name))[:limit]
+
+
+def time_by_kind(rp: Replay, path: list[PathStep]) -> dict[str, float]:
+    """Time on the path per kind of node ("cpu", "gpu", "comm", "metadata")."""
+    totals = [0.0] * len(KIND_NAMES)
+    local = rp.local
+    for step in path:
+        graph, i = local(step.node)
+        totals[graph.kind[i]] += step.end - step.start
+    return dict(zip(KIND_NAMES, totals))
