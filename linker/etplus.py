@@ -61,6 +61,8 @@ class EtPlus:
     result: LinkResult
     gpu_nodes: list[GpuNode]
     gpu_links: list[GpuLink]
+    plan: Any = None  # chakra_deps.DependencyPlan once computed (write_chakra.dependency_plan)
+    plan_summary: Any = None  # the chakra_deps.WriteSummary it was computed with
 
     @property
     def et(self) -> ExecutionTrace:

@@ -275,15 +275,27 @@ def gpu_attrs(node: GpuNode, tid: int, comm: CommAttrs | None) -> Iterator[AttrS
     yield "pg_name", "string_val", comm.pg_name or "0"
 
 
-def _dependency_ids(plan: DependencyPlan, u: int, ids: list[int]) -> tuple[list[int], list[int]]:
+def _dependency_ids(plan: DependencyPlan, u: int, ids) -> tuple[list[int], list[int], list[str]]:
+    """ctrl ids, data ids and the cause of each data dependency of node u."""
     ctrl = [ids[plan.ctrl[u]]] if plan.ctrl[u] >= 0 else []
-    data: list[int] = []
-    if u >= plan.cpu_count and plan.ctrl[u] >= 0:
-        data.append(plan.ctrl[u])  # a GPU op runs after its launching op
-    if plan.prev[u] >= 0 and plan.prev[u] not in data:
-        data.append(plan.prev[u])
-    data += plan.waits.get(u, ())
-    return ctrl, [ids[d] for d in data]
+    deps = plan.data_deps(u)
+    return ctrl, [ids[d] for d, _ in deps], [cause for _, cause in deps]
+
+
+def _micros(value: float) -> int:
+    return max(0, round(value))
+
+
+def busy_attrs(plan: DependencyPlan, i: int, node: EtNode) -> Iterator[AttrSpec]:
+    """The measured and simulated time split of a linked CPU op (int64 µs, rounded)."""
+    busy = plan.busy
+    gap = busy.host_gap[i]
+    if node.ts is not msgspec.UNSET:
+        yield "inclusive_dur_micros", "int64_val", _micros(node.dur)
+        yield "exclusive_dur_micros", "int64_val", _micros(node.exclusive_dur)
+        yield "blocked_micros", "int64_val", _micros(busy.blocked[i])
+    if gap > 0:
+        yield "host_gap_micros", "int64_val", _micros(gap)
 
 
 class _Ids:
@@ -298,8 +310,7 @@ class _Ids:
         return self._cpu[u] if u < self._n else self._gpu[u - self._n].id
 
 
-def node_messages(et_plus: EtPlus, plan: DependencyPlan, resolver: CommResolver,
-                  summary: WriteSummary) -> Iterator[pb.Node]:
+def node_messages(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummary) -> Iterator[pb.Node]:
     """One ``Node`` per ET node and GPU op, in ``plan.order``, built on demand."""
     et = et_plus.et
     flat = et.layout == FLAT
@@ -307,25 +318,26 @@ def node_messages(et_plus: EtPlus, plan: DependencyPlan, resolver: CommResolver,
     attrs = AttrEncoder()
     n = plan.cpu_count
     for u in plan.order:
-        ctrl, data = _dependency_ids(plan, u, ids)
+        ctrl, data, causes = _dependency_ids(plan, u, ids)
         if u < n:
             node = et.nodes[u]
             node_type = pb.METADATA_NODE if node.name == PROCESS_GROUP_INIT else pb.COMP_NODE
             message = pb.Node(id=node.id, name=node.name, type=node_type, ctrl_deps=ctrl, data_deps=data)
-            _set_times(message, node.ts, node.dur)
+            _set_times(message, node.ts, plan.busy.sim[u])
             fill_io(message, node, flat)
             message.MergeFromString(attrs.cpu_attr_bytes(node, flat))
+            message.MergeFromString(attrs.encode_all(busy_attrs(plan, u, node)))
         else:
             k = u - n
             node, link = et_plus.gpu_nodes[k], et_plus.gpu_links[k]
-            comm = resolver.resolve(node, link.event.args, link.et_index) if is_comm_kernel(node) else None
-            if comm is not None and comm.problem:
-                summary.comm_unresolved[comm.problem] += 1
+            comm = plan.comm[k]
             node_type = comm.node_type if comm is not None else pb.COMP_NODE
             message = pb.Node(id=node.id, name=node.name, type=node_type, ctrl_deps=ctrl, data_deps=data)
             _set_times(message, node.ts, node.dur)
             fill_io(message, node, flat)
             message.MergeFromString(attrs.encode_all(gpu_attrs(node, et.tid[link.et_index], comm)))
+        if causes:
+            message.MergeFromString(attrs.encode(("data_dep_causes", "string_list", tuple(causes))))
         summary.counts_by_type[pb.NodeType.Name(message.type)] += 1
         yield message
 
@@ -335,18 +347,35 @@ def node_messages(et_plus: EtPlus, plan: DependencyPlan, resolver: CommResolver,
 # ---------------------------------------------------------------------------------------------
 
 
+def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
+    """The plan of ``et_plus`` (durations, dependencies with causes), computed once and kept on it."""
+    if et_plus.plan is None:
+        summary = summary if summary is not None else WriteSummary("")
+        index_of_id = et_plus.et.index_of_id()
+        et_plus.plan = plan_dependencies(et_plus, index_of_id, summary, CommResolver(et_plus, index_of_id))
+        et_plus.plan_summary = summary
+    elif summary is not None and summary is not et_plus.plan_summary:
+        _copy_plan_counts(et_plus.plan_summary, summary)
+    return et_plus.plan
+
+
+def _copy_plan_counts(source: WriteSummary, target: WriteSummary) -> None:
+    for name in ("wait_calls", "waits_skipped", "comm_unresolved", "dependency_causes"):
+        getattr(target, name).update(getattr(source, name))
+    for name in ("wait_edges", "wait_edges_redirected", "copy_wait_edges", "ctrl_deps_dropped"):
+        setattr(target, name, getattr(source, name))
+
+
 def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = ()) -> WriteSummary:
     """Write ``et_plus`` to ``path`` as a Chakra trace (gzip when it ends in ``.gz``) and return
     what was written. Atomic: on any error no file appears and an existing ``path`` is kept;
     ``protected`` paths (the inputs) are refused. Cost: see the module docstring."""
     started = time.perf_counter()
     summary = WriteSummary(str(path))
-    index_of_id = et_plus.et.index_of_id()
-    plan = plan_dependencies(et_plus, index_of_id, summary)
-    resolver = CommResolver(et_plus, index_of_id)
+    plan = dependency_plan(et_plus, summary)
     with EtWriter(path, protected) as writer:
         writer.write_metadata(metadata_message(et_plus))
-        for message in node_messages(et_plus, plan, resolver, summary):
+        for message in node_messages(et_plus, plan, summary):
             writer.write_node(message)
         summary.nodes = writer.nodes_written
     summary.seconds = time.perf_counter() - started
