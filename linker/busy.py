@@ -169,26 +169,48 @@ class MainThread:
         p = bisect_left(self.timeline.starts, t)
         return self.timeline.ops[p] if p < len(self.timeline.ops) else -1
 
-    def idle_segment(self, t: float) -> tuple[int, float] | None:
-        """Where the main thread was at time t when not inside a linked child: (waiting op W or -1
-        for a gap, start of that idle segment). None before its first op. O(depth)."""
+    def idle_segment(self, t: float) -> IdleSegment | None:
+        """Where the main thread was at time t when not inside a linked op's child: the waiting op
+        W (or a gap between ops) and the idle segment around t. None before its first op or when
+        an op is running its own child at t. O(depth)."""
         p = self.last_started(t)
         if p < 0:
             return None
         tl = self.timeline
+        nxt = p + 1
+        resume = tl.ops[nxt] if nxt < len(tl.ops) else -1
+        resume_ts = tl.starts[nxt] if nxt < len(tl.ops) else math.inf
         node, child = tl.ops[p], -1
         while node >= 0:
             q = self.position.get(node)
             if q is not None and tl.ends[q] >= t:
-                if child < 0:
-                    return node, tl.starts[q]
-                return node, tl.ends[self.position[child]]
+                start = tl.starts[q] if child < 0 else tl.ends[self.position[child]]
+                end = min(tl.ends[q], resume_ts)
+                return IdleSegment(node, p, start, end, resume, inside=resume_ts < tl.ends[q])
             if q is not None:
                 child = node
             node = self.parent_index[node]
             while node >= 0 and node not in self.position:
                 node = self.parent_index[node] if not self.linked[node] else -1
-        return -1, self.frontier[p]
+        return IdleSegment(-1, p, self.frontier[p], resume_ts, resume, inside=False)
+
+
+@dataclass
+class IdleSegment:
+    """A stretch of main-thread time inside op ``waiter``'s exclusive time (or, waiter -1, a gap
+    after position ``position``), from ``start`` to ``end``; ``resume``: the main op starting at
+    ``end`` (-1 none); ``inside``: that op is the waiter's child (the waiter goes on after it)."""
+
+    waiter: int
+    position: int
+    start: float
+    end: float
+    resume: int
+    inside: bool
+
+    @property
+    def key(self) -> tuple:
+        return (self.waiter, self.start) if self.waiter >= 0 else (-1, self.position)
 
 
 def compute_busy(et_plus, exclusive_of_op: list[float]) -> BusyTimes:
@@ -209,6 +231,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float]) -> BusyTimes:
             busy.blocked[op] += call.dur
 
     timelines = _timelines(et, starts, ends)
+    waits: dict[tuple, list] = {}  # main-thread idle segment -> [waiter, position, lo, hi]
     gap_waits: dict[int, float] = {}  # main-thread position p -> join wait inside the gap after p
     burst_firsts: set[int] = set()
     if timelines:
@@ -218,7 +241,12 @@ def compute_busy(et_plus, exclusive_of_op: list[float]) -> BusyTimes:
         roots = _thread_roots(et)
         for tid, timeline in timelines.items():
             if tid != main_tid:
-                _cross_thread(busy, main, timeline, roots.get(tid, -1), gap_waits, burst_firsts)
+                _cross_thread(main, timeline, roots.get(tid, -1), waits, busy, burst_firsts)
+    for waiter, position, lo, hi in waits.values():
+        if waiter >= 0:
+            busy.blocked[waiter] += hi - lo
+        else:
+            gap_waits[position] = gap_waits.get(position, 0.0) + hi - lo
     for tid, timeline in timelines.items():
         _host_gaps(busy, timeline, gap_waits if tid == busy.main_tid else None, burst_firsts)
     for i in range(n):
@@ -246,39 +274,58 @@ def _bursts(timeline: Timeline, main: MainThread) -> list[tuple[int, int, float,
     return [tuple(b) for b in bursts]
 
 
-def _cross_thread(busy: BusyTimes, main: MainThread, timeline: Timeline, root: int,
-                  gap_waits: dict[int, float], burst_firsts: set[int]) -> None:
-    """Fork and join edges (and join-blocked time) for one non-main thread's bursts."""
+def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
+                  busy: BusyTimes, burst_firsts: set[int]) -> None:
+    """Fork and join edges for one non-main thread's bursts; the main thread's waits go to
+    ``waits`` (segment key -> [waiter, gap position, union start, union end])."""
     tl = main.timeline
     for number, (first, last, start, end, source) in enumerate(_bursts(timeline, main)):
         first_op, last_op = timeline.ops[first], timeline.ops[last]
         burst_firsts.add(first_op)
-        waiting = None
-        segment = main.idle_segment(end)
-        if segment is not None:
-            waiter, segment_start = segment
-            wait = end - max(segment_start, start)
-            if wait > 0:
-                waiting = waiter
-                if waiter >= 0:
-                    busy.blocked[waiter] += wait
-                else:
-                    p = main.last_started(end)
-                    gap_waits[p] = gap_waits.get(p, 0.0) + wait
-                target = main.first_starting(end)
-                if target < 0 and waiter >= 0 and (source < 0 or waiter != tl.ops[source]):
-                    target = waiter
-                if target >= 0:
-                    busy.cross.append((last_op, target, JOIN))
+        at_start, at_end = main.idle_segment(start), main.idle_segment(end)
+        joined_in = None
+        if at_end is not None and end > at_end.start:
+            _add_wait(waits, at_end, max(start, at_end.start), end)
+            target = at_end.resume
+            if target < 0 and at_end.waiter >= 0 and (source < 0 or at_end.waiter != tl.ops[source]):
+                target = at_end.waiter
+            if target >= 0:
+                busy.cross.append((last_op, target, JOIN))
+            joined_in = at_end.waiter
+        if (at_start is not None and at_start.inside and at_start.waiter >= 0
+                and (at_end is None or at_start.key != at_end.key)):
+            # the main thread waited in W until this thread handed it work (W's next child)
+            _add_wait(waits, at_start, start, at_start.end)
+            handed = _last_ended_before(timeline, first, last, at_start.end)
+            if handed >= 0:
+                busy.cross.append((handed, at_start.resume, JOIN))
         if source < 0:
             continue
         spawner = tl.ops[source]
-        if number == 0 and root >= 0 and tl.ends[source] > start and waiting != spawner:
+        if number == 0 and root >= 0 and tl.ends[source] > start and joined_in != spawner:
             busy.host_gap[root] += start - tl.starts[source]
             if source > 0:
                 busy.cross.append((tl.ops[source - 1], root, FORK))
         else:
             busy.cross.append((spawner, first_op, FORK))
+
+
+def _add_wait(waits: dict, segment: IdleSegment, lo: float, hi: float) -> None:
+    entry = waits.get(segment.key)
+    if entry is None:
+        waits[segment.key] = [segment.waiter, segment.position, lo, hi]
+    else:
+        entry[2], entry[3] = min(entry[2], lo), max(entry[3], hi)
+
+
+def _last_ended_before(timeline: Timeline, first: int, last: int, t: float) -> int:
+    """The op of positions first..last with the latest end at or before t (-1 if none)."""
+    best, best_end = -1, -math.inf
+    for p in range(first, last + 1):
+        end = timeline.ends[p]
+        if best_end < end <= t:
+            best, best_end = timeline.ops[p], end
+    return best
 
 
 def _host_gaps(busy: BusyTimes, timeline: Timeline, gap_waits: dict[int, float] | None,
