@@ -206,6 +206,35 @@ def batch_command(
         raise typer.Exit(EXIT_RANKS_FAILED)
 
 
+@app.command("simulate")
+def simulate_command(
+    files: list[Path] = typer.Argument(..., help="One rank's .et / .et.gz / ET+ JSON, or several files of one "
+                                       "job (or a batch output directory): replayed together."),
+    model: str = typer.Option("astra-sim", "--model", help="astra-sim: one CPU op, one GPU compute op and one "
+                              "collective in flight per rank; lanes: each CPU thread and GPU stream its own unit."),
+    scale: str = typer.Option("", "--scale", help="What-if duration factors, e.g. cpu=0.5,gpu=1,comm=2."),
+    comm_groups: Optional[Path] = typer.Option(None, "--comm-groups", help='Process groups {"<pg id>": [ranks]} '
+                                               "(default: comm_groups.json beside the inputs, else all ranks)."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of the text report."),
+    trace_out: Optional[Path] = typer.Option(None, "--trace-out", help="Write a Chrome/Perfetto trace with the "
+                                             "measured and the simulated timeline side by side."),
+    top: int = typer.Option(10, "--top", help="How many ops of the critical path to list."),
+) -> None:
+    """Replay the trace(s) as ASTRA-sim would and compare the simulated step with the measured one.
+    Exit status 6 when the graph cannot finish (never-issued nodes or a stalled collective; reported)."""
+    from .sim.cli_run import EXIT_STUCK, SimulateOptions, run_simulate
+
+    try:
+        output, finished = run_simulate(SimulateOptions(files, model, scale, comm_groups, json_output, trace_out, top))
+    except TraceInputError as err:
+        fail(str(err))
+    except ValueError as err:
+        fail(str(err))
+    sys.stdout.write(output + "\n")
+    if not finished:
+        raise typer.Exit(EXIT_STUCK)
+
+
 def main() -> None:
     app()
 

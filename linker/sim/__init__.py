@@ -1,0 +1,14 @@
+"""Trace-driven replay of et-link outputs (``et-link simulate``): one rank, or a whole job.
+
+Module map (reading order; each depends only on the ones above it):
+- ``graph``    — ``SimGraph``: one rank's nodes as typed columns and CSR dependencies.
+- ``load``     — read ``.et`` / ``.et.gz`` (slim protobuf parse) or ET+ JSON (msgspec) into a SimGraph.
+- ``job``      — which files form the job, their ranks, the process-group (comm-group) file.
+- ``engine``   — the discrete-event replay (models ``astra-sim`` and ``lanes``, collectives matched
+  across ranks, what-if ``Scale``); a heap-based loop, O((n + e) log n).
+- ``critical`` — the critical path and the ops that take most time on it.
+- ``diagnose`` — why nodes never ran: missing dependencies, cycles, stalled collectives.
+- ``report``   — text and JSON report.
+- ``perfetto`` — ``--trace-out``: measured and simulated timelines side by side.
+- ``cli_run``  — the ``simulate`` command glued together.
+"""

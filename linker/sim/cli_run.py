@@ -1,0 +1,58 @@
+"""``et-link simulate``: resolve the inputs, load every rank, replay, report, optionally write the trace.
+
+Kept out of ``linker/cli.py`` so the command there stays a thin option parser. User mistakes raise
+``TraceInputError`` / ``ValueError`` with a one-line message (the CLI prints it and exits 2); no output
+file is written then. Cost: the sum of the loads, the replay and the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from ..errors import TraceInputError
+from .engine import MODELS, Scale, replay
+from .job import read_comm_groups, resolve_inputs
+from .load import load_graph
+from .perfetto import write_trace
+from .report import build_report, format_text
+
+EXIT_STUCK = 6  # the replay could not run every node (the report says why)
+
+
+@dataclass
+class SimulateOptions:
+    files: list[Path]
+    model: str = "astra-sim"
+    scale: str = ""
+    comm_groups: Path | None = None
+    json_output: bool = False
+    trace_out: Path | None = None
+    top: int = 10
+
+
+def run_simulate(options: SimulateOptions) -> tuple[str, bool]:
+    """Run the whole command; return what to print on stdout and whether every node ran."""
+    if options.model not in MODELS:
+        raise ValueError(f"unknown --model {options.model!r}; choose one of {', '.join(MODELS)}")
+    if options.top < 0:
+        raise ValueError("--top must be at least 0")
+    scale = Scale.parse(options.scale)
+    inputs = resolve_inputs(options.files, options.comm_groups)
+    if options.trace_out is not None:
+        for path, _ in inputs.files:
+            if options.trace_out.exists() and options.trace_out.samefile(path):
+                raise TraceInputError(options.trace_out, "--trace-out is one of the input files; refusing to overwrite it")
+        if not options.trace_out.parent.is_dir():
+            raise TraceInputError(options.trace_out, "output directory does not exist")
+    groups = read_comm_groups(inputs.comm_groups_path) if inputs.comm_groups_path is not None else None
+    graphs = [load_graph(path, rank) for path, rank in inputs.files]
+    result = replay(graphs, options.model, scale, groups)
+    report, _, _ = build_report(result, options.top)
+    report.notes = inputs.notes + report.notes
+    if options.trace_out is not None:
+        write_trace(result, options.trace_out, tuple(path for path, _ in inputs.files))
+    text = orjson.dumps(report.to_json()).decode() if options.json_output else format_text(report)
+    return text, report.finished

@@ -1,0 +1,381 @@
+"""Discrete-event replay of one rank's graph or of a whole job's graphs (``replay``).
+
+Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
+- a node becomes *ready* when every one of its ctrl and data dependencies has finished (a child waits
+  for its parent to finish); a dependency on an id absent from the file is never satisfied;
+- each node runs on one *unit* of its rank for its duration (scaled by ``Scale``). Model
+  ``astra-sim`` has three units per rank: CPU ops, GPU compute ops, communication (at most one of
+  each in flight); model ``lanes`` has one unit per CPU thread and per GPU (device, stream), a
+  communication kernel running on its stream. Metadata nodes take no time and no unit;
+- issue policy among ready nodes of one unit: the node that became ready first; ties by measured
+  start, then node id (ASTRA-sim issues in the order nodes become ready);
+- job replay: the collective a rank issues is matched with the k-th collective of the same
+  process group (``pg_name``) on every other member rank, k counted in measured-start order per
+  rank; a send with the recv of the same (src, dst) pair in the same order. Members of a group come
+  from ``comm_groups`` (``{"<pg>": [ranks]}``), else all ranks of the job. The collective holds
+  each member's unit from its issue, starts when the last member has issued it, and lasts the
+  *transfer time*: the shortest measured duration among its members' kernels. A measured NCCL
+  kernel lasts from its rank's arrival to the end of the transfer, so it includes the wait for the
+  slowest peer; the last rank to arrive waits for nobody, so its kernel — the shortest — is the
+  transfer alone. This needs no clock alignment between ranks. A single rank replays its
+  collectives for their own duration.
+
+The loop ends when no event is left; nodes that never ran are then explained (``diagnose``), so a
+stuck graph (missing dependency, cycle, collective a rank never reaches) is reported, never hung
+on. Cost: O((n + e) log n) time, O(n + e) memory for n nodes and e dependencies over all ranks.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from dataclasses import dataclass, field
+
+from .graph import COLL, COMM, CPU, GPU, META, RECV, SEND, SimGraph, lane_label
+
+ASTRA_SIM, LANES = "astra-sim", "lanes"
+MODELS = (ASTRA_SIM, LANES)
+
+# Why a node's start is what it is (``Replay.cause_kind``).
+CAUSE_NONE, CAUSE_DEPENDENCY, CAUSE_UNIT, CAUSE_PEER = 0, 1, 2, 3
+
+NO_NODE = -1
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Duration factors for what-if questions: CPU ops, GPU compute ops, communication."""
+
+    cpu: float = 1.0
+    gpu: float = 1.0
+    comm: float = 1.0
+
+    @classmethod
+    def parse(cls, text: str) -> "Scale":
+        """``"cpu=0.5,gpu=2"`` -> Scale(0.5, 2, 1). Raises ValueError on a bad item."""
+        factors = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            name, sep, value = item.partition("=")
+            name = name.strip()
+            if not sep or name not in ("cpu", "gpu", "comm"):
+                raise ValueError(f"bad --scale item {item!r}: use cpu=F, gpu=F, comm=F")
+            try:
+                factor = float(value)
+            except ValueError:
+                raise ValueError(f"bad --scale factor {value!r} for {name}") from None
+            if not (factor >= 0 and math.isfinite(factor)):
+                raise ValueError(f"--scale {name} must be a finite number >= 0, not {value}")
+            factors[name] = factor
+        return cls(**factors)
+
+    def factor(self, kind: int) -> float:
+        return (self.cpu, self.gpu, self.comm, 0.0)[kind]
+
+
+@dataclass
+class CommGroups:
+    """The matched communication of a job: group g has ``members[g]`` (global node numbers) and
+    needs ``expected[g]`` of them (fewer present: it can never start). ``group_of[u]``: u's group
+    or -1 (a node replayed alone). ``label[g]``: (pg or "p2p a->b", index) for reports."""
+
+    group_of: array
+    members: list[list[int]] = field(default_factory=list)
+    expected: list[int] = field(default_factory=list)
+    member_ranks: list[list[int]] = field(default_factory=list)
+    label: list[tuple[str, int]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Replay:
+    """Result of a replay over ``graphs`` (global node u of rank position r is offsets[r] + local).
+
+    Times in µs from 0; NaN where a node never became ready / was never issued / started / finished.
+    ``issue``: when its unit took it; ``start``: when it began to run (for a collective, when its
+    last member was issued).
+    ``cause[u]``: the node whose end set u's start (a dependency, the previous node on the unit, or
+    for a collective the cause of its last-arriving member ``peer[u]``), -1 at time 0.
+    """
+
+    graphs: list[SimGraph]
+    model: str
+    scale: Scale
+    offsets: list[int]
+    duration: array
+    unit_of: array
+    unit_names: list[tuple[int, str]]  # (rank position, unit name)
+    ready: array
+    issue: array
+    start: array
+    end: array
+    cause: array
+    cause_kind: bytearray
+    peer: array
+    groups: CommGroups
+    missing: bytearray  # 1 when u depends on an id absent from its file
+    queued: list[int]  # nodes still waiting for their unit when the loop ended
+
+    def rank_of(self, u: int) -> int:
+        """Rank position (index into ``graphs``) of global node u. O(log ranks)."""
+        lo, hi = 0, len(self.offsets) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.offsets[mid] <= u:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def local(self, u: int) -> tuple[SimGraph, int]:
+        r = self.rank_of(u)
+        return self.graphs[r], u - self.offsets[r]
+
+    @property
+    def node_count(self) -> int:
+        return len(self.duration)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the job-wide columns
+# ---------------------------------------------------------------------------------------------
+
+
+def _units(graphs: list[SimGraph], model: str) -> tuple[array, list[tuple[int, str]]]:
+    """Unit of every node (-1 for metadata) and the units' names."""
+    unit_of = array("q")
+    names: list[tuple[int, str]] = []
+    for r, graph in enumerate(graphs):
+        if model == ASTRA_SIM:
+            base = len(names)
+            names += [(r, "cpu"), (r, "gpu"), (r, "comm")]
+            for kind in graph.kind:
+                unit_of.append(-1 if kind == META else base + kind)
+        else:
+            base = len(names)
+            names += [(r, lane_label(key)) for key in graph.lane_keys]
+            for kind, lane in zip(graph.kind, graph.lane):
+                unit_of.append(-1 if kind == META else base + lane)
+    return unit_of, names
+
+
+def _successors(graphs: list[SimGraph], offsets: list[int], total: int) -> tuple[array, array, array, bytearray]:
+    """CSR of successors over global numbers, indegree (a missing dependency counts and is never
+    satisfied), and the missing-dependency flag. O(n + e)."""
+    indegree = array("q", bytes(8 * total))
+    counts = array("q", bytes(8 * (total + 1)))
+    missing = bytearray(total)
+    for graph, base in zip(graphs, offsets):
+        offs, nodes = graph.dep_offsets, graph.dep_nodes
+        for u in range(len(graph)):
+            indegree[base + u] = offs[u + 1] - offs[u]
+        for d in nodes:
+            counts[base + d + 1] += 1
+        for u, _ in graph.missing_deps:
+            missing[base + u] = 1
+            indegree[base + u] += 1
+    for u in range(total):
+        counts[u + 1] += counts[u]
+    fill = array("q", counts)
+    targets = array("q", bytes(8 * counts[total]))
+    for graph, base in zip(graphs, offsets):
+        offs, nodes = graph.dep_offsets, graph.dep_nodes
+        for u in range(len(graph)):
+            for k in range(offs[u], offs[u + 1]):
+                d = base + nodes[k]
+                targets[fill[d]] = base + u
+                fill[d] += 1
+    return counts, targets, indegree, missing
+
+
+def match_communication(graphs: list[SimGraph], offsets: list[int], comm_groups: dict[str, list[int]] | None
+                        ) -> CommGroups:
+    """Match collectives by (process group, k-th in measured order) and sends with recvs by
+    (src, dst, k-th) across ranks. With one rank, nothing is matched. O(c log c) for c comm nodes."""
+    total = offsets[-1] + len(graphs[-1]) if graphs else 0
+    groups = CommGroups(array("q", [NO_NODE]) * total)
+    if len(graphs) < 2:
+        return groups
+    ranks = [graph.rank for graph in graphs]
+    position_of_rank = {rank: r for r, rank in enumerate(ranks)}
+    collectives: dict[tuple[int, str], list[int]] = {}
+    sends: dict[tuple[int, int], list[int]] = {}
+    recvs: dict[tuple[int, int], list[int]] = {}
+    for r, (graph, base) in enumerate(zip(graphs, offsets)):
+        for u in sorted(graph.comm, key=lambda u: (_start_key(graph, u), graph.ids[u])):
+            info = graph.comm[u]
+            if info.role == COLL:
+                collectives.setdefault((r, info.pg_name), []).append(base + u)
+            elif info.peer in position_of_rank:
+                table, key = (sends, (graph.rank, info.peer)) if info.role == SEND else (recvs, (info.peer, graph.rank))
+                table.setdefault(key, []).append(base + u)
+            elif info.role in (SEND, RECV):
+                groups.notes.append(f"rank {graph.rank}: {'send' if info.role == SEND else 'recv'} node "
+                                    f"{graph.ids[u]} has no peer among the given ranks; replayed alone")
+    _group_collectives(graphs, collectives, comm_groups, position_of_rank, groups)
+    _group_point_to_point(sends, recvs, position_of_rank, groups)
+    return groups
+
+
+def _start_key(graph: SimGraph, u: int) -> float:
+    s = graph.start[u]
+    return s if s == s else math.inf
+
+
+def _group_collectives(graphs, collectives, comm_groups, position_of_rank, groups: CommGroups) -> None:
+    all_positions = list(range(len(graphs)))
+    for pg in sorted({pg for _, pg in collectives}):
+        positions = all_positions
+        if comm_groups is not None and pg in comm_groups:
+            listed = comm_groups[pg]
+            positions = sorted(position_of_rank[rank] for rank in listed if rank in position_of_rank)
+            absent = sorted(rank for rank in listed if rank not in position_of_rank)
+            if absent:
+                groups.notes.append(f"process group {pg}: ranks {absent} are not among the given files; "
+                                    f"its collectives are matched among the given ranks only")
+        elif comm_groups is not None and pg != "0":
+            groups.notes.append(f"process group {pg} is not in the comm-group file: taken as all ranks")
+        for r in {r for r, p in collectives if p == pg} - set(positions):
+            groups.notes.append(f"rank {graphs[r].rank} has collectives on process group {pg} but is not "
+                                f"one of its members; they are replayed alone")
+        if len(positions) < 2:
+            continue
+        lists = [collectives.get((r, pg), []) for r in positions]
+        for k in range(max(len(nodes) for nodes in lists)):
+            g = len(groups.members)
+            members = [nodes[k] for nodes in lists if k < len(nodes)]
+            groups.members.append(members)
+            groups.expected.append(len(positions))
+            groups.member_ranks.append([graphs[r].rank for r in positions])
+            groups.label.append((pg, k))
+            for u in members:
+                groups.group_of[u] = g
+        counts = {graphs[r].rank: len(nodes) for r, nodes in zip(positions, lists)}
+        if len(set(counts.values())) > 1:
+            groups.notes.append(f"process group {pg}: the ranks hold different numbers of collectives {counts}")
+
+
+def _group_point_to_point(sends, recvs, position_of_rank, groups: CommGroups) -> None:
+    for key in sorted(set(sends) | set(recvs)):
+        send_nodes, recv_nodes = sends.get(key, []), recvs.get(key, [])
+        for k in range(max(len(send_nodes), len(recv_nodes))):
+            g = len(groups.members)
+            members = [nodes[k] for nodes in (send_nodes, recv_nodes) if k < len(nodes)]
+            groups.members.append(members)
+            groups.expected.append(2)
+            groups.member_ranks.append(list(key))
+            groups.label.append((f"p2p {key[0]}->{key[1]}", k))
+            for u in members:
+                groups.group_of[u] = g
+
+
+# ---------------------------------------------------------------------------------------------
+# The event loop
+# ---------------------------------------------------------------------------------------------
+
+
+def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(),
+           comm_groups: dict[str, list[int]] | None = None) -> Replay:
+    """Replay one or several ranks (several = one job, collectives matched across them)."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
+    offsets, total = [], 0
+    for graph in graphs:
+        offsets.append(total)
+        total += len(graph)
+    duration = array("d")
+    priority: list[tuple[float, int]] = []
+    for graph in graphs:
+        factors = [scale.factor(kind) for kind in range(4)]
+        duration.extend(d * factors[kind] for d, kind in zip(graph.duration, graph.kind))
+        priority.extend((s if s == s else math.inf, i) for s, i in zip(graph.start, graph.ids))
+    unit_of, unit_names = _units(graphs, model)
+    succ_offsets, succ_nodes, indegree, missing = _successors(graphs, offsets, total)
+    groups = match_communication(graphs, offsets, comm_groups)
+    nan = array("d", [math.nan])
+    result = Replay(graphs, model, scale, offsets, duration, unit_of, unit_names, nan * total, nan * total,
+                    nan * total, nan * total, array("q", [NO_NODE]) * total, bytearray(total), array("q", [NO_NODE]) * total,
+                    groups, missing, [])
+    _run(result, priority, succ_offsets, succ_nodes, indegree)
+    return result
+
+
+def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, indegree: array) -> None:
+    """The heap-based loop: completions in time order; after all completions of one instant, each
+    touched free unit issues its best ready node."""
+    duration, unit_of = rp.duration, rp.unit_of
+    ready, issue, start, end, cause, cause_kind, peer = rp.ready, rp.issue, rp.start, rp.end, rp.cause, rp.cause_kind, rp.peer
+    group_of, members, expected = rp.groups.group_of, rp.groups.members, rp.groups.expected
+    unit_count = len(rp.unit_names)
+    queues: list[list] = [[] for _ in range(unit_count)]
+    busy = bytearray(unit_count)
+    last_on_unit = array("q", [NO_NODE]) * unit_count
+    dep_cause = array("q", [NO_NODE]) * len(duration)
+    arrived = [0] * len(members)
+    last_arrival = [NO_NODE] * len(members)
+    events: list[tuple[float, int]] = []  # (end time, node)
+    push, pop = heapq.heappush, heapq.heappop
+
+    def become_ready(v: int, t: float, touched: list) -> None:
+        unit = unit_of[v]
+        ready[v] = t
+        if unit < 0:  # metadata: no unit, no time
+            issue[v] = start[v] = t
+            cause[v], cause_kind[v] = dep_cause[v], CAUSE_DEPENDENCY if dep_cause[v] >= 0 else CAUSE_NONE
+            push(events, (t, v))
+        else:
+            push(queues[unit], (t, priority[v], v))
+            touched.append(unit)
+
+    def dispatch(unit: int, t: float) -> None:
+        ready_at, _, v = pop(queues[unit])
+        busy[unit] = 1
+        issue[v] = t
+        if t > ready_at:
+            cause[v], cause_kind[v] = last_on_unit[unit], CAUSE_UNIT
+        elif dep_cause[v] >= 0:
+            cause[v], cause_kind[v] = dep_cause[v], CAUSE_DEPENDENCY
+        g = group_of[v]
+        if g < 0:
+            start[v] = t
+            push(events, (t + duration[v], v))
+            return
+        arrived[g] += 1
+        last_arrival[g] = v
+        if arrived[g] == expected[g]:
+            transfer = min(duration[m] for m in members[g])
+            for m in members[g]:
+                start[m] = t
+                peer[m] = v
+                if m != v:
+                    cause[m], cause_kind[m] = cause[v], CAUSE_PEER
+                push(events, (t + transfer, m))
+
+    touched: list[int] = []
+    for v in range(len(duration)):
+        if indegree[v] == 0:
+            become_ready(v, 0.0, touched)
+    t = 0.0
+    while True:
+        for unit in touched:
+            if not busy[unit] and queues[unit]:
+                dispatch(unit, t)
+        touched = []
+        if not events:
+            break
+        t = events[0][0]
+        while events and events[0][0] == t:
+            _, u = pop(events)
+            end[u] = t
+            unit = unit_of[u]
+            if unit >= 0:
+                busy[unit] = 0
+                last_on_unit[unit] = u
+                touched.append(unit)
+            for k in range(succ_offsets[u], succ_offsets[u + 1]):
+                v = succ_nodes[k]
+                indegree[v] -= 1
+                if indegree[v] == 0:
+                    dep_cause[v] = u
+                    become_ready(v, t, touched)
+    rp.queued = [entry[2] for queue in queues for entry in queue]

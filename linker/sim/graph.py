@@ -1,0 +1,180 @@
+"""The replay model: one rank's node graph as typed columns (``SimGraph``), built by ``GraphBuilder``.
+
+A ``SimGraph`` holds what a trace-driven replay needs and nothing else: per node its id, name,
+resource kind (CPU op, GPU compute op, communication, metadata), simulated duration, measured start
+and measured duration, the lane it ran on (a CPU thread or a GPU device/stream), communication
+attributes for the few communication nodes, and its dependencies as CSR (predecessor node numbers).
+Dependencies naming an id that is not in the file are kept aside (``missing_deps``): the replay
+reports those nodes as never issued instead of aborting.
+
+Readers (``linker.sim.load``) feed rows to a ``GraphBuilder``; ``finish`` resolves ids to node
+numbers. Cost: O(n + e) time and memory for n nodes and e dependency references.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass, field
+
+# Resource kinds.
+CPU, GPU, COMM, META = 0, 1, 2, 3
+KIND_NAMES = ("cpu", "gpu", "comm", "metadata")
+
+# Communication roles.
+COLL, SEND, RECV = 1, 2, 3
+ROLE_NAMES = {COLL: "collective", SEND: "send", RECV: "recv"}
+
+# Chakra CollectiveCommType numbers -> names (et_def.proto).
+COMM_TYPE_NAMES = ("ALL_REDUCE", "REDUCE", "ALL_GATHER", "GATHER", "SCATTER", "BROADCAST", "ALL_TO_ALL",
+                   "REDUCE_SCATTER", "REDUCE_SCATTER_BLOCK", "BARRIER")
+COMM_TYPE_OF_NAME = {name: number for number, name in enumerate(COMM_TYPE_NAMES)}
+UNKNOWN_COMM_TYPE = -1
+
+NO_TIME = math.nan
+
+
+def comm_type_name(comm_type: int) -> str:
+    """"ALL_REDUCE"... for a Chakra number; "UNKNOWN" for -1 or an unknown number."""
+    return COMM_TYPE_NAMES[comm_type] if 0 <= comm_type < len(COMM_TYPE_NAMES) else "UNKNOWN"
+
+
+@dataclass
+class CommInfo:
+    """A communication node's attributes. ``peer``: the other rank of a send (its ``comm_dst``) or a
+    recv (its ``comm_src``); -1 for collectives or when unknown."""
+
+    role: int
+    comm_type: int = UNKNOWN_COMM_TYPE
+    size: int = 0
+    pg_name: str = "0"
+    peer: int = -1
+
+
+def cpu_lane(tid: int) -> tuple:
+    return ("cpu", tid)
+
+
+def gpu_lane(device: int, stream: int) -> tuple:
+    return ("gpu", device, stream)
+
+
+def lane_label(key: tuple) -> str:
+    """The lane name shown in reports and traces: "cpu thread 1", "gpu 0 stream 7"."""
+    if key[0] == "cpu":
+        return f"cpu thread {key[1]}"
+    return f"gpu {key[1]} stream {key[2]}"
+
+
+@dataclass
+class SimGraph:
+    """One rank's replay graph as columns; node numbers 0..n-1 index every column.
+
+    ``duration``: simulated busy time (µs). ``start``/``measured_dur``: the measured timeline (NaN
+    start when the node was not timed). ``lane``: index into ``lane_keys``. ``dep_offsets`` /
+    ``dep_nodes``: CSR of predecessors (ctrl and data deps, deduplicated). ``missing_deps``: (node,
+    id) for dependency ids absent from the file. ``comm``: node -> CommInfo for communication
+    nodes. ``notes``: what the reader had to assume (fallbacks), shown in the report.
+    """
+
+    path: str
+    rank: int
+    ids: array
+    names: list[str]
+    kind: bytearray
+    duration: array
+    start: array
+    measured_dur: array
+    lane: array
+    lane_keys: list[tuple]
+    dep_offsets: array
+    dep_nodes: array
+    missing_deps: list[tuple[int, int]] = field(default_factory=list)
+    comm: dict[int, CommInfo] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def deps_of(self, u: int) -> array:
+        return self.dep_nodes[self.dep_offsets[u]:self.dep_offsets[u + 1]]
+
+    def measured_span(self) -> tuple[float, float]:
+        """(earliest measured start, latest measured end) over timed nodes; (nan, nan) if none."""
+        first, last = math.inf, -math.inf
+        for s, d in zip(self.start, self.measured_dur):
+            if s == s:  # not NaN
+                if s < first:
+                    first = s
+                if s + d > last:
+                    last = s + d
+        return (first, last) if first <= last else (NO_TIME, NO_TIME)
+
+    def measured_step(self) -> float:
+        """Latest (start + measured duration) minus earliest start over timed nodes (0 if none)."""
+        first, last = self.measured_span()
+        return last - first if first == first else 0.0
+
+
+class GraphBuilder:
+    """Collects node rows in file order, then ``finish`` resolves dependency ids. O(1) per row."""
+
+    def __init__(self, path: str, rank: int = 0):
+        self.path = path
+        self.rank = rank
+        self.ids = array("q")
+        self.names: list[str] = []
+        self.kind = bytearray()
+        self.duration = array("d")
+        self.start = array("d")
+        self.measured_dur = array("d")
+        self.lane = array("q")
+        self.lane_index: dict[tuple, int] = {}
+        self.dep_ids: list = []  # per node: a tuple/list of dependency ids
+        self.comm: dict[int, CommInfo] = {}
+        self.notes: list[str] = []
+
+    def add(self, node_id: int, name: str, kind: int, duration: float, start: float, measured_dur: float,
+            lane_key: tuple, dep_ids, comm: CommInfo | None = None) -> int:
+        """Append one node; ``dep_ids``: its ctrl + data dependency ids (duplicates allowed)."""
+        u = len(self.ids)
+        self.ids.append(node_id)
+        self.names.append(name)
+        self.kind.append(kind)
+        self.duration.append(duration if duration > 0 else 0.0)
+        self.start.append(start)
+        self.measured_dur.append(measured_dur if measured_dur > 0 else 0.0)
+        lane = self.lane_index.get(lane_key)
+        if lane is None:
+            lane = self.lane_index[lane_key] = len(self.lane_index)
+        self.lane.append(lane)
+        self.dep_ids.append(dep_ids)
+        if comm is not None:
+            self.comm[u] = comm
+        return u
+
+    def finish(self) -> SimGraph:
+        """Resolve dependency ids to node numbers. Raises ValueError on a duplicated node id."""
+        index: dict[int, int] = {}
+        for u, node_id in enumerate(self.ids):
+            if index.setdefault(node_id, u) != u:
+                raise ValueError(f"node id {node_id} appears twice")
+        offsets = array("q", [0])
+        nodes = array("q")
+        missing: list[tuple[int, int]] = []
+        get = index.get
+        for u, deps in enumerate(self.dep_ids):
+            if deps:
+                seen = set()
+                for d in deps:
+                    v = get(d)
+                    if v is None:
+                        missing.append((u, d))
+                    elif v not in seen:
+                        seen.add(v)
+                        nodes.append(v)
+            offsets.append(len(nodes))
+        self.dep_ids = []
+        return SimGraph(self.path, self.rank, self.ids, self.names, self.kind, self.duration, self.start,
+                        self.measured_dur, self.lane, list(self.lane_index), offsets, nodes, missing,
+                        self.comm, self.notes)

@@ -1,0 +1,377 @@
+"""Read the files ``et-link simulate`` replays into ``SimGraph`` columns: Chakra ``.et``/``.et.gz`` or ET+ JSON.
+
+The kind of file is told by its content (a JSON document starts with ``{``), not by its suffix.
+
+Chakra ``.et``: each node frame is parsed by a slim protobuf message that declares only the fields a
+replay needs (id, name, type, ctrl_deps, data_deps, start_time_micros, duration_micros) and keeps
+each ``attr`` as raw bytes; ``inputs``/``outputs`` are never decoded. An attribute is decoded only
+when its name is one the replay reads (``is_cpu_op``, ``tid``, ``stream``, ``device``, ``comm_*``,
+``pg_name``, ``inclusive_dur_micros``), and decoded attributes are cached by their bytes (most
+repeat from node to node). Simulated duration: ``duration_micros``; measured duration:
+``inclusive_dur_micros`` when present, else ``duration_micros``.
+
+ET+ JSON (either ET layout): decoded with msgspec into the fields a replay needs. Simulated
+duration: ``sim_dur``, else (older ET+) ``exclusive_dur`` for CPU ops and ``dur`` for GPU ops;
+dependencies: the parent plus ``data_deps``, else (older ET+) the parent, a per-thread chain in id
+order (ET ids are given at op start), each GPU op after its launcher (its parent) and after the
+previous op on its stream. Each fallback used is recorded in ``SimGraph.notes``.
+
+Errors a user can fix raise ``TraceInputError`` naming the file. Cost: O(file size) to read,
+O(n + e) to build; memory O(n + e) numbers plus the names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
+
+from .. import et_def_pb2 as pb
+from ..chakra_comm import PROCESS_GROUP_INIT, kind_from_kernel, kind_from_name
+from ..chakra_io import TraceFormatError, attr_value, iter_frames, open_binary
+from ..errors import TraceInputError
+from ..fileio import read_trace_bytes
+from .graph import (COLL, COMM, COMM_TYPE_OF_NAME, CPU, GPU, META, NO_TIME, RECV, SEND, UNKNOWN_COMM_TYPE,
+                    CommInfo, GraphBuilder, SimGraph, cpu_lane, gpu_lane)
+
+JSON, CHAKRA = "json", "chakra"
+
+# ---------------------------------------------------------------------------------------------
+# Which kind of file
+# ---------------------------------------------------------------------------------------------
+
+
+def file_kind(path: str | os.PathLike) -> str:
+    """JSON when the (decompressed) file starts with '{', else Chakra. Raises TraceInputError."""
+    p = Path(path)
+    try:
+        stream = open_binary(p)
+    except TraceFormatError as err:
+        raise TraceInputError(p, err.problem) from None
+    try:
+        with contextlib.closing(stream):
+            head = stream.read(64)
+    except (OSError, EOFError) as err:
+        raise TraceInputError(p, f"cannot read: {err}") from None
+    if not head:
+        raise TraceInputError(p, "file is empty")
+    return JSON if head.lstrip()[:1] == b"{" else CHAKRA
+
+
+_RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
+
+
+def rank_from_name(path: str | os.PathLike) -> int | None:
+    """The rank a file name states ("rank3_plus.et", "rank_3/…"), or None."""
+    match = _RANK_IN_NAME.search(Path(path).name) or _RANK_IN_NAME.search(Path(path).parent.name)
+    return int(match.group(1)) if match else None
+
+
+def load_graph(path: str | os.PathLike, rank: int = 0) -> SimGraph:
+    """Read one rank's file (.et, .et.gz or ET+ JSON) into a SimGraph. Raises TraceInputError."""
+    if file_kind(path) == JSON:
+        return load_json(path, rank)
+    return load_chakra(path, rank)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chakra protobuf
+# ---------------------------------------------------------------------------------------------
+
+
+def _slim_node_class() -> type:
+    """A message type wire-compatible with Chakra ``Node`` holding only what a replay reads;
+    ``attr`` stays raw bytes per attribute, ``inputs``/``outputs`` are skipped as unknown fields."""
+    F = descriptor_pb2.FieldDescriptorProto
+    file_proto = descriptor_pb2.FileDescriptorProto(name="linker_sim_slim_node.proto", package="linker_sim",
+                                                   syntax="proto3")
+    message = file_proto.message_type.add(name="SlimNode")
+    for name, number, kind, repeated in (("id", 1, F.TYPE_UINT64, False), ("name", 2, F.TYPE_STRING, False),
+                                         ("type", 3, F.TYPE_INT32, False), ("ctrl_deps", 4, F.TYPE_UINT64, True),
+                                         ("data_deps", 5, F.TYPE_UINT64, True),
+                                         ("start_time_micros", 6, F.TYPE_UINT64, False),
+                                         ("duration_micros", 7, F.TYPE_UINT64, False),
+                                         ("attr", 10, F.TYPE_BYTES, True)):
+        message.field.add(name=name, number=number, type=kind,
+                          label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file_proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("linker_sim.SlimNode"))
+
+
+_SlimNode = _slim_node_class()
+
+# Attributes the replay reads, by their UTF-8 name.
+_WANTED_ATTRS = frozenset(name.encode() for name in (
+    "is_cpu_op", "tid", "stream", "device", "comm_type", "comm_size", "pg_name", "comm_src", "comm_dst",
+    "inclusive_dur_micros", "host_gap"))
+_ATTR_CACHE_LIMIT = 1 << 16
+
+
+class _AttrDecoder:
+    """(name, value) of a raw ``AttributeProto`` the replay reads, None for the others; cached by bytes."""
+
+    def __init__(self) -> None:
+        self.cache: dict[bytes, tuple[str, Any] | None] = {}
+
+    def decode(self, raw: bytes) -> tuple[str, Any] | None:
+        hit = self.cache.get(raw, False)
+        if hit is not False:
+            return hit
+        # An attribute written by a Chakra writer starts with its name: field 1, length, bytes.
+        if len(raw) > 2 and raw[0] == 0x0A and raw[1] < 0x80 and raw[2:2 + raw[1]] not in _WANTED_ATTRS:
+            return None
+        attr = pb.AttributeProto()
+        attr.ParseFromString(raw)
+        result = (attr.name, attr_value(attr)) if attr.name.encode() in _WANTED_ATTRS else None
+        if len(self.cache) < _ATTR_CACHE_LIMIT:
+            self.cache[raw] = result
+        return result
+
+
+def _as_int(value: Any, default: int) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return default
+    return default
+
+
+def load_chakra(path: str | os.PathLike, rank: int = 0) -> SimGraph:
+    """Read a Chakra ``.et``/``.et.gz``. Cost: one parse per node frame, O(#attrs) per node."""
+    p = Path(path)
+    builder = GraphBuilder(str(p), rank)
+    decoder = _AttrDecoder()
+    decode = decoder.decode
+    message = _SlimNode()
+    parse = message.ParseFromString
+    saw_inclusive = False
+    try:
+        frames = iter_frames(p)
+        next(frames)  # GlobalMetadata
+        for frame in frames:
+            try:
+                parse(frame.payload)
+            except (DecodeError, RuntimeError, ValueError) as err:
+                raise TraceInputError(p, f"message #{frame.index} at byte {frame.offset} is not a valid "
+                                         f"Chakra Node ({err})") from None
+            attrs = {}
+            for raw in message.attr:
+                pair = decode(raw)
+                if pair is not None:
+                    attrs[pair[0]] = pair[1]
+            node_type = message.type
+            inclusive = attrs.get("inclusive_dur_micros")
+            duration = float(message.duration_micros)
+            if inclusive is not None:
+                saw_inclusive = True
+                measured = float(inclusive)
+            else:
+                measured = duration
+            start = float(message.start_time_micros) if message.start_time_micros else NO_TIME
+            tid = _as_int(attrs.get("tid"), 0)
+            comm = None
+            if node_type == pb.METADATA_NODE:
+                kind, lane = META, cpu_lane(tid)
+            elif node_type in (pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
+                kind = COMM
+                lane = gpu_lane(_as_int(attrs.get("device"), 0), _as_int(attrs.get("stream"), -1))
+                comm = _chakra_comm(node_type, attrs)
+            elif attrs.get("is_cpu_op", True) is False or ("stream" in attrs and "is_cpu_op" not in attrs):
+                kind = GPU
+                lane = gpu_lane(_as_int(attrs.get("device"), 0), _as_int(attrs.get("stream"), -1))
+            else:
+                kind, lane = CPU, cpu_lane(tid)
+            deps = list(message.ctrl_deps)
+            deps.extend(message.data_deps)
+            builder.add(message.id, message.name, kind, duration, start, measured, lane, deps, comm)
+    except TraceFormatError as err:
+        raise TraceInputError(p, err.problem) from None
+    if not saw_inclusive:
+        builder.notes.append("no inclusive_dur_micros attribute: the measured timeline uses duration_micros")
+    return _finish(builder, p)
+
+
+def _chakra_comm(node_type: int, attrs: dict) -> CommInfo:
+    pg = attrs.get("pg_name")
+    info = CommInfo(COLL, _as_int(attrs.get("comm_type"), UNKNOWN_COMM_TYPE), _as_int(attrs.get("comm_size"), 0),
+                    str(pg) if pg is not None and pg != "" else "0")
+    if node_type == pb.COMM_SEND_NODE:
+        info.role, info.peer = SEND, _as_int(attrs.get("comm_dst"), -1)
+    elif node_type == pb.COMM_RECV_NODE:
+        info.role, info.peer = RECV, _as_int(attrs.get("comm_src"), -1)
+    return info
+
+
+def _finish(builder: GraphBuilder, path: Path) -> SimGraph:
+    if not builder.ids:
+        raise TraceInputError(path, "the trace holds no nodes")
+    try:
+        return builder.finish()
+    except ValueError as err:
+        raise TraceInputError(path, str(err)) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# ET+ JSON
+# ---------------------------------------------------------------------------------------------
+
+
+class _JsonAttr(msgspec.Struct):
+    name: str = ""
+    value: Any = None
+
+
+class _JsonNode(msgspec.Struct):
+    """An ET+ node: only the keys a replay reads (everything else is skipped by the decoder)."""
+
+    id: int
+    name: str = ""
+    ctrl_deps: Any = None  # nested layout: the parent id
+    parent: Any = None  # flat layout: the parent id
+    attrs: list[_JsonAttr] | None = None
+    tid: Any = None
+    ts: float | None = None
+    dur: float | None = None
+    inclusive_dur: float | None = None
+    exclusive_dur: float | None = None
+    sim_dur: float | None = None
+    data_deps: list[int] | None = None
+    cat: str | None = None
+    stream: int | None = None
+    device: int | None = None
+    comm_type: Any = None
+    comm_size: int | None = None
+    pg_name: Any = None
+    comm_src: int | None = None
+    comm_dst: int | None = None
+
+
+class _JsonDoc(msgspec.Struct):
+    nodes: list[_JsonNode]
+
+
+_JSON_DECODER = msgspec.json.Decoder(_JsonDoc)
+_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+
+
+def _parent_of(node: _JsonNode) -> int | None:
+    value = node.parent if node.parent is not None else node.ctrl_deps
+    if isinstance(value, list):  # tolerate a list of parents
+        value = value[0] if value else None
+    return value if isinstance(value, int) and value != node.id else None
+
+
+def _tid_of(node: _JsonNode) -> int:
+    if node.tid is not None:
+        return _as_int(node.tid, 0)
+    for attr in node.attrs or ():
+        if attr.name == "tid":
+            return _as_int(attr.value, 0)
+    return 0
+
+
+def _json_comm(node: _JsonNode) -> CommInfo | None:
+    """CommInfo of a GPU node that is a NCCL/RCCL kernel (by name), else None."""
+    lowered = node.name.lower()
+    if node.comm_type is None and "nccl" not in lowered and "rccl" not in lowered:
+        return None
+    pg = node.pg_name
+    info = CommInfo(COLL, UNKNOWN_COMM_TYPE, node.comm_size or 0, str(pg) if pg not in (None, "") else "0")
+    if isinstance(node.comm_type, str):
+        info.comm_type = COMM_TYPE_OF_NAME.get(node.comm_type.upper(), UNKNOWN_COMM_TYPE)
+        kind = kind_from_name(node.comm_type)
+    elif isinstance(node.comm_type, int):
+        info.comm_type, kind = node.comm_type, None
+    else:
+        kind = kind_from_kernel(node.name)
+        if kind is not None and kind.comm_type is not None:
+            info.comm_type = kind.comm_type
+    if kind is not None and kind.role == "send" or (node.comm_dst is not None and node.comm_src is None):
+        info.role, info.peer = SEND, node.comm_dst if node.comm_dst is not None else -1
+    elif kind is not None and kind.role == "recv" or (node.comm_src is not None and node.comm_dst is None):
+        info.role, info.peer = RECV, node.comm_src if node.comm_src is not None else -1
+    return info
+
+
+def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
+    """Read an ET+ JSON (either layout). Cost: one msgspec decode, O(n log n) for the fallback order."""
+    p = Path(path)
+    data = read_trace_bytes(p)
+    try:
+        nodes = _JSON_DECODER.decode(data).nodes
+    except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        raise TraceInputError(p, f"not an ET+ JSON document ({err})") from None
+    del data
+    builder = GraphBuilder(str(p), rank)
+    has_sim_dur = any(node.sim_dur is not None for node in nodes)
+    has_data_deps = any(node.data_deps is not None for node in nodes)
+    if not any(node.ts is not None for node in nodes):
+        builder.notes.append("no node has a time: is this an ET rather than an ET+?")
+    if not has_sim_dur:
+        builder.notes.append("no sim_dur (older ET+): simulating exclusive_dur for CPU ops, dur for GPU ops")
+    fallback = None if has_data_deps else _fallback_order(nodes)
+    if fallback is not None:
+        builder.notes.append("no data_deps (older ET+): dependencies are the parent, per-thread id order, "
+                             "the launcher and the stream order")
+    for i, node in enumerate(nodes):
+        is_gpu = node.cat in _GPU_CATS
+        comm = _json_comm(node) if is_gpu else None
+        tid = _tid_of(node)
+        if node.sim_dur is not None:
+            duration = node.sim_dur
+        elif is_gpu:
+            duration = node.dur or 0.0
+        else:
+            duration = node.exclusive_dur if node.exclusive_dur is not None else (node.dur or 0.0)
+        measured = node.inclusive_dur if node.inclusive_dur is not None else (node.dur or 0.0)
+        start = float(node.ts) if node.ts is not None else NO_TIME
+        if is_gpu:
+            kind = COMM if comm is not None else GPU
+            lane = gpu_lane(node.device if node.device is not None else 0,
+                            node.stream if node.stream is not None else -1)
+        else:
+            kind = META if node.name == PROCESS_GROUP_INIT else CPU
+            lane = cpu_lane(tid)
+        parent = _parent_of(node)
+        deps: list[int] = [] if parent is None else [parent]
+        if fallback is not None:
+            previous = fallback[i]
+            if previous is not None:
+                deps.append(previous)
+        elif node.data_deps:
+            deps.extend(node.data_deps)
+        builder.add(node.id, node.name, kind, float(duration), start, float(measured), lane, deps, comm)
+    return _finish(builder, p)
+
+
+def _fallback_order(nodes: list[_JsonNode]) -> list[int | None]:
+    """For an ET+ without data_deps: the id each node follows — the previous CPU op of its thread in
+    id order, or the previous GPU op of its (device, stream) in start order. O(n log n)."""
+    previous: list[int | None] = [None] * len(nodes)
+    cpu = sorted((i for i, node in enumerate(nodes) if node.cat not in _GPU_CATS), key=lambda i: nodes[i].id)
+    last: dict[Any, int] = {}
+    for i in cpu:
+        key = _tid_of(nodes[i])
+        previous[i] = last.get(key)
+        last[key] = nodes[i].id
+    gpu = sorted((i for i, node in enumerate(nodes) if node.cat in _GPU_CATS),
+                 key=lambda i: (nodes[i].ts if nodes[i].ts is not None else math.inf, nodes[i].id))
+    last = {}
+    for i in gpu:
+        key = (nodes[i].device, nodes[i].stream)
+        previous[i] = last.get(key)
+        last[key] = nodes[i].id
+    return previous

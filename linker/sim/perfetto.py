@@ -1,0 +1,89 @@
+"""``--trace-out``: the measured and the simulated timeline side by side as a Chrome/Perfetto trace.
+
+One rank: two processes, "measured" and "simulated", with the same lane (thread) names —
+"cpu thread 1", "gpu 0 stream 7"… — so the same lane can be compared one above the other. A job:
+one process per rank ("rank 3"), whose lanes come in pairs: "cpu thread 1 (measured)" directly above
+"cpu thread 1 (simulated)". Each node is one complete event ("ph": "X") on the lane of the thread or
+stream it ran on, whatever the model (under ``astra-sim`` all CPU lanes of a rank share one unit, so
+simulated events of different CPU lanes never overlap). Measured times are shifted so each rank's
+first measured op starts at 0; simulated times start at 0. Event args: node id, kind, and for the
+simulated events the time the node waited after it was ready (its unit was busy, or peers had not
+arrived). Nodes never issued are absent from the simulated side.
+Written atomically (no file on failure); the inputs are refused as output. Cost: O(n) events.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+
+from ..fileio import atomic_output
+from .engine import Replay
+from .graph import KIND_NAMES, lane_label
+
+MEASURED, SIMULATED = "measured", "simulated"
+
+
+def _metadata(pid: int, tid: int | None, name: str, value, sort: int | None = None) -> list[dict]:
+    event = {"ph": "M", "pid": pid, "name": name, "args": {"name": value}}
+    if tid is not None:
+        event["tid"] = tid
+    events = [event]
+    if sort is not None:
+        sort_name = "thread_sort_index" if tid is not None else "process_sort_index"
+        sort_event = {"ph": "M", "pid": pid, "name": sort_name, "args": {"sort_index": sort}}
+        if tid is not None:
+            sort_event["tid"] = tid
+        events.append(sort_event)
+    return events
+
+
+def trace_events(rp: Replay) -> list[dict]:
+    """The Chrome trace events of a replay (metadata first)."""
+    job = len(rp.graphs) > 1
+    events: list[dict] = []
+    for r, (graph, base) in enumerate(zip(rp.graphs, rp.offsets)):
+        first, _ = graph.measured_span()
+        lanes = [lane_label(key) for key in graph.lane_keys]
+        order = sorted(range(len(lanes)), key=lambda lane: graph.lane_keys[lane])
+        if job:
+            pids = {MEASURED: r + 1, SIMULATED: r + 1}
+            events += _metadata(r + 1, None, "process_name", f"rank {graph.rank}", r)
+            tids = {MEASURED: [0] * len(lanes), SIMULATED: [0] * len(lanes)}
+            for position, lane in enumerate(order):
+                for offset, side in enumerate((MEASURED, SIMULATED)):
+                    tid = 2 * position + offset + 1
+                    tids[side][lane] = tid
+                    events += _metadata(r + 1, tid, "thread_name", f"{lanes[lane]} ({side})", tid)
+        else:
+            pids = {MEASURED: 1, SIMULATED: 2}
+            tids = {MEASURED: [0] * len(lanes), SIMULATED: [0] * len(lanes)}
+            for side, pid in pids.items():
+                events += _metadata(pid, None, "process_name", side, pid)
+                for position, lane in enumerate(order):
+                    tids[side][lane] = position + 1
+                    events += _metadata(pid, position + 1, "thread_name", lanes[lane], position + 1)
+        for local in range(len(graph)):
+            name, lane, kind = graph.names[local], graph.lane[local], KIND_NAMES[graph.kind[local]]
+            node_id = graph.ids[local]
+            s = graph.start[local]
+            if s == s and first == first:
+                events.append({"ph": "X", "name": name, "pid": pids[MEASURED], "tid": tids[MEASURED][lane],
+                               "ts": s - first, "dur": graph.measured_dur[local],
+                               "args": {"id": node_id, "kind": kind}})
+            u = base + local
+            if rp.end[u] == rp.end[u]:
+                events.append({"ph": "X", "name": name, "pid": pids[SIMULATED], "tid": tids[SIMULATED][lane],
+                               "ts": rp.start[u], "dur": rp.end[u] - rp.start[u],
+                               "args": {"id": node_id, "kind": kind, "waited_us": rp.start[u] - rp.ready[u]}})
+    return events
+
+
+def write_trace(rp: Replay, path: str | os.PathLike, inputs: tuple = ()) -> None:
+    """Write the trace JSON ({"traceEvents": [...], "displayTimeUnit": "ms"}) to ``path``."""
+    document = {"traceEvents": trace_events(rp), "displayTimeUnit": "ms",
+                "otherData": {"model": rp.model, "files": [g.path for g in rp.graphs]}}
+    with atomic_output(Path(path), inputs) as out:
+        out.write(orjson.dumps(document))

@@ -1,0 +1,207 @@
+"""What ``et-link simulate`` prints: a ``SimReport`` built from a replay, as text or as one JSON object.
+
+JSON keys: ``model``, ``scale``, ``measured_us`` (one rank: its measured step; a job: the slowest
+rank's), ``simulated_us`` (end of the replay), ``ratio`` (simulated / measured), ``finished``,
+``never_issued`` (count of nodes never issued), ``never_issued_examples``, ``stalls`` (communication
+that could not complete: ranks that reached it, ranks that did not and why), ``busy_us`` (simulated
+busy time per kind: cpu, gpu, comm, over all ranks), ``busy_by_unit`` (per rank and unit),
+``peer_wait_us`` (time collectives held a unit waiting for peer ranks), ``critical_path`` (top ops
+on it: name, kind, us, count), ``critical_path_us_by_kind``, ``ranks`` (per rank: rank, file,
+nodes, measured_us, simulated_us, ratio), ``slowest_rank``, ``notes`` (fallbacks the readers used,
+matching remarks). Cost: O(n) over the replay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .critical import CriticalOp, PathStep, critical_path, time_by_kind, top_ops
+from .diagnose import Diagnosis, diagnose
+from .engine import Replay
+from .graph import KIND_NAMES
+
+EXAMPLES = 10
+
+
+@dataclass
+class RankSummary:
+    rank: int
+    file: str
+    nodes: int
+    measured_us: float
+    simulated_us: float
+    ratio: float | None
+
+
+@dataclass
+class UnitBusy:
+    rank: int
+    unit: str
+    busy_us: float
+    nodes: int
+
+
+@dataclass
+class SimReport:
+    model: str
+    scale: dict
+    measured_us: float
+    simulated_us: float
+    ratio: float | None
+    finished: bool
+    never_issued: int
+    never_issued_examples: list[dict]
+    stalls: list[dict]
+    busy_us: dict[str, float]
+    busy_by_unit: list[UnitBusy]
+    peer_wait_us: float
+    critical_path: list[CriticalOp]
+    critical_path_us_by_kind: dict[str, float]
+    ranks: list[RankSummary]
+    slowest_rank: int
+    notes: list[str] = field(default_factory=list)
+    cycle_example: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _ratio(simulated: float, measured: float) -> float | None:
+    return round(simulated / measured, 4) if measured > 0 else None
+
+
+def _node_ref(rp: Replay, u: int) -> dict:
+    graph, local = rp.local(u)
+    return {"rank": graph.rank, "id": graph.ids[local], "name": graph.names[local]}
+
+
+def rank_summaries(rp: Replay) -> list[RankSummary]:
+    """Measured and simulated step per rank; a rank's simulated step is the end of its last node."""
+    summaries = []
+    for graph, base in zip(rp.graphs, rp.offsets):
+        last = 0.0
+        for e in rp.end[base:base + len(graph)]:
+            if e == e and e > last:
+                last = e
+        measured = graph.measured_step()
+        summaries.append(RankSummary(graph.rank, graph.path, len(graph), measured, last, _ratio(last, measured)))
+    return summaries
+
+
+def busy_times(rp: Replay) -> tuple[dict[str, float], list[UnitBusy], float]:
+    """Busy µs per kind and per unit (start to end of each node that ran), and the peer wait."""
+    by_kind = {name: 0.0 for name in KIND_NAMES}
+    unit_busy = [0.0] * len(rp.unit_names)
+    unit_nodes = [0] * len(rp.unit_names)
+    peer_wait = 0.0
+    for graph, base in zip(rp.graphs, rp.offsets):
+        for local, kind in enumerate(graph.kind):
+            u = base + local
+            s, e = rp.start[u], rp.end[u]
+            if e != e:
+                continue
+            by_kind[KIND_NAMES[kind]] += e - s
+            unit = rp.unit_of[u]
+            if unit >= 0:
+                unit_busy[unit] += e - s
+                unit_nodes[unit] += 1
+            if rp.groups.group_of[u] >= 0:
+                peer_wait += s - rp.issue[u]
+    del by_kind["metadata"]
+    units = [UnitBusy(rp.graphs[r].rank, name, busy, count)
+             for (r, name), busy, count in zip(rp.unit_names, unit_busy, unit_nodes) if count]
+    return by_kind, units, peer_wait
+
+
+def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], Diagnosis]:
+    """The report of a replay, with the critical path and the diagnosis it was built from."""
+    ranks = rank_summaries(rp)
+    slowest = max(ranks, key=lambda r: r.measured_us)
+    simulated = max((r.simulated_us for r in ranks), default=0.0)
+    path = critical_path(rp)
+    diagnosis = diagnose(rp)
+    by_kind, units, peer_wait = busy_times(rp)
+    never = diagnosis.never_issued
+    examples = []
+    for item in never[:EXAMPLES]:
+        ref = _node_ref(rp, item.node)
+        ref["reason"] = item.reason
+        if item.detail:
+            ref["detail"] = item.detail
+        if item.blocker >= 0:
+            ref["blocked_by"] = _node_ref(rp, item.blocker)
+        examples.append(ref)
+    stalls = [{"process_group": s.process_group, "index": s.index, "comm_type": s.comm_type,
+               "arrived_ranks": s.arrived_ranks,
+               "missing_ranks": [{"rank": rank, "why": why} for rank, why in s.missing],
+               "nodes": [_node_ref(rp, u) for u in s.nodes]} for s in diagnosis.stalls]
+    notes = [f"rank {g.rank}: {note}" if len(rp.graphs) > 1 else note for g in rp.graphs for note in g.notes]
+    notes += rp.groups.notes
+    report = SimReport(
+        model=rp.model, scale={"cpu": rp.scale.cpu, "gpu": rp.scale.gpu, "comm": rp.scale.comm},
+        measured_us=slowest.measured_us, simulated_us=simulated, ratio=_ratio(simulated, slowest.measured_us),
+        finished=not diagnosis.never_ran, never_issued=len(never), never_issued_examples=examples,
+        stalls=stalls, busy_us=by_kind, busy_by_unit=units, peer_wait_us=peer_wait,
+        critical_path=top_ops(rp, path, top), critical_path_us_by_kind=time_by_kind(rp, path),
+        ranks=ranks, slowest_rank=slowest.rank, notes=_dedupe(notes),
+        cycle_example=[_node_ref(rp, u) for u in diagnosis.cycle_example[:EXAMPLES]])
+    return report, path, diagnosis
+
+
+def _dedupe(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _us(value: float) -> str:
+    return f"{value:,.1f} us"
+
+
+def format_text(report: SimReport) -> str:
+    """The human-readable report."""
+    lines = []
+    job = len(report.ranks) > 1
+    scale = ", ".join(f"{k}={v:g}" for k, v in report.scale.items())
+    lines.append(f"simulate: {len(report.ranks)} rank{'s' if job else ''}, model {report.model}, scale {scale}")
+    if job:
+        lines.append(f"  {'rank':>4}  {'nodes':>8}  {'measured':>14}  {'simulated':>14}  {'ratio':>6}  file")
+        for r in report.ranks:
+            ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
+            lines.append(f"  {r.rank:>4}  {r.nodes:>8}  {_us(r.measured_us):>14}  {_us(r.simulated_us):>14}  "
+                         f"{ratio:>6}  {r.file}")
+    ratio = f"{report.ratio:.3f}" if report.ratio is not None else "n/a (no measured time)"
+    what = f"job step (slowest measured rank {report.slowest_rank})" if job else "step"
+    lines.append(f"{what}: measured {_us(report.measured_us)}, simulated {_us(report.simulated_us)}, "
+                 f"ratio {ratio}")
+    lines.append("busy (simulated): " + ", ".join(f"{k} {_us(v)}" for k, v in report.busy_us.items())
+                 + (f"; collectives waiting for peers {_us(report.peer_wait_us)}" if job else ""))
+    for unit in sorted(report.busy_by_unit, key=lambda u: -u.busy_us)[:8]:
+        share = unit.busy_us / report.simulated_us if report.simulated_us > 0 else 0.0
+        lines.append(f"  {'rank ' + str(unit.rank) + ' ' if job else ''}{unit.unit}: {_us(unit.busy_us)} "
+                     f"({share:.0%}), {unit.nodes} nodes")
+    if report.finished:
+        lines.append("never issued: none (every node ran)")
+    else:
+        lines.append(f"never issued: {report.never_issued} nodes — the graph cannot finish")
+        for ex in report.never_issued_examples:
+            extra = f" ({ex['detail']})" if "detail" in ex else ""
+            if "blocked_by" in ex:
+                b = ex["blocked_by"]
+                extra += f" <- node {b['id']} {b['name']!r} of rank {b['rank']}"
+            lines.append(f"  rank {ex['rank']} node {ex['id']} {ex['name']!r}: {ex['reason']}{extra}")
+        for ex in report.cycle_example[:1]:
+            lines.append("  a cycle: " + " -> ".join(str(c["id"]) for c in report.cycle_example))
+    for stall in report.stalls:
+        lines.append(f"stall: {stall['comm_type']} #{stall['index']} on process group {stall['process_group']}: "
+                     f"reached by ranks {stall['arrived_ranks']}")
+        for missing in stall["missing_ranks"]:
+            lines.append(f"  rank {missing['rank']} never reaches it: {missing['why']}")
+    if report.critical_path:
+        kinds = ", ".join(f"{k} {_us(v)}" for k, v in report.critical_path_us_by_kind.items() if v > 0)
+        lines.append(f"critical path: {kinds}")
+        lines.append(f"  {'time on path':>14}  {'share':>5}  {'count':>5}  kind  op")
+        for op in report.critical_path:
+            share = op.us / report.simulated_us if report.simulated_us > 0 else 0.0
+            lines.append(f"  {_us(op.us):>14}  {share:>5.0%}  {op.count:>5}  {op.kind:<4}  {op.name}")
+    for note in report.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
