@@ -39,16 +39,28 @@ def dlrm_job(tmp_path_factory):
 
 
 def measured_span_by_wire(path) -> float:
-    """Latest start + duration minus earliest start over nodes with a start, read by the test's
-    own wire decoder (field 6 start_time_micros, field 7 duration_micros)."""
+    """Latest start + measured duration minus earliest start over nodes with a start, read by the
+    test's own wire decoder (field 6 start_time_micros, field 7 duration_micros; a CPU op's measured
+    duration is its ``inclusive_dur_micros`` attribute, since duration_micros is its busy time)."""
     first, last = None, None
     for frame in read_stream(path)[1:]:
         fields = decode_node(frame)
         if fields.get(6, [0])[0]:
-            start, dur = fields[6][0], fields.get(7, [0])[0]
+            inclusive = _inclusive_attr(fields)
+            start = fields[6][0]
+            dur = inclusive if inclusive is not None else fields.get(7, [0])[0]
             first = start if first is None else min(first, start)
             last = start + dur if last is None else max(last, start + dur)
     return last - first
+
+
+def _inclusive_attr(fields) -> int | None:
+    """The int64 value of the node's ``inclusive_dur_micros`` attribute (field 10 AttributeProto:
+    name field 1, int64_val field 9), or None."""
+    for attr in fields.get(10, []):
+        if attr.get(1) == "inclusive_dur_micros":
+            return attr[9]
+    return None
 
 
 def test_dlrm_job_replays_to_the_end_with_matched_collectives(dlrm_job):
