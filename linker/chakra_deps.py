@@ -98,7 +98,7 @@ class WriteSummary:
     nodes: int = 0
     counts_by_type: Counter = field(default_factory=Counter)
     wait_calls: Counter = field(default_factory=Counter)  # runtime wait calls seen, by name
-    wait_edges: int = 0  # edges GPU op -> the op that waited
+    wait_edges: int = 0  # edges GPU op -> the op that waited (distinct edges written)
     wait_edges_redirected: int = 0  # edges that go to the op after the call, not the op holding it
     copy_wait_edges: int = 0  # synchronous copy -> the op after the copy call
     waits_skipped: Counter = field(default_factory=Counter)  # reason -> count
@@ -322,6 +322,25 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
     return plan
 
 
+def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
+    """The plan of ``et_plus`` (durations, dependencies with causes), computed once and kept on it."""
+    if et_plus.plan is None:
+        summary = summary if summary is not None else WriteSummary("")
+        index_of_id = et_plus.et.index_of_id()
+        et_plus.plan = plan_dependencies(et_plus, index_of_id, summary, CommResolver(et_plus, index_of_id))
+        et_plus.plan_summary = summary
+    elif summary is not None and summary is not et_plus.plan_summary:
+        _copy_plan_counts(et_plus.plan_summary, summary)
+    return et_plus.plan
+
+
+def _copy_plan_counts(source: WriteSummary, target: WriteSummary) -> None:
+    for name in ("wait_calls", "waits_skipped", "comm_unresolved", "dependency_causes"):
+        getattr(target, name).update(getattr(source, name))
+    for name in ("wait_edges", "wait_edges_redirected", "copy_wait_edges", "ctrl_deps_dropped"):
+        setattr(target, name, getattr(source, name))
+
+
 # ---------------------------------------------------------------------------------------------
 # Waits
 # ---------------------------------------------------------------------------------------------
@@ -442,15 +461,19 @@ def _wait_calls(et_plus: EtPlus) -> list:
     return calls
 
 
-def _add_wait(plan: DependencyPlan, source: int, target: int, cause: str) -> bool:
-    """Record source -> target unless it would go backward in the write order or repeat an edge."""
+ADDED, ALREADY_THERE, NO_PLACE = "added", "already there", "no place"
+
+
+def _add_wait(plan: DependencyPlan, source: int, target: int, cause: str) -> str:
+    """Record source -> target unless it would go backward in the write order (NO_PLACE) or the
+    dependency exists already (ALREADY_THERE)."""
     if target < 0 or target == source or plan.position[target] <= plan.position[source]:
-        return False
+        return NO_PLACE
     targets = plan.waits.setdefault(target, [])
     if any(d == source for d, _ in targets) or plan.prev[target] == source or plan.ctrl[target] == source:
-        return True
+        return ALREADY_THERE
     targets.append((source, cause))
-    return True
+    return ADDED
 
 
 def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacement, summary: WriteSummary) -> None:
@@ -478,16 +501,17 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
         for k in sources:
             source = n + k
             target = _wait_target(call, kind, waiter, ctx, et, n)
-            if not _add_wait(plan, source, target, cause):
+            outcome = _add_wait(plan, source, target, cause)
+            if outcome == NO_PLACE:
                 summary.waits_skipped["no later op to carry the wait"] += 1
-                continue
-            summary.wait_edges += 1
-            summary.wait_edges_redirected += target != waiter
+            elif outcome == ADDED:
+                summary.wait_edges += 1
+                summary.wait_edges_redirected += target != waiter
     copies = plan.busy.blocking_copies if plan.busy is not None else []
     launches = [et_plus.gpu_links[k].launch for k in copies]
     for k, launch, waiter in zip(copies, launches, ops_covering(et_plus, launches)):
         if waiter < 0:
             continue
         target = _op_after(et.tid[waiter], launch.ts + launch.dur, ctx)
-        if _add_wait(plan, n + k, target, SYNC):
+        if _add_wait(plan, n + k, target, SYNC) == ADDED:
             summary.copy_wait_edges += 1

@@ -52,6 +52,14 @@ class GpuNode(msgspec.Struct, omit_defaults=True):
     output_shapes: Any = UNSET
     output_types: Any = UNSET
     attrs: list | Unset = UNSET
+    # Simulation fields (``sim_fields``): busy duration, dependencies with causes, comm attributes.
+    sim_dur: float | int | Unset = UNSET
+    data_deps: list | Unset = UNSET
+    data_dep_causes: list | Unset = UNSET
+    comm_type: str | Unset = UNSET
+    comm_size: int | Unset = UNSET
+    comm_src: int | Unset = UNSET
+    comm_dst: int | Unset = UNSET
 
 
 @dataclass

@@ -53,6 +53,23 @@ def write_report(report: LinkReport, path: str | os.PathLike, protected: tuple =
         out.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2))
 
 
+def add_simulation_counts(report: LinkReport, et_plus) -> None:
+    """Copy the dependency plan's counts (data dependencies by cause, waits, busy split) into the
+    report, once a writer has computed the plan."""
+    summary = et_plus.plan_summary
+    if summary is None:
+        return
+    busy = et_plus.plan.busy
+    report.dependency_causes = dict(sorted(summary.dependency_causes.items()))
+    report.dependencies = sum(summary.dependency_causes.values())
+    report.simulation = {
+        "blocked_us": round(sum(busy.blocked), 3), "host_gap_us": round(sum(busy.host_gap), 3),
+        "sim_busy_us": round(sum(busy.sim), 3), "main_thread": busy.main_tid,
+        "fork_join_edges": len(busy.cross), "wait_edges": summary.wait_edges,
+        "copy_wait_edges": summary.copy_wait_edges, "waits_skipped": dict(summary.waits_skipped),
+    }
+
+
 def link_pair(
     et_path: str | os.PathLike,
     kineto_path: str | os.PathLike,
@@ -79,9 +96,12 @@ def link_pair(
 
         write_et_plus_chakra(et_plus, output, protected)
     else:
+        from .sim_fields import annotate_et_plus
         from .write_json import write_et_plus_json
 
+        annotate_et_plus(et_plus)
         write_et_plus_json(et_plus, output, protected)
+    add_simulation_counts(result.report, et_plus)
     if report_path:
         write_report(result.report, report_path, protected)
     return PairOutcome(result.report, output, Path(report_path) if report_path else None)

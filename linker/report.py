@@ -43,6 +43,10 @@ class LinkReport:
     warnings: list[str]
     seconds: float
     match_stats: dict = field(default_factory=dict)
+    # Filled once a writer computed the dependency plan (pipeline.add_simulation_counts):
+    dependencies: int = 0  # data dependencies written
+    dependency_causes: dict = field(default_factory=dict)  # cause -> data dependencies
+    simulation: dict = field(default_factory=dict)  # blocked / host-gap / busy totals, waits
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -62,6 +66,9 @@ class LinkReport:
         lines.append(f"  unmatched: {et_unmatched} ET ops, {k_unmatched} Kineto CPU events")
         if self.nesting_violations:
             lines.append(f"  WARNING: {self.nesting_violations} linked ops lie outside their parent's interval")
+        if self.dependency_causes:
+            lines.append(f"  dependencies: {self.dependencies} (" + ", ".join(
+                f"{cause} {count}" for cause, count in self.dependency_causes.items()) + ")")
         lines += [f"  WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
 

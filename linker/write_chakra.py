@@ -69,8 +69,8 @@ import msgspec
 import orjson
 
 from . import et_def_pb2 as pb
-from .chakra_comm import PROCESS_GROUP_INIT, CommAttrs, CommResolver, _IOParts, _is_int, is_comm_kernel
-from .chakra_deps import DependencyPlan, WriteSummary, plan_dependencies
+from .chakra_comm import PROCESS_GROUP_INIT, CommAttrs, _IOParts, _is_int
+from .chakra_deps import DependencyPlan, WriteSummary, dependency_plan
 from .chakra_io import EtWriter, encode_varint, make_attr
 from .et_reader import FLAT, EtNode, decode_attrs
 from .etplus import EtPlus, GpuNode
@@ -345,25 +345,6 @@ def node_messages(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummary) 
 # ---------------------------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------------------------
-
-
-def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
-    """The plan of ``et_plus`` (durations, dependencies with causes), computed once and kept on it."""
-    if et_plus.plan is None:
-        summary = summary if summary is not None else WriteSummary("")
-        index_of_id = et_plus.et.index_of_id()
-        et_plus.plan = plan_dependencies(et_plus, index_of_id, summary, CommResolver(et_plus, index_of_id))
-        et_plus.plan_summary = summary
-    elif summary is not None and summary is not et_plus.plan_summary:
-        _copy_plan_counts(et_plus.plan_summary, summary)
-    return et_plus.plan
-
-
-def _copy_plan_counts(source: WriteSummary, target: WriteSummary) -> None:
-    for name in ("wait_calls", "waits_skipped", "comm_unresolved", "dependency_causes"):
-        getattr(target, name).update(getattr(source, name))
-    for name in ("wait_edges", "wait_edges_redirected", "copy_wait_edges", "ctrl_deps_dropped"):
-        setattr(target, name, getattr(source, name))
 
 
 def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = ()) -> WriteSummary:
