@@ -41,13 +41,22 @@ Dependencies (every id referenced exists; the graph is acyclic by construction):
     is that of the next GPU op the same thread issues after the call; the event's stream is the
     stream, other than the waiting one, of the thread's most recent launch before the call; the
     op waited on is the last op issued on that stream before the call.
-  The edge goes to W when W comes after the GPU op in the dependency order (W began after the
-  launch). Otherwise W is the launching op itself or one of its ancestors (the wait is inside the
-  op that launched the work) and an edge to W would be a cycle: a blocking synchronize then
-  points at the first linked op of W's thread that starts after the call returns; a
-  ``cudaStreamWaitEvent`` at the next GPU op the thread issued (the stream that waited). Waits
-  outside any linked op, outside the linked window, or without an op to wait on are counted and
-  skipped.
+  A blocking synchronize's edge goes to the first linked op of W's thread that starts after the
+  call returns (the thread went on only then), or to W when none does; a synchronous copy (a
+  ``cudaMemcpy``, or a ``cudaMemcpyAsync`` that returned after its copy ended) likewise makes the
+  op after the call wait for the copy. A ``cudaStreamWaitEvent`` blocks no thread: its edge goes to
+  the next GPU op the thread issued (the stream that waited). Edges that would go backward in the
+  write order, waits outside any linked op, outside the linked window, or without an op to wait
+  on are counted and skipped.
+- Cross-thread ``fork`` / ``join`` edges and the collective order per process group
+  (``chakra_deps``, ``busy``). Every data dependency carries its cause in the ``string_list``
+  attribute ``data_dep_causes`` (same length and order as ``data_deps``).
+
+Durations: ``duration_micros`` is the node's busy time (``busy``): a CPU op's exclusive time minus
+its blocked time plus the host gap folded into it; a GPU op's duration. Linked CPU ops also carry
+``inclusive_dur_micros`` (measured), ``exclusive_dur_micros``, ``blocked_micros`` and, when there
+is one, ``host_gap_micros`` (int64 µs, rounded); a thread root that carries a worker's start
+offset has ``host_gap_micros`` too.
 
 The rules live in two modules of their own: ``chakra_comm`` (communication attributes) and
 ``chakra_deps`` (dependencies, waits, write order); this module turns nodes into messages.
