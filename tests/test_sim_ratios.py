@@ -122,3 +122,38 @@ def test_halving_gpu_time_on_a_gpu_bound_step_shortens_it_by_its_critical_share(
     assert 0.2 * gpu_share <= saved <= 0.5 * gpu_share + 1
     cpu_only = simulate(out, LANES, Scale.parse("cpu=0.5"))
     assert base.simulated_us - cpu_only.simulated_us <= 0.5 * base.critical_path_us_by_kind["cpu"] + 1
+
+
+def test_dlrm_main_thread_waits_for_the_autograd_thread_by_fork_and_join():
+    """rank 0: the main thread sits in ``## backward ##`` while the autograd engine thread runs the
+    backward ops; that wait is blocked time, and the threads meet by fork/join edges."""
+    from linker.chakra_deps import dependency_plan
+    from linker.et_reader import read_execution_trace
+    from linker.etplus import build_et_plus
+    from linker.kineto_reader import read_kineto_trace
+    from linker.link import link
+
+    et_path, kineto_path = dlrm_pair(0)
+    et_plus = build_et_plus(link(read_execution_trace(et_path), read_kineto_trace(kineto_path)))
+    plan = dependency_plan(et_plus)
+    et, busy = et_plus.et, plan.busy
+    backward = et.names.index("## backward ##")
+    main = et.tid[backward]
+    assert busy.main_tid == main
+    engine_ops = [i for i in range(len(et.nodes)) if et.tid[i] != main and isinstance(et.nodes[i].ts, (int, float))
+                  and et.names[i].startswith("autograd::engine::evaluate_function")]
+    assert engine_ops
+    engine_tid = et.tid[engine_ops[0]]
+    engine_ops = [i for i in range(len(et.nodes)) if et.tid[i] == engine_tid and isinstance(et.nodes[i].ts, (int, float))]
+    span = max(et.nodes[i].ts + et.nodes[i].dur for i in engine_ops) - min(et.nodes[i].ts for i in engine_ops)
+    # almost all of the op's exclusive time was the wait, and the wait is about the engine's span
+    assert busy.blocked[backward] > 0.9 * et.nodes[backward].exclusive_dur
+    assert 0.8 * span <= busy.blocked[backward] <= span
+    forks = [(s, t) for s, t, cause in busy.cross if cause == "fork"]
+    joins = [(s, t) for s, t, cause in busy.cross if cause == "join"]
+    assert forks and joins
+    assert all(et.tid[s] == main and et.tid[t] != main for s, t in forks)
+    assert all(et.tid[s] != main and et.tid[t] == main for s, t in joins)
+    # the optimizer waits for the end of the backward pass
+    optimizer = et.names.index("## optimizer ##")
+    assert any(t == optimizer for _, t in joins)
