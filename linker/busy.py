@@ -32,8 +32,13 @@ thread's ops are cut into *bursts*, a burst being the maximal run of that thread
   When S was still running at the burst's start, S spawned it (``threading.Thread.start`` inside
   S): for the thread's first burst the edge goes from the main op before S to the worker's thread
   root, whose ``host_gap`` is the burst's offset into S.
-- ``join`` burst's last op → the first main op starting after the burst ends, when the burst ended
-  while the main thread was idle (blocked as above).
+- ``join`` burst's last op → the first main op starting after the burst ends (or the waiting op
+  itself when none does), when the burst ended while the main thread was idle (in an op's
+  exclusive time, or between ops). Blocked: the union, per idle segment, of the bursts' overlap.
+- ``join`` (hand-back): when the main thread waited in an op W's exclusive time from the burst's
+  start until W's next child began while the burst still ran (the autograd engine hands CPU work
+  back to the calling thread), the wait up to that child is blocked and the burst's op that
+  finished last before it gets an edge to it.
 
 Cost: O(n log n) for n ET nodes (sorting per thread, bisects for the main-thread lookups, ancestor
 walks bounded by tree depth), O(n) floats of memory.
