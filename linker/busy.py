@@ -31,7 +31,9 @@ thread's ops are cut into *bursts*, a burst being the maximal run of that thread
 - ``fork`` S → the burst's first op: the burst was started by the main thread's progress up to S.
   When S was still running at the burst's start, S spawned it (``threading.Thread.start`` inside
   S): for the thread's first burst the edge goes from the main op before S to the worker's thread
-  root, whose ``host_gap`` is the burst's offset into S.
+  root, whose ``host_gap`` is the burst's offset into S; for a later burst it comes from the last
+  main op that had ended by then (S and its enclosing ops had not: waiting for them would delay
+  the burst past its measured start).
 - ``join`` burst's last op → the first main op starting after the burst ends (or the waiting op
   itself when none does), when the burst ended while the main thread was idle (in an op's
   exclusive time, or between ops). Blocked: the union, per idle segment, of the bursts' overlap.
@@ -311,8 +313,24 @@ def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
             busy.host_gap[root] += start - tl.starts[source]
             if source > 0:
                 busy.cross.append((tl.ops[source - 1], root, FORK))
-        else:
+        elif tl.ends[source] <= start:
             busy.cross.append((spawner, first_op, FORK))
+        else:  # the main op was still running: the burst follows the last main op that had ended
+            done = _last_ended_position(tl, source, start)
+            if done >= 0:
+                busy.cross.append((tl.ops[done], first_op, FORK))
+
+
+SEARCH_LIMIT = 64  # main-thread ops looked back at for the last one that had ended
+
+
+def _last_ended_position(tl: Timeline, source: int, t: float) -> int:
+    """The latest main-thread position at or before ``source`` whose op had ended by t (-1 if
+    none within ``SEARCH_LIMIT`` positions: the enclosing ops of a running op are skipped)."""
+    for p in range(source, max(-1, source - SEARCH_LIMIT), -1):
+        if tl.ends[p] <= t:
+            return p
+    return -1
 
 
 def _add_wait(waits: dict, segment: IdleSegment, lo: float, hi: float) -> None:
