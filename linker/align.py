@@ -237,9 +237,11 @@ def split_ambiguous_runs(
         ra, rb = run_a[i], run_b[j]
         if len_a[ra] == 1 and len_b[rb] == 1:
             continue
-        if partner_of_a_run.setdefault(ra, rb) != rb or partner_of_b_run.setdefault(rb, ra) != ra:
+        partner_a = partner_of_a_run.setdefault(ra, rb)  # both first partners are recorded
+        partner_b = partner_of_b_run.setdefault(rb, ra)
+        if partner_a != rb or partner_b != ra:
             conflicting.add(ra)
-            conflicting.add(partner_of_b_run[rb])
+            conflicting.add(partner_b)
     ambiguous = {ra for ra, rb in partner_of_a_run.items() if len_a[ra] != len_b[rb]} - conflicting
     if not ambiguous and not conflicting:
         return pairs, []
@@ -248,6 +250,22 @@ def split_ambiguous_runs(
     regions = [(ra, ra + len_a[ra], partner_of_a_run[ra], partner_of_a_run[ra] + len_b[partner_of_a_run[ra]])
                for ra in sorted(ambiguous)]
     return kept, regions
+
+
+def align_both_ways(a: Sequence[Hashable], b: Sequence[Hashable]) -> list[tuple[int, int]]:
+    """The pairs on which aligning forwards and aligning the reversed sequences agree.
+
+    Where a block repeats (``x y z x y z x y z``) and one copy lost an item, names cannot tell which
+    copy it was: a forward alignment places the gap in one copy, a backward one in another, and the
+    pairs between those places differ. Keeping only the pairs both agree on leaves those unlinked
+    (a missing link beats a wrong one) and keeps everything elsewhere. Cost: two alignments.
+    """
+    forward = align_sequences(a, b)
+    n, m = len(a), len(b)
+    if len(forward) == n == m:  # everything paired in order: the only alignment there is
+        return forward
+    backward = {(n - 1 - i, m - 1 - j) for i, j in align_sequences(a[::-1], b[::-1])}
+    return [pair for pair in forward if pair in backward]
 
 
 def drop_ambiguous_runs(

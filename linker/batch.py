@@ -9,14 +9,18 @@ Steps, each one a plain function over plain data:
    (no rank, duplicated rank, rank on one side only, name contradicting the content) is collected
    and reported before any work starts.
 2. **Plan** one ``RankTask`` per rank with its output paths in the output directory
-   (``rank<N>_plus.json`` …, ``rank<N>.report.json``) and skip the ranks whose outputs are already
+   (``rank<N>_plus.json``, or ``rank.<N>.et`` as ASTRA-sim names a job's workload files,
+   ``rank<N>.report.json``) and skip the ranks whose outputs are already
    complete (``completed_result``: the report sidecar written after a successful link records the
    output's and inputs' size and mtime and the link options).
 3. **Run** the tasks, one fresh process per rank: locally (``run_local``: forked workers, no more at
    once than ``--workers`` and than fit in available memory by ``estimate_peak_bytes``) or on a Dask
    cluster (``run_dask``: each task runs ``python`` in a subprocess on a worker). A failing rank
-   only records its error.
-4. **Summarise** (``summarize_totals``, ``find_outliers``, ``format_table``): per-rank table, job
+   only records its error. Each worker also records the rank's communication ops per process
+   group in its report sidecar (``job_check.rank_collectives``).
+4. **Check the job** (``job_check.check_job``): the job's process groups (``comm_groups.json``
+   for ``--format et``) and the cross-rank comparison of every group's collectives.
+5. **Summarise** (``summarize_totals``, ``find_outliers``, ``format_table``): per-rank table, job
    totals, ranks that stand out; ``summary.json``.
 """
 
@@ -43,12 +47,13 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import wait as wait_for_ready
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 import orjson
 
 from .errors import MismatchedPairError, TraceInputError
 from .fileio import GZIP_MAGIC, atomic_output
+from .job_check import COMM_GROUPS_FILE, SIDECAR_KEY, CollectiveCheck, check_job, format_check, format_ranks
 from .link import LinkOptions
 from .progress import BatchProgress
 
@@ -77,7 +82,7 @@ MAX_GZIP_RATIO = 1032.0  # deflate cannot do better: a larger ISIZE means a trun
 
 HEAD_BYTES = 1 << 20  # distributedInfo must appear within this many uncompressed bytes
 HEAD_CHUNK = 64 << 10
-SIDECAR_VERSION = 1
+SIDECAR_VERSION = 2  # 2: the sidecar holds the rank's collectives
 
 # File-name patterns for a rank, tried in this order (case-insensitive); the first pattern that
 # matches decides. A name without any of them may still hold exactly one number.
@@ -139,7 +144,7 @@ class RankOfFile:
 @dataclass
 class RankPair:
     rank: int
-    et: Path
+    et: Path | None  # None: Kineto-only (the host graph is built from the Kineto trace)
     kineto: Path
     rank_source: str
 
@@ -282,20 +287,6 @@ def expand_glob(pattern: str) -> list[Path]:
     return sorted(Path(m).absolute() for m in matches if os.path.isfile(m))
 
 
-def format_ranks(ranks: Iterable[int]) -> str:
-    """``0-3,5,7-9``."""
-    ordered = sorted(set(ranks))
-    spans: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        spans.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(spans)
-
-
 def _group_by_rank(files: list[RankOfFile], kind: str, problems: list[str]) -> tuple[dict[int, RankOfFile], set[int]]:
     """Files by rank; problems for files without a rank and for duplicated ranks (also returned)."""
     by_rank: dict[int, list[RankOfFile]] = {}
@@ -316,8 +307,11 @@ def _group_by_rank(files: list[RankOfFile], kind: str, problems: list[str]) -> t
 
 
 def pair_rank_files(et_paths: list[Path], kineto_paths: list[Path],
-                    rank_pattern: str | re.Pattern | None = None) -> Pairing:
+                    rank_pattern: str | re.Pattern | None = None, skip_unpaired: bool = False) -> Pairing:
     """Pair ET and Kineto files by rank; every ambiguity becomes a ``problem`` (nothing guessed).
+
+    ``skip_unpaired``: a rank with only one of its two files is left out with a note instead of
+    being a problem (``--skip-unpaired``: link the complete ranks).
 
     Cost: O(files) plus one header read per Kineto file (``read_distributed_info``).
     """
@@ -333,12 +327,17 @@ def pair_rank_files(et_paths: list[Path], kineto_paths: list[Path],
     kineto_files = [kineto_rank(p, pattern) for p in kineto_paths if p not in both]
     ets, et_duplicated = _group_by_rank(et_files, "ET", problems)
     kinetos, kineto_duplicated = _group_by_rank(kineto_files, "Kineto", problems)
+    unpaired = notes if skip_unpaired else problems
+    skipped = "; rank skipped (--skip-unpaired)" if skip_unpaired else " (--skip-unpaired links the other ranks)"
     for rank in sorted(set(ets) - set(kinetos) - kineto_duplicated):
-        problems.append(f"rank {rank}: ET file {ets[rank].path} has no Kineto file")
+        unpaired.append(f"rank {rank}: ET file {ets[rank].path} has no Kineto file{skipped}")
     for rank in sorted(set(kinetos) - set(ets) - et_duplicated):
-        problems.append(f"rank {rank}: Kineto file {kinetos[rank].path} has no ET file")
+        unpaired.append(f"rank {rank}: Kineto file {kinetos[rank].path} has no ET file{skipped}")
     pairs = [RankPair(r, ets[r].path, kinetos[r].path, kinetos[r].source)
              for r in sorted(set(ets) & set(kinetos))]
+    if not et_paths:  # Kineto-only job: every Kineto file is a rank of its own
+        problems = [p for p in problems if "has no ET file" not in p]
+        pairs = [RankPair(r, None, k.path, k.source) for r, k in sorted(kinetos.items())]
     worlds = {f.world_size for f in kineto_files if f.world_size is not None}
     world = None
     if len(worlds) > 1:
@@ -347,7 +346,7 @@ def pair_rank_files(et_paths: list[Path], kineto_paths: list[Path],
     elif worlds:
         world = worlds.pop()
         missing = sorted(set(range(world)) - {p.rank for p in pairs})
-        if missing and not problems:
+        if missing and not problems and not skip_unpaired:
             notes.append(f"world size is {world} but ranks {format_ranks(missing)} were not given; "
                          f"linking the {len(pairs)} given")
         beyond = [p.rank for p in pairs if p.rank >= world]
@@ -364,7 +363,7 @@ class RankTask:
     """Everything a worker needs to link one rank (picklable; paths absolute)."""
 
     rank: int
-    et: Path
+    et: Path | None  # None: Kineto-only
     kineto: Path
     output: Path
     report_path: Path
@@ -380,7 +379,7 @@ class RankResult:
 
     rank: int
     status: str
-    et: str
+    et: str | None
     kineto: str
     output: str | None = None
     report: str | None = None
@@ -438,14 +437,16 @@ def available_memory_bytes() -> int | None:
 
 
 def output_name(rank: int, fmt: str, compressed: bool) -> str:
-    """``rank<N>_plus.json`` / ``.et``, plus ``.gz`` when asked."""
-    return f"rank{rank}_plus.{'et' if fmt == 'et' else 'json'}" + (".gz" if compressed else "")
+    """``rank<N>_plus.json``, or ``rank.<N>.et`` (ASTRA-sim reads a job's workload as
+    ``<prefix>.<rank>.et``, here prefix ``<output dir>/rank``); plus ``.gz`` when asked."""
+    name = f"rank.{rank}.et" if fmt == "et" else f"rank{rank}_plus.json"
+    return name + (".gz" if compressed else "")
 
 
 def make_task(pair: RankPair, output_dir: Path, options: LinkOptions, fmt: str, compressed: bool) -> RankTask:
     """The task of one pair; its input size is read from the files' sizes and gzip trailers. O(1)."""
     try:
-        input_bytes = uncompressed_size(pair.et) + uncompressed_size(pair.kineto)
+        input_bytes = (uncompressed_size(pair.et) if pair.et else 0) + uncompressed_size(pair.kineto)
     except OSError:
         input_bytes = 0  # unreadable: the link reports it
     return RankTask(
@@ -473,7 +474,7 @@ def _peak_rss_bytes() -> int:
 
 
 def _base_result(task: RankTask, status: str) -> RankResult:
-    return RankResult(rank=task.rank, status=status, et=str(task.et), kineto=str(task.kineto),
+    return RankResult(rank=task.rank, status=status, et=str(task.et) if task.et else None, kineto=str(task.kineto),
                       input_bytes=task.input_bytes, estimated_peak_bytes=task.estimated_peak_bytes,
                       host=socket.gethostname())
 
@@ -498,10 +499,12 @@ def run_rank_task(task: RankTask) -> RankResult:
     """Link one rank in this process and write its output and report sidecar; never raises.
 
     The sidecar (``task.report_path``) is the link report plus a ``batch`` record of the output's
-    and inputs' size/mtime, the options, wall time and peak RSS; it is removed first and written
-    last, so it exists only next to a complete output. Peak memory is this process's
+    and inputs' size/mtime, the options, wall time and peak RSS, and the rank's communication
+    ops (``collectives``, see ``job_check``); it is removed first and written last, so it exists
+    only next to a complete output. Peak memory is this process's
     ``ru_maxrss``: meaningful because every task runs in a fresh process.
     """
+    from .job_check import rank_collectives
     from .pipeline import link_pair
 
     started = time.perf_counter()
@@ -510,6 +513,8 @@ def run_rank_task(task: RankTask) -> RankResult:
         task.report_path.unlink()
     try:
         outcome = link_pair(task.et, task.kineto, task.output, task.options)
+        collectives = rank_collectives(outcome.et_plus).to_record()
+        outcome.et_plus = None
     except MismatchedPairError as err:
         return failed_result(task, f"not the same run: {err}", time.perf_counter() - started, _peak_rss_bytes())
     except (TraceInputError, ValueError, OSError) as err:
@@ -525,12 +530,13 @@ def run_rank_task(task: RankTask) -> RankResult:
     result.output, result.report = str(task.output), str(task.report_path)
     result.wall_seconds, result.peak_rss_bytes, result.base_rss_bytes = wall, peak, base
     record = {"version": SIDECAR_VERSION, "output": _file_stamp(task.output),
-              "inputs": [_file_stamp(task.et), _file_stamp(task.kineto)],
+              "inputs": [_file_stamp(p) for p in (task.et, task.kineto) if p],
               "options": asdict(task.options), "wall_seconds": round(wall, 3),
               "peak_rss_bytes": peak, "base_rss_bytes": base, "host": result.host}
     try:
         with atomic_output(task.report_path) as out:
-            out.write(orjson.dumps(outcome.report.to_dict() | {"batch": record}, option=orjson.OPT_INDENT_2))
+            out.write(orjson.dumps(outcome.report.to_dict() | {"batch": record, SIDECAR_KEY: collectives},
+                                   option=orjson.OPT_INDENT_2))
     except (OSError, TraceInputError) as err:
         result.warnings.append(f"report sidecar not written ({err}); the rank will be linked again next run")
     return result
@@ -548,7 +554,7 @@ def completed_result(task: RankTask, verify: bool = False) -> RankResult | None:
         record = doc["batch"]
         if record.get("version") != SIDECAR_VERSION or record.get("options") != asdict(task.options):
             return None
-        current = [_file_stamp(task.output), _file_stamp(task.et), _file_stamp(task.kineto)]
+        current = [_file_stamp(p) for p in (task.output, task.et, task.kineto) if p]
     except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
         return None
     if [record.get("output")] + list(record.get("inputs") or []) != current:
@@ -592,8 +598,20 @@ def _local_child(task: RankTask, connection) -> None:
     send the result."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the parent around start()
     connection.send(run_rank_task(task))
     connection.close()
+
+
+def _start_with_sigint_blocked(process) -> None:
+    """Start a worker with Ctrl-C blocked, so that a Ctrl-C during the fork cannot reach the child
+    before it ignores SIGINT (that race printed a child's traceback); a Ctrl-C meanwhile is
+    delivered to this process when the mask is restored."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _process_context() -> multiprocessing.context.BaseContext:
@@ -660,7 +678,7 @@ def run_local(tasks: list[RankTask], workers: int, memory_budget: int | None,
                         log.warning("%s", message)
                 receiver, sender = context.Pipe(duplex=False)
                 process = context.Process(target=_local_child, args=(task, sender), name=f"et-link-rank{task.rank}")
-                process.start()
+                _start_with_sigint_blocked(process)
                 sender.close()
                 running[task.rank] = _Running(task, process, receiver)
                 if progress:
@@ -831,6 +849,7 @@ class BatchSummary:
     outliers: list[Outlier]
     notes: list[str]
     options: dict
+    collectives: CollectiveCheck | None = None
 
     @property
     def failed(self) -> list[RankResult]:
@@ -942,6 +961,8 @@ def format_table(summary: BatchSummary) -> str:
     if summary.failed:
         lines.append("failed ranks:")
         lines += [f"  rank {r.rank}: {r.error}" for r in summary.failed]
+    if summary.collectives is not None:
+        lines += format_check(summary.collectives)
     return "\n".join(lines)
 
 
@@ -958,7 +979,7 @@ class BatchConfig:
     """``et-link batch`` options. ``workers`` None = CPU count; ``memory_budget`` None =
     ``MEMORY_BUDGET_SHARE`` of MemAvailable (local runs only)."""
 
-    et_glob: str
+    et_glob: str | None  # None: Kineto-only ranks
     kineto_glob: str
     output_dir: Path
     options: LinkOptions = field(default_factory=LinkOptions)
@@ -970,6 +991,7 @@ class BatchConfig:
     redo: bool = False
     verify_existing: bool = False
     memory_budget: int | None = None
+    skip_unpaired: bool = False  # link the ranks that have both files; note the others
 
 
 @dataclass
@@ -995,12 +1017,13 @@ def plan_batch(config: BatchConfig) -> BatchPlan:
     """
     if config.fmt not in ("json", "et"):
         raise BatchSetupError(f"unknown --format {config.fmt!r}; choose json or et")
-    et_paths, kineto_paths = expand_glob(config.et_glob), expand_glob(config.kineto_glob)
-    if not et_paths:
+    et_paths = expand_glob(config.et_glob) if config.et_glob is not None else []
+    kineto_paths = expand_glob(config.kineto_glob)
+    if not et_paths and config.et_glob is not None:
         raise BatchSetupError(f"no file matches --et {config.et_glob!r}")
     if not kineto_paths:
         raise BatchSetupError(f"no file matches --kineto {config.kineto_glob!r}")
-    pairing = pair_rank_files(et_paths, kineto_paths, config.rank_pattern)
+    pairing = pair_rank_files(et_paths, kineto_paths, config.rank_pattern, config.skip_unpaired)
     if pairing.problems:
         raise PairingError(pairing.problems)
     output_dir = Path(config.output_dir).absolute()
@@ -1008,6 +1031,8 @@ def plan_batch(config: BatchConfig) -> BatchPlan:
         output_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise BatchSetupError(f"cannot create the output directory {output_dir}: {err}") from None
+    if not output_dir.is_dir() or not os.access(output_dir, os.W_OK | os.X_OK):
+        raise BatchSetupError(f"{output_dir}: the output directory is not writable")
     tasks = [make_task(p, output_dir, config.options, config.fmt, config.gzip) for p in pairing.pairs]
     complete, to_run = [], []
     for task in tasks:
@@ -1061,12 +1086,16 @@ def run_batch(config: BatchConfig, progress_stream=None, interactive: bool | Non
         results = run_local(plan.to_run, workers, budget, progress) if plan.to_run else []
     progress.close()
     ranks = sorted(results + plan.complete, key=lambda r: r.rank)
+    output_dir = Path(config.output_dir).absolute()
+    collectives = check_job({r.rank: r.report for r in ranks if r.ok}, [r.rank for r in ranks],
+                            plan.pairing.world_size, output_dir / COMM_GROUPS_FILE if config.fmt == "et" else None)
     elapsed = time.monotonic() - started
     summary = BatchSummary(
-        output_dir=str(Path(config.output_dir).absolute()), executor=executor, ranks=ranks,
+        output_dir=str(output_dir), executor=executor, ranks=ranks,
         totals=summarize_totals(ranks, elapsed), outliers=find_outliers(ranks), notes=plan.pairing.notes,
         options={"link": asdict(config.options), "format": config.fmt, "gzip": config.gzip,
-                 "et": config.et_glob, "kineto": config.kineto_glob, "rank_pattern": config.rank_pattern})
+                 "et": config.et_glob, "kineto": config.kineto_glob, "rank_pattern": config.rank_pattern},
+        collectives=collectives)
     write_summary(summary, Path(summary.output_dir) / "summary.json")
     return summary
 

@@ -2,10 +2,18 @@
 
 What a communication kernel is (collective type from the kernel name or the launching
 ``nccl:*`` / ``record_param_comms`` / ``c10d::*`` ops, send / recv), how many bytes it moves
-(the collective op's input tensors, else Kineto "In msg nelems" × dtype size), its process group
-(numeric name, mapped through ``## process_group:init ##``) and, for point-to-point, its peer.
+(the collective op's input tensors, else Kineto "In msg nelems" × dtype size), its element type
+when known, its process group and, for point-to-point, its peer as a global rank.
 See ``write_chakra``'s docstring for the rules; a kernel whose kind, size or peer cannot be
 determined resolves to ``COMP_NODE`` with a ``problem``, never an invented value.
+
+Process-group numbering (the ``pg_name`` written to ``.et`` files and the ids of a job's
+``comm_groups.json``): **job id = PyTorch's numeric pg_name + 1**, so the default (world) group
+"0" is "1". PyTorch names groups "0", "1", … in creation order, and group creation is collective,
+so the numbering is the same on every rank without looking at the other ranks; ids start at 1 as
+ASTRA-sim's communicator groups require. A group named by its description is mapped to its
+numeric name through ``## process_group:init ##`` first; a kernel whose trace names no group
+(PyTorch 2.0 traces) is in the world group.
 Cost: per kernel O(depth of the launching ops) plus one parse of their inputs.
 """
 
@@ -28,6 +36,9 @@ PARAM_COMMS_NAME = "record_param_comms"
 # How far above the launching op the collective's nccl:* / record_param_comms / c10d:: ops are looked for.
 MAX_COMM_ANCESTORS = 4
 NO_NODE = -1
+# PyTorch's default process group and its job-wide id (see the module docstring).
+PYTORCH_WORLD_GROUP = "0"
+WORLD_GROUP_ID = "1"
 
 # ---------------------------------------------------------------------------------------------
 # Collectives
@@ -197,6 +208,19 @@ def tensors_bytes(io: OpIO) -> int | None:
 # ---------------------------------------------------------------------------------------------
 
 
+def job_group_id(pytorch_name: str) -> str:
+    """The job-wide id of a numeric PyTorch process-group name: the name + 1 ("0" -> "1")."""
+    return str(int(pytorch_name) + 1)
+
+
+def dtype_name(text: str | None) -> str | None:
+    """An element type as one spelling for ET and Kineto ("Float", "float" -> "float")."""
+    if not text:
+        return None
+    name = text.strip().lower()
+    return name.removeprefix("c10::") or None
+
+
 @dataclass
 class ProcessGroups:
     """From ``## process_group:init ##``: description -> numeric name, name -> global ranks."""
@@ -212,6 +236,22 @@ class ProcessGroups:
         if text.isdigit():
             return text
         return self.name_of_desc.get(text)
+
+    def job_groups(self) -> dict[str, list[int]]:
+        """Job id -> global ranks of every numeric group this trace lists."""
+        return {job_group_id(name): ranks for name, ranks in self.ranks_of_name.items() if name.isdigit()}
+
+
+def _group_ranks(entry: dict) -> list[int] | None:
+    """A ``process_group:init`` entry's global ranks. PyTorch writes ``ranks: []`` for a group
+    of all ranks, with its size in ``group_size`` (``pg_size`` in some versions)."""
+    ranks = entry.get("ranks")
+    if not isinstance(ranks, list) or not all(_is_int(r) for r in ranks):
+        return None
+    if ranks:
+        return ranks
+    size = entry.get("group_size", entry.get("pg_size"))
+    return list(range(size)) if _is_int(size) and size > 0 else None
 
 
 def read_process_groups(et_plus: EtPlus) -> ProcessGroups:
@@ -236,8 +276,8 @@ def read_process_groups(et_plus: EtPlus) -> ProcessGroups:
             pg_name = str(entry["pg_name"])
             if entry.get("pg_desc") is not None and pg_name.isdigit():
                 groups.name_of_desc.setdefault(str(entry["pg_desc"]), pg_name)
-            ranks = entry.get("ranks")
-            if isinstance(ranks, list) and all(_is_int(r) for r in ranks):
+            ranks = _group_ranks(entry)
+            if ranks is not None:
                 groups.ranks_of_name[pg_name] = ranks
     return groups
 
@@ -264,7 +304,8 @@ class CommAttrs:
     node_type: int
     comm_type: int | None = None
     comm_size: int | None = None
-    pg_name: str | None = None
+    pg_name: str | None = None  # the job-wide group id (PyTorch's name + 1)
+    dtype: str | None = None  # element type, when the trace says (not written to .et)
     comm_src: int | None = None
     comm_dst: int | None = None
     comm_tag: int | None = None
@@ -349,8 +390,22 @@ class CommResolver:
                     return args.in_msg_nelems * element
         return None
 
+    def dtype(self, ops: CommOps, param_io: OpIO | None, gpu_args) -> str | None:
+        """Element type: the collective op's (else record_param_comms') first tensor type, else
+        Kineto's "dtype" (kernel's args, then the ops'); None when nobody says."""
+        for io in (op_inputs(self.et.nodes[ops.collective], self.et.layout) if ops.collective >= 0 else None,
+                   param_io):
+            for type_name in io.types if io is not None else ():
+                found = _TENSOR_DTYPE.findall(type_name) if isinstance(type_name, str) else []
+                if found and dtype_name(found[0]):
+                    return dtype_name(found[0])
+        for args in (gpu_args, self._kineto_args(ops.param), self._kineto_args(ops.collective)):
+            if args is not None and args.dtype:
+                return dtype_name(args.dtype)
+        return None
+
     def pg_name(self, gpu: GpuNode, ops: CommOps, param_io: OpIO | None) -> str:
-        """Numeric process-group name; "0" (the default group) when the trace does not say."""
+        """PyTorch's numeric process-group name; "0" (the default group) when the trace does not say."""
         candidates: list[Any] = []
         if gpu.pg_name is not msgspec.UNSET:
             candidates.append(gpu.pg_name)
@@ -364,7 +419,7 @@ class CommResolver:
             name = self.groups.numeric_name(candidate)
             if name is not None:
                 return name
-        return "0"
+        return PYTORCH_WORLD_GROUP
 
     def resolve(self, gpu: GpuNode, gpu_args, launcher: int) -> CommAttrs:
         """The node type and comm attributes of one communication kernel."""
@@ -376,14 +431,16 @@ class CommResolver:
         size = self.size(ops, param_io, gpu_args)
         if not size or size <= 0:
             return CommAttrs(pb.COMP_NODE, problem="comm size unknown")
-        pg_name = self.pg_name(gpu, ops, param_io)
+        pytorch_name = self.pg_name(gpu, ops, param_io)
+        group_id, dtype = job_group_id(pytorch_name), self.dtype(ops, param_io, gpu_args)
         if kind.role == COLL:
-            return CommAttrs(pb.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size, pg_name=pg_name)
-        peer = _peer_rank(param_io, self.groups.ranks_of_name.get(pg_name))
+            return CommAttrs(pb.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size, pg_name=group_id,
+                             dtype=dtype)
+        peer = _peer_rank(param_io, self.groups.ranks_of_name.get(pytorch_name))
         if peer is None:
             return CommAttrs(pb.COMP_NODE, problem="point-to-point peer unknown")
         attrs = CommAttrs(pb.COMM_SEND_NODE if kind.role == SEND else pb.COMM_RECV_NODE,
-                          comm_size=size, pg_name=pg_name)
+                          comm_size=size, pg_name=group_id, dtype=dtype)
         if kind.role == SEND:
             attrs.comm_src, attrs.comm_dst = self.rank, peer
         else:

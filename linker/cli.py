@@ -2,7 +2,9 @@
 
 ``et-link --et-file ET --kineto-file K [...]`` links one pair (the classic interface);
 ``et-link validate FILE``, ``et-link dump FILE.et`` and ``et-link batch ...`` are subcommands.
-User mistakes (bad files, different runs, bad options) print one line and exit non-zero.
+User mistakes (bad files, different runs, bad options) print one line and exit non-zero; the exit
+statuses are the table ``EXIT_STATUS_TABLE`` (also in ``--help`` and the README). A failure never
+prints a traceback: an unexpected one is reported in one line as an internal error (status 1).
 """
 
 from __future__ import annotations
@@ -14,25 +16,103 @@ from typing import Optional
 
 import typer
 
-from .errors import MismatchedPairError, TraceInputError
+from . import __version__
+from .errors import MismatchedPairError, OptionError, TraceInputError
+from .fileio import Terminated, terminate_as_interrupt
 from .link import METHODS, LinkOptions
 
+EXIT_OK = 0
+EXIT_INTERNAL = 1
 EXIT_INPUT = 2
 EXIT_MISMATCH = 3
 EXIT_INVALID = 4
+EXIT_RANKS_FAILED = 5  # same value as batch.EXIT_RANKS_FAILED
+EXIT_BELOW_MIN_LINKED = 6
+EXIT_UNREADABLE = 7
+EXIT_COLLECTIVE_MISMATCH = 8  # same value as job_check.EXIT_COLLECTIVE_MISMATCH
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+EXIT_STATUS_TABLE = (
+    (EXIT_OK, "success (validate: no violations)"),
+    (EXIT_INTERNAL, "internal error: a bug in et-link, please report the one-line message"),
+    (EXIT_INPUT, "bad input file, bad option or unusable output path; nothing was written"),
+    (EXIT_MISMATCH, "the ET and the Kineto trace come from different runs (--force links anyway)"),
+    (EXIT_INVALID, "validate: a file violates the graph invariants"),
+    (EXIT_RANKS_FAILED, "batch: some ranks failed (the others were linked; see summary.json)"),
+    (EXIT_BELOW_MIN_LINKED, "linked share below --min-linked (the ET+ and report are written)"),
+    (EXIT_UNREADABLE, "validate: a file could not be read as ET/ET+ JSON or Chakra"),
+    (EXIT_COLLECTIVE_MISMATCH, "batch: the ranks' collectives disagree (see summary.json; --allow-mismatch exits 0)"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C); no partial output is left"),
+    (EXIT_TERMINATED, "terminated (SIGTERM); no partial output is left"),
+)
+
+
+def _exit_epilog() -> str:
+    lines = "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_STATUS_TABLE)
+    return "\b\nExit statuses:\n" + lines
+
 
 app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     invoke_without_command=True,
     no_args_is_help=False,
+    rich_markup_mode=None,
     help="Link a PyTorch Execution Trace with its Kineto trace into an enhanced ET (ET+).",
+    epilog=_exit_epilog(),
 )
 
 
 def fail(message: str, code: int = EXIT_INPUT) -> None:
     typer.echo(f"et-link: error: {message}", err=True)
     raise typer.Exit(code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"et-link {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+def _check_options(window: Optional[int], max_depth: int, min_linked: Optional[float],
+                   annotation: Optional[str]) -> None:
+    """Range checks done before any file is read."""
+    if window is not None and window < 0:
+        fail(f"--window {window}: window indices start at 0")
+    if max_depth < 1:
+        fail(f"--max-depth {max_depth}: must be at least 1")
+    if min_linked is not None and not 0 <= min_linked <= 100:
+        fail(f"--min-linked {min_linked:g}: must be a percentage from 0 to 100")
+    if annotation is not None and not annotation.strip():
+        fail("--annotation: give a non-empty name")
+
+
+def _run_pair(et_file: Path, kineto_file: Path, output_file, options: LinkOptions, report):
+    """``link_pair`` with every failure turned into one line and its exit status."""
+    from .pipeline import link_pair
+
+    pair = f"{et_file} + {kineto_file}" if et_file is not None else str(kineto_file)
+    try:
+        return link_pair(et_file, kineto_file, output_file, options, report)
+    except TraceInputError as err:
+        fail(str(err), EXIT_INPUT)
+    except OptionError as err:
+        fail(str(err), EXIT_INPUT)
+    except MismatchedPairError as err:
+        fail(f"{pair}: {err}", EXIT_MISMATCH)
+    except Terminated:
+        typer.echo("et-link: terminated; no output was left behind", err=True)
+        raise typer.Exit(EXIT_TERMINATED)
+    except KeyboardInterrupt:
+        typer.echo("et-link: interrupted; no output was left behind", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except MemoryError:
+        fail(f"{pair}: out of memory while linking", EXIT_INPUT)
+    except Exception as err:  # a bug: still one line, never a traceback
+        logging.getLogger("et_link").debug("internal error", exc_info=True)
+        fail(f"{pair}: internal error ({type(err).__name__}: {err}); please report it "
+             "(--log-level DEBUG shows the traceback)", EXIT_INTERNAL)
 
 
 def _setup_logging(level: str) -> None:
@@ -45,12 +125,13 @@ def _setup_logging(level: str) -> None:
 @app.callback()
 def main_command(
     ctx: typer.Context,
-    et_file: Optional[Path] = typer.Option(None, "--et-file", help="Execution Trace (.json or .json.gz)."),
+    et_file: Optional[Path] = typer.Option(None, "--et-file", help="Execution Trace (.json or .json.gz). "
+                                           "Without it the host graph is built from the Kineto trace alone."),
     kineto_file: Optional[Path] = typer.Option(None, "--kineto-file", help="Kineto trace (.json or .json.gz)."),
     output_file: Optional[Path] = typer.Option(
         None, "--output-file", "-o",
         help="ET+ output: .json / .json.gz (ET+ JSON) or .et / .et.gz (Chakra protobuf). "
-             "Default: <ET name>_plus.json beside the ET."),
+             "Default: <ET name>_plus.json beside the ET (<Kineto name>_plus.json without an ET)."),
     match: str = typer.Option("auto", "--match", help=f"Linking method: {', '.join(METHODS)}. "
                               "auto = rf_id when the ids validate, else exact (order), "
                               "falling back to approximate (structure)."),
@@ -63,36 +144,49 @@ def main_command(
     max_depth: int = typer.Option(10, "--max-depth", help="Approximate matching: tree depth matched structurally."),
     report: Optional[Path] = typer.Option(None, "--report", help="Write the link report (JSON) here."),
     force: bool = typer.Option(False, "--force", help="Link even if the files look like different runs."),
+    min_linked: Optional[float] = typer.Option(
+        None, "--min-linked", metavar="PCT", help="Exit with status 6 when less than PCT % of the ET ops "
+        "are linked (the outputs are still written)."),
     log_level: str = typer.Option("WARNING", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
+    terminate_as_interrupt()
     _setup_logging(log_level)
-    if et_file is None or kineto_file is None:
-        typer.echo(ctx.get_help(), err=True)
-        fail("--et-file and --kineto-file are required (or use a subcommand: validate, dump, batch)")
+    if kineto_file is None:
+        fail("--kineto-file is required, with --et-file or alone (or use a subcommand: validate, dump, batch, "
+             "simulate; see --help)")
     if sum((exact_match, approximate, match != "auto")) > 1:
         fail("choose one of --exact-match, --approximate, --match")
     method = "exact" if exact_match else "approximate" if approximate else match
     if method not in METHODS:
         fail(f"unknown --match {method!r}; choose one of {', '.join(METHODS)}")
-    from .pipeline import link_pair
-
+    _check_options(window, max_depth, min_linked, annotation)
+    if et_file is None and (method != "auto" or annotation is not None or window is not None):
+        typer.echo("et-link: warning: without --et-file there is nothing to match: "
+                   "--match/--annotation/--window are ignored", err=True)
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force,
                           max_depth=max_depth)
+    outcome = _run_pair(et_file, kineto_file, output_file, options, report)
     try:
-        outcome = link_pair(et_file, kineto_file, output_file, options, report)
-    except TraceInputError as err:
-        fail(str(err), EXIT_INPUT)
-    except MismatchedPairError as err:
-        fail(f"{et_file} + {kineto_file}: {err}", EXIT_MISMATCH)
-    except ValueError as err:
-        fail(str(err), EXIT_INPUT)
+        _finish_pair(outcome, et_file, kineto_file, quiet, min_linked)
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM after the outputs were complete: they are kept
+        typer.echo("et-link: stopped after the outputs were written (they are complete)", err=True)
+        raise typer.Exit(EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED)
+
+
+def _finish_pair(outcome, et_file: Path, kineto_file: Path, quiet: bool, min_linked: Optional[float]) -> None:
+    """The summary and the --min-linked verdict, once the outputs are written."""
     if not quiet:
-        typer.echo(outcome.report.summary(), err=True)
+        typer.echo(outcome.report.summary(outcome.seconds), err=True)
         typer.echo(f"  wrote {outcome.output}" + (f", report {outcome.report_path}" if outcome.report_path else ""),
                    err=True)
+    if min_linked is not None and outcome.report.linked_pct < min_linked:
+        fail(f"{et_file} + {kineto_file}: linked {outcome.report.linked_pct:.2f}% of ET ops, below "
+             f"--min-linked {min_linked:g} (outputs written)", EXIT_BELOW_MIN_LINKED)
 
 
 @app.command("validate")
@@ -100,20 +194,34 @@ def validate_command(
     files: list[Path] = typer.Argument(..., help="ET, ET+ (.json/.json.gz) or Chakra (.et/.et.gz) files."),
     examples: int = typer.Option(5, "--examples", help="How many offenders to name per kind of violation."),
 ) -> None:
-    """Check ids, dependencies and cycles (and Chakra COMM attributes); non-zero exit on a violation."""
+    """Check ids, dependencies and cycles (and Chakra COMM attributes). Exit 4 on a violation,
+    7 when a file cannot be read (7 wins when both happen)."""
+    from .fileio import decoding
     from .validate import format_result, validate_file
 
-    failed = False
+    terminate_as_interrupt()
+    if examples < 0:
+        fail(f"--examples {examples}: must be 0 or more")
+    invalid = unreadable = False
     for path in files:
         try:
-            result = validate_file(path)
+            with decoding(path, "trace"):
+                result = validate_file(path, max(examples, 1))
         except TraceInputError as err:
             typer.echo(f"et-link: error: {err}", err=True)
-            failed = True
+            unreadable = True
             continue
+        except KeyboardInterrupt:
+            raise typer.Exit(EXIT_INTERRUPTED)
+        except Exception as err:  # a bug: one line, never a traceback
+            typer.echo(f"et-link: error: {path}: internal error ({type(err).__name__}: {err}); please report it",
+                       err=True)
+            raise typer.Exit(EXIT_INTERNAL)
         typer.echo(format_result(result, examples))
-        failed = failed or not result.ok
-    if failed:
+        invalid = invalid or not result.ok
+    if unreadable:
+        raise typer.Exit(EXIT_UNREADABLE)
+    if invalid:
         raise typer.Exit(EXIT_INVALID)
 
 
@@ -126,21 +234,30 @@ def dump_command(
     import orjson
 
     from .chakra_io import iter_dump_records
+    from .fileio import decoding
 
+    if limit is not None and limit < 0:
+        fail(f"--limit {limit}: must be 0 or more")
+    if file.name.endswith((".json", ".json.gz")):
+        fail(f"{file}: dump reads Chakra protobuf files (.et, .et.gz), not JSON; use 'et-link validate' for JSON")
     try:
         out = sys.stdout.buffer
-        for record in iter_dump_records(file, limit):
-            out.write(orjson.dumps(record) + b"\n")
+        with decoding(file, "Chakra trace"):
+            for record in iter_dump_records(file, limit):
+                out.write(orjson.dumps(record) + b"\n")
         out.flush()
     except TraceInputError as err:
         fail(str(err))
     except BrokenPipeError:
         pass
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED)
 
 
 @app.command("batch")
 def batch_command(
-    et: str = typer.Option(..., "--et", help="Glob of the ranks' Execution Traces (quote it), e.g. 'run/rank*.et.json.gz'."),
+    et: Optional[str] = typer.Option(None, "--et", help="Glob of the ranks' Execution Traces (quote it), e.g. "
+                                     "'run/rank*.et.json.gz'. Omitted: each rank's host graph is built from its Kineto trace."),
     kineto: str = typer.Option(..., "--kineto", help="Glob of the ranks' Kineto traces (quote it)."),
     output_dir: Path = typer.Option(..., "--output-dir", help="Where the ET+ files, rank<N>.report.json and "
                                     "summary.json go (created if missing)."),
@@ -166,19 +283,26 @@ def batch_command(
     gzip_output: bool = typer.Option(False, "--gzip", help="Gzip the outputs (.json.gz / .et.gz)."),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="Memory the local ranks may use "
                                                 "together, e.g. 16G (default: 85% of MemAvailable)."),
+    allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help="Exit 0 even when the ranks' collectives "
+                                        "disagree (the mismatch is still reported; otherwise exit status 8)."),
+    skip_unpaired: bool = typer.Option(False, "--skip-unpaired", help="Link the ranks that have both files; "
+                                       "a rank missing its ET or Kineto file is noted, not fatal."),
     log_level: str = typer.Option("WARNING", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr (the table is still printed)."),
 ) -> None:
     """Link all ranks of a job: pair ET and Kineto files by rank, link each rank in its own process
-    (locally or on Dask), skip ranks already done, print a table and write summary.json."""
+    (locally or on Dask), skip ranks already done, check that the ranks' collectives agree, print a
+    table and write summary.json (and comm_groups.json with --format et)."""
     from .batch import EXIT_RANKS_FAILED, BatchConfig, BatchSetupError, PairingError, format_table, parse_bytes, run_batch
 
+    terminate_as_interrupt()
     _setup_logging(log_level)
     if sum((exact_match, approximate, match != "auto")) > 1:
         fail("choose one of --exact-match, --approximate, --match")
     method = "exact" if exact_match else "approximate" if approximate else match
     if method not in METHODS:
         fail(f"unknown --match {method!r}; choose one of {', '.join(METHODS)}")
+    _check_options(window, max_depth, None, annotation)
     if workers is not None and workers < 1:
         fail("--workers must be at least 1")
     try:
@@ -188,7 +312,8 @@ def batch_command(
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force, max_depth=max_depth)
     config = BatchConfig(et_glob=et, kineto_glob=kineto, output_dir=output_dir, options=options, fmt=fmt,
                          gzip=gzip_output, workers=workers, scheduler=scheduler, rank_pattern=rank_pattern,
-                         redo=redo, verify_existing=verify_existing, memory_budget=budget)
+                         redo=redo, verify_existing=verify_existing, memory_budget=budget,
+                         skip_unpaired=skip_unpaired)
     try:
         summary = run_batch(config, quiet=quiet)
     except PairingError as err:
@@ -197,13 +322,20 @@ def batch_command(
         fail(str(err))
     except BatchSetupError as err:
         fail(str(err))
+    except Terminated:
+        typer.echo("et-link: terminated; running ranks stopped (complete ranks are kept)", err=True)
+        raise typer.Exit(EXIT_TERMINATED)
     except KeyboardInterrupt:
         typer.echo("et-link: interrupted; running ranks stopped (complete ranks are kept)", err=True)
-        raise typer.Exit(130)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except TraceInputError as err:  # e.g. summary.json cannot be written
+        fail(str(err))
     typer.echo(format_table(summary))
     typer.echo(f"summary: {Path(summary.output_dir) / 'summary.json'}")
     if summary.failed:
         raise typer.Exit(EXIT_RANKS_FAILED)
+    if summary.collectives is not None and summary.collectives.mismatch and not allow_mismatch:
+        raise typer.Exit(EXIT_COLLECTIVE_MISMATCH)
 
 
 @app.command("simulate")

@@ -17,3 +17,8 @@ class TraceInputError(Exception):
 
 class MismatchedPairError(Exception):
     """The ET and the Kineto trace do not come from the same run (pids or op names disagree)."""
+
+
+class OptionError(ValueError):
+    """A command-line option that cannot be honoured for these files (``--window 99`` when there
+    are 40 windows, ``--annotation`` matching no event, ...). ``str(err)`` names the option."""

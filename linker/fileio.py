@@ -1,10 +1,21 @@
-"""Reading trace files (plain or gzip) and writing outputs atomically."""
+"""Reading trace files (plain or gzip), checking output paths, and writing outputs atomically.
+
+Every failure a user can fix becomes a one-line ``TraceInputError`` naming the file: missing or
+unreadable input, JSON that cannot be decoded (invalid UTF-8, nesting too deep), an output path that
+is an input, a directory, in a missing or read-only directory, or a full disk. Outputs appear only
+complete: they are written to a hidden temporary file beside the target and renamed at the end; the
+temporary file is removed on any exception, Ctrl-C, and SIGTERM (see ``terminate_as_interrupt``).
+Cost: O(1) per path check; writing is one pass.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
+import signal
+import stat
 import tempfile
 import zlib
 from pathlib import Path
@@ -18,6 +29,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 def open_input(path: str | os.PathLike) -> IO[bytes]:
     """Open an input file for binary reading; ``TraceInputError`` (one line) when it cannot be."""
     p = Path(path)
+    with contextlib.suppress(OSError):
+        if stat.S_ISCHR(p.stat().st_mode) or stat.S_ISBLK(p.stat().st_mode):  # /dev/zero never ends
+            raise TraceInputError(p, "is a device, not a trace file")
     try:
         return open(p, "rb")
     except FileNotFoundError:
@@ -87,6 +101,87 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that the same cleanup (temporary files removed) runs."""
+
+
+def terminate_as_interrupt() -> None:
+    """Make SIGTERM raise ``Terminated`` in the main thread (a KeyboardInterrupt subclass)."""
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    with contextlib.suppress(ValueError):  # not the main thread: leave the default
+        signal.signal(signal.SIGTERM, handler)
+
+
+@contextlib.contextmanager
+def decoding(path: str | os.PathLike, what: str = "trace"):
+    """Turn decoder failures that carry no file name into ``TraceInputError`` for ``path``.
+
+    Covers JSON nested too deeply for the decoder (``RecursionError``), text that is not UTF-8, and
+    integers too large for the decoder. ``TraceInputError`` passes through unchanged.
+    """
+    try:
+        yield
+    except TraceInputError:
+        raise
+    except RecursionError:
+        raise TraceInputError(path, f"not a usable {what}: JSON nested too deeply") from None
+    except UnicodeDecodeError as err:
+        raise TraceInputError(path, f"not a usable {what}: it contains bytes that are not UTF-8 text") from None
+    except OverflowError as err:
+        raise TraceInputError(path, f"not a usable {what}: a number is out of range ({err})") from None
+
+
+def _writable_directory(path: Path) -> str | None:
+    """Why an output cannot be created in ``path``'s directory (None when it can)."""
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.exists():
+        return f"output directory {directory} does not exist"
+    if not directory.is_dir():
+        return f"{directory} is not a directory"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"output directory {directory} is not writable"
+    return None
+
+
+def check_output_paths(outputs: list, inputs: tuple = ()) -> None:
+    """Refuse, before any work, outputs that could not be written or would destroy something.
+
+    Each output (None entries are skipped) must not be an input, not be another output, not be a
+    directory, and must lie in an existing writable directory. Raises ``TraceInputError`` naming the
+    offending output. O(outputs * inputs).
+    """
+    seen: list[Path] = []
+    for raw in outputs:
+        if raw is None:
+            continue
+        out = Path(raw)
+        for p in inputs:
+            if same_file(out, p):
+                raise TraceInputError(out, "output path is one of the input files; refusing to overwrite it")
+        for other in seen:
+            if same_file(out, other):
+                raise TraceInputError(out, "the same path is given for two outputs (ET+ and --report?)")
+        if out.is_dir():
+            raise TraceInputError(out, "output path is a directory; give a file name")
+        if out.exists() and not out.is_file():  # /dev/null, a FIFO, ...: renaming over it would replace it
+            raise TraceInputError(out, "output path exists and is not a regular file")
+        problem = _writable_directory(out)
+        if problem:
+            raise TraceInputError(out, problem)
+        seen.append(out)
+
+
+def _write_problem(err: OSError) -> str:
+    if err.errno == errno.ENOSPC:
+        return "cannot write: no space left on device (nothing was left behind)"
+    if err.errno == errno.EDQUOT:
+        return "cannot write: disk quota exceeded (nothing was left behind)"
+    return f"cannot write: {err.strerror or err}"
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO[bytes]]:
     """Open a binary stream that becomes ``path`` only if the block finishes without an exception.
@@ -96,13 +191,12 @@ def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO
     the ``protected`` paths (the inputs) is refused with ``TraceInputError``.
     """
     out = Path(path)
-    for p in protected:
-        if same_file(out, p):
-            raise TraceInputError(out, "output path is one of the input files; refusing to overwrite it")
+    check_output_paths([out], protected)
     directory = out.parent if str(out.parent) else Path(".")
-    if not directory.is_dir():
-        raise TraceInputError(out, "output directory does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=directory)
+    except OSError as err:
+        raise TraceInputError(out, _write_problem(err)) from None
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual mode
         with os.fdopen(fd, "wb") as raw:
@@ -112,6 +206,10 @@ def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO
             else:
                 yield raw
         os.replace(tmp, out)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise TraceInputError(out, _write_problem(err)) from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -9,6 +9,7 @@ event kind (O(n log n)).
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +35,13 @@ LAUNCH_NAMES = frozenset({
     "cudaLaunchCooperativeKernel", "cudaMemcpyAsync", "cudaMemcpy", "cudaMemcpyToSymbol",
     "cudaMemcpyFromSymbol", "cudaMemsetAsync", "cudaGraphLaunch", "hipLaunchKernel",
     "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel", "hipMemcpyAsync",
-    "hipMemcpyWithStream", "hipMemsetAsync",
+    "hipMemcpyWithStream", "hipMemsetAsync", "hipGraphLaunch",
 })
+# Launch calls whose one correlation carries every GPU op of a captured graph.
+GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
+# Python call-stack events (with_stack): kept (unsorted) only around launches outside every cpu_op
+# and annotation, the only place they are looked at.
+PYTHON_CATEGORY = "python_function"
 
 
 class KinetoArgs(msgspec.Struct, frozen=True):
@@ -44,7 +50,8 @@ class KinetoArgs(msgspec.Struct, frozen=True):
     external_id: int | None = msgspec.field(default=None, name="External id")
     correlation: int | None = None
     rf_id: int | None = msgspec.field(default=None, name="Record function id")
-    stream: int | None = None
+    # ROCm runtime calls write the stream as a hex string ("0x0"): ``stream`` gives it as a number.
+    stream_value: int | str | None = msgspec.field(default=None, name="stream")
     device: int | None = None
     pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
     collective_name: str | None = msgspec.field(default=None, name="Collective name")
@@ -52,10 +59,22 @@ class KinetoArgs(msgspec.Struct, frozen=True):
     out_msg_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
     dtype: str | None = None
     group_size: int | None = msgspec.field(default=None, name="Group size")
-    bytes: int | None = None
+    bytes: int | str | None = None  # a decimal string on ROCm runtime calls
     # Tensor shapes of the op's inputs (recorded with record_shapes): kept raw, decoded only to
     # tell apart same-name neighbours.
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Dims")
+
+
+    @property
+    def stream(self) -> int | None:
+        """The stream number: ints as written, "0x1f" / "31" strings parsed, else None."""
+        value = self.stream_value
+        if value is None or isinstance(value, int):
+            return value
+        try:
+            return int(value, 0)
+        except ValueError:
+            return None
 
 
 NO_ARGS = KinetoArgs()
@@ -69,8 +88,8 @@ class KinetoEvent(msgspec.Struct):
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
+    ts: float = -1.0  # absent in the file: negative, so ``sanity`` leaves the event out
+    dur: float = -1.0
     id: int | str | None = None
     args: KinetoArgs = NO_ARGS
 
@@ -105,6 +124,8 @@ class KinetoTrace:
     ``runtime_events``: ``cuda_runtime``/``cuda_driver`` (and HIP) events, sorted by (pid, tid, ts).
     ``gpu_events``: kernels, memcpys, memsets, sorted by ts.
     ``flows``: ``ac2g`` flow id -> its endpoints (usually one on the host, one on the device).
+    ``python_events``: the ``python_function`` events that may matter (``python_events_in_use``),
+    in file order (not sorted).
     """
 
     path: str
@@ -115,9 +136,11 @@ class KinetoTrace:
     runtime_events: list[KinetoEvent]
     gpu_events: list[KinetoEvent]
     flows: dict[int | str, list[FlowEnd]] = field(default_factory=dict)
+    python_events: list[KinetoEvent] = field(default_factory=list)
 
     def has_record_function_ids(self) -> bool:
-        return any(e.args.rf_id is not None for e in self.cpu_events)
+        """True when some CPU event has a non-zero ``Record function id`` (0 means unknown)."""
+        return any(e.args.rf_id for e in self.cpu_events)
 
 
 def _cpu_order(event: KinetoEvent) -> tuple:
@@ -144,7 +167,7 @@ def read_kineto_trace(path: str | Path) -> KinetoTrace:
             )
         raise TraceInputError(path, "not a Kineto trace: no 'traceEvents' list")
 
-    cpu, runtime, gpu = [], [], []
+    cpu, runtime, gpu, python = [], [], [], []
     flows: dict[int | str, list[FlowEnd]] = {}
     for event in doc.traceEvents:
         cat = event.cat
@@ -155,6 +178,8 @@ def read_kineto_trace(path: str | Path) -> KinetoTrace:
                 runtime.append(event)
             elif cat in GPU_CATEGORIES:
                 gpu.append(event)
+            elif cat == PYTHON_CATEGORY:
+                python.append(event)
         elif cat == "ac2g" and event.ph in ("s", "f") and event.id is not None:
             flows.setdefault(event.id, []).append(FlowEnd(event.pid, event.tid, event.ts))
     if not cpu:
@@ -176,4 +201,44 @@ def read_kineto_trace(path: str | Path) -> KinetoTrace:
         runtime_events=runtime,
         gpu_events=gpu,
         flows=flows,
+        python_events=python_events_in_use(cpu, runtime, gpu, python),
     )
+
+
+cpu_event_order = _cpu_order  # the sort key of ``KinetoTrace.cpu_events``, for lists built elsewhere
+
+
+def python_events_in_use(cpu, runtime, gpu, python) -> list[KinetoEvent]:
+    """The python events worth keeping: those on a thread with a GPU launch that no CPU event
+    covers, overlapping the span of such launches (usually none: a trace with stacks can hold
+    millions, kept alive for nothing). ``cpu`` sorted as ``cpu_event_order``.
+    O(n + r log n + p): the CPU events' union per thread, then one bisection per launch."""
+    if not python:
+        return []
+    carried = {g.args.correlation for g in gpu if g.args.correlation is not None}
+    launches = [r for r in runtime if r.args.correlation in carried]
+    starts: dict = {}
+    ends: dict = {}
+    for e in cpu:  # per thread, the union of the intervals (start order: merge on the fly)
+        key = (e.pid, e.tid)
+        thread_starts, thread_ends = starts.setdefault(key, []), ends.setdefault(key, [])
+        if thread_ends and e.ts <= thread_ends[-1]:
+            thread_ends[-1] = max(thread_ends[-1], e.ts + e.dur)
+        else:
+            thread_starts.append(e.ts)
+            thread_ends.append(e.ts + e.dur)
+    span: dict = {}  # thread -> (first, last) uncovered launch time
+    for r in launches:
+        key = (r.pid, r.tid)
+        k = bisect.bisect_right(starts.get(key, ()), r.ts) - 1
+        if k < 0 or ends[key][k] < r.ts:
+            first, last = span.get(key, (r.ts, r.ts))
+            span[key] = (min(first, r.ts), max(last, r.ts))
+    if not span:
+        return []
+    kept = []
+    for e in python:
+        window = span.get((e.pid, e.tid))
+        if window is not None and e.ts <= window[1] and e.ts + e.dur >= window[0]:
+            kept.append(e)
+    return kept

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .durations import exclusive_durations
-from .errors import MismatchedPairError
+from .errors import MismatchedPairError, OptionError
 from .et_reader import ExecutionTrace
 from .gpu import GpuAttribution, attribute_gpu_ops
 from .intervals import nesting_parents
@@ -98,9 +98,9 @@ def choose_and_match(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptio
         if check.usable:
             notes.append("record-function ids validated: joined on them")
             return match, None, notes
-        if options.method == "rf_id":
-            notes.append(f"rf_id requested but the ids do not validate: {check.reason}")
-            return match, None, notes
+        if options.method == "rf_id":  # linking nothing would silently ignore the request
+            raise OptionError(f"--match rf_id: the record-function ids of {et.path} and {kineto.path} "
+                              f"cannot be trusted ({check.reason}); use --match auto or exact")
         notes.append(f"record-function ids not usable: {check.reason}; using order alignment")
     window = choose_window(et, kineto, options.annotation, options.window)
     keep = _window_mask(kineto, window)
@@ -120,6 +120,21 @@ def choose_and_match(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptio
     return match, window, notes
 
 
+def unused_option_warnings(options: LinkOptions, method: str, window: Window | None) -> list[str]:
+    """Say so when an option the user gave had no effect on this link (never silently ignored)."""
+    warnings = []
+    chosen = [f"--window {options.window}"] if options.window is not None else []
+    chosen += [f"--annotation {options.annotation!r}"] if options.annotation else []
+    if chosen and window is None:
+        why = ("the record-function ids join ops to events directly, whatever the window" if method == "rf_id"
+               else "it cuts the Kineto trace into a single segment, so the whole trace was used")
+        warnings.append(f"{' and '.join(chosen)} had no effect: {why}")
+    if options.max_depth != LinkOptions.max_depth and method != "approximate":
+        warnings.append(f"--max-depth {options.max_depth} had no effect: it tunes approximate matching, "
+                        f"and {method} matching was used")
+    return warnings
+
+
 def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = None) -> LinkResult:
     """Link ``et`` with ``kineto``. Raises ``MismatchedPairError`` for two different runs unless
     ``options.force``. Does not modify its inputs; see ``apply_to_et`` for the ET+ fields."""
@@ -133,6 +148,7 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
             raise MismatchedPairError(message + " (use --force to link anyway)")
         warnings.append(message)
     match, window, notes = choose_and_match(et, kineto, options)
+    warnings += unused_option_warnings(options, match.method, window)
     events = kineto.cpu_events
     parents = nesting_parents(events)
     op_of_event = [-1] * len(events)

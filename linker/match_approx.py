@@ -31,12 +31,19 @@ def et_forest(et: ExecutionTrace, ops: list[int]) -> OrderedForest:
     position = {i: k for k, i in enumerate(ops)}
     parent_index = et.parent_index()
     labels, parents = [], []
-    for i in ops:
+    path: list[int] = []  # positions of the current root-to-node path
+    for k, i in enumerate(ops):
         p = parent_index[i]
         while p >= 0 and p in position and _is_step(et.names[p]):
             p = parent_index[p]
+        q = position.get(p, -1)
+        while path and path[-1] != q:
+            path.pop()
+        if not path:
+            q = -1  # parent not on the current path (not pre-order in id order): a new root
         labels.append(et.names[i])
-        parents.append(position.get(p, -1))
+        parents.append(q)
+        path.append(k)
     return OrderedForest(labels, parents)
 
 
@@ -83,7 +90,8 @@ def match_by_structure(et: ExecutionTrace, kineto: KinetoTrace, keep: list[bool]
     match.stats = {"max_depth": max_depth, "edit_cost": edit_cost, "tree_nodes": {"et": sizes[0], "kineto": sizes[1]},
                    "largest_unmatched_subtrees": unmatched[:LARGEST_UNMATCHED],
                    "paired_by_children_shapes": settled, **counters}
-    match.notes.append(f"structural match: edit cost {edit_cost} over trees of {sizes[0]} ET / {sizes[1]} Kineto nodes")
+    match.notes.append(f"structural match: {edit_cost} tree edits (ops inserted, deleted or renamed to "
+                       f"align the call trees) over {sizes[0]} ET / {sizes[1]} Kineto nodes")
     if unpaired:
         match.notes.append(f"ET threads {unpaired} have no Kineto counterpart")
     return match

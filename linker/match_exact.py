@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .align import align_sequences, drop_ambiguous_runs, gaps_between
+from .align import align_both_ways, drop_ambiguous_runs, gaps_between
 from .et_reader import ExecutionTrace
 from .intervals import group_by_thread, lies_within
 from .kineto_reader import KinetoTrace
@@ -115,7 +115,7 @@ def align_names(et: ExecutionTrace, kineto: KinetoTrace, ops: list[int], evs: li
     events = kineto.cpu_events
     names_a = [et.names[i] for i in ops]
     names_b = [events[j].name for j in evs]
-    by_name = align_sequences(names_a, names_b)
+    by_name = align_both_ways(names_a, names_b)
     if not _has_shapes(events, evs):
         return drop_ambiguous_runs(names_a, names_b, by_name)
     pairs: list[tuple[int, int]] = []
@@ -163,10 +163,10 @@ def _difference_zones(pairs: list[tuple[int, int]], n: int, m: int):
 def _align_with_shapes(et, events, ops, evs, names_a, names_b) -> list[tuple[int, int]]:
     keys_a = [(names_a[x], shape_key(et.input_shapes(i))) for x, i in enumerate(ops)]
     keys_b = [(names_b[y], shape_key(_decode(events[j].args.input_dims))) for y, j in enumerate(evs)]
-    pairs = drop_ambiguous_runs(keys_a, keys_b, align_sequences(keys_a, keys_b))
+    pairs = drop_ambiguous_runs(keys_a, keys_b, align_both_ways(keys_a, keys_b))
     for a_lo, a_hi, b_lo, b_hi in list(gaps_between(pairs, len(ops), len(evs))):
         gap_a, gap_b = names_a[a_lo:a_hi], names_b[b_lo:b_hi]
-        gap = drop_ambiguous_runs(gap_a, gap_b, align_sequences(gap_a, gap_b))
+        gap = drop_ambiguous_runs(gap_a, gap_b, align_both_ways(gap_a, gap_b))
         pairs.extend((a_lo + x, b_lo + y) for x, y in gap)
     pairs.sort()
     return pairs

@@ -1,23 +1,32 @@
-"""One pair from files to files: read, link, write the ET+ and the report.
+"""One pair from files to files: check outputs, read, check inputs, link, write ET+ and report.
 
-``link_pair`` is what the CLI and the batch runner call for each (ET, Kineto) pair.
+``link_pair`` is what the CLI and the batch runner call for each (ET, Kineto) pair, or for a Kineto
+trace alone. Order matters
+for trust: output paths are checked before any reading or linking (``fileio.check_output_paths``),
+the decoded inputs go through ``sanity`` (refuse or repair, with warnings), and the report is
+written to its temporary file before the ET+ so that a failure leaves neither. Every user-fixable
+failure is a ``TraceInputError`` naming the file. Cost: that of reading + linking + writing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
 from .et_reader import read_execution_trace
-from .etplus import build_et_plus
-from .fileio import atomic_output
+from .errors import TraceInputError
+from .etplus import EtPlus, build_et_plus
+from .fileio import atomic_output, check_output_paths, decoding
 from .kineto_reader import read_kineto_trace
 from .link import LinkOptions, link
 from .report import LinkReport
+from .sanity import check_execution_trace, check_kineto_trace
 
 log = logging.getLogger("et_link")
 
@@ -46,11 +55,45 @@ class PairOutcome:
     report: LinkReport
     output: Path
     report_path: Path | None
+    seconds: float = 0.0  # wall time of the whole pair: read, check, link, write
+    et_plus: EtPlus | None = None  # what was written (the batch reads its collectives)
 
 
 def write_report(report: LinkReport, path: str | os.PathLike, protected: tuple = ()) -> None:
     with atomic_output(path, protected) as out:
-        out.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2))
+        out.write(_report_bytes(report))
+
+
+def _report_bytes(report: LinkReport) -> bytes:
+    return orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2)
+
+
+def read_pair(et_path, kineto_path):
+    """Read both files and run the input sanity checks. Returns (et, kineto, warnings)."""
+    with decoding(et_path, "Execution Trace"):
+        et = read_execution_trace(et_path)
+    log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
+    with decoding(kineto_path, "Kineto trace"):
+        kineto = read_kineto_trace(kineto_path)
+    log.info("read Kineto %s: %d CPU events, %d GPU events", kineto_path,
+             len(kineto.cpu_events), len(kineto.gpu_events))
+    warnings = check_execution_trace(et) + check_kineto_trace(kineto)
+    return et, kineto, warnings
+
+
+def _write_et_plus(et_plus, output: Path, protected: tuple, et_path) -> None:
+    try:
+        if output_format(output) == "et":
+            from .write_chakra import write_et_plus_chakra
+
+            write_et_plus_chakra(et_plus, output, protected)
+        else:
+            from .write_json import write_et_plus_json
+
+            write_et_plus_json(et_plus, output, protected)
+    except (ValueError, OverflowError) as err:
+        # A value of the input that the output format cannot hold (nothing was left behind).
+        raise TraceInputError(et_path, f"cannot be written as {output.name}: {err}") from None
 
 
 def add_simulation_counts(report: LinkReport, et_plus) -> None:
@@ -70,8 +113,21 @@ def add_simulation_counts(report: LinkReport, et_plus) -> None:
     }
 
 
+def plan_simulation(et_plus, output: Path, report: LinkReport) -> None:
+    """Compute the dependency plan (busy durations, dependencies with causes) once, before the
+    report and the ET+ are written; for JSON output also fill the ET+ simulation fields."""
+    from .chakra_deps import dependency_plan
+
+    dependency_plan(et_plus)
+    if output_format(output) != "et":
+        from .sim_fields import annotate_et_plus
+
+        annotate_et_plus(et_plus)
+    add_simulation_counts(report, et_plus)
+
+
 def link_pair(
-    et_path: str | os.PathLike,
+    et_path: str | os.PathLike | None,
     kineto_path: str | os.PathLike,
     output: str | os.PathLike | None = None,
     options: LinkOptions | None = None,
@@ -79,29 +135,49 @@ def link_pair(
 ) -> PairOutcome:
     """Link one pair and write the ET+ (JSON or Chakra by suffix) and, if asked, the report.
 
-    Raises ``TraceInputError`` (bad file) or ``MismatchedPairError`` (different runs); then
-    nothing is written.
+    With ``et_path`` None the host graph comes from the Kineto trace alone (``kineto_graph``; the
+    default output is then ``<Kineto name>_plus.json`` beside it). Raises ``TraceInputError`` (bad
+    file) or ``MismatchedPairError`` (different runs); then nothing is written.
     """
-    output = Path(output) if output else default_output_path(et_path)
-    protected = (et_path, kineto_path)
-    et = read_execution_trace(et_path)
-    log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
-    kineto = read_kineto_trace(kineto_path)
-    log.info("read Kineto %s: %d CPU events, %d GPU events", kineto_path,
-             len(kineto.cpu_events), len(kineto.gpu_events))
-    result = link(et, kineto, options)
-    et_plus = build_et_plus(result)
-    if output_format(output) == "et":
-        from .write_chakra import write_et_plus_chakra
-
-        write_et_plus_chakra(et_plus, output, protected)
+    started = time.perf_counter()
+    beside = et_path if et_path is not None else kineto_path
+    defaulted = not output
+    output = Path(output) if output else default_output_path(beside)
+    protected = tuple(p for p in (et_path, kineto_path) if p is not None)
+    try:
+        check_output_paths([output, report_path], protected)
+    except TraceInputError as err:
+        if defaulted and err.path == str(output):
+            raise TraceInputError(output, f"{err.problem} (the default output beside the input; choose "
+                                  "another with -o)") from None
+        raise
+    if et_path is None:
+        result = _link_kineto_alone(kineto_path)
     else:
-        from .sim_fields import annotate_et_plus
-        from .write_json import write_et_plus_json
+        et, kineto, input_warnings = read_pair(et_path, kineto_path)
+        result = link(et, kineto, options)
+        result.report.warnings[:0] = input_warnings
+    et_plus = build_et_plus(result)
+    plan_simulation(et_plus, output, result.report)
+    report_output = atomic_output(report_path, protected) if report_path else contextlib.nullcontext()
+    with report_output as report_stream:
+        if report_stream is not None:
+            report_stream.write(_report_bytes(result.report))
+            report_stream.flush()  # a full disk shows here, before the ET+ is written
+        _write_et_plus(et_plus, output, protected, beside)
+    return PairOutcome(result.report, output, Path(report_path) if report_path else None,
+                       time.perf_counter() - started, et_plus)
 
-        annotate_et_plus(et_plus)
-        write_et_plus_json(et_plus, output, protected)
-    add_simulation_counts(result.report, et_plus)
-    if report_path:
-        write_report(result.report, report_path, protected)
-    return PairOutcome(result.report, output, Path(report_path) if report_path else None)
+
+def _link_kineto_alone(kineto_path: str | os.PathLike):
+    """No ET: read and check the Kineto trace, build the host graph from it and attach its GPU work."""
+    from .kineto_graph import link_kineto_only
+
+    with decoding(kineto_path, "Kineto trace"):
+        kineto = read_kineto_trace(kineto_path)
+    log.info("read Kineto %s: %d CPU events, %d GPU events (no ET)", kineto_path,
+             len(kineto.cpu_events), len(kineto.gpu_events))
+    warnings = check_kineto_trace(kineto)
+    result = link_kineto_only(kineto)
+    result.report.warnings[:0] = warnings
+    return result

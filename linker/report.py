@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .et_reader import ExecutionTrace
-from .gpu import GpuAttribution
+from .gpu import BEFORE_TRACE, REASON_WORDS, GpuAttribution
 from .intervals import lies_within
 from .kineto_reader import KinetoTrace
 from .match import OpMatch
@@ -13,7 +13,7 @@ from .windows import Window
 
 EXAMPLES = 10
 
-
+# Plain words for the report's internal problem names (the JSON keeps the names as keys).
 @dataclass
 class Unmatched:
     count: int
@@ -43,6 +43,11 @@ class LinkReport:
     warnings: list[str]
     seconds: float
     match_stats: dict = field(default_factory=dict)
+    # Where the host graph came from: "execution trace" or "kineto" (built from the Kineto trace alone).
+    host_graph: str = "execution trace"
+    gpu_events_in_trace: int = 0  # every kernel/memcpy/memset of the file, window or not
+    # Every GPU event of the file under one reason, in words: [{"reason", "count", "meaning"}].
+    gpu_accounting: list = field(default_factory=list)
     # Filled once a writer computed the dependency plan (pipeline.add_simulation_counts):
     dependencies: int = 0  # data dependencies written
     dependency_causes: dict = field(default_factory=dict)  # cause -> data dependencies
@@ -51,21 +56,30 @@ class LinkReport:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def summary(self) -> str:
-        lines = [
-            f"et-link: {self.method}: linked {self.linked_ops}/{self.et_ops} ET ops "
-            f"({self.linked_pct:.2f}%), {self.gpu_events_linked}/{self.gpu_events} GPU ops attached "
-            f"({self.gpu_linked_pct:.2f}%) in {self.seconds:.2f}s",
-        ]
+    def summary(self, total_seconds: float | None = None) -> str:
+        """The stderr summary; its WARNING lines are exactly the report's ``warnings``."""
+        before = self.gpu_attribution.get("problems", {}).get(BEFORE_TRACE, 0)
+        gpu = (f"{self.gpu_events_linked}/{self.gpu_events - before} GPU ops launched while tracing attached "
+               f"({self.gpu_linked_pct:.2f}%)" if self.gpu_events
+               else "no GPU ops in the Kineto trace (CPU-only run)")
+        timing = (f"in {total_seconds:.2f}s (matching {self.seconds:.2f}s)" if total_seconds is not None
+                  else f"(matching {self.seconds:.2f}s)")
+        if self.host_graph != "execution trace":
+            head = f"et-link: no ET: host graph of {self.et_ops} ops built from the Kineto trace alone, {gpu}"
+        else:
+            head = f"et-link: {self.method}: linked {self.linked_ops}/{self.et_ops} ET ops ({self.linked_pct:.2f}%), {gpu}"
+        lines = [f"{head} {timing}"]
         lines += [f"  {reason}" for reason in self.method_reason]
+        if self.gpu_accounting:
+            lines.append(f"  GPU events: {self.gpu_events_in_trace}")
+            lines += [f"    {row['count']}: {row['meaning']}" for row in self.gpu_accounting]
         if self.window:
             lines.append(f"  window: {self.window['label']} ({self.window['source']}, "
                          f"{self.window['candidates']} candidates)")
         et_unmatched = self.unmatched["et"]["count"]
         k_unmatched = self.unmatched["kineto"]["count"]
-        lines.append(f"  unmatched: {et_unmatched} ET ops, {k_unmatched} Kineto CPU events")
-        if self.nesting_violations:
-            lines.append(f"  WARNING: {self.nesting_violations} linked ops lie outside their parent's interval")
+        if self.host_graph == "execution trace":
+            lines.append(f"  unmatched: {et_unmatched} ET ops, {k_unmatched} Kineto CPU events")
         if self.dependency_causes:
             lines.append(f"  dependencies: {self.dependencies} (" + ", ".join(
                 f"{cause} {count}" for cause, count in self.dependency_causes.items()) + ")")
@@ -113,30 +127,49 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
             {"name": events[i].name, "tid": events[i].tid, "ts": events[i].ts} for i in k_missing[:EXAMPLES]])),
     }
     gpu_total = len(gpu.links)
+    launched_in_trace = gpu_total - gpu.problem_counts[BEFORE_TRACE]
     gpu_linked = gpu.attributed
     unattributed = [
         {"name": l.event.name[:120], "correlation": l.event.args.correlation, "problem": l.problem}
         for l in gpu.links if l.et_index < 0][:EXAMPLES]
     warnings = list(warnings)
-    if gpu.problem_counts:
-        warnings.append("GPU ops not attributed: " + ", ".join(
-            f"{n} {why}" for why, n in sorted(gpu.problem_counts.items())))
+    failures = {why: n for why, n in gpu.problem_counts.items() if why != BEFORE_TRACE}
+    if failures:  # work launched before the trace started is expected, not a failure
+        warnings.append("GPU ops not attached to any op: " + "; ".join(
+            f"{n} {REASON_WORDS[why]} [{why}]" for why, n in sorted(failures.items())))
     if match.unpaired_et_threads:
-        warnings.append(f"ET threads {match.unpaired_et_threads} have no Kineto counterpart")
+        warnings.append(f"ET threads {match.unpaired_et_threads} have no Kineto counterpart "
+                        "(their ops stay unlinked)")
     violations = nesting_violations(et, kineto, match.event_of_op)
+    if violations:
+        warnings.append(f"{violations} linked ops lie outside their linked parent's time interval "
+                        "(a sign of wrong links)")
     return LinkReport(
         et_file=et.path, kineto_file=kineto.path, et_schema=et.schema, et_layout=et.layout,
         method=match.method, method_reason=notes + match.notes,
         et_ops=len(ops), linked_ops=linked,
         linked_pct=round(100.0 * linked / len(ops), 3) if ops else 0.0,
         kineto_cpu_events=len(in_window), gpu_events=gpu_total, gpu_events_linked=gpu_linked,
-        gpu_linked_pct=round(100.0 * gpu_linked / gpu_total, 3) if gpu_total else 100.0,
+        # Work launched before the trace started cannot be attributed by anyone: not a failure.
+        gpu_linked_pct=(round(100.0 * gpu_linked / launched_in_trace, 3) if launched_in_trace else 100.0),
         gpu_attribution={"via": dict(gpu.via_counts), "problems": dict(gpu.problem_counts),
                          "unattributed_examples": unattributed,
                          "launch_names_not_in_known_list": dict(gpu.unknown_launch_names),
-                         "outside_window": gpu.outside_window},
+                         "outside_window": gpu.outside_window,
+                         "placements": dict(gpu.placement_counts),
+                         "launch_names": dict(gpu.launch_names),
+                         "graph_launches": gpu.graph_launches,
+                         "graph_gpu_ops": gpu.graph_gpu_ops},
         unmatched=unmatched,
         threads=[asdict(p) | {"kineto_thread": list(p.kineto_thread)} for p in match.threads],
         window=_window_dict(window), nesting_violations=violations, warnings=warnings,
         seconds=round(seconds, 3), match_stats=match.stats,
+        gpu_events_in_trace=len(kineto.gpu_events), gpu_accounting=gpu_accounting(gpu),
     )
+
+
+def gpu_accounting(gpu: GpuAttribution) -> list[dict]:
+    """Every GPU event under one reason, with the reason in words; the counts add up to the
+    GPU event count of the Kineto file."""
+    return [{"reason": reason, "count": n, "meaning": REASON_WORDS[reason]}
+            for reason, n in gpu.accounting().items()]

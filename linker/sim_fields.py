@@ -7,7 +7,9 @@ rounding); an unlinked node gets ``sim_dur`` and ``host_gap_dur`` only when it c
 worker's thread root: the time before its first op). Every node gets ``data_deps`` (node ids) and
 ``data_dep_causes`` (same order; ``chakra_deps.CAUSES``). GPU nodes get ``sim_dur`` (their ``dur``)
 and, for resolved communication kernels, ``comm_type`` (Chakra enum name), ``comm_size`` (bytes),
-``pg_name``, and ``comm_src`` / ``comm_dst`` for point-to-point. ``ts``, ``dur``, ``inclusive_dur``
+``pg_name`` (PyTorch's process-group name, as Kineto's "Process Group Name" that the node may
+already carry; the ``.et`` attribute holds the job-wide id, that name + 1), and ``comm_src`` /
+``comm_dst`` for point-to-point. Re-resolving an annotated node gives the same attributes. ``ts``, ``dur``, ``inclusive_dur``
 and ``exclusive_dur`` keep their meanings. Cost: O(n + g + edges) after the plan.
 """
 
@@ -16,8 +18,14 @@ from __future__ import annotations
 import msgspec
 
 from . import et_def_pb2 as pb
+from .chakra_comm import WORLD_GROUP_ID
 from .chakra_deps import DependencyPlan, WriteSummary, dependency_plan
 from .etplus import EtPlus, as_number
+
+
+def pytorch_group_name(group_id: str) -> str:
+    """PyTorch's process-group name of a job-wide group id (``chakra_comm.job_group_id`` inverse)."""
+    return str(int(group_id) - 1) if group_id.isdigit() else group_id
 
 
 def _us(value: float) -> float | int:
@@ -55,7 +63,8 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
         if comm.comm_type is not None:
             node.comm_type = pb.CollectiveCommType.Name(comm.comm_type)
         node.comm_size = comm.comm_size
-        node.pg_name = comm.pg_name or "0"
+        if node.pg_name is msgspec.UNSET:  # PyTorch's name, as Kineto's "Process Group Name"
+            node.pg_name = pytorch_group_name(comm.pg_name or WORLD_GROUP_ID)
         if comm.comm_src is not None:
             node.comm_src = comm.comm_src
         if comm.comm_dst is not None:

@@ -661,6 +661,12 @@ def validate_file(path: str | os.PathLike, max_examples: int = DEFAULT_MAX_EXAMP
     p = Path(path)
     if _looks_like_json(p):
         return validate_json(p, max_examples)
+    if p.name.endswith((".json", ".json.gz")):  # named JSON, but is not: maybe a renamed Chakra file
+        try:
+            return validate_chakra(p, max_examples)
+        except TraceFormatError as err:
+            raise TraceFormatError(p, "not JSON (it does not start with '{') and not a Chakra trace "
+                                   f"either ({err.problem})") from None
     return validate_chakra(p, max_examples)
 
 

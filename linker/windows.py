@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from statistics import median
 
+from .errors import OptionError
 from .et_reader import ExecutionTrace
 from .intervals import group_by_thread, nesting_parents
 from .kineto_reader import KinetoTrace
@@ -133,6 +134,8 @@ def choose_window(
         return None
     if annotation is not None:
         segments, source = annotation_segments(kineto, annotation), "annotation"
+        if not segments:
+            raise OptionError(f"--annotation {annotation!r} matches no Kineto CPU event of {kineto.path}")
     else:
         segments, source = step_segments(kineto), "profiler_step"
         if len(segments) < 2:
@@ -140,7 +143,8 @@ def choose_window(
     if len(segments) < 2 and pick is None:
         return None
     if not segments:
-        return None
+        raise OptionError(f"--window {pick}: {kineto.path} has no iteration windows to choose from "
+                          "(no ProfilerStep events, no repeated iteration)")
     segments.sort(key=lambda s: s.start)
     starts = [s.start for s in segments]
     per_segment = [Counter() for _ in segments]
@@ -149,7 +153,7 @@ def choose_window(
         if k >= 0 and e.ts < segments[k].end:
             per_segment[k][e.name] += 1
 
-    if source == "profiler_step":
+    if source == "profiler_step" and pick is None:
         named = [k for k, s in enumerate(segments) if s.label in et_names]
         if named:  # the ET holds these very steps
             first, last = named[0], named[-1]
@@ -171,7 +175,8 @@ def choose_window(
         scores.append(_overlap(et_names, window) / max(len(op_indices), sum(window.values()), 1))
     if pick is not None:
         if not 0 <= pick < len(scores):
-            raise ValueError(f"window {pick} does not exist: {len(scores)} windows were found")
+            raise OptionError(f"--window {pick} does not exist: {kineto.path} has {len(scores)} windows "
+                              f"(0 to {len(scores) - 1})")
         best, source = pick, "user"
     else:
         best = max(range(len(scores)), key=lambda k: (scores[k], -k))

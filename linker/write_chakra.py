@@ -12,8 +12,9 @@ Node types:
   ``ncclKernel_AllReduce_…``; for ``SendRecv`` / generic kernels from the launching ``nccl:*`` op,
   its ``record_param_comms`` collective name, its ``c10d::*`` op, or Kineto's "Collective name"),
   ``comm_size`` (bytes of the collective op's input tensors, else Kineto "In msg nelems" × dtype
-  size) and ``pg_name`` (numeric; Kineto "Process Group Name", record_param_comms' pg name, mapped
-  through ``## process_group:init ##`` when it is a description; else "0");
+  size) and ``pg_name``: the job-wide group id, PyTorch's numeric group name + 1 (Kineto "Process
+  Group Name", record_param_comms' pg name, mapped through ``## process_group:init ##`` when it is a
+  description; the world group "0" -> "1" when the trace does not say), see ``chakra_comm``;
 - ``SendRecv`` kernels under a send / recv op: ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` with the peer
   (``comm_dst`` / ``comm_src``: the rank argument of record_param_comms, mapped to a global rank
   through the process group's ranks when known), this rank on the other side when Kineto names it,
@@ -78,7 +79,7 @@ import msgspec
 import orjson
 
 from . import et_def_pb2 as pb
-from .chakra_comm import PROCESS_GROUP_INIT, CommAttrs, _IOParts, _is_int
+from .chakra_comm import PROCESS_GROUP_INIT, WORLD_GROUP_ID, CommAttrs, _IOParts, _is_int
 from .chakra_deps import DependencyPlan, WriteSummary, dependency_plan
 from .chakra_io import EtWriter, encode_varint, make_attr
 from .et_reader import FLAT, EtNode, decode_attrs
@@ -281,7 +282,7 @@ def gpu_attrs(node: GpuNode, tid: int, comm: CommAttrs | None) -> Iterator[AttrS
         value = getattr(comm, name)
         if value is not None:
             yield name, "int64_val", value
-    yield "pg_name", "string_val", comm.pg_name or "0"
+    yield "pg_name", "string_val", comm.pg_name or WORLD_GROUP_ID
 
 
 def _dependency_ids(plan: DependencyPlan, u: int, ids) -> tuple[list[int], list[int], list[str]]:

@@ -165,6 +165,62 @@ def run_dataloader(torch: Any, options: CaptureOptions, et_path: Path, kineto_pa
             prof.step()
 
 
+class AnnotatedSamples:
+    """Map-style dataset whose ``__getitem__`` does a little tensor work inside a ``record_function``
+    (in the main process when ``num_workers=0``: many small same-name blocks per step)."""
+
+    def __init__(self, count: int, seed: int):
+        self.count = count
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int):
+        import torch
+        from torch.profiler import record_function
+
+        with record_function("## load_sample ##"):
+            generator = torch.Generator().manual_seed(self.seed * 100003 + index)
+            features = torch.randn(32, generator=generator)
+            if index % 3 == 0:
+                features = features.flip(0)
+            features = features * 0.5 + 0.1
+            target = torch.randn(8, generator=generator).tanh()
+        return features, target
+
+
+def run_dataloader_workers(torch: Any, options: CaptureOptions, et_path: Path, kineto_path: Path) -> None:
+    """DataLoader over ``AnnotatedSamples`` with ``workers`` loader processes (0: samples are loaded
+    in the main process, inside the profile), main loop annotated with ``record_function`` (data
+    fetch, host preprocessing, the three training phases).
+
+    The many small same-name blocks (``## load_sample ##``, ``aten::randn``, ...) are the hard case
+    for order alignment when Kineto events are missing.
+    """
+    from torch.profiler import record_function
+    from torch.utils.data import DataLoader
+
+    total_steps = WAIT_STEPS + WARMUP_STEPS + options.steps
+    dataset = AnnotatedSamples(total_steps * options.batch, options.seed)
+    loader = DataLoader(dataset, batch_size=options.batch, shuffle=True, num_workers=options.workers,
+                        generator=torch.Generator().manual_seed(options.seed))
+    model = _mlp(torch)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with _scheduled_profiler(torch, options, et_path, kineto_path) as prof:
+        batches = iter(loader)
+        for _ in range(total_steps):
+            with record_function("## data ##"):
+                inputs, targets = next(batches)
+            with record_function("## preprocess ##"):
+                inputs = (inputs - inputs.mean(dim=0)) / (inputs.std(dim=0) + 1e-5)
+                for column in range(4):
+                    inputs[:, column].clamp_(-3.0, 3.0)
+                targets = targets.clone()
+            _train_step(torch, model, optimizer, inputs, targets)
+            prof.step()
+
+
 def _thread_worker(torch: Any, index: int, iterations: int) -> None:
     """Worker body: a few MLP forward/backward passes (index 0..1) or plain tensor math (others)."""
     from torch.profiler import record_function
@@ -293,6 +349,7 @@ WORKLOADS: dict[str, Callable[[Any, CaptureOptions, Path, Path], None]] = {
     "threads": run_threads,
     "main_thread_only": run_main_thread_only,
     "dataloader": run_dataloader,
+    "dataloader_workers": run_dataloader_workers,
     "transformer": run_transformer,
     "autograd_threads": run_autograd_threads,
 }

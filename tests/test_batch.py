@@ -273,7 +273,7 @@ def test_format_et_uses_chakra_writer_or_says_it_is_missing(tmp_path):
     from linker.validate import validate_file
 
     summary = quiet_run(config)
-    assert summary.ranks[0].status == "linked" and summary.ranks[0].output.endswith("rank0_plus.et")
+    assert summary.ranks[0].status == "linked" and summary.ranks[0].output.endswith("rank.0.et")
     assert validate_file(summary.ranks[0].output).ok
 
 

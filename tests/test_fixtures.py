@@ -32,7 +32,7 @@ from tracetools import (
 TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures"
 SHARED = Path(__file__).resolve().parents[2] / "shared"
-CPU_PAIRS = ["mlp_steps", "threads", "main_thread_only", "dataloader"]
+CPU_PAIRS = ["mlp_steps", "threads", "main_thread_only", "dataloader", "dataloader_annotated", "dataloader_workers"]
 GPU_PAIRS = {"gpu_v101": "1.0.1", "gpu_v111": "1.1.1-chakra.0.0.4"}
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
@@ -107,14 +107,19 @@ def test_thread_fixtures_cover_four_threads_and_main_only():
     assert {e["args"][RF_ID_KEY] for e in cpu_events(kineto_main)} == main_rf_ids
 
 
-@pytest.mark.parametrize("name", ["mlp_steps", "dataloader"])
+@pytest.mark.parametrize("name", ["mlp_steps", "dataloader", "dataloader_annotated", "dataloader_workers"])
 def test_scheduled_fixtures_have_the_same_profiler_steps(name):
     et, kineto = pair("cpu", name)
     et_steps = sorted(n["name"] for n in et["nodes"] if n["name"].startswith("ProfilerStep#"))
     kineto_steps = sorted(e["name"] for e in cpu_events(kineto) if e["name"].startswith("ProfilerStep#"))
     assert len(et_steps) >= 3 and et_steps == kineto_steps
-    if name == "dataloader":
+    if name.startswith("dataloader"):
         assert any(n["name"].startswith("enumerate(DataLoader)") for n in et["nodes"])
+    if name.startswith("dataloader_"):
+        names = [n["name"] for n in et["nodes"]]
+        assert "## data ##" in names and "## preprocess ##" in names
+        loads = names.count("## load_sample ##")
+        assert loads == (0 if name == "dataloader_workers" else 8 * len(et_steps))
 
 
 # --------------------------------------------------------------------------- GPU fixtures

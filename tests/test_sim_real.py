@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from conftest import dlrm_pair, fixture_pair, shared_trace
+from linker.chakra_comm import WORLD_GROUP_ID
 from linker.link import LinkOptions
 from linker.pipeline import link_pair
 from linker.sim.cli_run import SimulateOptions, run_simulate
@@ -127,13 +128,13 @@ def test_job_where_one_rank_lacks_an_nccl_kernel_stalls_naming_rank_and_collecti
     report = orjson.loads(proc.stdout)
     assert not report["finished"] and report["stalls"]
     stall = report["stalls"][0]
-    assert stall["process_group"] == "0"
+    assert stall["process_group"] == WORLD_GROUP_ID  # job-wide group id of PyTorch's default group
     assert [m["rank"] for m in stall["missing_ranks"]] == [3]
     assert sorted(stall["arrived_ranks"]) == [r for r in RANKS if r != 3]
     assert any("rank 3" not in note and "different numbers of collectives" in note for note in report["notes"])
     text = simulate_cli(tmp_path)
     assert text.returncode == 6
-    assert f"stall: {stall['comm_type']} #{stall['index']} on process group 0" in text.stdout
+    assert f"stall: {stall['comm_type']} #{stall['index']} on process group {WORLD_GROUP_ID}" in text.stdout
     assert "rank 3 never reaches it" in text.stdout
 
 

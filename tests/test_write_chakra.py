@@ -164,7 +164,7 @@ def test_dlrm_collectives_are_comm_nodes(dlrm_outputs, rank):
         dtype = source["input_types"][0][len("Tensor("):-1]
         element = {"float": 4, "long int": 8, "int": 4}[dtype]
         assert attrs["comm_size"] == math.prod(source["input_shapes"][0]) * element > 0
-        assert attrs["pg_name"] == "0"
+        assert attrs["pg_name"] == "1"  # PyTorch's default group "0" as the job-wide id "1" (name + 1)
         assert not attrs["is_cpu_op"]
         assert {a.name: a.WhichOneof("value") for a in node.attr if a.name.startswith("comm_")} == {
             "comm_type": "int64_val", "comm_size": "int64_val"}
@@ -279,7 +279,7 @@ def test_gpu_fixture(tmp_path, name):
     assert comms["nccl:all_to_all"]["comm_size"] == 32 * 64 * 4
     assert comms["nccl:all_reduce"]["comm_type"] == pb.ALL_REDUCE
     assert comms["nccl:all_reduce"]["comm_size"] == 5120 * 4
-    assert {c["pg_name"] for c in comms.values()} == {"0"}
+    assert {c["pg_name"] for c in comms.values()} == {"1"}  # PyTorch's "0" + 1
 
     # cudaStreamWaitEvent inside nccl:all_to_all: its kernel (the next GPU op the thread issued)
     # waits for the last op of the other stream; the CPU op itself does not block
@@ -438,10 +438,10 @@ def test_point_to_point_and_process_groups(tmp_path, synthetic_pair):
     recvs = [n for n in nodes if n.type == pb.COMM_RECV_NODE]
     assert len(sends) == len(recvs) == 1
     assert by_id[sends[0].ctrl_deps[0]].name == "nccl:send"
-    # group "1" has global ranks [2, 3]; the peer (group rank 1) is global rank 3; this rank is 2
+    # PyTorch group "1" (job id "2") has global ranks [2, 3]; the peer (group rank 1) is global rank 3; this rank is 2
     send, recv = attr_dict(sends[0]), attr_dict(recvs[0])
-    assert (send["comm_src"], send["comm_dst"], send["comm_tag"], send["comm_size"], send["pg_name"]) == (2, 3, 7, 40, "1")
-    assert (recv["comm_src"], recv["comm_dst"], recv["comm_tag"], recv["comm_size"], recv["pg_name"]) == (3, 2, 9, 48, "1")
+    assert (send["comm_src"], send["comm_dst"], send["comm_tag"], send["comm_size"], send["pg_name"]) == (2, 3, 7, 40, "2")
+    assert (recv["comm_src"], recv["comm_dst"], recv["comm_tag"], recv["comm_size"], recv["pg_name"]) == (3, 2, 9, 48, "2")
     assert "comm_type" not in send
     assert summary.counts_by_type == {"COMP_NODE": 18, "METADATA_NODE": 1, "COMM_SEND_NODE": 1, "COMM_RECV_NODE": 1}
     assert not summary.comm_unresolved
