@@ -345,19 +345,22 @@ def simulate_command(
     model: str = typer.Option("astra-sim", "--model", help="astra-sim: one CPU op, one GPU compute op and one "
                               "collective in flight per rank; lanes: each CPU thread and GPU stream its own unit."),
     scale: str = typer.Option("", "--scale", help="What-if duration factors, e.g. cpu=0.5,gpu=1,comm=2."),
-    comm_groups: Optional[Path] = typer.Option(None, "--comm-groups", help='Process groups {"<pg id>": [ranks]} '
+    comm_groups: Optional[Path] = typer.Option(None, "--comm-groups", help='Process groups as JSON {"<pg id>": list of global ranks} '
                                                "(default: comm_groups.json beside the inputs, else all ranks)."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of the text report."),
     trace_out: Optional[Path] = typer.Option(None, "--trace-out", help="Write a Chrome/Perfetto trace with the "
                                              "measured and the simulated timeline side by side."),
     top: int = typer.Option(10, "--top", help="How many ops of the critical path to list."),
+    rank_start: str = typer.Option("measured", "--rank-start", help="Job replay: measured = each rank starts at "
+                                   "its measured start offset (when the ranks' clocks agree); zero = all at 0."),
 ) -> None:
     """Replay the trace(s) as ASTRA-sim would and compare the simulated step with the measured one.
     Exit status 6 when the graph cannot finish (never-issued nodes or a stalled collective; reported)."""
     from .sim.cli_run import EXIT_STUCK, SimulateOptions, run_simulate
 
     try:
-        output, finished = run_simulate(SimulateOptions(files, model, scale, comm_groups, json_output, trace_out, top))
+        output, finished = run_simulate(SimulateOptions(files, model, scale, comm_groups, json_output, trace_out, top,
+                                                           rank_start))
     except TraceInputError as err:
         fail(str(err))
     except ValueError as err:

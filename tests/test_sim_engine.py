@@ -3,11 +3,11 @@ in the comments."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from linker import et_def_pb2 as pb
-from linker.sim.critical import critical_path
-from linker.sim.engine import ASTRA_SIM, LANES, Scale, replay
+from linker.sim.engine import ASTRA_SIM, LANES, Scale, measured_release, replay
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
 from sim_graphs import coll, cpu, gpu, recv, send, write_et
@@ -122,6 +122,25 @@ def test_collective_starts_when_the_slowest_rank_arrives_and_lasts_the_transfer(
     assert sum(s.end - s.start for s in path) == 60
 
 
+def test_ranks_start_at_their_measured_offsets_when_clocks_agree(tmp_path):
+    # Same job, but rank 1 began 25 us after rank 0 (starts 1000 and 1025 on one clock): rank 1 is
+    # released at 25, A 25-55, the collective 55-85 (transfer min(50, 30) = 30).
+    ranks = {0: [cpu(1, 10, start=1000), coll(2, 50, [1], start=1010)],
+             1: [cpu(1, 30, start=1025), coll(2, 30, [1], start=1055)]}
+    graphs = [load_graph(write_et(tmp_path / f"rank{r}.et", specs), r) for r, specs in ranks.items()]
+    release = measured_release(graphs)
+    assert release == [0, 25]
+    result = replay(graphs, release=release)
+    report = build_report(result)[0]
+    assert node_times(result, 1, 1) == (25, 55) and node_times(result, 0, 2) == (55, 85)
+    assert report.simulated_us == 85 and [r.simulated_us for r in report.ranks] == [85, 60]
+    assert report.measured_job_span_us == 85  # 1000 .. 1085
+    # Clocks that disagree (rank 1 a day later): no offsets.
+    ranks[1] = [cpu(1, 30, start=86_400_000_000), coll(2, 30, [1], start=86_400_000_030)]
+    graphs[1] = load_graph(write_et(tmp_path / "rank1.et", ranks[1]), 1)
+    assert measured_release(graphs) is None
+
+
 def test_single_rank_replays_its_collective_for_its_own_duration(tmp_path):
     result, report, _, _ = simulate(tmp_path, {0: two_rank_collective()[0]})
     assert report.simulated_us == 60  # 10 + 50: no peer to wait for
@@ -211,3 +230,50 @@ def test_lanes_model_runs_a_collective_on_its_stream(tmp_path):
     assert report.simulated_us == 40
     _, report, _, _ = simulate(tmp_path, {0: specs})  # astra-sim: comm and GPU are separate units too
     assert report.simulated_us == 40
+
+
+def test_et_plus_json_with_sim_dur_and_data_deps(tmp_path):
+    """The ET+ JSON contract: ``sim_dur`` is simulated, ``inclusive_dur`` measured, ``data_deps`` (ids)
+    with the parent; GPU nodes by ``cat``, collectives by ``comm_type`` name. Nested layout."""
+    def attrs(tid):
+        return [{"name": "tid", "type": "uint64", "value": tid}]
+    nodes = [
+        {"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 1, "attrs": attrs(0)},
+        {"id": 2, "name": "step", "ctrl_deps": 1, "attrs": attrs(1), "ts": 100, "dur": 60, "inclusive_dur": 60,
+         "exclusive_dur": 20, "sim_dur": 12},
+        {"id": 3, "name": "op", "ctrl_deps": 2, "attrs": attrs(1), "ts": 110, "dur": 30, "inclusive_dur": 30,
+         "exclusive_dur": 30, "sim_dur": 25, "data_deps": [2]},
+        {"id": 9, "name": "ncclKernel_AllReduce", "ctrl_deps": 3, "attrs": attrs(1), "cat": "kernel", "ts": 130,
+         "dur": 40, "stream": 20, "device": 0, "sim_dur": 40, "comm_type": "ALL_REDUCE", "pg_name": "0",
+         "data_deps": [3]},
+        {"id": 4, "name": "wait", "ctrl_deps": 2, "attrs": attrs(1), "ts": 150, "dur": 10, "sim_dur": 1,
+         "data_deps": [9]},
+    ]
+    path = tmp_path / "rank0_plus.json"
+    path.write_bytes(orjson.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": nodes}))
+    graph = load_graph(path)
+    assert graph.notes == []
+    (info,) = graph.comm.values()
+    assert info.comm_type == pb.ALL_REDUCE and info.pg_name == "0"
+    result = replay([graph])
+    report = build_report(result)[0]
+    # step 0-12, op 12-37 (after its parent), the all-reduce 37-77, wait 77-78.
+    assert node_times(result, 0, 9) == (37, 77) and report.simulated_us == 78
+    assert report.measured_us == 70  # 100 .. 170 (the kernel ends at 170)
+
+
+def test_critical_path_names_the_dependency_causes_the_file_gives(tmp_path):
+    # A(10) launches K(30) (data dep, cause "launch", and ctrl parent A); S(1) waits for K ("sync").
+    from linker.chakra_io import make_attr
+    kernel = gpu(2, 30, [1])
+    kernel.ctrl = (1,)
+    kernel.attrs.append(make_attr("data_dep_causes", ["launch"]))
+    sync = cpu(3, 1, [2])
+    sync.attrs.append(make_attr("data_dep_causes", ["sync"]))
+    result, report, path, _ = simulate(tmp_path, {0: [cpu(1, 10), kernel, sync]})
+    assert report.simulated_us == 41
+    assert [(s.via, s.link) for s in path] == [("start", ""), ("dependency", "launch"), ("dependency", "sync")]
+    assert {(link.link, link.count, link.us) for link in report.critical_path_links} == {
+        ("start", 1, 10), ("launch", 1, 30), ("sync", 1, 1)}
+    graph = result.graphs[0]
+    assert graph.edge_cause(1, 0) == "launch"  # the data cause wins over the repeated ctrl edge

@@ -4,18 +4,20 @@ how the .et writer sets durations."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from types import SimpleNamespace
 
 import orjson
 import pytest
+from typer.testing import CliRunner
 
 from conftest import dlrm_pair, fixture_pair, shared_trace
 from linker.chakra_comm import WORLD_GROUP_ID
+from linker.cli import app
 from linker.link import LinkOptions
 from linker.pipeline import link_pair
 from linker.sim.cli_run import SimulateOptions, run_simulate
 from linker.sim.engine import replay
+from linker.sim.graph import COMM, CPU, GPU
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
 from tracetools import load_trace, save_trace
@@ -24,9 +26,12 @@ from wire_decoder import decode_node, read_stream
 RANKS = range(8)
 
 
-def simulate_cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "linker.cli", "simulate", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+def simulate_cli(*args):
+    """``et-link simulate`` run in this process: returncode, stdout, stderr."""
+    result = CliRunner().invoke(app, ["simulate", *map(str, args)])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return SimpleNamespace(returncode=result.exit_code, stdout=result.stdout, stderr=result.stderr)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +79,11 @@ def test_dlrm_job_replays_to_the_end_with_matched_collectives(dlrm_job):
     assert {r["rank"]: r["measured_us"] for r in report["ranks"]} == spans
     assert report["measured_us"] == max(spans.values())
     assert report["slowest_rank"] == max(spans, key=spans.get)
-    assert report["simulated_us"] == max(r["simulated_us"] for r in report["ranks"])
+    # ranks start at their measured offsets (one host clock): rank r's simulated step ends at its offset + step
+    assert min(report["rank_start_us"]) == 0 and max(report["rank_start_us"]) > 0
+    assert report["simulated_us"] == max(r["simulated_us"] + start
+                                         for r, start in zip(report["ranks"], report["rank_start_us"]))
+    assert report["measured_job_span_us"] >= report["measured_us"]
     assert report["ratio"] == round(report["simulated_us"] / report["measured_us"], 4)
     assert report["busy_us"]["comm"] > 0 and report["busy_us"]["gpu"] > 0
     assert report["critical_path"] and all(op["us"] > 0 for op in report["critical_path"])
@@ -101,6 +110,19 @@ def test_single_rank_reads_what_the_wire_says(dlrm_job):
     edges = sum(len(set(f.get(4, [])) | set(f.get(5, []))) for f in frames)
     assert len(graph.dep_nodes) == edges and not graph.missing_deps
     assert sum(1 for f in frames if f[3][0] in (5, 6, 7)) == len(graph.comm)
+    # resource kind, lane and communication attributes, from the attributes as the wire decoder reads
+    # them (AttributeProto: name 1, int64_val 9, bool_val 27, string_val 29)
+    for u, f in enumerate(frames):
+        attrs = {a[1]: next(v for k, v in a.items() if k != 1) for a in f.get(10, [])}
+        node_type = f.get(3, [0])[0]
+        if node_type in (5, 6, 7):
+            kind, lane = COMM, ("gpu", attrs.get("device", 0), attrs.get("stream", -1))
+            assert graph.comm[u].comm_type == attrs["comm_type"] and graph.comm[u].pg_name == attrs["pg_name"]
+        elif attrs.get("is_cpu_op", True) is False:
+            kind, lane = GPU, ("gpu", attrs.get("device", 0), attrs.get("stream", -1))
+        else:
+            kind, lane = CPU, ("cpu", attrs.get("tid", 0))
+        assert (graph.kind[u], graph.lane_keys[graph.lane[u]]) == (kind, lane), f"node {graph.ids[u]}"
 
 
 def drop_one_nccl_kernel(kineto: dict) -> tuple[dict, str]:
@@ -131,7 +153,8 @@ def test_job_where_one_rank_lacks_an_nccl_kernel_stalls_naming_rank_and_collecti
     assert stall["process_group"] == WORLD_GROUP_ID  # job-wide group id of PyTorch's default group
     assert [m["rank"] for m in stall["missing_ranks"]] == [3]
     assert sorted(stall["arrived_ranks"]) == [r for r in RANKS if r != 3]
-    assert any("rank 3" not in note and "different numbers of collectives" in note for note in report["notes"])
+    assert any("different numbers of collectives" in note and "3: 7" in note for note in report["notes"])
+    assert "rank 3" in stall["hint"]
     text = simulate_cli(tmp_path)
     assert text.returncode == 6
     assert f"stall: {stall['comm_type']} #{stall['index']} on process group {WORLD_GROUP_ID}" in text.stdout
@@ -206,3 +229,8 @@ def test_hta_and_linear_single_rank_replays_finish(tmp_path):
             report = orjson.loads(text)
             assert finished and report["finished"] and report["measured_us"] > 0 and report["simulated_us"] > 0
             assert report["model"] == model
+        # the same link as ET+ JSON (hta: the flat 1.0.1 layout; linear: nested) replays the same nodes
+        as_json = tmp_path / f"{name}_plus.json"
+        link_pair(et, kineto, as_json, LinkOptions(), None)
+        from_json = build_report(replay([load_graph(as_json)]))[0]
+        assert from_json.finished and from_json.ranks[0].nodes == report["ranks"][0]["nodes"]

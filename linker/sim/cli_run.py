@@ -13,12 +13,13 @@ from pathlib import Path
 import orjson
 
 from ..errors import TraceInputError
-from .engine import MODELS, Scale, replay
+from .engine import MODELS, Scale, measured_release, replay
 from .job import read_comm_groups, resolve_inputs
 from .load import load_graph
 from .perfetto import write_trace
 from .report import build_report, format_text
 
+RANK_STARTS = ("measured", "zero")
 EXIT_STUCK = 6  # the replay could not run every node (the report says why)
 
 
@@ -31,12 +32,15 @@ class SimulateOptions:
     json_output: bool = False
     trace_out: Path | None = None
     top: int = 10
+    rank_start: str = "measured"
 
 
 def run_simulate(options: SimulateOptions) -> tuple[str, bool]:
     """Run the whole command; return what to print on stdout and whether every node ran."""
     if options.model not in MODELS:
         raise ValueError(f"unknown --model {options.model!r}; choose one of {', '.join(MODELS)}")
+    if options.rank_start not in RANK_STARTS:
+        raise ValueError(f"unknown --rank-start {options.rank_start!r}; choose one of {', '.join(RANK_STARTS)}")
     if options.top < 0:
         raise ValueError("--top must be at least 0")
     scale = Scale.parse(options.scale)
@@ -49,9 +53,14 @@ def run_simulate(options: SimulateOptions) -> tuple[str, bool]:
             raise TraceInputError(options.trace_out, "output directory does not exist")
     groups = read_comm_groups(inputs.comm_groups_path) if inputs.comm_groups_path is not None else None
     graphs = [load_graph(path, rank) for path, rank in inputs.files]
-    result = replay(graphs, options.model, scale, groups)
+    release, notes = None, list(inputs.notes)
+    if len(graphs) > 1 and options.rank_start == "measured":
+        release = measured_release(graphs)
+        if release is None:
+            notes.append("the ranks' measured start times do not look like one clock: every rank starts at 0")
+    result = replay(graphs, options.model, scale, groups, release)
     report, _, _ = build_report(result, options.top)
-    report.notes = inputs.notes + report.notes
+    report.notes = notes + report.notes
     if options.trace_out is not None:
         write_trace(result, options.trace_out, tuple(path for path, _ in inputs.files))
     text = orjson.dumps(report.to_json()).decode() if options.json_output else format_text(report)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .engine import CAUSE_PEER, NO_NODE, Replay
+from .engine import CAUSE_DEPENDENCY, CAUSE_PEER, NO_NODE, Replay
 from .graph import KIND_NAMES
 
 
-@dataclass
+@dataclass(slots=True)
 class PathStep:
     """One node on the critical path (global node number), when it ran, and why it started then
     (``via``: "start", "dependency", "unit" (waited for its resource), "peer" (waited for
@@ -27,6 +27,7 @@ class PathStep:
     end: float
     via: str
     peer_rank: int | None = None
+    link: str = ""  # for "dependency": the edge's cause from the file ("parent", "launch"...), if known
 
 
 @dataclass
@@ -53,39 +54,73 @@ def last_node(rp: Replay) -> int:
 
 def critical_path(rp: Replay) -> list[PathStep]:
     """The chain from time 0 to the simulated end, first node first."""
-    steps: list[PathStep] = []
+    nodes: list[int] = []
     u = last_node(rp)
+    cause = rp.cause
     guard = rp.node_count
-    while u != NO_NODE and guard > 0:
+    while u != NO_NODE and guard > 0:  # causes end before their node starts: no loop, the guard is a fuse
         guard -= 1
-        kind = rp.cause_kind[u]
-        peer_rank = None
-        if kind == CAUSE_PEER:
-            peer_rank = rp.graphs[rp.rank_of(rp.peer[u])].rank
-        steps.append(PathStep(u, rp.start[u], rp.end[u], _VIA[kind], peer_rank))
-        u = rp.cause[u]
-    steps.reverse()
+        nodes.append(u)
+        u = cause[u]
+    nodes.reverse()
+    start, end, cause_kind = rp.start, rp.end, rp.cause_kind
+    steps = [PathStep(u, start[u], end[u], _VIA[cause_kind[u]]) for u in nodes]
+    for step in steps:
+        if cause_kind[step.node] == CAUSE_PEER:
+            step.peer_rank = rp.graphs[rp.rank_of(rp.peer[step.node])].rank
+        elif cause_kind[step.node] == CAUSE_DEPENDENCY:
+            graph, local = rp.local(step.node)
+            if graph.dep_cause:
+                step.link = graph.edge_cause(local, cause[step.node] - (step.node - local))
     return steps
+
+
+@dataclass
+class PathLink:
+    """How the critical path continues into its nodes: ``link`` is "start", "unit" (waited for its
+    resource), "peer" (waited for another rank at a collective), or the dependency's cause
+    ("parent", "thread_order", "launch"..., "dependency" when the file gives none); ``us`` is the
+    time of the nodes entered that way."""
+
+    link: str
+    count: int
+    us: float
+
+
+def path_links(path: list[PathStep]) -> list[PathLink]:
+    """The path's links by kind, largest time first."""
+    totals: dict[str, PathLink] = {}
+    for step in path:
+        name = step.link or step.via
+        entry = totals.get(name)
+        if entry is None:
+            entry = totals[name] = PathLink(name, 0, 0.0)
+        entry.count += 1
+        entry.us += step.end - step.start
+    return sorted(totals.values(), key=lambda link: (-link.us, link.link))
 
 
 def top_ops(rp: Replay, path: list[PathStep], limit: int = 10) -> list[CriticalOp]:
     """Op names by their time on the path (end - start of each occurrence), largest first."""
-    totals: dict[tuple[str, str], CriticalOp] = {}
+    totals: dict[tuple[str, int], list] = {}
+    local = rp.local
     for step in path:
-        graph, local = rp.local(step.node)
-        key = (graph.names[local], KIND_NAMES[graph.kind[local]])
-        op = totals.get(key)
-        if op is None:
-            op = totals[key] = CriticalOp(key[0], key[1], 0.0, 0)
-        op.us += step.end - step.start
-        op.count += 1
-    return sorted(totals.values(), key=lambda op: (-op.us, op.name))[:limit]
+        graph, i = local(step.node)
+        key = (graph.names[i], graph.kind[i])
+        entry = totals.get(key)
+        if entry is None:
+            entry = totals[key] = [0.0, 0]
+        entry[0] += step.end - step.start
+        entry[1] += 1
+    ops = [CriticalOp(name, KIND_NAMES[kind], us, count) for (name, kind), (us, count) in totals.items()]
+    return sorted(ops, key=lambda op: (-op.us, op.name))[:limit]
 
 
 def time_by_kind(rp: Replay, path: list[PathStep]) -> dict[str, float]:
     """Time on the path per kind of node ("cpu", "gpu", "comm", "metadata")."""
-    totals = {name: 0.0 for name in KIND_NAMES}
+    totals = [0.0] * len(KIND_NAMES)
+    local = rp.local
     for step in path:
-        graph, local = rp.local(step.node)
-        totals[KIND_NAMES[graph.kind[local]]] += step.end - step.start
-    return totals
+        graph, i = local(step.node)
+        totals[graph.kind[i]] += step.end - step.start
+    return dict(zip(KIND_NAMES, totals))

@@ -43,6 +43,7 @@ class Stall:
     arrived_ranks: list[int]
     missing: list[tuple[int, str]]  # (rank, why it did not arrive)
     nodes: list[int]  # member nodes present (global)
+    hint: str = ""  # the process group's first collective-type disagreement between ranks, if any
 
 
 @dataclass
@@ -152,8 +153,8 @@ def _stalls(rp: Replay, reason: dict[int, NeverRan]) -> list[Stall]:
                 continue
             u = present.get(rank)
             if u is None:
-                missing.append((rank, f"it has no collective #{index} on {pg}: "
-                                      f"only {counts.get((pg, rank), 0)} there"))
+                where = f"process group {pg}" if not pg.startswith("p2p") else pg
+                missing.append((rank, f"it holds only {counts.get((pg, rank), 0)} collectives on {where}"))
             else:
                 graph, local = rp.local(u)
                 why = reason.get(u)
@@ -162,7 +163,7 @@ def _stalls(rp: Replay, reason: dict[int, NeverRan]) -> list[Stall]:
         first_graph, first_local = rp.local(members[0])
         info = first_graph.comm.get(first_local)
         stalls.append(Stall(pg, index, comm_type_name(info.comm_type) if info else "UNKNOWN", arrived_ranks,
-                            missing, list(members)))
+                            missing, list(members), groups.type_mismatch.get(pg, "")))
     return stalls
 
 

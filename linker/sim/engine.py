@@ -19,6 +19,9 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   slowest peer; the last rank to arrive waits for nobody, so its kernel — the shortest — is the
   transfer alone. This needs no clock alignment between ranks. A single rank replays its
   collectives for their own duration.
+- job replay: each rank starts at its measured start offset (its first measured start minus the
+  job's earliest) when the ranks' clocks agree (``measured_release``), else all at 0. A rank that
+  began its step late makes the others wait for it at the first collective, as it did when measured.
 
 The loop ends when no event is left; nodes that never ran are then explained (``diagnose``), so a
 stuck graph (missing dependency, cycle, collective a rank never reaches) is reported, never hung
@@ -28,11 +31,12 @@ on. Cost: O((n + e) log n) time, O(n + e) memory for n nodes and e dependencies 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 import math
 from array import array
 from dataclasses import dataclass, field
 
-from .graph import COLL, COMM, CPU, GPU, META, RECV, SEND, SimGraph, lane_label
+from .graph import COLL, META, RECV, SEND, SimGraph, comm_type_name, lane_label
 
 ASTRA_SIM, LANES = "astra-sim", "lanes"
 MODELS = (ASTRA_SIM, LANES)
@@ -85,6 +89,7 @@ class CommGroups:
     member_ranks: list[list[int]] = field(default_factory=list)
     label: list[tuple[str, int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    type_mismatch: dict[str, str] = field(default_factory=dict)  # pg -> first disagreement, in words
 
 
 @dataclass
@@ -115,17 +120,11 @@ class Replay:
     groups: CommGroups
     missing: bytearray  # 1 when u depends on an id absent from its file
     queued: list[int]  # nodes still waiting for their unit when the loop ended
+    release: list[float]  # per rank position: when its first nodes became ready
 
     def rank_of(self, u: int) -> int:
         """Rank position (index into ``graphs``) of global node u. O(log ranks)."""
-        lo, hi = 0, len(self.offsets) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.offsets[mid] <= u:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return bisect_right(self.offsets, u) - 1
 
     def local(self, u: int) -> tuple[SimGraph, int]:
         r = self.rank_of(u)
@@ -224,7 +223,13 @@ def _start_key(graph: SimGraph, u: int) -> float:
 
 def _group_collectives(graphs, collectives, comm_groups, position_of_rank, groups: CommGroups) -> None:
     all_positions = list(range(len(graphs)))
-    for pg in sorted({pg for _, pg in collectives}):
+    holders: dict[str, set[int]] = {}  # pg -> rank positions holding collectives on it
+    for r, pg in collectives:
+        holders.setdefault(pg, set()).add(r)
+    offsets = [0]
+    for graph in graphs:
+        offsets.append(offsets[-1] + len(graph))
+    for pg in sorted(holders):
         positions = all_positions
         if comm_groups is not None and pg in comm_groups:
             listed = comm_groups[pg]
@@ -235,7 +240,7 @@ def _group_collectives(graphs, collectives, comm_groups, position_of_rank, group
                                     f"its collectives are matched among the given ranks only")
         elif comm_groups is not None and pg != "0":
             groups.notes.append(f"process group {pg} is not in the comm-group file: taken as all ranks")
-        for r in {r for r, p in collectives if p == pg} - set(positions):
+        for r in sorted(holders[pg] - set(positions)):
             groups.notes.append(f"rank {graphs[r].rank} has collectives on process group {pg} but is not "
                                 f"one of its members; they are replayed alone")
         if len(positions) < 2:
@@ -253,6 +258,29 @@ def _group_collectives(graphs, collectives, comm_groups, position_of_rank, group
         counts = {graphs[r].rank: len(nodes) for r, nodes in zip(positions, lists)}
         if len(set(counts.values())) > 1:
             groups.notes.append(f"process group {pg}: the ranks hold different numbers of collectives {counts}")
+        mismatch = _first_type_mismatch(graphs, offsets, positions, lists)
+        if mismatch:
+            groups.type_mismatch[pg] = mismatch
+            groups.notes.append(f"process group {pg}: {mismatch}")
+
+
+def _first_type_mismatch(graphs, offsets: list[int], positions: list[int], lists: list[list[int]]) -> str:
+    """The first k where the ranks' k-th collectives are of different types, as a sentence naming the
+    odd ranks ("" when they agree). O(collectives of the group)."""
+    for k in range(min(len(nodes) for nodes in lists)):
+        types: dict[int, list[int]] = {}
+        for r, nodes in zip(positions, lists):
+            info = graphs[r].comm[nodes[k] - offsets[r]]
+            if info.comm_type >= 0:
+                types.setdefault(info.comm_type, []).append(graphs[r].rank)
+        if len(types) > 1:
+            common = max(types, key=lambda t: len(types[t]))
+            odd = sorted(rank for t, ranks in types.items() if t != common for rank in ranks)
+            odd_types = sorted({comm_type_name(t) for t in types if t != common})
+            return (f"collective #{k} is {comm_type_name(common)} on most ranks but {'/'.join(odd_types)} on "
+                    f"rank{'s' if len(odd) > 1 else ''} {', '.join(map(str, odd))}: a collective is probably "
+                    f"missing (or extra) there before #{k}")
+    return ""
 
 
 def _group_point_to_point(sends, recvs, position_of_rank, groups: CommGroups) -> None:
@@ -274,9 +302,26 @@ def _group_point_to_point(sends, recvs, position_of_rank, groups: CommGroups) ->
 # ---------------------------------------------------------------------------------------------
 
 
+def measured_release(graphs: list[SimGraph]) -> list[float] | None:
+    """Each rank's first measured start minus the job's earliest, when the ranks' clocks agree
+    (every rank timed, and the first starts lie within one measured step of each other — true for
+    ranks whose Kineto clocks are one host clock); else None. O(n)."""
+    spans = [graph.measured_span() for graph in graphs]
+    if len(graphs) < 2 or any(first != first for first, _ in spans):
+        return None
+    firsts = [first for first, _ in spans]
+    earliest = min(firsts)
+    if max(firsts) - earliest > max(last - first for first, last in spans):
+        return None
+    return [first - earliest for first in firsts]
+
+
 def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(),
-           comm_groups: dict[str, list[int]] | None = None) -> Replay:
-    """Replay one or several ranks (several = one job, collectives matched across them)."""
+           comm_groups: dict[str, list[int]] | None = None, release: list[float] | None = None) -> Replay:
+    """Replay one or several ranks (several = one job, collectives matched across them).
+
+    ``release[r]``: when rank position r starts (its nodes without dependencies become ready then);
+    default 0 for every rank (see ``measured_release`` for the measured start offsets)."""
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
     offsets, total = [], 0
@@ -295,7 +340,7 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     nan = array("d", [math.nan])
     result = Replay(graphs, model, scale, offsets, duration, unit_of, unit_names, nan * total, nan * total,
                     nan * total, nan * total, array("q", [NO_NODE]) * total, bytearray(total), array("q", [NO_NODE]) * total,
-                    groups, missing, [])
+                    groups, missing, [], list(release) if release is not None else [0.0] * len(graphs))
     _run(result, priority, succ_offsets, succ_nodes, indegree)
     return result
 
@@ -352,9 +397,14 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
                 push(events, (t + transfer, m))
 
     touched: list[int] = []
-    for v in range(len(duration)):
-        if indegree[v] == 0:
-            become_ready(v, 0.0, touched)
+    for r, base in enumerate(rp.offsets):
+        release = rp.release[r]
+        for v in range(base, base + len(rp.graphs[r])):
+            if indegree[v] == 0:
+                if release > 0:
+                    push(events, (release, ~v))  # a release, not a completion
+                else:
+                    become_ready(v, 0.0, touched)
     t = 0.0
     while True:
         for unit in touched:
@@ -366,6 +416,9 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
         t = events[0][0]
         while events and events[0][0] == t:
             _, u = pop(events)
+            if u < 0:
+                become_ready(~u, t, touched)
+                continue
             end[u] = t
             unit = unit_of[u]
             if unit >= 0:

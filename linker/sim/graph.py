@@ -75,6 +75,9 @@ class SimGraph:
     ``dep_nodes``: CSR of predecessors (ctrl and data deps, deduplicated). ``missing_deps``: (node,
     id) for dependency ids absent from the file. ``comm``: node -> CommInfo for communication
     nodes. ``notes``: what the reader had to assume (fallbacks), shown in the report.
+    ``dep_cause``: parallel to ``dep_nodes``, an index into ``cause_names`` saying why the edge
+    exists ("parent" for a ctrl dependency, the file's ``data_dep_causes`` for data ones, "" when
+    the file does not say); empty when the file gives no causes.
     """
 
     path: str
@@ -92,6 +95,17 @@ class SimGraph:
     missing_deps: list[tuple[int, int]] = field(default_factory=list)
     comm: dict[int, CommInfo] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    dep_cause: bytearray = field(default_factory=bytearray)
+    cause_names: list[str] = field(default_factory=lambda: [""])
+
+    def edge_cause(self, u: int, d: int) -> str:
+        """Why u depends on d (both local node numbers); "" when unknown. O(deps of u)."""
+        if not self.dep_cause:
+            return ""
+        for k in range(self.dep_offsets[u], self.dep_offsets[u + 1]):
+            if self.dep_nodes[k] == d:
+                return self.cause_names[self.dep_cause[k]]
+        return ""
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -131,12 +145,14 @@ class GraphBuilder:
         self.lane = array("q")
         self.lane_index: dict[tuple, int] = {}
         self.dep_ids: list = []  # per node: a tuple/list of dependency ids
+        self.dep_causes: dict[int, list[str]] = {}  # node -> cause per entry of its dep_ids, when known
         self.comm: dict[int, CommInfo] = {}
         self.notes: list[str] = []
 
     def add(self, node_id: int, name: str, kind: int, duration: float, start: float, measured_dur: float,
-            lane_key: tuple, dep_ids, comm: CommInfo | None = None) -> int:
-        """Append one node; ``dep_ids``: its ctrl + data dependency ids (duplicates allowed)."""
+            lane_key: tuple, dep_ids, comm: CommInfo | None = None, causes: list[str] | None = None) -> int:
+        """Append one node; ``dep_ids``: its ctrl + data dependency ids (duplicates allowed);
+        ``causes``: why, one per entry of ``dep_ids`` (optional)."""
         u = len(self.ids)
         self.ids.append(node_id)
         self.names.append(name)
@@ -151,6 +167,8 @@ class GraphBuilder:
         self.dep_ids.append(dep_ids)
         if comm is not None:
             self.comm[u] = comm
+        if causes is not None:
+            self.dep_causes[u] = causes
         return u
 
     def finish(self) -> SimGraph:
@@ -163,18 +181,42 @@ class GraphBuilder:
         nodes = array("q")
         missing: list[tuple[int, int]] = []
         get = index.get
+        append, mark = nodes.append, offsets.append
+        causes_of = self.dep_causes
+        dep_cause = bytearray()
+        add_cause = dep_cause.append
+        cause_code: dict[str, int] = {"": 0}
+        code_of = cause_code.get
         for u, deps in enumerate(self.dep_ids):
-            if deps:
-                seen = set()
+            causes = causes_of.get(u) if causes_of else None
+            if causes is None:
+                if len(deps) > 1:
+                    deps = dict.fromkeys(deps)  # deduplicated, in order
                 for d in deps:
                     v = get(d)
                     if v is None:
                         missing.append((u, d))
-                    elif v not in seen:
-                        seen.add(v)
-                        nodes.append(v)
-            offsets.append(len(nodes))
-        self.dep_ids = []
+                    else:
+                        append(v)
+                        if causes_of:
+                            add_cause(0)
+            else:
+                first: dict[int, str] = {}
+                for d, cause in zip(deps, causes):
+                    if first.setdefault(d, cause) == "parent" and cause:
+                        first[d] = cause  # a data cause ("launch"...) says more than the ctrl edge it repeats
+                for d, cause in first.items():
+                    v = get(d)
+                    if v is None:
+                        missing.append((u, d))
+                        continue
+                    append(v)
+                    code = code_of(cause)
+                    if code is None:
+                        code = cause_code[cause] = len(cause_code) if len(cause_code) < 256 else 0
+                    add_cause(code)
+            mark(len(nodes))
+        self.dep_ids, self.dep_causes = [], {}
         return SimGraph(self.path, self.rank, self.ids, self.names, self.kind, self.duration, self.start,
                         self.measured_dur, self.lane, list(self.lane_index), offsets, nodes, missing,
-                        self.comm, self.notes)
+                        self.comm, self.notes, dep_cause, sorted(cause_code, key=cause_code.get))

@@ -6,7 +6,8 @@ one process per rank ("rank 3"), whose lanes come in pairs: "cpu thread 1 (measu
 "cpu thread 1 (simulated)". Each node is one complete event ("ph": "X") on the lane of the thread or
 stream it ran on, whatever the model (under ``astra-sim`` all CPU lanes of a rank share one unit, so
 simulated events of different CPU lanes never overlap). Measured times are shifted so each rank's
-first measured op starts at 0; simulated times start at 0. Event args: node id, kind, and for the
+first measured op starts at its replay start (0, or its measured offset in a job whose clocks agree),
+so both sides share one time axis; simulated times start at 0. Event args: node id, kind, and for the
 simulated events the time the node waited after it was ready (its unit was busy, or peers had not
 arrived). Nodes never issued are absent from the simulated side.
 Written atomically (no file on failure); the inputs are refused as output. Cost: O(n) events.
@@ -46,6 +47,7 @@ def trace_events(rp: Replay) -> list[dict]:
     events: list[dict] = []
     for r, (graph, base) in enumerate(zip(rp.graphs, rp.offsets)):
         first, _ = graph.measured_span()
+        first -= rp.release[r]  # a rank released late keeps its measured offset on the measured side too
         lanes = [lane_label(key) for key in graph.lane_keys]
         order = sorted(range(len(lanes)), key=lambda lane: graph.lane_keys[lane])
         if job:

@@ -5,8 +5,11 @@ rank's), ``simulated_us`` (end of the replay), ``ratio`` (simulated / measured),
 ``never_issued`` (count of nodes never issued), ``never_issued_examples``, ``stalls`` (communication
 that could not complete: ranks that reached it, ranks that did not and why), ``busy_us`` (simulated
 busy time per kind: cpu, gpu, comm, over all ranks), ``busy_by_unit`` (per rank and unit),
-``peer_wait_us`` (time collectives held a unit waiting for peer ranks), ``critical_path`` (top ops
-on it: name, kind, us, count), ``critical_path_us_by_kind``, ``ranks`` (per rank: rank, file,
+``rank_start_us`` (when each rank starts in the replay: its measured start offset in a job whose
+clocks agree, else 0), ``measured_job_span_us`` (earliest start to latest end over all ranks, when
+clocks agree), ``peer_wait_us`` (time collectives held a unit waiting for peer ranks), ``critical_path`` (top ops
+on it: name, kind, us, count), ``critical_path_us_by_kind``, ``critical_path_links`` (how the path
+enters its nodes: a dependency's cause from the file, "unit", "peer", "start"; count and time), ``ranks`` (per rank: rank, file,
 nodes, measured_us, simulated_us, ratio), ``slowest_rank``, ``notes`` (fallbacks the readers used,
 matching remarks). Cost: O(n) over the replay.
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .critical import CriticalOp, PathStep, critical_path, time_by_kind, top_ops
+from .critical import CriticalOp, PathLink, PathStep, critical_path, path_links, time_by_kind, top_ops
 from .diagnose import Diagnosis, diagnose
 from .engine import Replay
 from .graph import KIND_NAMES
@@ -57,8 +60,11 @@ class SimReport:
     peer_wait_us: float
     critical_path: list[CriticalOp]
     critical_path_us_by_kind: dict[str, float]
+    critical_path_links: list[PathLink]
     ranks: list[RankSummary]
     slowest_rank: int
+    rank_start_us: list[float]  # when each rank was released in the replay (its measured start offset, or 0)
+    measured_job_span_us: float | None  # latest measured end minus earliest start over all ranks (clocks agree)
     notes: list[str] = field(default_factory=list)
     cycle_example: list[dict] = field(default_factory=list)
 
@@ -79,12 +85,15 @@ def rank_summaries(rp: Replay) -> list[RankSummary]:
     """Measured and simulated step per rank; a rank's simulated step is the end of its last node."""
     summaries = []
     for graph, base in zip(rp.graphs, rp.offsets):
-        last = 0.0
+        release = rp.release[len(summaries)]
+        last = release
         for e in rp.end[base:base + len(graph)]:
             if e == e and e > last:
                 last = e
         measured = graph.measured_step()
-        summaries.append(RankSummary(graph.rank, graph.path, len(graph), measured, last, _ratio(last, measured)))
+        simulated = last - release
+        summaries.append(RankSummary(graph.rank, graph.path, len(graph), measured, simulated,
+                                     _ratio(simulated, measured)))
     return summaries
 
 
@@ -117,7 +126,7 @@ def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], 
     """The report of a replay, with the critical path and the diagnosis it was built from."""
     ranks = rank_summaries(rp)
     slowest = max(ranks, key=lambda r: r.measured_us)
-    simulated = max((r.simulated_us for r in ranks), default=0.0)
+    simulated = max((r.simulated_us + release for r, release in zip(ranks, rp.release)), default=0.0)
     path = critical_path(rp)
     diagnosis = diagnose(rp)
     by_kind, units, peer_wait = busy_times(rp)
@@ -134,8 +143,8 @@ def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], 
     stalls = [{"process_group": s.process_group, "index": s.index, "comm_type": s.comm_type,
                "arrived_ranks": s.arrived_ranks,
                "missing_ranks": [{"rank": rank, "why": why} for rank, why in s.missing],
-               "nodes": [_node_ref(rp, u) for u in s.nodes]} for s in diagnosis.stalls]
-    notes = [f"rank {g.rank}: {note}" if len(rp.graphs) > 1 else note for g in rp.graphs for note in g.notes]
+               "nodes": [_node_ref(rp, u) for u in s.nodes], "hint": s.hint} for s in diagnosis.stalls]
+    notes = _rank_notes(rp)
     notes += rp.groups.notes
     report = SimReport(
         model=rp.model, scale={"cpu": rp.scale.cpu, "gpu": rp.scale.gpu, "comm": rp.scale.comm},
@@ -143,9 +152,28 @@ def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], 
         finished=not diagnosis.never_ran, never_issued=len(never), never_issued_examples=examples,
         stalls=stalls, busy_us=by_kind, busy_by_unit=units, peer_wait_us=peer_wait,
         critical_path=top_ops(rp, path, top), critical_path_us_by_kind=time_by_kind(rp, path),
-        ranks=ranks, slowest_rank=slowest.rank, notes=_dedupe(notes),
+        critical_path_links=path_links(path),
+        ranks=ranks, slowest_rank=slowest.rank, rank_start_us=list(rp.release),
+        measured_job_span_us=_job_span(rp) if any(rp.release) else None, notes=_dedupe(notes),
         cycle_example=[_node_ref(rp, u) for u in diagnosis.cycle_example[:EXAMPLES]])
     return report, path, diagnosis
+
+
+def _rank_notes(rp: Replay) -> list[str]:
+    """The readers' notes, each once, with the ranks it concerns ("all ranks" when every one)."""
+    ranks_of: dict[str, list[int]] = {}
+    for graph in rp.graphs:
+        for note in graph.notes:
+            ranks_of.setdefault(note, []).append(graph.rank)
+    if len(rp.graphs) == 1:
+        return list(ranks_of)
+    return [f"{'all ranks' if len(ranks) == len(rp.graphs) else 'ranks ' + ', '.join(map(str, ranks))}: {note}"
+            for note, ranks in ranks_of.items()]
+
+
+def _job_span(rp: Replay) -> float:
+    spans = [graph.measured_span() for graph in rp.graphs]
+    return max(last for _, last in spans) - min(first for first, _ in spans)
 
 
 def _dedupe(items: list[str]) -> list[str]:
@@ -172,6 +200,9 @@ def format_text(report: SimReport) -> str:
     what = f"job step (slowest measured rank {report.slowest_rank})" if job else "step"
     lines.append(f"{what}: measured {_us(report.measured_us)}, simulated {_us(report.simulated_us)}, "
                  f"ratio {ratio}")
+    if report.measured_job_span_us is not None:
+        lines.append(f"  ranks start at their measured offsets (up to {_us(max(report.rank_start_us))}); "
+                     f"measured job span, earliest start to latest end: {_us(report.measured_job_span_us)}")
     lines.append("busy (simulated): " + ", ".join(f"{k} {_us(v)}" for k, v in report.busy_us.items())
                  + (f"; collectives waiting for peers {_us(report.peer_wait_us)}" if job else ""))
     for unit in sorted(report.busy_by_unit, key=lambda u: -u.busy_us)[:8]:
@@ -181,7 +212,8 @@ def format_text(report: SimReport) -> str:
     if report.finished:
         lines.append("never issued: none (every node ran)")
     else:
-        lines.append(f"never issued: {report.never_issued} nodes — the graph cannot finish")
+        lines.append(f"never issued: {report.never_issued} nodes; the replay cannot finish"
+                     + (" (stalled communication below)" if report.stalls else ""))
         for ex in report.never_issued_examples:
             extra = f" ({ex['detail']})" if "detail" in ex else ""
             if "blocked_by" in ex:
@@ -195,9 +227,13 @@ def format_text(report: SimReport) -> str:
                      f"reached by ranks {stall['arrived_ranks']}")
         for missing in stall["missing_ranks"]:
             lines.append(f"  rank {missing['rank']} never reaches it: {missing['why']}")
+        if stall["hint"]:
+            lines.append(f"  hint: {stall['hint']}")
     if report.critical_path:
         kinds = ", ".join(f"{k} {_us(v)}" for k, v in report.critical_path_us_by_kind.items() if v > 0)
         lines.append(f"critical path: {kinds}")
+        lines.append("  entered via: " + ", ".join(f"{link.link} {link.count} ({_us(link.us)})"
+                                                  for link in report.critical_path_links))
         lines.append(f"  {'time on path':>14}  {'share':>5}  {'count':>5}  kind  op")
         for op in report.critical_path:
             share = op.us / report.simulated_us if report.simulated_us > 0 else 0.0
