@@ -1,8 +1,17 @@
 """The dependency plan of the Chakra writer: ctrl / data dependencies and the write order.
 
 One numbering for all nodes: ET node i is i, GPU node k is n + k. ``plan_dependencies`` builds the
-parent (ctrl) edges, the per-thread and per-stream chains, a topological write order, and the
+parent (ctrl) edges, the per-thread and per-stream chains, the cross-thread fork/join edges and busy
+times of ``busy``, the collective order per process group, a topological write order, and the
 wait edges of blocking runtime calls (rules in ``write_chakra``'s docstring).
+
+Every data dependency carries a cause (``CAUSES``): ``thread_order`` (previous op on the CPU
+thread, in start order), ``parent`` (the previous op in that order is the parent: first child),
+``launch`` (a GPU op after its launching CPU op), ``stream_order`` (previous GPU op on the same
+device and stream), ``event_wait`` (``cudaStreamWaitEvent``: a GPU op after the other stream's op it
+waited for), ``sync`` (a blocking synchronize or synchronous copy: the op after the call waits for
+the GPU op(s) waited on), ``fork`` / ``join`` (cross-thread, ``busy``), ``collective_order``
+(communication kernels of one process group run in issue order, when not already on one stream).
 Cost: O((n + g) log(n + g)) time, O(n + g) small ints of memory.
 """
 
@@ -18,11 +27,16 @@ from typing import Any
 
 import msgspec
 
+from .busy import BusyTimes, compute_busy, ops_covering
+from .chakra_comm import CommAttrs, CommResolver, is_comm_kernel
 from .et_reader import PROCESS_ROOT_NAMES
 from .etplus import EtPlus
-from .intervals import TimePoint, innermost_covering
 
 NO_NODE = -1
+
+THREAD_ORDER, PARENT, LAUNCH, STREAM_ORDER = "thread_order", "parent", "launch", "stream_order"
+EVENT_WAIT, SYNC, FORK, JOIN, COLLECTIVE_ORDER = "event_wait", "sync", "fork", "join", "collective_order"
+CAUSES = (THREAD_ORDER, PARENT, LAUNCH, STREAM_ORDER, EVENT_WAIT, SYNC, FORK, JOIN, COLLECTIVE_ORDER)
 
 # ---------------------------------------------------------------------------------------------
 # Dependency plan
@@ -84,11 +98,13 @@ class WriteSummary:
     nodes: int = 0
     counts_by_type: Counter = field(default_factory=Counter)
     wait_calls: Counter = field(default_factory=Counter)  # runtime wait calls seen, by name
-    wait_edges: int = 0  # edges GPU op -> the op that waited
-    wait_edges_redirected: int = 0  # edges moved to the next op (the wait was inside the launcher)
+    wait_edges: int = 0  # edges GPU op -> the op that waited (distinct edges written)
+    wait_edges_redirected: int = 0  # edges that go to the op after the call, not the op holding it
+    copy_wait_edges: int = 0  # synchronous copy -> the op after the copy call
     waits_skipped: Counter = field(default_factory=Counter)  # reason -> count
     comm_unresolved: Counter = field(default_factory=Counter)  # reason -> comm kernels as COMP_NODE
     ctrl_deps_dropped: int = 0  # parents missing from the ET (roots' self-parents not counted)
+    dependency_causes: Counter = field(default_factory=Counter)  # data dependencies by cause
     seconds: float = 0.0
 
 
@@ -98,15 +114,36 @@ class DependencyPlan:
 
     ``ctrl[u]``: parent (-1 none). ``prev[u]``: previous node of u's CPU thread chain, or, for a
     GPU node, the previous op on its stream (-1 none); a GPU node's launcher is ``ctrl[u]``.
-    ``waits[u]``: extra GPU sources u waits for. ``order``: topological write order.
+    ``waits[u]``: other (source, cause) data dependencies of u: fork/join, sync, event_wait,
+    collective_order. ``order``: topological write order. ``busy``: busy times of the ET nodes;
+    ``comm[k]``: communication attributes of GPU node k (None for non-communication kernels).
     """
 
     cpu_count: int
     ctrl: array
     prev: array
-    waits: dict[int, list[int]]
+    waits: dict[int, list[tuple[int, str]]]
     order: list[int]
     position: array
+    busy: BusyTimes | None = None
+    comm: list[CommAttrs | None] = field(default_factory=list)
+
+    def data_deps(self, u: int) -> list[tuple[int, str]]:
+        """(source node, cause) of every data dependency of u, in the order written."""
+        deps: list[tuple[int, str]] = []
+        if u >= self.cpu_count and self.ctrl[u] >= 0:
+            deps.append((self.ctrl[u], LAUNCH))
+        p = self.prev[u]
+        if p >= 0 and u >= self.cpu_count:
+            deps.append((p, STREAM_ORDER))
+        elif p >= 0:
+            deps.append((p, PARENT if p == self.ctrl[u] else THREAD_ORDER))
+        seen = {d for d, _ in deps}
+        for source, cause in self.waits.get(u, ()):
+            if source not in seen:
+                seen.add(source)
+                deps.append((source, cause))
+        return deps
 
 
 def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary) -> tuple[list[int], array]:
@@ -166,26 +203,35 @@ def _time_keys(et_plus: EtPlus, placement: GpuPlacement) -> list[float]:
     return keys
 
 
-def _topological_order(ctrl: array, prev: array, keys: list[float], ids: list[int]) -> list[int]:
-    """Kahn's algorithm over the ctrl + prev edges, taking the ready node with the smallest
-    (time key, id) first. O((V + E) log V). Raises RuntimeError if the edges have a cycle."""
+def _edge_sources(ctrl: array, prev: array, extra: dict[int, list[tuple[int, str]]], u: int):
+    """Distinct dependency sources of u among the ctrl, prev and ``extra`` edges."""
+    sources = [d for d in (ctrl[u], prev[u] if prev[u] != ctrl[u] else NO_NODE) if d >= 0]
+    for d, _ in extra.get(u, ()):
+        if d not in sources:
+            sources.append(d)
+    return sources
+
+
+def _topological_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
+                       extra: dict[int, list[tuple[int, str]]] | None = None) -> list[int]:
+    """Kahn's algorithm over the ctrl + prev (+ ``extra``) edges, taking the ready node with the
+    smallest (time key, id) first. O((V + E) log V). Raises RuntimeError if the edges have a cycle."""
+    extra = extra or {}
     total = len(ctrl)
     indegree = array("q", [0]) * total
     out_count = array("q", [0]) * (total + 1)
     for u in range(total):
-        for d in (ctrl[u], prev[u] if prev[u] != ctrl[u] else NO_NODE):
-            if d >= 0:
-                indegree[u] += 1
-                out_count[d + 1] += 1
+        for d in _edge_sources(ctrl, prev, extra, u):
+            indegree[u] += 1
+            out_count[d + 1] += 1
     for u in range(total):
         out_count[u + 1] += out_count[u]
     fill = array("q", out_count)
     targets = array("q", [0]) * out_count[total]
     for u in range(total):
-        for d in (ctrl[u], prev[u] if prev[u] != ctrl[u] else NO_NODE):
-            if d >= 0:
-                targets[fill[d]] = u
-                fill[d] += 1
+        for d in _edge_sources(ctrl, prev, extra, u):
+            targets[fill[d]] = u
+            fill[d] += 1
     ready = [(keys[u], ids[u], u) for u in range(total) if indegree[u] == 0]
     heapq.heapify(ready)
     order: list[int] = []
@@ -202,8 +248,42 @@ def _topological_order(ctrl: array, prev: array, keys: list[float], ids: list[in
     return order
 
 
-def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: WriteSummary) -> DependencyPlan:
-    """ctrl / thread-chain / launcher / stream dependencies, the write order, then the waits."""
+def _exclusive_of_ops(et_plus: EtPlus) -> list[float]:
+    """Exclusive µs of each ET node (0 for unlinked nodes)."""
+    exclusive = et_plus.result.exclusive
+    return [exclusive[e] if e >= 0 else 0.0 for e in et_plus.result.match.event_of_op]
+
+
+def _comm_attrs(et_plus: EtPlus, resolver: CommResolver | None, summary: WriteSummary) -> list[CommAttrs | None]:
+    """Communication attributes of every GPU node (None for other kernels), resolved once."""
+    comm: list[CommAttrs | None] = []
+    for node, link in zip(et_plus.gpu_nodes, et_plus.gpu_links):
+        attrs = resolver.resolve(node, link.event.args, link.et_index) if resolver and is_comm_kernel(node) else None
+        if attrs is not None and attrs.problem:
+            summary.comm_unresolved[attrs.problem] += 1
+        comm.append(attrs)
+    return comm
+
+
+def _collective_order(plan: DependencyPlan, placement: GpuPlacement, extra: dict) -> None:
+    """Each communication node after the previous one of its process group (issue order), when
+    that one is not already its stream predecessor."""
+    n = plan.cpu_count
+    last_of_group: dict[str, int] = {}
+    members = [k for k, attrs in enumerate(plan.comm) if attrs is not None and attrs.pg_name is not None
+               and attrs.problem is None]
+    for k in sorted(members, key=lambda k: (placement.issue_ts[k], k)):
+        group = plan.comm[k].pg_name
+        previous = last_of_group.get(group)
+        if previous is not None and plan.prev[n + k] != n + previous:
+            extra.setdefault(n + k, []).append((n + previous, COLLECTIVE_ORDER))
+        last_of_group[group] = k
+
+
+def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: WriteSummary,
+                      resolver: CommResolver | None = None) -> DependencyPlan:
+    """ctrl / thread-chain / launcher / stream / fork-join / collective dependencies, the write
+    order, then the waits; every data dependency with its cause (counted in ``summary``)."""
     et = et_plus.et
     n, g = len(et.nodes), len(et_plus.gpu_nodes)
     preorder, parent = _preorder(et, index_of_id, summary)
@@ -223,14 +303,42 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
         key = placement.stream_key[k]
         prev[n + k] = last_on_stream.get(key, NO_NODE)
         last_on_stream[key] = n + k
+    busy = compute_busy(et_plus, _exclusive_of_ops(et_plus))
+    extra: dict[int, list[tuple[int, str]]] = {}
+    for source, target, cause in busy.cross:
+        if source != target and source != prev[target] and source != ctrl[target]:
+            extra.setdefault(target, []).append((source, cause))
+    plan = DependencyPlan(n, ctrl, prev, extra, [], array("q"), busy, _comm_attrs(et_plus, resolver, summary))
+    _collective_order(plan, placement, extra)
     ids = et.ids + [node.id for node in gpu_nodes]
-    order = _topological_order(ctrl, prev, _time_keys(et_plus, placement), ids)
+    plan.order = _topological_order(ctrl, prev, _time_keys(et_plus, placement), ids, extra)
     position = array("q", [0]) * (n + g)
-    for p, u in enumerate(order):
+    for p, u in enumerate(plan.order):
         position[u] = p
-    plan = DependencyPlan(n, ctrl, prev, {}, order, position)
+    plan.position = position
     add_wait_edges(et_plus, plan, placement, summary)
+    for u in range(n + g):
+        summary.dependency_causes.update(cause for _, cause in plan.data_deps(u))
     return plan
+
+
+def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
+    """The plan of ``et_plus`` (durations, dependencies with causes), computed once and kept on it."""
+    if et_plus.plan is None:
+        summary = summary if summary is not None else WriteSummary("")
+        index_of_id = et_plus.et.index_of_id()
+        et_plus.plan = plan_dependencies(et_plus, index_of_id, summary, CommResolver(et_plus, index_of_id))
+        et_plus.plan_summary = summary
+    elif summary is not None and summary is not et_plus.plan_summary:
+        _copy_plan_counts(et_plus.plan_summary, summary)
+    return et_plus.plan
+
+
+def _copy_plan_counts(source: WriteSummary, target: WriteSummary) -> None:
+    for name in ("wait_calls", "waits_skipped", "comm_unresolved", "dependency_causes"):
+        getattr(target, name).update(getattr(source, name))
+    for name in ("wait_edges", "wait_edges_redirected", "copy_wait_edges", "ctrl_deps_dropped"):
+        setattr(target, name, getattr(source, name))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,19 +430,25 @@ def _named_stream(call, ctx: WaitContext) -> tuple | None:
     return None
 
 
-def _redirect_target(call, kind: str, waiter: int, ctx: WaitContext, et, n: int) -> int:
-    """Where a wait goes when its own op launched the work: for a blocking synchronize, the first
-    linked op of the waiter's thread starting at or after the call's end; for
-    cudaStreamWaitEvent, the next GPU op the calling thread issued. -1 if none."""
+def _op_after(thread_tid: int, t: float, ctx: WaitContext) -> int:
+    """The first linked op of ET thread ``thread_tid`` starting at or after ``t`` (-1 if none)."""
+    starts = ctx.linked_starts.get(thread_tid)
+    if not starts:
+        return NO_NODE
+    position = bisect_left(starts, t)
+    return ctx.linked_ops[thread_tid][position] if position < len(starts) else NO_NODE
+
+
+def _wait_target(call, kind: str, waiter: int, ctx: WaitContext, et, n: int) -> int:
+    """Where a wait edge goes. A blocking synchronize: the first linked op of the waiter's thread
+    starting at or after the call returns (the thread went on only then); failing that, the
+    waiter. cudaStreamWaitEvent (the CPU does not block): the next GPU op the calling thread
+    issued, on the stream that waited."""
     if kind == STREAM_WAIT_EVENT:
         k = ctx.by_thread.first_after((call.pid, call.tid), call.ts)
         return n + k if k >= 0 else NO_NODE
-    tid = et.tid[waiter]
-    starts = ctx.linked_starts.get(tid)
-    if not starts:
-        return NO_NODE
-    position = bisect_left(starts, call.ts + call.dur)
-    return ctx.linked_ops[tid][position] if position < len(starts) else NO_NODE
+    after = _op_after(et.tid[waiter], call.ts + call.dur, ctx)
+    return after if after >= 0 else waiter
 
 
 def _wait_calls(et_plus: EtPlus) -> list:
@@ -347,35 +461,33 @@ def _wait_calls(et_plus: EtPlus) -> list:
     return calls
 
 
-def _waiting_ops(et_plus: EtPlus, calls: list) -> list[int]:
-    """For each call, the innermost linked ET op covering it (-1 if none). O((n + w) log(n + w))."""
-    result = et_plus.result
-    events = result.kineto.cpu_events
-    op_of_event = [NO_NODE] * len(events)
-    for i, e in enumerate(result.match.event_of_op):
-        if e >= 0:
-            op_of_event[e] = i
-    points = [TimePoint(call.pid, call.tid, call.ts) for call in calls]
-    waiting = []
-    for e in innermost_covering(events, points):
-        while e >= 0 and op_of_event[e] < 0:
-            e = result.parents[e]
-        waiting.append(op_of_event[e] if e >= 0 else NO_NODE)
-    return waiting
+ADDED, ALREADY_THERE, NO_PLACE = "added", "already there", "no place"
+
+
+def _add_wait(plan: DependencyPlan, source: int, target: int, cause: str) -> str:
+    """Record source -> target unless it would go backward in the write order (NO_PLACE) or the
+    dependency exists already (ALREADY_THERE)."""
+    if target < 0 or target == source or plan.position[target] <= plan.position[source]:
+        return NO_PLACE
+    targets = plan.waits.setdefault(target, [])
+    if any(d == source for d, _ in targets) or plan.prev[target] == source or plan.ctrl[target] == source:
+        return ALREADY_THERE
+    targets.append((source, cause))
+    return ADDED
 
 
 def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacement, summary: WriteSummary) -> None:
     """Add the wait edges to ``plan.waits``; only edges that go forward in ``plan.order`` are
     kept, so the order stays topological and the graph acyclic. O(w log g) for w wait calls."""
     calls = _wait_calls(et_plus)
-    if not calls or not et_plus.gpu_nodes:
+    if not et_plus.gpu_nodes:
         summary.wait_calls.update(call.name for call in calls)
         if calls:
             summary.waits_skipped["no GPU op to wait on"] += len(calls)
         return
     ctx = _wait_context(et_plus, placement)
-    n, position, et = plan.cpu_count, plan.position, et_plus.et
-    for call, waiter in zip(calls, _waiting_ops(et_plus, calls)):
+    n, et = plan.cpu_count, et_plus.et
+    for call, waiter in zip(calls, ops_covering(et_plus, calls)):
         summary.wait_calls[call.name] += 1
         if waiter < 0:
             summary.waits_skipped["call outside linked ops"] += 1
@@ -385,17 +497,21 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
         if not sources:
             summary.waits_skipped["no GPU op to wait on"] += 1
             continue
+        cause = EVENT_WAIT if kind == STREAM_WAIT_EVENT else SYNC
         for k in sources:
             source = n + k
-            target, redirected = waiter, False
-            if position[target] <= position[source]:
-                target, redirected = _redirect_target(call, kind, waiter, ctx, et, n), True
-            if target < 0 or target == source or position[target] <= position[source]:
+            target = _wait_target(call, kind, waiter, ctx, et, n)
+            outcome = _add_wait(plan, source, target, cause)
+            if outcome == NO_PLACE:
                 summary.waits_skipped["no later op to carry the wait"] += 1
-                continue
-            targets = plan.waits.setdefault(target, [])
-            if source in targets or plan.prev[target] == source or plan.ctrl[target] == source:
-                continue
-            targets.append(source)
-            summary.wait_edges += 1
-            summary.wait_edges_redirected += redirected
+            elif outcome == ADDED:
+                summary.wait_edges += 1
+                summary.wait_edges_redirected += target != waiter
+    copies = plan.busy.blocking_copies if plan.busy is not None else []
+    launches = [et_plus.gpu_links[k].launch for k in copies]
+    for k, launch, waiter in zip(copies, launches, ops_covering(et_plus, launches)):
+        if waiter < 0:
+            continue
+        target = _op_after(et.tid[waiter], launch.ts + launch.dur, ctx)
+        if _add_wait(plan, n + k, target, SYNC) == ADDED:
+            summary.copy_wait_edges += 1

@@ -76,6 +76,12 @@ class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     dur: float | Unset = UNSET
     inclusive_dur: float | Unset = UNSET
     exclusive_dur: float | Unset = UNSET
+    # Simulation fields the linker fills in (``sim_fields``): busy split and dependencies with causes.
+    blocked_dur: float | Unset = UNSET
+    host_gap_dur: float | Unset = UNSET
+    sim_dur: float | Unset = UNSET
+    data_deps: Any = UNSET
+    data_dep_causes: Any = UNSET
 
 
 _ATTRS_DECODER = msgspec.json.Decoder(list[EtAttr])

@@ -52,6 +52,14 @@ class GpuNode(msgspec.Struct, omit_defaults=True):
     output_shapes: Any = UNSET
     output_types: Any = UNSET
     attrs: list | Unset = UNSET
+    # Simulation fields (``sim_fields``): busy duration, dependencies with causes, comm attributes.
+    sim_dur: float | int | Unset = UNSET
+    data_deps: list | Unset = UNSET
+    data_dep_causes: list | Unset = UNSET
+    comm_type: str | Unset = UNSET
+    comm_size: int | Unset = UNSET
+    comm_src: int | Unset = UNSET
+    comm_dst: int | Unset = UNSET
 
 
 @dataclass
@@ -61,6 +69,8 @@ class EtPlus:
     result: LinkResult
     gpu_nodes: list[GpuNode]
     gpu_links: list[GpuLink]
+    plan: Any = None  # chakra_deps.DependencyPlan once computed (write_chakra.dependency_plan)
+    plan_summary: Any = None  # the chakra_deps.WriteSummary it was computed with
 
     @property
     def et(self) -> ExecutionTrace:

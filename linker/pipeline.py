@@ -96,6 +96,36 @@ def _write_et_plus(et_plus, output: Path, protected: tuple, et_path) -> None:
         raise TraceInputError(et_path, f"cannot be written as {output.name}: {err}") from None
 
 
+def add_simulation_counts(report: LinkReport, et_plus) -> None:
+    """Copy the dependency plan's counts (data dependencies by cause, waits, busy split) into the
+    report, once a writer has computed the plan."""
+    summary = et_plus.plan_summary
+    if summary is None:
+        return
+    busy = et_plus.plan.busy
+    report.dependency_causes = dict(sorted(summary.dependency_causes.items()))
+    report.dependencies = sum(summary.dependency_causes.values())
+    report.simulation = {
+        "blocked_us": round(sum(busy.blocked), 3), "host_gap_us": round(sum(busy.host_gap), 3),
+        "sim_busy_us": round(sum(busy.sim), 3), "main_thread": busy.main_tid,
+        "fork_join_edges": len(busy.cross), "wait_edges": summary.wait_edges,
+        "copy_wait_edges": summary.copy_wait_edges, "waits_skipped": dict(summary.waits_skipped),
+    }
+
+
+def plan_simulation(et_plus, output: Path, report: LinkReport) -> None:
+    """Compute the dependency plan (busy durations, dependencies with causes) once, before the
+    report and the ET+ are written; for JSON output also fill the ET+ simulation fields."""
+    from .chakra_deps import dependency_plan
+
+    dependency_plan(et_plus)
+    if output_format(output) != "et":
+        from .sim_fields import annotate_et_plus
+
+        annotate_et_plus(et_plus)
+    add_simulation_counts(report, et_plus)
+
+
 def link_pair(
     et_path: str | os.PathLike | None,
     kineto_path: str | os.PathLike,
@@ -128,6 +158,7 @@ def link_pair(
         result = link(et, kineto, options)
         result.report.warnings[:0] = input_warnings
     et_plus = build_et_plus(result)
+    plan_simulation(et_plus, output, result.report)
     report_output = atomic_output(report_path, protected) if report_path else contextlib.nullcontext()
     with report_output as report_stream:
         if report_stream is not None:

@@ -48,6 +48,10 @@ class LinkReport:
     gpu_events_in_trace: int = 0  # every kernel/memcpy/memset of the file, window or not
     # Every GPU event of the file under one reason, in words: [{"reason", "count", "meaning"}].
     gpu_accounting: list = field(default_factory=list)
+    # Filled once a writer computed the dependency plan (pipeline.add_simulation_counts):
+    dependencies: int = 0  # data dependencies written
+    dependency_causes: dict = field(default_factory=dict)  # cause -> data dependencies
+    simulation: dict = field(default_factory=dict)  # blocked / host-gap / busy totals, waits
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -76,6 +80,9 @@ class LinkReport:
         k_unmatched = self.unmatched["kineto"]["count"]
         if self.host_graph == "execution trace":
             lines.append(f"  unmatched: {et_unmatched} ET ops, {k_unmatched} Kineto CPU events")
+        if self.dependency_causes:
+            lines.append(f"  dependencies: {self.dependencies} (" + ", ".join(
+                f"{cause} {count}" for cause, count in self.dependency_causes.items()) + ")")
         lines += [f"  WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
 

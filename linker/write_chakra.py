@@ -42,13 +42,22 @@ Dependencies (every id referenced exists; the graph is acyclic by construction):
     is that of the next GPU op the same thread issues after the call; the event's stream is the
     stream, other than the waiting one, of the thread's most recent launch before the call; the
     op waited on is the last op issued on that stream before the call.
-  The edge goes to W when W comes after the GPU op in the dependency order (W began after the
-  launch). Otherwise W is the launching op itself or one of its ancestors (the wait is inside the
-  op that launched the work) and an edge to W would be a cycle: a blocking synchronize then
-  points at the first linked op of W's thread that starts after the call returns; a
-  ``cudaStreamWaitEvent`` at the next GPU op the thread issued (the stream that waited). Waits
-  outside any linked op, outside the linked window, or without an op to wait on are counted and
-  skipped.
+  A blocking synchronize's edge goes to the first linked op of W's thread that starts after the
+  call returns (the thread went on only then), or to W when none does; a synchronous copy (a
+  ``cudaMemcpy``, or a ``cudaMemcpyAsync`` that returned after its copy ended) likewise makes the
+  op after the call wait for the copy. A ``cudaStreamWaitEvent`` blocks no thread: its edge goes to
+  the next GPU op the thread issued (the stream that waited). Edges that would go backward in the
+  write order, waits outside any linked op, outside the linked window, or without an op to wait
+  on are counted and skipped.
+- Cross-thread ``fork`` / ``join`` edges and the collective order per process group
+  (``chakra_deps``, ``busy``). Every data dependency carries its cause in the ``string_list``
+  attribute ``data_dep_causes`` (same length and order as ``data_deps``).
+
+Durations: ``duration_micros`` is the node's busy time (``busy``): a CPU op's exclusive time minus
+its blocked time plus the host gap folded into it; a GPU op's duration. Linked CPU ops also carry
+``inclusive_dur_micros`` (measured), ``exclusive_dur_micros``, ``blocked_micros`` and, when there
+is one, ``host_gap_micros`` (int64 µs, rounded); a thread root that carries a worker's start
+offset has ``host_gap_micros`` too.
 
 The rules live in two modules of their own: ``chakra_comm`` (communication attributes) and
 ``chakra_deps`` (dependencies, waits, write order); this module turns nodes into messages.
@@ -70,9 +79,8 @@ import msgspec
 import orjson
 
 from . import et_def_pb2 as pb
-from .chakra_comm import (PROCESS_GROUP_INIT, WORLD_GROUP_ID, CommAttrs, CommResolver, _IOParts, _is_int,
-                          is_comm_kernel)
-from .chakra_deps import DependencyPlan, WriteSummary, plan_dependencies
+from .chakra_comm import PROCESS_GROUP_INIT, WORLD_GROUP_ID, CommAttrs, _IOParts, _is_int
+from .chakra_deps import DependencyPlan, WriteSummary, dependency_plan
 from .chakra_io import EtWriter, encode_varint, make_attr
 from .et_reader import FLAT, EtNode, decode_attrs
 from .etplus import EtPlus, GpuNode
@@ -277,15 +285,27 @@ def gpu_attrs(node: GpuNode, tid: int, comm: CommAttrs | None) -> Iterator[AttrS
     yield "pg_name", "string_val", comm.pg_name or WORLD_GROUP_ID
 
 
-def _dependency_ids(plan: DependencyPlan, u: int, ids: list[int]) -> tuple[list[int], list[int]]:
+def _dependency_ids(plan: DependencyPlan, u: int, ids) -> tuple[list[int], list[int], list[str]]:
+    """ctrl ids, data ids and the cause of each data dependency of node u."""
     ctrl = [ids[plan.ctrl[u]]] if plan.ctrl[u] >= 0 else []
-    data: list[int] = []
-    if u >= plan.cpu_count and plan.ctrl[u] >= 0:
-        data.append(plan.ctrl[u])  # a GPU op runs after its launching op
-    if plan.prev[u] >= 0 and plan.prev[u] not in data:
-        data.append(plan.prev[u])
-    data += plan.waits.get(u, ())
-    return ctrl, [ids[d] for d in data]
+    deps = plan.data_deps(u)
+    return ctrl, [ids[d] for d, _ in deps], [cause for _, cause in deps]
+
+
+def _micros(value: float) -> int:
+    return max(0, round(value))
+
+
+def busy_attrs(plan: DependencyPlan, i: int, node: EtNode) -> Iterator[AttrSpec]:
+    """The measured and simulated time split of a linked CPU op (int64 µs, rounded)."""
+    busy = plan.busy
+    gap = busy.host_gap[i]
+    if node.ts is not msgspec.UNSET:
+        yield "inclusive_dur_micros", "int64_val", _micros(node.dur)
+        yield "exclusive_dur_micros", "int64_val", _micros(node.exclusive_dur)
+        yield "blocked_micros", "int64_val", _micros(busy.blocked[i])
+    if gap > 0:
+        yield "host_gap_micros", "int64_val", _micros(gap)
 
 
 class _Ids:
@@ -300,8 +320,7 @@ class _Ids:
         return self._cpu[u] if u < self._n else self._gpu[u - self._n].id
 
 
-def node_messages(et_plus: EtPlus, plan: DependencyPlan, resolver: CommResolver,
-                  summary: WriteSummary) -> Iterator[pb.Node]:
+def node_messages(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummary) -> Iterator[pb.Node]:
     """One ``Node`` per ET node and GPU op, in ``plan.order``, built on demand."""
     et = et_plus.et
     flat = et.layout == FLAT
@@ -309,25 +328,26 @@ def node_messages(et_plus: EtPlus, plan: DependencyPlan, resolver: CommResolver,
     attrs = AttrEncoder()
     n = plan.cpu_count
     for u in plan.order:
-        ctrl, data = _dependency_ids(plan, u, ids)
+        ctrl, data, causes = _dependency_ids(plan, u, ids)
         if u < n:
             node = et.nodes[u]
             node_type = pb.METADATA_NODE if node.name == PROCESS_GROUP_INIT else pb.COMP_NODE
             message = pb.Node(id=node.id, name=node.name, type=node_type, ctrl_deps=ctrl, data_deps=data)
-            _set_times(message, node.ts, node.dur)
+            _set_times(message, node.ts, plan.busy.sim[u])
             fill_io(message, node, flat)
             message.MergeFromString(attrs.cpu_attr_bytes(node, flat))
+            message.MergeFromString(attrs.encode_all(busy_attrs(plan, u, node)))
         else:
             k = u - n
             node, link = et_plus.gpu_nodes[k], et_plus.gpu_links[k]
-            comm = resolver.resolve(node, link.event.args, link.et_index) if is_comm_kernel(node) else None
-            if comm is not None and comm.problem:
-                summary.comm_unresolved[comm.problem] += 1
+            comm = plan.comm[k]
             node_type = comm.node_type if comm is not None else pb.COMP_NODE
             message = pb.Node(id=node.id, name=node.name, type=node_type, ctrl_deps=ctrl, data_deps=data)
             _set_times(message, node.ts, node.dur)
             fill_io(message, node, flat)
             message.MergeFromString(attrs.encode_all(gpu_attrs(node, et.tid[link.et_index], comm)))
+        if causes:
+            message.MergeFromString(attrs.encode(("data_dep_causes", "string_list", tuple(causes))))
         summary.counts_by_type[pb.NodeType.Name(message.type)] += 1
         yield message
 
@@ -343,12 +363,10 @@ def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tupl
     ``protected`` paths (the inputs) are refused. Cost: see the module docstring."""
     started = time.perf_counter()
     summary = WriteSummary(str(path))
-    index_of_id = et_plus.et.index_of_id()
-    plan = plan_dependencies(et_plus, index_of_id, summary)
-    resolver = CommResolver(et_plus, index_of_id)
+    plan = dependency_plan(et_plus, summary)
     with EtWriter(path, protected) as writer:
         writer.write_metadata(metadata_message(et_plus))
-        for message in node_messages(et_plus, plan, resolver, summary):
+        for message in node_messages(et_plus, plan, summary):
             writer.write_node(message)
         summary.nodes = writer.nodes_written
     summary.seconds = time.perf_counter() - started

@@ -14,7 +14,7 @@ profiler starts and stops it in ``start_trace`` / ``stop_trace``: the ET covers 
 active window (for scheduled workloads, the ``active`` steps; ``ProfilerStep#N`` appears in both files).
 The summary's ``window`` block checks this after the fact by comparing record-function ids.
 
-Workloads: mlp_steps, threads, main_thread_only, dataloader, transformer (see ``WORKLOADS``).
+Workloads: mlp_steps, threads, main_thread_only, dataloader, transformer, autograd_threads (see ``WORKLOADS``).
 """
 
 from __future__ import annotations
@@ -274,6 +274,58 @@ def run_main_thread_only(torch: Any, options: CaptureOptions, et_path: Path, kin
     _run_threads(torch, options, et_path, kineto_path, all_threads=False)
 
 
+def run_autograd_threads(torch: Any, options: CaptureOptions, et_path: Path, kineto_path: Path) -> None:
+    """Main thread + a DataLoader producer thread + ``workers`` trainer threads (autograd runs on
+    each trainer thread), all recorded (profile_all_threads). The main thread starts the threads,
+    does its own tensor work while batches flow through a queue, then joins them.
+
+    The DataLoader (num_workers=0) runs on the producer thread: each batch is collated there and
+    put on a queue; trainer threads take batches and run forward + backward + SGD steps.
+    """
+    import queue
+
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, _ExperimentalConfig, profile, record_function
+    from torch.utils.data import DataLoader, TensorDataset
+
+    trainers = max(1, options.workers - 1)
+    batches = options.steps * trainers
+    dataset = TensorDataset(torch.randn(batches * options.batch, 32), torch.randn(batches * options.batch, 8))
+    loader = DataLoader(dataset, batch_size=options.batch, shuffle=True, num_workers=0,
+                        generator=torch.Generator().manual_seed(options.seed))
+    work: queue.Queue = queue.Queue(maxsize=2)
+
+    def produce() -> None:
+        with record_function("## loader ##"):
+            for batch in loader:
+                work.put(batch)
+        for _ in range(trainers):
+            work.put(None)
+
+    def train(index: int) -> None:
+        model = _mlp(torch)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        with record_function(f"## trainer{index} ##"):
+            while (batch := work.get()) is not None:
+                _train_step(torch, model, optimizer, *batch)
+
+    observer = ExecutionTraceObserver().register_callback(str(et_path))
+    config = _ExperimentalConfig(profile_all_threads=True)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, experimental_config=config,
+                 execution_trace_observer=observer) as prof:
+        threads = [threading.Thread(target=produce)] + [threading.Thread(target=train, args=(i,))
+                                                        for i in range(trainers)]
+        with record_function("## main:start_threads ##"):
+            for thread in threads:
+                thread.start()
+        accumulator = torch.zeros(8, 8)
+        for _ in range(options.steps):
+            accumulator.add_(torch.ones(8, 8)).mul_(0.5)
+        with record_function("## main:join_threads ##"):
+            for thread in threads:
+                thread.join()
+    prof.export_chrome_trace(str(kineto_path))
+
+
 def run_transformer(torch: Any, options: CaptureOptions, et_path: Path, kineto_path: Path) -> None:
     """``nn.TransformerEncoder`` (``layers`` layers, Adam) training loop, ``steps`` profiled iterations.
 
@@ -299,6 +351,7 @@ WORKLOADS: dict[str, Callable[[Any, CaptureOptions, Path, Path], None]] = {
     "dataloader": run_dataloader,
     "dataloader_workers": run_dataloader_workers,
     "transformer": run_transformer,
+    "autograd_threads": run_autograd_threads,
 }
 
 

@@ -56,21 +56,28 @@ def is_cpu(node: pb.Node) -> bool:
 
 def assert_graph_invariants(nodes: list[pb.Node]) -> None:
     """Ids unique; every dependency exists and is written before its dependent (so the graph is
-    acyclic); a CPU node's chain predecessor is on its thread and earlier in ET start order."""
+    acyclic); every data dependency has a cause; a CPU node's chain predecessor is on its thread and
+    earlier in ET start order, and its other CPU dependencies are fork/join edges from other threads."""
     seen: dict[int, pb.Node] = {}
     for node in nodes:
         assert node.id not in seen, f"duplicate id {node.id}"
         for dep in list(node.ctrl_deps) + list(node.data_deps):
             assert dep in seen, f"node {node.id} ({node.name}) depends on {dep}, not written before it"
         seen[node.id] = node
-        if is_cpu(node):  # CPU data deps: only the thread chain's predecessor (waits come from GPU ops)
-            cpu_deps = [seen[d] for d in node.data_deps if is_cpu(seen[d])]
-            assert len(cpu_deps) <= 1
-            for dep in cpu_deps:
+        causes = attr_dict(node).get("data_dep_causes", [])
+        assert len(causes) == len(node.data_deps) and set(causes) <= set(chakra_deps.CAUSES)
+        if is_cpu(node):
+            cpu_deps = [(seen[d], c) for d, c in zip(node.data_deps, causes) if is_cpu(seen[d])]
+            chain = [dep for dep, cause in cpu_deps if cause in ("thread_order", "parent")]
+            assert len(chain) <= 1
+            for dep in chain:
                 assert attr_dict(dep)["tid"] == attr_dict(node)["tid"]
                 assert dep.id < node.id
                 if dep.start_time_micros and node.start_time_micros:
                     assert dep.start_time_micros <= node.start_time_micros
+            for dep, cause in cpu_deps:
+                if cause not in ("thread_order", "parent"):
+                    assert cause in ("fork", "join") and attr_dict(dep)["tid"] != attr_dict(node)["tid"]
 
 
 def wire_nodes(path: Path) -> tuple[dict, list[dict]]:
@@ -192,7 +199,13 @@ def test_dlrm_json_and_chakra_agree(dlrm_outputs):
     for node_id, source in et_plus_nodes.items():
         node = chakra_nodes[node_id]
         assert node["name"] == source["name"]
-        assert node.get("duration_micros", 0) == (round(source["dur"]) if "dur" in source else 0)
+        assert node.get("duration_micros", 0) == round(source.get("sim_dur", 0))
+        assert node.get("data_deps", []) == source["data_deps"]
+        causes = {a["name"]: a for a in node.get("attr", [])}.get("data_dep_causes")
+        assert (causes["string_list"]["values"] if causes else []) == source["data_dep_causes"]
+        if "dur" in source and "cat" not in source:  # a linked CPU op: busy = exclusive - blocked + gap
+            assert source["sim_dur"] == pytest.approx(
+                source["exclusive_dur"] - source["blocked_dur"] + source["host_gap_dur"], abs=0.01)
         if "ts" in source:
             assert node["start_time_micros"] == round(source["ts"])
             linked += 1
@@ -222,10 +235,18 @@ def test_dlrm_waits_become_edges_without_cycles(tmp_path):
     assert summary.wait_calls == expected_calls
     _, nodes = read_chakra(out)
     by_id = {n.id: n for n in nodes}
-    gpu_to_other = [(d, n.id) for n in nodes for d in n.data_deps
-                    if not is_cpu(by_id[d]) and d not in n.ctrl_deps
-                    and (is_cpu(n) or attr_dict(by_id[d])["stream"] != attr_dict(n)["stream"])]
-    assert len(gpu_to_other) == summary.wait_edges >= 30
+    waits = [(d, n.id, cause) for n in nodes
+             for d, cause in zip(n.data_deps, attr_dict(n).get("data_dep_causes", []))
+             if cause in ("sync", "event_wait")]
+    assert len(waits) == summary.wait_edges + summary.copy_wait_edges >= 20
+    for source, target, cause in waits:
+        assert not is_cpu(by_id[source])
+        if cause == "event_wait":  # cudaStreamWaitEvent blocks no thread: a stream waits
+            assert not is_cpu(by_id[target])
+            assert attr_dict(by_id[source])["stream"] != attr_dict(by_id[target])["stream"]
+        else:  # the op after a blocking call waits for the GPU op, on the caller's thread
+            assert is_cpu(by_id[target])
+    assert summary.dependency_causes["event_wait"] > 0 and summary.dependency_causes["sync"] > 0
     assert validate_file(out).ok
 
 
@@ -260,11 +281,15 @@ def test_gpu_fixture(tmp_path, name):
     assert comms["nccl:all_reduce"]["comm_size"] == 5120 * 4
     assert {c["pg_name"] for c in comms.values()} == {"1"}  # PyTorch's "0" + 1
 
-    # cudaStreamWaitEvent inside nccl:all_to_all: the op waits for the last op of the other stream
+    # cudaStreamWaitEvent inside nccl:all_to_all: its kernel (the next GPU op the thread issued)
+    # waits for the last op of the other stream; the CPU op itself does not block
     all_to_all = by_name["nccl:all_to_all"][0]
-    gpu_deps = [by_id[d] for d in all_to_all.data_deps if not is_cpu(by_id[d])]
-    assert len(gpu_deps) == 1
-    assert attr_dict(gpu_deps[0])["stream"] != attr_dict(comm_nodes(nodes)[0])["stream"]
+    assert not [d for d in all_to_all.data_deps if not is_cpu(by_id[d])]
+    kernel = next(n for n in comm_nodes(nodes) if n.ctrl_deps[0] == all_to_all.id)
+    causes = dict(zip(kernel.data_deps, attr_dict(kernel)["data_dep_causes"]))
+    waited = [by_id[d] for d, cause in causes.items() if cause == "event_wait"]
+    assert len(waited) == 1
+    assert attr_dict(waited[0])["stream"] != attr_dict(kernel)["stream"]
 
     # the linked ops carry times; inputs keep the ET's JSON text in both layouts
     et_nodes = {n["id"]: n for n in load_json(et_path)["nodes"]}
@@ -436,11 +461,19 @@ def test_synchronisations_become_data_dependencies(tmp_path, synthetic_pair):
     # cycle, so the op after the call (aten::add) waits for the copy.
     assert first_copy.id not in by_id[7].data_deps
     assert first_copy.id in by_id[8].data_deps
-    # cudaDeviceSynchronize in "## sync ##": the last op issued on each stream
-    assert set(by_id[13].data_deps) == {12, recv_kernel.id, mul_kernel.id}
+    # cudaDeviceSynchronize in "## sync ##": the op after the call (aten::copy_) waits for the last
+    # op issued on each stream; "## sync ##" itself keeps only its thread order and busy time
+    assert list(by_id[13].data_deps) == [12]
+    assert set(by_id[14].data_deps) == {13, recv_kernel.id, mul_kernel.id}
+    assert attr_dict(by_id[14])["data_dep_causes"] == ["thread_order", "sync", "sync"]
+    # the blocked call is not busy time: 50 µs op, 45 µs in cudaDeviceSynchronize; the 10 µs
+    # before aten::copy_ that no op covers is a host gap folded into it
+    assert attr_dict(by_id[13])["blocked_micros"] == 45 and attr_dict(by_id[13])["host_gap_micros"] == 10
+    assert by_id[13].duration_micros == 50 - 45 + 10
+    assert attr_dict(by_id[13])["inclusive_dur_micros"] == 50
     # aten::copy_ synchronises on its own copy with no op after it: skipped, never a cycle
     assert not any(last_copy.id in n.data_deps for n in nodes)
-    assert summary.wait_edges == 3 and summary.wait_edges_redirected == 1
+    assert summary.wait_edges == 3 and summary.wait_edges_redirected == 3
     assert summary.waits_skipped == {"no later op to carry the wait": 1}
     assert summary.wait_calls == {"cudaStreamSynchronize": 2, "cudaDeviceSynchronize": 1}
     # GPU ops: after their launching op and after the previous op on the same stream

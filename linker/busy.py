@@ -1,0 +1,365 @@
+"""Busy time of every CPU op: what a simulator should hold its resource for.
+
+A trace-driven simulator (ASTRA-sim through Chakra's FeederV3) runs a node after its ``ctrl_deps``
+(the parent) and ``data_deps`` finish, one node per resource at a time, for ``duration_micros``.
+Inclusive time would count nested time once per nesting level; exclusive time (Chakra's converter
+writes it) still counts time the op sat blocked. This module computes, per ET node:
+
+- ``blocked``: the part of the op's exclusive time it was waiting, not working:
+  * blocking runtime calls Kineto records inside it (innermost linked op covering the call):
+    ``cudaDeviceSynchronize`` / ``cudaStreamSynchronize`` / ``cudaEventSynchronize`` (cu*, hip*),
+    synchronous ``cudaMemcpy`` / ``hipMemcpy``, and a ``cudaMemcpyAsync`` whose copy finished
+    before the call returned (a pageable-memory copy: synchronous in effect). The whole call counts.
+  * waits for another thread (``join``): the main thread sits in an op's exclusive time (e.g.
+    ``## backward ##`` while the autograd engine thread runs, ``join_workers`` while workers run)
+    or in a gap between its ops (Python's ``loss.backward()`` is no op), while a burst of another
+    thread's ops ends there. Blocked = from the later of the burst's start and the start of that
+    idle segment, to the burst's end.
+- ``host_gap``: time on a thread that no linked op covers (Python between ops), minus any part of it
+  that is a join wait. It is *folded* into the node that precedes the gap in the thread's
+  simulation order (its start order, which is the ET pre-order): that node is the last to run
+  before the gap in a replay, so the gap lands exactly where it occurred without adding nodes
+  (node ids, counts and the JSON/.et correspondence stay as they were). The idle time before a
+  worker thread's first op, when it began while its spawning op still ran, is folded into the
+  worker's ET thread root (``spawn``; see below).
+- ``sim`` = max(0, exclusive − blocked) + host_gap (unlinked nodes: host_gap only, usually 0).
+
+Cross-thread structure (``cross`` edges), found from the ET threads and the Kineto times, never
+from adjacency alone: the *main* thread is the one holding the earliest linked op; every other
+thread's ops are cut into *bursts*, a burst being the maximal run of that thread's top-level
+(uncovered) ops that begin after the same main-thread op S (the last main op started before them).
+- ``fork`` S → the burst's first op: the burst was started by the main thread's progress up to S.
+  When S was still running at the burst's start, S spawned it (``threading.Thread.start`` inside
+  S): for the thread's first burst the edge goes from the main op before S to the worker's thread
+  root, whose ``host_gap`` is the burst's offset into S; for a later burst it comes from the last
+  main op that had ended by then (S and its enclosing ops had not: waiting for them would delay
+  the burst past its measured start).
+- ``join`` burst's last op → the first main op starting after the burst ends (or the waiting op
+  itself when none does), when the burst ended while the main thread was idle (in an op's
+  exclusive time, or between ops). Blocked: the union, per idle segment, of the bursts' overlap.
+- ``join`` (hand-back): when the main thread waited in an op W's exclusive time from the burst's
+  start until W's next child began while the burst still ran (the autograd engine hands CPU work
+  back to the calling thread), the wait up to that child is blocked and the burst's op that
+  finished last before it gets an edge to it.
+
+Cost: O(n log n) for n ET nodes (sorting per thread, bisects for the main-thread lookups, ancestor
+walks bounded by tree depth), O(n) floats of memory.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+
+from .intervals import TimePoint, innermost_covering
+
+FORK, JOIN = "fork", "join"
+
+# Runtime calls that block the calling thread until GPU work finishes.
+SYNC_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize",
+    "cudaStreamSynchronize", "cuStreamSynchronize", "hipStreamSynchronize",
+    "cudaEventSynchronize", "cuEventSynchronize", "hipEventSynchronize",
+})
+# Copies that are synchronous by definition (the call returns after the copy).
+SYNC_COPY_CALLS = frozenset({"cudaMemcpy", "hipMemcpy", "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD"})
+# Copies that are asynchronous unless the copy finished before the call returned.
+ASYNC_COPY_CALLS = frozenset({"cudaMemcpyAsync", "hipMemcpyAsync", "hipMemcpyWithStream", "cuMemcpyAsync"})
+
+
+@dataclass
+class BusyTimes:
+    """Per ET node (index = position in ``et.nodes``): blocked, host gap and simulated busy µs.
+
+    ``cross``: (source ET index, target ET index, cause) cross-thread edges, cause ``fork``/``join``.
+    ``main_tid``: the ET thread taken as the main thread (None without linked ops).
+    ``blocking_copies``: GPU link indices (into ``EtPlus.gpu_links``) launched by a copy call that
+    returned only after the copy finished: the thread waited for that GPU op (a ``sync`` edge).
+    """
+
+    blocked: list[float]
+    host_gap: list[float]
+    sim: list[float]
+    cross: list[tuple[int, int, str]] = field(default_factory=list)
+    main_tid: int | None = None
+    blocking_copies: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Timeline:
+    """One ET thread's linked ops in start order, with their measured start and end (µs)."""
+
+    ops: list[int]
+    starts: list[float]
+    ends: list[float]
+
+
+def is_blocking_copy(link) -> bool:
+    """True when the GPU op's launch call blocked the thread until the copy was done."""
+    launch = link.launch
+    if launch is None or link.event.cat != "gpu_memcpy":
+        return False
+    if launch.name in SYNC_COPY_CALLS:
+        return True
+    return launch.name in ASYNC_COPY_CALLS and link.event.ts + link.event.dur <= launch.ts + launch.dur
+
+
+def blocking_calls(et_plus) -> list:
+    """The Kineto runtime calls that block their thread, inside the linked window if any."""
+    window = et_plus.result.window
+    calls = [event for event in et_plus.result.kineto.runtime_events
+             if event.name in SYNC_CALLS and (window is None or window.contains(event.ts))]
+    calls += [link.launch for link in et_plus.gpu_links if is_blocking_copy(link)]
+    return calls
+
+
+def ops_covering(et_plus, calls: list) -> list[int]:
+    """For each runtime call, the innermost linked ET op covering it (-1 if none).
+    O((n + w) log(n + w)) for w calls."""
+    result = et_plus.result
+    events = result.kineto.cpu_events
+    op_of_event = [-1] * len(events)
+    for i, e in enumerate(result.match.event_of_op):
+        if e >= 0:
+            op_of_event[e] = i
+    points = [TimePoint(call.pid, call.tid, call.ts) for call in calls]
+    covering = []
+    for e in innermost_covering(events, points):
+        while e >= 0 and op_of_event[e] < 0:
+            e = result.parents[e]
+        covering.append(op_of_event[e] if e >= 0 else -1)
+    return covering
+
+
+def _timelines(et, starts: list[float], ends: list[float]) -> dict[int, Timeline]:
+    by_thread: dict[int, list[int]] = {}
+    for i in range(len(et.nodes)):
+        if not math.isnan(starts[i]) and not et.is_root(i):
+            by_thread.setdefault(et.tid[i], []).append(i)
+    timelines = {}
+    for tid, ops in by_thread.items():
+        ops.sort(key=lambda i: (starts[i], -ends[i], et.ids[i]))
+        timelines[tid] = Timeline(ops, [starts[i] for i in ops], [ends[i] for i in ops])
+    return timelines
+
+
+def _thread_roots(et) -> dict[int, int]:
+    """ET thread number -> index of that thread's root node (nested layouts have them)."""
+    roots = {}
+    for i in range(len(et.nodes)):
+        if et.is_root(i) and et.tid[i] and et.tid[i] not in roots:
+            roots[et.tid[i]] = i
+    return roots
+
+
+class MainThread:
+    """Lookups on the main thread's timeline: which op was running, or last started, at time t."""
+
+    def __init__(self, timeline: Timeline, parent_index: list[int], linked: list[bool]):
+        self.timeline = timeline
+        self.position = {i: p for p, i in enumerate(timeline.ops)}
+        self.parent_index = parent_index
+        self.linked = linked
+        self.frontier = []  # frontier[p]: latest end among ops 0..p
+        latest = -math.inf
+        for end in timeline.ends:
+            latest = max(latest, end)
+            self.frontier.append(latest)
+
+    def last_started(self, t: float) -> int:
+        """Position of the last op started at or before t (-1 if none)."""
+        return bisect_right(self.timeline.starts, t) - 1
+
+    def first_starting(self, t: float) -> int:
+        """ET index of the first op starting at or after t (-1 if none)."""
+        p = bisect_left(self.timeline.starts, t)
+        return self.timeline.ops[p] if p < len(self.timeline.ops) else -1
+
+    def idle_segment(self, t: float) -> IdleSegment | None:
+        """Where the main thread was at time t when not inside a linked op's child: the waiting op
+        W (or a gap between ops) and the idle segment around t. None before its first op or when
+        an op is running its own child at t. O(depth)."""
+        p = self.last_started(t)
+        if p < 0:
+            return None
+        tl = self.timeline
+        nxt = p + 1
+        resume = tl.ops[nxt] if nxt < len(tl.ops) else -1
+        resume_ts = tl.starts[nxt] if nxt < len(tl.ops) else math.inf
+        node, child = tl.ops[p], -1
+        while node >= 0:
+            q = self.position.get(node)
+            if q is not None and tl.ends[q] >= t:
+                start = tl.starts[q] if child < 0 else tl.ends[self.position[child]]
+                end = min(tl.ends[q], resume_ts)
+                return IdleSegment(node, p, start, end, resume, inside=resume_ts < tl.ends[q])
+            if q is not None:
+                child = node
+            node = self.parent_index[node]
+            while node >= 0 and node not in self.position:
+                node = self.parent_index[node] if not self.linked[node] else -1
+        return IdleSegment(-1, p, self.frontier[p], resume_ts, resume, inside=False)
+
+
+@dataclass
+class IdleSegment:
+    """A stretch of main-thread time inside op ``waiter``'s exclusive time (or, waiter -1, a gap
+    after position ``position``), from ``start`` to ``end``; ``resume``: the main op starting at
+    ``end`` (-1 none); ``inside``: that op is the waiter's child (the waiter goes on after it)."""
+
+    waiter: int
+    position: int
+    start: float
+    end: float
+    resume: int
+    inside: bool
+
+    @property
+    def key(self) -> tuple:
+        return (self.waiter, self.start) if self.waiter >= 0 else (-1, self.position)
+
+
+def compute_busy(et_plus, exclusive_of_op: list[float]) -> BusyTimes:
+    """Blocked time, host gaps, simulated durations and fork/join edges (module docstring)."""
+    et, result = et_plus.et, et_plus.result
+    n = len(et.nodes)
+    events = result.kineto.cpu_events
+    starts, ends = [math.nan] * n, [math.nan] * n
+    for i, e in enumerate(result.match.event_of_op):
+        if e >= 0:
+            starts[i], ends[i] = events[e].ts, events[e].ts + events[e].dur
+    linked = [not math.isnan(s) for s in starts]
+    busy = BusyTimes([0.0] * n, [0.0] * n, [0.0] * n)
+    busy.blocking_copies = [k for k, link in enumerate(et_plus.gpu_links) if is_blocking_copy(link)]
+    calls = blocking_calls(et_plus)
+    for call, op in zip(calls, ops_covering(et_plus, calls)):
+        if op >= 0:
+            busy.blocked[op] += call.dur
+
+    timelines = _timelines(et, starts, ends)
+    waits: dict[tuple, list] = {}  # main-thread idle segment -> [waiter, position, lo, hi]
+    gap_waits: dict[int, float] = {}  # main-thread position p -> join wait inside the gap after p
+    burst_firsts: set[int] = set()
+    if timelines:
+        main_tid = min(timelines, key=lambda tid: (timelines[tid].starts[0], tid))
+        busy.main_tid = main_tid
+        main = MainThread(timelines[main_tid], et.parent_index(), linked)
+        roots = _thread_roots(et)
+        for tid, timeline in timelines.items():
+            if tid != main_tid:
+                _cross_thread(main, timeline, roots.get(tid, -1), waits, busy, burst_firsts)
+    for waiter, position, lo, hi in waits.values():
+        if waiter >= 0:
+            busy.blocked[waiter] += hi - lo
+        else:
+            gap_waits[position] = gap_waits.get(position, 0.0) + hi - lo
+    for tid, timeline in timelines.items():
+        _host_gaps(busy, timeline, gap_waits if tid == busy.main_tid else None, burst_firsts)
+    for i in range(n):
+        if linked[i]:
+            busy.blocked[i] = min(busy.blocked[i], exclusive_of_op[i])
+            busy.sim[i] = exclusive_of_op[i] - busy.blocked[i] + busy.host_gap[i]
+        else:
+            busy.sim[i] = busy.host_gap[i]
+    return busy
+
+
+def _bursts(timeline: Timeline, main: MainThread) -> list[tuple[int, int, float, float, int]]:
+    """(first position, last position, start, end, fork source position on main) per burst."""
+    bursts = []
+    frontier = -math.inf
+    for p, (start, end) in enumerate(zip(timeline.starts, timeline.ends)):
+        top = start >= frontier
+        source = main.last_started(start)
+        if top and (not bursts or bursts[-1][4] != source):
+            bursts.append([p, p, start, end, source])
+        else:
+            bursts[-1][1] = p
+            bursts[-1][3] = max(bursts[-1][3], end)
+        frontier = max(frontier, end)
+    return [tuple(b) for b in bursts]
+
+
+def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
+                  busy: BusyTimes, burst_firsts: set[int]) -> None:
+    """Fork and join edges for one non-main thread's bursts; the main thread's waits go to
+    ``waits`` (segment key -> [waiter, gap position, union start, union end])."""
+    tl = main.timeline
+    for number, (first, last, start, end, source) in enumerate(_bursts(timeline, main)):
+        first_op, last_op = timeline.ops[first], timeline.ops[last]
+        burst_firsts.add(first_op)
+        at_start, at_end = main.idle_segment(start), main.idle_segment(end)
+        joined_in = None
+        if at_end is not None and end > at_end.start:
+            _add_wait(waits, at_end, max(start, at_end.start), end)
+            target = at_end.resume
+            if target < 0 and at_end.waiter >= 0 and (source < 0 or at_end.waiter != tl.ops[source]):
+                target = at_end.waiter
+            if target >= 0:
+                busy.cross.append((last_op, target, JOIN))
+            joined_in = at_end.waiter
+        if (at_start is not None and at_start.inside and at_start.waiter >= 0
+                and (at_end is None or at_start.key != at_end.key)):
+            # the main thread waited in W until this thread handed it work (W's next child)
+            _add_wait(waits, at_start, start, at_start.end)
+            handed = _last_ended_before(timeline, first, last, at_start.end)
+            if handed >= 0:
+                busy.cross.append((handed, at_start.resume, JOIN))
+        if source < 0:
+            continue
+        spawner = tl.ops[source]
+        if number == 0 and root >= 0 and tl.ends[source] > start and joined_in != spawner:
+            busy.host_gap[root] += start - tl.starts[source]
+            if source > 0:
+                busy.cross.append((tl.ops[source - 1], root, FORK))
+        elif tl.ends[source] <= start:
+            busy.cross.append((spawner, first_op, FORK))
+        else:  # the main op was still running: the burst follows the last main op that had ended
+            done = _last_ended_position(tl, source, start)
+            if done >= 0:
+                busy.cross.append((tl.ops[done], first_op, FORK))
+
+
+SEARCH_LIMIT = 64  # main-thread ops looked back at for the last one that had ended
+
+
+def _last_ended_position(tl: Timeline, source: int, t: float) -> int:
+    """The latest main-thread position at or before ``source`` whose op had ended by t (-1 if
+    none within ``SEARCH_LIMIT`` positions: the enclosing ops of a running op are skipped)."""
+    for p in range(source, max(-1, source - SEARCH_LIMIT), -1):
+        if tl.ends[p] <= t:
+            return p
+    return -1
+
+
+def _add_wait(waits: dict, segment: IdleSegment, lo: float, hi: float) -> None:
+    entry = waits.get(segment.key)
+    if entry is None:
+        waits[segment.key] = [segment.waiter, segment.position, lo, hi]
+    else:
+        entry[2], entry[3] = min(entry[2], lo), max(entry[3], hi)
+
+
+def _last_ended_before(timeline: Timeline, first: int, last: int, t: float) -> int:
+    """The op of positions first..last with the latest end at or before t (-1 if none)."""
+    best, best_end = -1, -math.inf
+    for p in range(first, last + 1):
+        end = timeline.ends[p]
+        if best_end < end <= t:
+            best, best_end = timeline.ops[p], end
+    return best
+
+
+def _host_gaps(busy: BusyTimes, timeline: Timeline, gap_waits: dict[int, float] | None,
+               burst_firsts: set[int]) -> None:
+    """Fold uncovered time between a thread's ops into the op before the gap (minus join waits)."""
+    frontier = -math.inf
+    for p, (op, start, end) in enumerate(zip(timeline.ops, timeline.starts, timeline.ends)):
+        if p and start > frontier and op not in burst_firsts:
+            gap = start - frontier
+            if gap_waits is not None:
+                gap -= gap_waits.get(p - 1, 0.0)
+            if gap > 0:
+                busy.host_gap[timeline.ops[p - 1]] += gap
+        frontier = max(frontier, end)
