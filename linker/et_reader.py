@@ -239,7 +239,19 @@ def _detect_layout(nodes: list[EtNode]) -> str:
     return NESTED
 
 
+class _AttrValue(msgspec.Struct, gc=False):
+    """An ``attrs`` entry as the columns need it: its ``type`` is skipped, never materialised."""
+
+    name: str
+    value: Any = None
+
+
+_ATTR_VALUES_DECODER = msgspec.json.Decoder(list[_AttrValue])
+
+
 def _int(value: Any, default: int = 0) -> int:
+    if type(value) is int:
+        return value
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -260,19 +272,44 @@ def _fill_columns(et: ExecutionTrace) -> None:
             scope.append(node.scope if node.scope is not UNSET else 0)
             op_schema.append(node.op_schema if node.op_schema is not UNSET else "")
         return
-    wanted = {"rf_id", "tid", "scope", "op_schema"}
     for node in et.nodes:
         ids.append(node.id)
         names.append(node.name)
         parent.append(node.ctrl_deps if node.ctrl_deps is not UNSET else node.id)
-        found = {}
-        for attr in decode_attrs(node):
-            if attr.name in wanted:
-                found[attr.name] = attr.value
-        tid.append(_int(found.get("tid")))
-        rf_id.append(_int(found.get("rf_id")))
-        scope.append(_int(found.get("scope")))
-        op_schema.append(str(found.get("op_schema") or ""))
+    decode = _ATTR_VALUES_DECODER.decode
+    attrs = [decode(node.attrs) if node.attrs is not UNSET else [] for node in et.nodes]
+    tid.extend(_attr_column(attrs, "tid", _int))
+    rf_id.extend(_attr_column(attrs, "rf_id", _int))
+    scope.extend(_attr_column(attrs, "scope", _int))
+    op_schema.extend(_attr_column(attrs, "op_schema", lambda v: str(v or "")))
+
+
+def _attr_column(attrs: list[list[_AttrValue]], name: str, convert) -> list:
+    """The value of attribute ``name`` of every node, converted (a missing one converts None).
+
+    ETs list the attributes in one order: the position where the first node that has ``name``
+    holds it is looked at first; a node holding another name there is searched (last occurrence
+    wins). O(n) for n nodes."""
+    position = next((_position(a, name) for a in attrs if _position(a, name) >= 0), 0)
+    column = [a[position].value if len(a) > position and a[position].name == name else _find(a, name)
+              for a in attrs]
+    if convert is _int:
+        return [v if type(v) is int else _int(v) for v in column]
+    return [convert(v) for v in column]
+
+
+def _position(attrs: list[_AttrValue], name: str) -> int:
+    for i, attr in enumerate(attrs):
+        if attr.name == name:
+            return i
+    return -1
+
+
+def _find(attrs: list[_AttrValue], name: str) -> Any:
+    for attr in reversed(attrs):
+        if attr.name == name:
+            return attr.value
+    return None
 
 
 def read_execution_trace(path: str | Path) -> ExecutionTrace:
