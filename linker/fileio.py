@@ -126,3 +126,44 @@ def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+class BackgroundWriter:
+    """Writes byte chunks to ``stream`` from a thread, so writing (and gzip compression, which
+    releases the GIL) overlaps the caller's encoding of the next chunks.
+
+    ``write`` queues a chunk (at most ``depth`` wait; then it blocks); ``close`` waits for every
+    chunk to be written and raises the first write error, if any (``write`` raises it too, early).
+    Cost: one thread, at most ``depth`` chunks of memory."""
+
+    def __init__(self, stream: IO[bytes], depth: int = 8):
+        import queue
+        import threading
+
+        self._stream = stream
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="write-output", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            chunk = self._queue.get()
+            if chunk is None:
+                return
+            if self._error is None:
+                try:
+                    self._stream.write(chunk)
+                except BaseException as err:  # raised in the caller's thread
+                    self._error = err
+
+    def write(self, chunk: bytes) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(chunk)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
