@@ -277,20 +277,36 @@ def _fill_columns(et: ExecutionTrace) -> None:
         names.append(node.name)
         parent.append(node.ctrl_deps if node.ctrl_deps is not UNSET else node.id)
     decode = _ATTR_VALUES_DECODER.decode
-    attrs = [decode(node.attrs) if node.attrs is not UNSET else [] for node in et.nodes]
-    tid.extend(_attr_column(attrs, "tid", _int))
-    rf_id.extend(_attr_column(attrs, "rf_id", _int))
-    scope.extend(_attr_column(attrs, "scope", _int))
-    op_schema.extend(_attr_column(attrs, "op_schema", lambda v: str(v or "")))
+    positions: dict[str, int] = {}
+    for start in range(0, len(et.nodes), _NODES_PER_BLOCK):  # blocks: the decoded attrs stay small
+        attrs = [decode(node.attrs) if node.attrs is not UNSET else []
+                 for node in et.nodes[start:start + _NODES_PER_BLOCK]]
+        tid.extend(_attr_column(attrs, "tid", _int, positions))
+        rf_id.extend(_attr_column(attrs, "rf_id", _int, positions))
+        scope.extend(_attr_column(attrs, "scope", _int, positions))
+        op_schema.extend(_attr_column(attrs, "op_schema", _text, positions))
 
 
-def _attr_column(attrs: list[list[_AttrValue]], name: str, convert) -> list:
+_NODES_PER_BLOCK = 16384
+
+
+def _text(value: Any) -> str:
+    return str(value or "")
+
+
+def _attr_column(attrs: list[list[_AttrValue]], name: str, convert, positions: dict[str, int]) -> list:
     """The value of attribute ``name`` of every node, converted (a missing one converts None).
 
     ETs list the attributes in one order: the position where the first node that has ``name``
-    holds it is looked at first; a node holding another name there is searched (last occurrence
+    holds it (remembered in ``positions``) is looked at first; a node holding another name there is searched (last occurrence
     wins). O(n) for n nodes."""
-    position = next((_position(a, name) for a in attrs if _position(a, name) >= 0), 0)
+    position = positions.get(name)
+    if position is None:
+        position = next((_position(a, name) for a in attrs if _position(a, name) >= 0), None)
+        if position is None:
+            position = 0
+        else:
+            positions[name] = position
     column = [a[position].value if len(a) > position and a[position].name == name else _find(a, name)
               for a in attrs]
     if convert is _int:
