@@ -35,6 +35,8 @@ THREAD_ROOT_NAMES = (
     "[pytorch|profiler|execution_graph|thread]",
 )
 
+_ROOT_NAMES = frozenset(PROCESS_ROOT_NAMES + THREAD_ROOT_NAMES)
+
 # Layout names, as reported.
 FLAT = "flat"  # schema 1.0.1: "parent", flat rf_id/tid/... keys
 NESTED = "nested"  # schema 1.0.2+: "ctrl_deps", inputs/outputs objects, "attrs" list
@@ -137,7 +139,8 @@ class ExecutionTrace:
         """Indices of all nodes that are ops (everything but the process and thread roots).
         Computed once (O(n)); do not modify the returned list."""
         if self._op_indices is None:
-            self._op_indices = [i for i in range(len(self.nodes)) if not self.is_root(i)]
+            roots = _ROOT_NAMES
+            self._op_indices = [i for i, name in enumerate(self.names) if name not in roots]
         return self._op_indices
 
     def input_shapes(self, i: int):
