@@ -58,15 +58,26 @@ class TraceFormatError(TraceInputError):
 
 
 def encode_varint(value: int) -> bytes:
-    """Return the base-128 varint encoding of a non-negative int. Cost: O(bytes)."""
-    if value < 0:
-        raise ValueError(f"varint of a negative value: {value}")
+    """Return the base-128 varint encoding of a non-negative int. Cost: O(bytes); a table lookup
+    below 2**14."""
+    if value < _SMALL_VARINTS_END:
+        if value < 0:
+            raise ValueError(f"varint of a negative value: {value}")
+        return _SMALL_VARINTS[value]
+    return _encode_varint(value)
+
+
+def _encode_varint(value: int) -> bytes:
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_SMALL_VARINTS_END = 1 << 14
+_SMALL_VARINTS = [_encode_varint(v) for v in range(_SMALL_VARINTS_END)]
 
 
 class Frame(NamedTuple):

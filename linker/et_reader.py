@@ -94,6 +94,14 @@ def decode_attrs(node: EtNode) -> list[EtAttr]:
     return _ATTRS_DECODER.decode(node.attrs)
 
 
+def decode_attr_values(node: EtNode) -> list:
+    """The nested-layout ``attrs`` of a node as entries with ``name`` and ``value`` only (their
+    ``type`` skipped), empty when it has none. Cheaper than ``decode_attrs``. O(len(attrs))."""
+    if node.attrs is UNSET:
+        return []
+    return _ATTR_VALUES_DECODER.decode(node.attrs)
+
+
 class _ShapesOnly(msgspec.Struct):
     shapes: Any = None
 

@@ -72,7 +72,7 @@ from . import et_def_pb2 as pb
 from .chakra_comm import PROCESS_GROUP_INIT, CommAttrs, CommResolver, _IOParts, _is_int, is_comm_kernel
 from .chakra_deps import DependencyPlan, WriteSummary, plan_dependencies
 from .chakra_io import EtWriter, encode_varint, make_attr
-from .et_reader import FLAT, EtNode, decode_attrs
+from .et_reader import FLAT, EtNode, decode_attr_values
 from .etplus import EtPlus, GpuNode
 
 log = logging.getLogger("et_link")
@@ -133,7 +133,7 @@ def fill_io(message: pb.Node, node: EtNode | GpuNode, flat: bool) -> None:
         if raw is msgspec.UNSET or raw is None:
             continue
         try:
-            parts = _IO_DECODER.decode(bytes(raw))
+            parts = _IO_DECODER.decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError):
             target.values = _text(raw)
             continue
@@ -187,7 +187,7 @@ class AttrEncoder:
         if name_field is None:
             encoded_name = name.encode("utf-8")
             name_field = self._name_fields[name] = b"\x0a" + encode_varint(len(encoded_name)) + encoded_name
-        body = name_field + b"\x48" + encode_varint(value & 0xFFFF_FFFF_FFFF_FFFF)
+        body = name_field + b"\x48" + encode_varint(value if value >= 0 else value & 0xFFFF_FFFF_FFFF_FFFF)
         return b"\x52" + encode_varint(len(body)) + body
 
     def encode(self, spec: AttrSpec) -> bytes:
@@ -234,7 +234,7 @@ def _cpu_attr_pairs(node: EtNode, flat: bool) -> list[tuple[str, Any]]:
     if flat:
         pairs = [(name, getattr(node, name)) for name in _FLAT_ATTRS]
     elif node.attrs is not msgspec.UNSET:
-        pairs = [(attr.name, attr.value) for attr in decode_attrs(node)]
+        pairs = [(attr.name, attr.value) for attr in decode_attr_values(node)]
     else:
         return []
     return [(name, value) for name, value in pairs
