@@ -68,6 +68,8 @@ def encode_varint(value: int) -> bytes:
 
 
 def _encode_varint(value: int) -> bytes:
+    if 1 << 14 <= value < 1 << 21:  # ids of large traces: three bytes
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)

@@ -310,10 +310,13 @@ def _io_bytes(values: Any, shapes: Any, types: Any, strides: Any = None) -> byte
     """An ``IOInfo`` message's wire bytes (empty strings are not written, as protobuf does)."""
     out = b""
     for tag, raw in ((b"\x0a", values), (b"\x12", shapes), (b"\x1a", types), (b"\x22", strides)):
-        if raw is not None:
+        if raw is None or raw is msgspec.UNSET:
+            continue
+        text = bytes(raw)
+        if not text.isascii():  # what protobuf writes for the text ``_text`` makes of it
             text = _text(raw).encode("utf-8")
-            if text:
-                out += _field(tag, text)
+        if text:
+            out += tag + encode_varint(len(text)) + text
     return out
 
 
