@@ -181,6 +181,7 @@ class AttrEncoder:
         self._blobs: dict[tuple, bytes] = {}
         self._name_fields: dict[str, bytes] = {}
         self._max_entries = max_entries
+        self._is_cpu_op: bytes | None = None
 
     def _int64_attr(self, name: str, value: int) -> bytes:
         name_field = self._name_fields.get(name)
@@ -209,9 +210,11 @@ class AttrEncoder:
 
     def cpu_attr_bytes(self, node: EtNode, flat: bool) -> bytes:
         """``is_cpu_op`` true, the op's ``rf_id`` / ``seq_id``, then its other ET attributes. O(#attrs)."""
-        pairs = _cpu_attr_pairs(node, flat)
-        own = [pair for pair in pairs if pair[0] in _PER_OP_ATTRS]
-        shared = tuple(pair for pair in pairs if pair[0] not in _PER_OP_ATTRS)
+        own: list = []
+        shared_pairs: list = []
+        for pair in _cpu_attr_pairs(node, flat):
+            (own if pair[0] in _PER_OP_ATTRS else shared_pairs).append(pair)
+        shared = tuple(shared_pairs)
         try:
             blob = self._blobs.get(shared)
             cacheable = True
@@ -221,7 +224,9 @@ class AttrEncoder:
             blob = self.encode_all(_specs_of(shared))
             if cacheable and len(self._blobs) < self._max_entries:
                 self._blobs[shared] = blob
-        return self.encode(_IS_CPU_OP) + self.encode_all(_specs_of(own)) + blob
+        if self._is_cpu_op is None:
+            self._is_cpu_op = self.encode(_IS_CPU_OP)
+        return self._is_cpu_op + self.encode_all(_specs_of(own)) + blob
 
 
 _IS_CPU_OP = ("is_cpu_op", "bool_val", True)
@@ -233,12 +238,11 @@ def _cpu_attr_pairs(node: EtNode, flat: bool) -> list[tuple[str, Any]]:
     """The ET node's own metadata as (name, value), in file order (flat keys or ``attrs``)."""
     if flat:
         pairs = [(name, getattr(node, name)) for name in _FLAT_ATTRS]
-    elif node.attrs is not msgspec.UNSET:
-        pairs = [(attr.name, attr.value) for attr in decode_attr_values(node)]
-    else:
+        return [(name, value) for name, value in pairs if value is not msgspec.UNSET and value is not None]
+    if node.attrs is msgspec.UNSET:
         return []
-    return [(name, value) for name, value in pairs
-            if value is not msgspec.UNSET and value is not None and name != "is_cpu_op"]
+    return [(attr.name, attr.value) for attr in decode_attr_values(node)
+            if attr.value is not None and attr.name != "is_cpu_op"]
 
 
 def _specs_of(pairs) -> Iterator[AttrSpec]:
