@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import shutil
 import zlib
 from pathlib import Path
 from typing import IO, Any, Iterator, NamedTuple
@@ -387,6 +388,24 @@ class EtWriter:
             raise ValueError("empty Node (every field default): readers would take it for end-of-file")
         self._append(payload)
         self.nodes_written += 1
+
+    def write_frame(self, frame: bytes) -> None:
+        """Write one ``Node`` already framed (varint length + non-empty message bytes)."""
+        if not self.metadata_written:
+            raise ValueError("write_metadata must be called before write_node")
+        self._pending += frame
+        if len(self._pending) >= WRITE_FLUSH_BYTES:
+            self._flush()
+        self.nodes_written += 1
+
+    def write_frames(self, source: IO[bytes], count: int) -> None:
+        """Copy ``count`` already framed ``Node`` messages (length prefix + bytes each, as
+        ``write_node`` writes them) from ``source`` to the output. O(bytes)."""
+        if not self.metadata_written:
+            raise ValueError("write_metadata must be called before write_node")
+        self._flush()
+        shutil.copyfileobj(source, self._stream, WRITE_FLUSH_BYTES)
+        self.nodes_written += count
 
     def _append(self, payload: bytes) -> None:
         if self._stream is None:

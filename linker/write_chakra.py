@@ -60,8 +60,11 @@ the ET+ itself (no second copy of the graph): each node message is built, writte
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import tempfile
 import time
 from typing import Any, Iterator
 
@@ -381,15 +384,15 @@ def cpu_node_bytes(node: EtNode, node_type: int, ctrl: list[int], data: list[int
 
 
 def node_messages(et_plus: EtPlus, plan: DependencyPlan, resolver: CommResolver,
-                  summary: WriteSummary) -> Iterator[pb.Node | bytes]:
-    """One ``Node`` per ET node and GPU op, in ``plan.order``, built on demand: CPU ops as wire
-    bytes (``cpu_node_bytes``), GPU ops as messages."""
+                  summary: WriteSummary, order: list[int] | None = None) -> Iterator[pb.Node | bytes]:
+    """One ``Node`` per ET node and GPU op, in ``plan.order`` (or the part of it given as
+    ``order``), built on demand: CPU ops as wire bytes (``cpu_node_bytes``), GPU ops as messages."""
     et = et_plus.et
     flat = et.layout == FLAT
     ids = _Ids(et_plus)
     attrs = AttrEncoder()
     n = plan.cpu_count
-    for u in plan.order:
+    for u in plan.order if order is None else order:
         ctrl, data = _dependency_ids(plan, u, ids)
         if u < n:
             node = et.nodes[u]
@@ -417,23 +420,108 @@ def node_messages(et_plus: EtPlus, plan: DependencyPlan, resolver: CommResolver,
 # ---------------------------------------------------------------------------------------------
 
 
+# Plans at least this long are encoded by two processes (see ``_HalfInChild``).
+PARALLEL_MIN_NODES = 50_000
+
+
+def _frames(messages: Iterator[pb.Node | bytes]) -> Iterator[bytes]:
+    """Each message as ``EtWriter`` frames it: varint length, then the bytes."""
+    for message in messages:
+        payload = message if isinstance(message, bytes) else message.SerializeToString()
+        if not payload:
+            raise ValueError("empty Node (every field default): readers would take it for end-of-file")
+        yield encode_varint(len(payload)) + payload
+
+
+class _HalfInChild:
+    """Encodes the tail of the write order in a forked process while this one encodes the head.
+
+    The child inherits the ET+ and the plan (no transfer), writes its framed messages to a
+    temporary file and its counts to a second one, and exits. ``collect`` waits for it and returns
+    (frames file, node count, counts by type, unresolved comm reasons), or None when it failed
+    (the caller then encodes the tail itself: the bytes do not depend on who encodes them).
+    Cost: the tail's encoding on the other core, one write and one read of its bytes."""
+
+    def __init__(self, et_plus: EtPlus, plan: DependencyPlan, resolver: CommResolver, order: list[int]):
+        fd, self.frames_path = tempfile.mkstemp(prefix="et-link-nodes.")
+        self.counts_path = self.frames_path + ".counts"
+        self.count = len(order)
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: never returns
+            status = 1
+            try:
+                summary = WriteSummary("")
+                with os.fdopen(fd, "wb") as out:
+                    pending = bytearray()
+                    for frame in _frames(node_messages(et_plus, plan, resolver, summary, order)):
+                        pending += frame
+                        if len(pending) >= 1 << 20:
+                            out.write(pending)
+                            pending.clear()
+                    out.write(pending)
+                with open(self.counts_path, "wb") as out:
+                    out.write(orjson.dumps([summary.counts_by_type, summary.comm_unresolved]))
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(fd)
+
+    def collect(self) -> tuple[str, int, dict, dict] | None:
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = 0
+        if status != 0:
+            return None
+        with open(self.counts_path, "rb") as counts:
+            by_type, unresolved = orjson.loads(counts.read())
+        return self.frames_path, self.count, by_type, unresolved
+
+    def close(self) -> None:
+        """Stop a child still running and delete the temporary files."""
+        if self.pid:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            self.pid = 0
+        for path in (self.frames_path, self.counts_path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
 def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = ()) -> WriteSummary:
     """Write ``et_plus`` to ``path`` as a Chakra trace (gzip when it ends in ``.gz``) and return
     what was written. Atomic: on any error no file appears and an existing ``path`` is kept;
-    ``protected`` paths (the inputs) are refused. Cost: see the module docstring."""
+    ``protected`` paths (the inputs) are refused. A large trace is encoded by two processes, the
+    tail of the order in a forked child (``_HalfInChild``); the bytes are the same.
+    Cost: see the module docstring."""
     started = time.perf_counter()
     summary = WriteSummary(str(path))
     index_of_id = et_plus.et.index_of_id()
     plan = plan_dependencies(et_plus, index_of_id, summary)
     resolver = CommResolver(et_plus, index_of_id)
-    with EtWriter(path, protected) as writer:
-        writer.write_metadata(metadata_message(et_plus))
-        for message in node_messages(et_plus, plan, resolver, summary):
-            if isinstance(message, bytes):
-                writer.write_node_bytes(message)
-            else:
-                writer.write_node(message)
-        summary.nodes = writer.nodes_written
+    head, tail, child = plan.order, [], None
+    if len(plan.order) >= PARALLEL_MIN_NODES and hasattr(os, "fork"):
+        middle = len(plan.order) // 2
+        head, tail = plan.order[:middle], plan.order[middle:]
+        child = _HalfInChild(et_plus, plan, resolver, tail)
+    try:
+        with EtWriter(path, protected) as writer:
+            writer.write_metadata(metadata_message(et_plus))
+            for frame in _frames(node_messages(et_plus, plan, resolver, summary, head)):
+                writer.write_frame(frame)
+            done = child.collect() if child is not None else None
+            if done is not None:
+                frames_path, count, by_type, unresolved = done
+                summary.counts_by_type.update(by_type)
+                summary.comm_unresolved.update(unresolved)
+                with open(frames_path, "rb") as frames:
+                    writer.write_frames(frames, count)
+            elif tail:
+                for frame in _frames(node_messages(et_plus, plan, resolver, summary, tail)):
+                    writer.write_frame(frame)
+            summary.nodes = writer.nodes_written
+    finally:
+        if child is not None:
+            child.close()
     summary.seconds = time.perf_counter() - started
     return summary
 
