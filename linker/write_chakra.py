@@ -56,6 +56,9 @@ Nodes are written in a topological order of these dependencies (every dependency
 dependent), ties broken by time, so streaming readers can resolve dependencies as they go.
 Cost: O((n + g) log(n + g)) time for n ET nodes and g GPU ops; memory O(n + g) small ints besides
 the ET+ itself (no second copy of the graph): each node message is built, written and dropped.
+CPU op messages are encoded straight to wire bytes (``cpu_node_bytes``; attributes that repeat are
+cached as bytes by ``AttrEncoder``), GPU ops through protobuf; from ``PARALLEL_MIN_NODES`` nodes
+the tail of the write order is encoded by a forked child while this process encodes the head.
 """
 
 from __future__ import annotations
