@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import shutil
 import zlib
 from pathlib import Path
 from typing import IO, Any, Iterator, NamedTuple
@@ -58,15 +59,28 @@ class TraceFormatError(TraceInputError):
 
 
 def encode_varint(value: int) -> bytes:
-    """Return the base-128 varint encoding of a non-negative int. Cost: O(bytes)."""
-    if value < 0:
-        raise ValueError(f"varint of a negative value: {value}")
+    """Return the base-128 varint encoding of a non-negative int. Cost: O(bytes); a table lookup
+    below 2**14."""
+    if value < _SMALL_VARINTS_END:
+        if value < 0:
+            raise ValueError(f"varint of a negative value: {value}")
+        return _SMALL_VARINTS[value]
+    return _encode_varint(value)
+
+
+def _encode_varint(value: int) -> bytes:
+    if 1 << 14 <= value < 1 << 21:  # ids of large traces: three bytes
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_SMALL_VARINTS_END = 1 << 14
+_SMALL_VARINTS = [_encode_varint(v) for v in range(_SMALL_VARINTS_END)]
 
 
 class Frame(NamedTuple):
@@ -365,6 +379,33 @@ class EtWriter:
             raise ValueError("empty Node (every field default): readers would take it for end-of-file")
         self._append(payload)
         self.nodes_written += 1
+
+    def write_node_bytes(self, payload: bytes) -> None:
+        """Write one ``Node`` given as its serialised bytes (see ``write_node``)."""
+        if not self.metadata_written:
+            raise ValueError("write_metadata must be called before write_node")
+        if not payload:
+            raise ValueError("empty Node (every field default): readers would take it for end-of-file")
+        self._append(payload)
+        self.nodes_written += 1
+
+    def write_frame(self, frame: bytes) -> None:
+        """Write one ``Node`` already framed (varint length + non-empty message bytes)."""
+        if not self.metadata_written:
+            raise ValueError("write_metadata must be called before write_node")
+        self._pending += frame
+        if len(self._pending) >= WRITE_FLUSH_BYTES:
+            self._flush()
+        self.nodes_written += 1
+
+    def write_frames(self, source: IO[bytes], count: int) -> None:
+        """Copy ``count`` already framed ``Node`` messages (length prefix + bytes each, as
+        ``write_node`` writes them) from ``source`` to the output. O(bytes)."""
+        if not self.metadata_written:
+            raise ValueError("write_metadata must be called before write_node")
+        self._flush()
+        shutil.copyfileobj(source, self._stream, WRITE_FLUSH_BYTES)
+        self.nodes_written += count
 
     def _append(self, payload: bytes) -> None:
         if self._stream is None:

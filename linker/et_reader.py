@@ -35,6 +35,8 @@ THREAD_ROOT_NAMES = (
     "[pytorch|profiler|execution_graph|thread]",
 )
 
+_ROOT_NAMES = frozenset(PROCESS_ROOT_NAMES + THREAD_ROOT_NAMES)
+
 # Layout names, as reported.
 FLAT = "flat"  # schema 1.0.1: "parent", flat rf_id/tid/... keys
 NESTED = "nested"  # schema 1.0.2+: "ctrl_deps", inputs/outputs objects, "attrs" list
@@ -98,6 +100,14 @@ def decode_attrs(node: EtNode) -> list[EtAttr]:
     return _ATTRS_DECODER.decode(node.attrs)
 
 
+def decode_attr_values(node: EtNode) -> list:
+    """The nested-layout ``attrs`` of a node as entries with ``name`` and ``value`` only (their
+    ``type`` skipped), empty when it has none. Cheaper than ``decode_attrs``. O(len(attrs))."""
+    if node.attrs is UNSET:
+        return []
+    return _ATTR_VALUES_DECODER.decode(node.attrs)
+
+
 class _ShapesOnly(msgspec.Struct):
     shapes: Any = None
 
@@ -143,7 +153,8 @@ class ExecutionTrace:
         """Indices of all nodes that are ops (everything but the process and thread roots).
         Computed once (O(n)); do not modify the returned list."""
         if self._op_indices is None:
-            self._op_indices = [i for i in range(len(self.nodes)) if not self.is_root(i)]
+            roots = _ROOT_NAMES
+            self._op_indices = [i for i, name in enumerate(self.names) if name not in roots]
         return self._op_indices
 
     def input_shapes(self, i: int):
@@ -245,7 +256,19 @@ def _detect_layout(nodes: list[EtNode]) -> str:
     return NESTED
 
 
+class _AttrValue(msgspec.Struct, gc=False):
+    """An ``attrs`` entry as the columns need it: its ``type`` is skipped, never materialised."""
+
+    name: str
+    value: Any = None
+
+
+_ATTR_VALUES_DECODER = msgspec.json.Decoder(list[_AttrValue])
+
+
 def _int(value: Any, default: int = 0) -> int:
+    if type(value) is int:
+        return value
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -266,19 +289,60 @@ def _fill_columns(et: ExecutionTrace) -> None:
             scope.append(node.scope if node.scope is not UNSET else 0)
             op_schema.append(node.op_schema if node.op_schema is not UNSET else "")
         return
-    wanted = {"rf_id", "tid", "scope", "op_schema"}
     for node in et.nodes:
         ids.append(node.id)
         names.append(node.name)
         parent.append(node.ctrl_deps if node.ctrl_deps is not UNSET else node.id)
-        found = {}
-        for attr in decode_attrs(node):
-            if attr.name in wanted:
-                found[attr.name] = attr.value
-        tid.append(_int(found.get("tid")))
-        rf_id.append(_int(found.get("rf_id")))
-        scope.append(_int(found.get("scope")))
-        op_schema.append(str(found.get("op_schema") or ""))
+    decode = _ATTR_VALUES_DECODER.decode
+    positions: dict[str, int] = {}
+    for start in range(0, len(et.nodes), _NODES_PER_BLOCK):  # blocks: the decoded attrs stay small
+        attrs = [decode(node.attrs) if node.attrs is not UNSET else []
+                 for node in et.nodes[start:start + _NODES_PER_BLOCK]]
+        tid.extend(_attr_column(attrs, "tid", _int, positions))
+        rf_id.extend(_attr_column(attrs, "rf_id", _int, positions))
+        scope.extend(_attr_column(attrs, "scope", _int, positions))
+        op_schema.extend(_attr_column(attrs, "op_schema", _text, positions))
+
+
+_NODES_PER_BLOCK = 16384
+
+
+def _text(value: Any) -> str:
+    return str(value or "")
+
+
+def _attr_column(attrs: list[list[_AttrValue]], name: str, convert, positions: dict[str, int]) -> list:
+    """The value of attribute ``name`` of every node, converted (a missing one converts None).
+
+    ETs list the attributes in one order: the position where the first node that has ``name``
+    holds it (remembered in ``positions``) is looked at first; a node holding another name there is searched (last occurrence
+    wins). O(n) for n nodes."""
+    position = positions.get(name)
+    if position is None:
+        position = next((_position(a, name) for a in attrs if _position(a, name) >= 0), None)
+        if position is None:
+            position = 0
+        else:
+            positions[name] = position
+    column = [a[position].value if len(a) > position and a[position].name == name else _find(a, name)
+              for a in attrs]
+    if convert is _int:
+        return [v if type(v) is int else _int(v) for v in column]
+    return [convert(v) for v in column]
+
+
+def _position(attrs: list[_AttrValue], name: str) -> int:
+    for i, attr in enumerate(attrs):
+        if attr.name == name:
+            return i
+    return -1
+
+
+def _find(attrs: list[_AttrValue], name: str) -> Any:
+    for attr in reversed(attrs):
+        if attr.name == name:
+            return attr.value
+    return None
 
 
 def read_execution_trace(path: str | Path) -> ExecutionTrace:

@@ -45,8 +45,8 @@ def open_input(path: str | os.PathLike) -> IO[bytes]:
 def read_trace_bytes(path: str | os.PathLike) -> bytes | bytearray:
     """Return the decompressed bytes of a trace file; gzip is detected by its magic bytes.
 
-    Gzip is inflated in chunks into one growing buffer, so peak memory stays near the size of the
-    result (``gzip.decompress`` holds about twice that). Raises ``TraceInputError`` for a missing,
+    Gzip is inflated in pieces into one buffer sized from the gzip trailer, so peak memory stays
+    near the size of the result (``gzip.decompress`` holds about twice that). Raises ``TraceInputError`` for a missing,
     unreadable, empty or truncated file. Cost: one read, one pass of inflation.
     """
     p = Path(path)
@@ -63,28 +63,38 @@ def read_trace_bytes(path: str | os.PathLike) -> bytes | bytearray:
 
 
 def _gunzip(path: Path, compressed: bytes) -> bytearray:
-    out = bytearray()
-    view = memoryview(compressed)
-    start = 0
-    while start < len(view):  # one iteration per gzip member
+    """Inflate every gzip member into one buffer sized from the gzip trailer (ISIZE, the last
+    member's size mod 2**32), grown if that was short, trimmed at the end. Output comes in bounded
+    pieces (``max_length``), each copied once into place: no regrowth copies, no second full-size
+    buffer."""
+    out = bytearray(int.from_bytes(compressed[-4:], "little") if len(compressed) >= 18 else 0)
+    filled = 0
+    rest = memoryview(compressed)
+    while len(rest):  # one iteration per gzip member
         inflater = zlib.decompressobj(wbits=31)
-        position = start
         try:
-            while position < len(view) and not inflater.eof:
-                out += inflater.decompress(view[position:position + _CHUNK])
-                position += _CHUNK
-            out += inflater.flush()
+            while not inflater.eof:
+                piece = inflater.decompress(rest, _CHUNK)
+                rest = inflater.unconsumed_tail
+                if not piece and not len(rest):
+                    break
+                end = filled + len(piece)
+                if end > len(out):
+                    out.extend(bytes(max(end - len(out), len(out) // 2)))
+                out[filled:end] = piece
+                filled = end
         except zlib.error as err:
             raise TraceInputError(path, f"gzip data is corrupt ({err})") from None
         if not inflater.eof:
             raise TraceInputError(path, "gzip data is truncated")
-        start = len(view) - len(inflater.unused_data)
+        rest = memoryview(inflater.unused_data)
         if not inflater.unused_data.strip(b"\x00"):
             break
+    del out[filled:]
     return out
 
 
-_CHUNK = 1 << 20
+_CHUNK = 1 << 22  # inflated bytes per piece
 
 
 def _umask() -> int:
@@ -214,3 +224,44 @@ def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+class BackgroundWriter:
+    """Writes byte chunks to ``stream`` from a thread, so writing (and gzip compression, which
+    releases the GIL) overlaps the caller's encoding of the next chunks.
+
+    ``write`` queues a chunk (at most ``depth`` wait; then it blocks); ``close`` waits for every
+    chunk to be written and raises the first write error, if any (``write`` raises it too, early).
+    Cost: one thread, at most ``depth`` chunks of memory."""
+
+    def __init__(self, stream: IO[bytes], depth: int = 8):
+        import queue
+        import threading
+
+        self._stream = stream
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="write-output", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            chunk = self._queue.get()
+            if chunk is None:
+                return
+            if self._error is None:
+                try:
+                    self._stream.write(chunk)
+                except BaseException as err:  # raised in the caller's thread
+                    self._error = err
+
+    def write(self, chunk: bytes) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(chunk)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from .durations import exclusive_durations
 from .errors import MismatchedPairError, OptionError
@@ -59,8 +60,9 @@ def check_same_run(et: ExecutionTrace, kineto: KinetoTrace) -> list[str]:
     problems = []
     if et.pid is not None and kineto.pid is not None and et.pid != kineto.pid:
         problems.append(f"process ids differ (ET pid {et.pid}, Kineto pid {kineto.pid})")
-    et_names = Counter(et.names[i] for i in et.op_indices())
-    k_names = Counter(e.name for e in kineto.cpu_events)
+    names = et.names
+    et_names = Counter(map(names.__getitem__, et.op_indices()))
+    k_names = Counter(map(attrgetter("name"), kineto.cpu_events))
     shared = sum(min(n, k_names[name]) for name, n in et_names.items())
     smaller = max(1, min(sum(et_names.values()), len(kineto.cpu_events)))
     if shared / smaller < MIN_NAME_OVERLAP:

@@ -34,35 +34,54 @@ class RfIdCheck:
     name_mismatches: int = 0
 
 
+def _unique_positions(values: list) -> dict:
+    """Non-zero, non-None value -> its position, for the values that occur once. O(n)."""
+    first: dict = {}
+    repeated = set()
+    for position, value in enumerate(values):
+        if value:
+            if value in first:
+                repeated.add(value)
+            else:
+                first[value] = position
+    for value in repeated:
+        del first[value]
+    return first
+
+
 def match_by_rf_id(et: ExecutionTrace, kineto: KinetoTrace) -> tuple[OpMatch, RfIdCheck]:
     """Join on record-function ids. The match links only name-agreeing pairs with unique ids."""
     events = kineto.cpu_events
     ids = [e.args.rf_id for e in events]
-    with_id = sum(1 for r in ids if r is not None)
-    zero = sum(1 for r in ids if r == 0)
-    counts = Counter(r for r in ids if r)
-    event_of_rf = {r: i for i, r in enumerate(ids) if r and counts[r] == 1}
-    k_dups = sum(c for c in counts.values() if c > 1)
+    with_id = len(ids) - ids.count(None)
+    zero = ids.count(0)
+    event_of_rf = _unique_positions(ids)
+    k_dups = sum(c for c in Counter(r for r in ids if r).values() if c > 1) if len(event_of_rf) < with_id - zero else 0
 
     op_indices = et.op_indices()
-    et_counts = Counter(et.rf_id[i] for i in op_indices if et.rf_id[i])
-    et_dups = sum(c for c in et_counts.values() if c > 1)
+    rf_ids = et.rf_id
+    op_rf = [rf_ids[i] for i in op_indices]
+    et_unique = _unique_positions(op_rf)
+    et_counts = Counter(r for r in op_rf if r) if len(et_unique) < len(op_rf) - op_rf.count(0) else None
+    et_dups = sum(c for c in et_counts.values() if c > 1) if et_counts is not None else 0
 
     event_of_op = [-1] * len(et)
+    names = et.names
     joined = mismatched = 0
-    for i in op_indices:
-        r = et.rf_id[i]
-        if not r or et_counts[r] > 1:
-            continue
-        e = event_of_rf.get(r)
+    get_event = event_of_rf.get
+    for r, k in et_unique.items():
+        e = get_event(r)
         if e is None:
             continue
+        i = op_indices[k]
         joined += 1
-        if events[e].name == et.names[i]:
+        if events[e].name == names[i]:
             event_of_op[i] = e
         else:
             mismatched += 1
 
+    if et_counts is None:
+        et_counts = et_unique  # only its truthiness is used below
     check = RfIdCheck(False, "", with_id, zero, k_dups, et_dups, joined, mismatched)
     smaller = max(1, min(len(op_indices), len(events)))
     if with_id == 0:

@@ -92,13 +92,11 @@ def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: lis
     parent_index = et.parent_index()
     events = kineto.cpu_events
     bad = 0
-    for i, e in enumerate(event_of_op):
-        if e < 0:
+    for e, p in zip(event_of_op, parent_index):
+        if e < 0 or p < 0:
             continue
-        p = parent_index[i]
-        if p < 0 or event_of_op[p] < 0:
-            continue
-        if not lies_within(events[e], events[event_of_op[p]]):
+        pe = event_of_op[p]
+        if pe >= 0 and not lies_within(events[e], events[pe]):
             bad += 1
     return bad
 
@@ -114,11 +112,13 @@ def _window_dict(window: Window | None) -> dict | None:
 def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window: Window | None,
                  gpu: GpuAttribution, notes: list[str], warnings: list[str], seconds: float) -> LinkReport:
     ops = et.op_indices()
-    linked = sum(1 for i in ops if match.event_of_op[i] >= 0)
+    event_of_op = match.event_of_op
     events = kineto.cpu_events
-    in_window = [i for i, e in enumerate(events) if window is None or window.contains(e.ts)]
-    used = set(e for e in match.event_of_op if e >= 0)
-    et_missing = [i for i in ops if match.event_of_op[i] < 0]
+    in_window = (range(len(events)) if window is None
+                 else [i for i, e in enumerate(events) if window.contains(e.ts)])
+    used = set(event_of_op)
+    et_missing = [i for i in ops if event_of_op[i] < 0]
+    linked = len(ops) - len(et_missing)
     k_missing = [i for i in in_window if i not in used]
     unmatched = {
         "et": asdict(Unmatched(len(et_missing), [

@@ -1,27 +1,53 @@
 """Write the ET+ as JSON: the input document with the ET+ fields and GPU nodes added.
 
 Untouched parts (inputs, outputs, unknown keys) are written back from the raw bytes they were read
-as. One msgspec encode of the whole document; ``.gz`` paths are gzip-compressed. The file appears
-only when complete (``fileio.atomic_output``).
+as. The bytes are exactly ``msgspec.json.encode`` of the document with ``nodes`` = all ET+ nodes,
+produced in pieces: the header once, then the nodes a few thousand at a time, each piece handed to
+a writer thread (``fileio.BackgroundWriter``) while the next is encoded. Memory: a few pieces, not
+a second copy of the document. ``.gz`` paths are gzip-compressed (in the writer thread). The file
+appears only when complete (``fileio.atomic_output``). Cost: O(output bytes).
 """
 
 from __future__ import annotations
 
 import os
+from typing import Iterator
 
 import msgspec
 
 from .etplus import EtPlus
-from .fileio import atomic_output
+from .fileio import BackgroundWriter, atomic_output
+
+NODES_PER_PIECE = 4096
+_NODES_KEY = b'"nodes":[0]'  # a placeholder list: an empty one is omitted (omit_defaults)
+
+
+def _document_pieces(et_plus: EtPlus) -> Iterator[bytes]:
+    """The ET+ JSON document, in order, as byte pieces."""
+    doc = et_plus.et.header
+    original = doc.nodes
+    doc.nodes = [0]
+    try:
+        frame = msgspec.json.encode(doc)
+    finally:
+        doc.nodes = original
+    # Only a key can match: a quote inside a JSON string is escaped.
+    open_at = frame.index(_NODES_KEY) + len(_NODES_KEY) - 2
+    yield frame[:open_at]
+    encode = msgspec.json.Encoder().encode
+    for group, nodes in enumerate((et_plus.et.nodes, et_plus.gpu_nodes)):
+        for start in range(0, len(nodes), NODES_PER_PIECE):
+            piece = encode(nodes[start:start + NODES_PER_PIECE])
+            first = group == 0 and start == 0 or group == 1 and start == 0 and not et_plus.et.nodes
+            yield piece[1:-1] if first else b"," + piece[1:-1]
+    yield frame[open_at + 1:]
 
 
 def write_et_plus_json(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = ()) -> None:
-    doc = et_plus.et.header
-    original = doc.nodes
-    doc.nodes = et_plus.all_nodes()
-    try:
-        data = msgspec.json.encode(doc)
-    finally:
-        doc.nodes = original
     with atomic_output(path, protected) as out:
-        out.write(data)
+        writer = BackgroundWriter(out)
+        try:
+            for piece in _document_pieces(et_plus):
+                writer.write(piece)
+        finally:
+            writer.close()

@@ -1,21 +1,30 @@
 #!/usr/bin/env python3
-"""Benchmark et-link on a large ET + Kineto pair: wall time and peak memory, next to decode-only.
+"""Benchmark et-link on a large ET + Kineto pair: wall time and peak memory next to a lazy decode.
 
 Usage:
-    python scripts/bench.py --et ET --kineto K [--methods rf_id,exact,approximate] [--workdir DIR]
+    python scripts/bench.py --et ET --kineto K [--repeat 3] [--methods exact,approximate] [--workdir DIR]
     python scripts/bench.py --capture DIR --torch-python /path/to/python-with-torch [--layers 48 --steps 8]
 
 ``--capture`` first records a large pair (an ``nn.TransformerEncoder`` training loop) with
 ``scripts/capture_traces.py`` using a Python that has torch (``pip install torch==2.13.0``).
 
 Every measurement runs in a fresh process; wall time is measured around it and peak RSS comes
-from the child's own resource usage (``os.wait4``), so the figures are those a user sees:
+from the child's own resource usage (``os.wait4``), as ``/usr/bin/time -v`` reports them. Lines:
 
-- ``decode``: reading both files into et-link's model (``read_execution_trace`` + ``read_kineto_trace``);
-- ``et-link <method>``: the whole command, writing the ET+ JSON. For ``exact`` and ``approximate`` the
-  Kineto file is a copy with every ``Record function id`` removed, so those methods cannot cheat, and
-  their ET+ is compared op by op with the ``rf_id`` run's (the ground truth): ``correct`` is the share
-  of ET ops with the same ``ts``/``dur``, ``wrong`` the share linked to a different event.
+- ``decode floor``: the least any linker must do: a small msgspec decode of both files (gzip
+  inflated with ``gzip.decompress``) that materialises only nodes' id/name/parent and events'
+  ph/cat/name/ts/dur/tid, everything else left as ``msgspec.Raw`` (not et-link's reader);
+- ``et-link -> X``: the whole command writing the ET+ as JSON, gzip JSON and Chakra ``.et``;
+- ``simulate .et``: ``et-link simulate`` on that ``.et`` (when this et-link has the command).
+
+With ``--repeat N`` the lines run in rounds (floor, JSON, JSON.gz, .et, simulate, floor, ...), each
+figure is the median of its N runs, and each ratio the median of the per-round ratios to that
+round's floor (pairing keeps ratios meaningful on a machine whose speed drifts).
+
+``--methods exact,approximate`` adds the old accuracy check: the Kineto file is copied without its
+``Record function id`` args, each method links it, and its ET+ is compared op by op with the
+rf_id run's (the ground truth): ``correct`` is the share of ET ops with the same ``ts``/``dur``,
+``wrong`` the share linked to a different event.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import gzip
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,23 +42,56 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DECODE_ONLY = (
-    "import sys\n"
-    "from linker.et_reader import read_execution_trace\n"
-    "from linker.kineto_reader import read_kineto_trace\n"
-    "et = read_execution_trace(sys.argv[1]); k = read_kineto_trace(sys.argv[2])\n"
-    "print(len(et), len(k.cpu_events))\n"
-)
+DECODE_FLOOR = """
+import gzip, sys
+import msgspec
+from msgspec import UNSET, Raw, UnsetType
+
+class Node(msgspec.Struct):
+    id: int
+    name: str
+    ctrl_deps: int | UnsetType = UNSET
+    parent: int | UnsetType = UNSET
+    inputs: Raw | UnsetType = UNSET
+    outputs: Raw | UnsetType = UNSET
+    attrs: Raw | UnsetType = UNSET
+
+class EtDocument(msgspec.Struct):
+    nodes: list[Node]
+
+class Event(msgspec.Struct):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    ts: float = 0.0
+    dur: float = 0.0
+    tid: int | str = 0
+    args: Raw | UnsetType = UNSET
+
+class KinetoDocument(msgspec.Struct):
+    traceEvents: list[Event]
+
+def read(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    return gzip.decompress(data) if data[:2] == b"\\x1f\\x8b" else data
+
+et = msgspec.json.decode(read(sys.argv[1]), type=EtDocument)
+kineto = msgspec.json.decode(read(sys.argv[2]), type=KinetoDocument)
+print(len(et.nodes), len(kineto.traceEvents))
+"""
+# Exit statuses of `et-link simulate` that still mean a measured run (6: the graph got stuck).
+SIMULATE_OK = (0, 6)
 
 
-def measure(cmd: list[str]) -> tuple[float, float, str]:
+def measure(cmd: list[str], ok: tuple[int, ...] = (0,)) -> tuple[float, float, str]:
     """Run ``cmd``; return (wall seconds, peak RSS in MB, stdout+stderr)."""
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
     output = proc.stdout.read().decode()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
-    if os.waitstatus_to_exitcode(status) != 0:
+    if os.waitstatus_to_exitcode(status) not in ok:
         raise SystemExit(f"command failed: {' '.join(cmd)}\n{output}")
     return wall, usage.ru_maxrss / 1024.0, output
 
@@ -85,6 +128,71 @@ def capture(directory: Path, python: str, layers: int, steps: int) -> tuple[Path
     return directory / "et.json.gz", directory / "kineto.json.gz"
 
 
+def has_simulate() -> bool:
+    """True when this et-link has the ``simulate`` command (``linker.sim``)."""
+    return (ROOT / "linker" / "sim").is_dir()
+
+
+def performance_lines(args, work: Path) -> list[tuple[str, list[str], tuple[int, ...]]]:
+    """(label, command, accepted exit codes) of the measured lines, the floor first."""
+    et_link = [sys.executable, "-m", "linker.cli"]
+    pair = ["--et-file", str(args.et), "--kineto-file", str(args.kineto), "-q"]
+    lines = [("decode floor", [sys.executable, "-c", DECODE_FLOOR, str(args.et), str(args.kineto)], (0,))]
+    for label, name in (("et-link -> JSON", "plus.json"), ("et-link -> JSON.gz", "plus.json.gz"),
+                        ("et-link -> .et", "plus.et")):
+        lines.append((label, et_link + pair + ["-o", str(work / name)], (0,)))
+    if has_simulate():
+        lines.append(("simulate .et", et_link + ["simulate", str(work / "plus.et")], SIMULATE_OK))
+    return lines
+
+
+def run_performance(args, work: Path) -> None:
+    lines = performance_lines(args, work)
+    walls = {label: [] for label, _, _ in lines}
+    peaks = {label: [] for label, _, _ in lines}
+    ratios = {label: [] for label, _, _ in lines}
+    for _ in range(args.repeat):
+        for label, cmd, ok in lines:
+            wall, rss, out = measure(cmd, ok)
+            walls[label].append(wall)
+            peaks[label].append(rss)
+            ratios[label].append(wall / walls["decode floor"][-1])
+            if label == "decode floor":
+                nodes, events = out.split()[-2:]
+    print(f"pair: {args.et} ({args.et.stat().st_size / 1e6:.1f} MB) + {args.kineto} "
+          f"({args.kineto.stat().st_size / 1e6:.1f} MB): {nodes} ET nodes, {events} Kineto events; "
+          f"median of {args.repeat} run(s) each")
+    print(f"{'':<20} {'wall s':>8} {'peak MB':>9} {'x floor':>8}")
+    for label, _, _ in lines:
+        print(f"{label:<20} {statistics.median(walls[label]):8.2f} {statistics.median(peaks[label]):9.0f} "
+              f"{statistics.median(ratios[label]):8.2f}", flush=True)
+    if not has_simulate():
+        print("simulate .et: skipped (this et-link has no `simulate` command)")
+
+
+def run_methods(args, work: Path) -> None:
+    """The accuracy check of ``--methods`` (see the module docstring)."""
+    et_link = [sys.executable, "-m", "linker.cli"]
+    stripped = work / "kineto_no_rf_ids.json"
+    methods = ["rf_id"] + [m for m in args.methods.split(",") if m and m != "rf_id"]
+    # In a child: this process stays small (a child's peak RSS counts the parent's at fork).
+    subprocess.run([sys.executable, __file__, "--strip-into", str(stripped), "--kineto", str(args.kineto)],
+                   check=True)
+    outputs = {}
+    for method in methods:
+        kineto = args.kineto if method == "rf_id" else stripped
+        out_path = work / f"plus_{method}.json"
+        wall, rss, _ = measure(et_link + ["--et-file", str(args.et), "--kineto-file", str(kineto),
+                                          "--match", method, "-o", str(out_path), "-q"])
+        outputs[method] = out_path
+        print(f"{'et-link --match ' + method:<28} {wall:8.2f} s {rss:9.0f} MB", flush=True)
+    # Compared only after every measurement (see above).
+    for method in methods[1:]:
+        timed, same, wrong = compare(outputs["rf_id"], outputs[method])
+        print(f"{method:<10} vs rf_id ground truth: correct {100 * same / timed:.3f}%  "
+              f"wrong {100 * wrong / timed:.3f}% of {timed} ops")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--et", type=Path)
@@ -93,7 +201,9 @@ def main() -> int:
     parser.add_argument("--torch-python", default=sys.executable, help="a Python with torch, for --capture")
     parser.add_argument("--layers", type=int, default=48)
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--methods", default="rf_id,exact,approximate")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of measurements (medians are printed)")
+    parser.add_argument("--methods", default="", help="also check these linking methods' accuracy, "
+                        "e.g. exact,approximate")
     parser.add_argument("--workdir", type=Path, help="where outputs go (default: a temporary directory)")
     parser.add_argument("--strip-into", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -106,38 +216,13 @@ def main() -> int:
         parser.error("give --et and --kineto, or --capture DIR")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="et-link-bench."))
     work.mkdir(parents=True, exist_ok=True)
-    et_link = [sys.executable, "-m", "linker.cli"]
-
-    print(f"pair: {args.et} ({args.et.stat().st_size / 1e6:.1f} MB) + {args.kineto} "
-          f"({args.kineto.stat().st_size / 1e6:.1f} MB)")
-    wall, rss, out = measure([sys.executable, "-c", DECODE_ONLY, str(args.et), str(args.kineto)])
-    nodes, events = out.split()[-2:]
-    print(f"{'decode only':<24} {wall:8.2f} s {rss:9.0f} MB   ({nodes} ET nodes, {events} Kineto CPU events)")
-
-    stripped = work / "kineto_no_rf_ids.json"
-    methods = [m for m in args.methods.split(",") if m]
-    if any(m != "rf_id" for m in methods):  # in a child: this process stays small (see below)
-        subprocess.run([sys.executable, __file__, "--strip-into", str(stripped), "--kineto", str(args.kineto)],
-                       check=True)
-    outputs, lines = {}, {}
-    for method in methods:
-        kineto = args.kineto if method == "rf_id" else stripped
-        out_path = work / f"plus_{method}.json"
-        wall, rss, text = measure(et_link + ["--et-file", str(args.et), "--kineto-file", str(kineto),
-                                             "--match", method, "-o", str(out_path),
-                                             "--report", str(work / f"report_{method}.json"), "-q"])
-        outputs[method] = out_path
-        lines[method] = f"{'et-link ' + method:<24} {wall:8.2f} s {rss:9.0f} MB"
-        print(lines[method], flush=True)
-    # Compared only after every measurement: a child's peak RSS counts the parent's memory at
-    # fork time, so the parent must not hold the parsed outputs while it starts one.
-    for method in methods:
-        if method != "rf_id" and "rf_id" in outputs:
-            timed, same, wrong = compare(outputs["rf_id"], outputs[method])
-            print(f"{method:<10} vs rf_id ground truth: correct {100 * same / timed:.3f}%  "
-                  f"wrong {100 * wrong / timed:.3f}% of {timed} ops")
-    if not args.workdir:
-        shutil.rmtree(work, ignore_errors=True)
+    try:
+        run_performance(args, work)
+        if args.methods:
+            run_methods(args, work)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

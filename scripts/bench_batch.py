@@ -4,6 +4,8 @@
 Speed (default): link every rank pair of a job (a) with one ``et-link`` process per pair, one after
 the other, as a user's shell loop does, and (b) with one ``et-link batch`` run; print both wall
 times, the speed-up, and whether the outputs are byte-identical. Best of ``--repeat`` runs each.
+Then the same for a ``--copies``-rank job (default 64) made of links to the given ranks' files in
+turn, so batch's per-rank overhead (process start, imports, scheduling) shows at scale.
 
     /work/venv/bin/python scripts/bench_batch.py \\
         --et '../shared/traces/param_dlrm/rank*.et.json.gz' \\
@@ -76,10 +78,13 @@ def run_sequential(pairs, out_dir: Path) -> tuple[float, float]:
     return timed(run)
 
 
-def run_batch(et_glob: str, kineto_glob: str, out_dir: Path, workers: int | None) -> tuple[float, float]:
+def run_batch(et_glob: str, kineto_glob: str, out_dir: Path, workers: int | None,
+              rank_pattern: str | None = None) -> tuple[float, float]:
     """One ``et-link batch --redo`` process (exit status 0 required)."""
     command = et_link_command() + ["batch", "--et", et_glob, "--kineto", kineto_glob, "--output-dir", str(out_dir),
                                    "--redo", "-q"]
+    if rank_pattern:
+        command += ["--rank-pattern", rank_pattern]
     if workers:
         command += ["--workers", str(workers)]
     return timed(lambda: subprocess.run(command, check=True, stdout=subprocess.DEVNULL))
@@ -92,8 +97,34 @@ def load_average() -> str:
         return "?"
 
 
-def speed(args: argparse.Namespace) -> int:
+COPY_RANK_PATTERN = r"copy(\d+)\."
+
+
+def make_copies_job(args: argparse.Namespace, directory: Path) -> argparse.Namespace:
+    """A job of ``args.copies`` ranks made of links to the real ranks' files, in turn
+    (``copy<N>.et.json.gz`` / ``copy<N>.kineto.json.gz``; ranks taken from those names)."""
     pairing = pair_rank_files(expand_glob(args.et), expand_glob(args.kineto))
+    pairs = sorted(pairing.pairs, key=lambda p: p.rank)
+    for n in range(args.copies):
+        source = pairs[n % len(pairs)]
+        (directory / f"copy{n}.et.json.gz").symlink_to(source.et)
+        (directory / f"copy{n}.kineto.json.gz").symlink_to(source.kineto)
+    return argparse.Namespace(**{**vars(args), "et": str(directory / "copy*.et.json.gz"),
+                                 "kineto": str(directory / "copy*.kineto.json.gz"),
+                                 "rank_pattern": COPY_RANK_PATTERN})
+
+
+def speed(args: argparse.Namespace) -> int:
+    status = speed_of_job(argparse.Namespace(**{**vars(args), "rank_pattern": None}))
+    if args.copies:
+        with tempfile.TemporaryDirectory(prefix="bench_batch_copies.") as tmp:
+            print(f"\n{args.copies}-rank job made of copies of those ranks (per-rank overhead of batch):")
+            status = max(status, speed_of_job(make_copies_job(args, Path(tmp))))
+    return status
+
+
+def speed_of_job(args: argparse.Namespace) -> int:
+    pairing = pair_rank_files(expand_glob(args.et), expand_glob(args.kineto), args.rank_pattern)
     if pairing.problems or not pairing.pairs:
         print("cannot pair the files:\n  " + "\n  ".join(pairing.problems or ["no files"]), file=sys.stderr)
         return 2
@@ -105,7 +136,7 @@ def speed(args: argparse.Namespace) -> int:
         sequential_runs, batch_runs = [], []
         for _ in range(args.repeat):  # interleaved, so both kinds see the same machine load
             sequential_runs.append(run_sequential(pairing.pairs, single_dir))
-            batch_runs.append(run_batch(args.et, args.kineto, batch_dir, args.workers))
+            batch_runs.append(run_batch(args.et, args.kineto, batch_dir, args.workers, args.rank_pattern))
         sequential, sequential_cpu = min(sequential_runs)
         batch, batch_cpu = min(batch_runs)
         ratios = sorted(s[0] / b[0] for s, b in zip(sequential_runs, batch_runs))
@@ -155,6 +186,8 @@ def main() -> int:
     parser.add_argument("--kineto", default=str(SHARED / "traces/param_dlrm/rank*.kineto.json.gz"))
     parser.add_argument("--workers", type=int, default=None, help="et-link batch --workers (default: CPU count)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each kind; the best is reported")
+    parser.add_argument("--copies", type=int, default=64, help="then a job of this many ranks made of copies "
+                        "of the given ranks (0: skip)")
     parser.add_argument("--memory", nargs="+", metavar="PATH", help="measure peak memory of these ET KINETO pairs")
     args = parser.parse_args()
     return memory(args.memory) if args.memory else speed(args)
