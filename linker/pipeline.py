@@ -11,7 +11,6 @@ failure is a ``TraceInputError`` naming the file. Cost: that of reading + linkin
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import os
 import time
@@ -23,7 +22,7 @@ import orjson
 from .et_reader import read_execution_trace
 from .errors import TraceInputError
 from .etplus import EtPlus, build_et_plus
-from .fileio import atomic_output, check_output_paths, decoding
+from .fileio import atomic_output, check_output_paths, collector_paused, decoding
 from .kineto_reader import read_kineto_trace
 from .link import LinkOptions, link
 from .report import LinkReport
@@ -125,22 +124,6 @@ def plan_simulation(et_plus, output: Path, report: LinkReport) -> None:
 
         annotate_et_plus(et_plus)
     add_simulation_counts(report, et_plus)
-
-
-@contextlib.contextmanager
-def collector_paused():
-    """Pause Python's cyclic garbage collector for the block (restored after, even on error).
-
-    Reading a large pair allocates millions of small objects that are never garbage (nodes,
-    events, columns); each full collection walks all of them, which more than doubled the time
-    of a large link. Reference counting still frees everything as usual."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def link_pair(

@@ -21,7 +21,6 @@ time for the graph checks. Memory: O(nodes + deps) in flat arrays plus one id ->
 from __future__ import annotations
 
 import contextlib
-import gc
 import itertools
 import operator
 import os
@@ -44,7 +43,7 @@ from .chakra_io import (
     parse_node,
 )
 from .errors import TraceInputError
-from .fileio import read_trace_bytes
+from .fileio import collector_paused, read_trace_bytes
 
 UNSET = msgspec.UNSET
 
@@ -475,19 +474,6 @@ def validate_chakra(path: str | os.PathLike, max_examples: int = DEFAULT_MAX_EXA
 # ---------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while millions of containers are created (they hold no
-    cycles; without this, repeated collections make a large decode much slower)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 class _JsonNode(msgspec.Struct):
     """The keys of an ET/ET+ node the checks read; everything else (inputs, outputs, attrs) is
     skipped by the decoder, never built, which keeps a large ET's check to a fraction of a full
@@ -586,7 +572,7 @@ def validate_json(path: str | os.PathLike, max_examples: int = DEFAULT_MAX_EXAMP
     log = _ViolationLog(max_examples)
     table = DependencyTable("q")
     counts = {"cpu": 0, "gpu": 0}
-    with _gc_paused():  # the node structs hold no cycles; they are freed by reference counting
+    with collector_paused():  # the node structs hold no cycles; they are freed by reference counting
         schema, nodes = _json_document(p, data)
         del data
         layout = _detect_json_layout(nodes)

@@ -17,6 +17,7 @@ from pathlib import Path
 import orjson
 
 from ..errors import TraceInputError
+from ..fileio import open_input
 from .load import rank_from_name
 
 COMM_GROUPS_FILE = "comm_groups.json"
@@ -78,14 +79,10 @@ def resolve_inputs(paths: list[Path], comm_groups: Path | None = None) -> JobInp
 def read_comm_groups(path: str | os.PathLike) -> dict[str, list[int]]:
     """``{"<pg id>": [global ranks]}`` from a JSON file. Raises TraceInputError when malformed."""
     p = Path(path)
+    with open_input(p) as stream:
+        text = stream.read()
     try:
-        data = orjson.loads(p.read_bytes())
-    except FileNotFoundError:
-        raise TraceInputError(p, "no such file") from None
-    except IsADirectoryError:
-        raise TraceInputError(p, "is a directory, not a comm-group file") from None
-    except OSError as err:
-        raise TraceInputError(p, f"cannot read: {err.strerror or err}") from None
+        data = orjson.loads(text)
     except orjson.JSONDecodeError as err:
         raise TraceInputError(p, f"not JSON ({err})") from None
     if not isinstance(data, dict):
