@@ -127,11 +127,12 @@ class DependencyPlan:
     position: array
     busy: BusyTimes | None = None
     comm: list[CommAttrs | None] = field(default_factory=list)
+    launchless: frozenset = frozenset()  # GPU nodes with no launch (before the trace): no ``launch`` edge
 
     def data_deps(self, u: int) -> list[tuple[int, str]]:
         """(source node, cause) of every data dependency of u, in the order written."""
         deps: list[tuple[int, str]] = []
-        if u >= self.cpu_count and self.ctrl[u] >= 0:
+        if u >= self.cpu_count and self.ctrl[u] >= 0 and u not in self.launchless:
             deps.append((self.ctrl[u], LAUNCH))
         p = self.prev[u]
         if p >= 0 and u >= self.cpu_count:
@@ -308,7 +309,9 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
     for source, target, cause in busy.cross:
         if source != target and source != prev[target] and source != ctrl[target]:
             extra.setdefault(target, []).append((source, cause))
-    plan = DependencyPlan(n, ctrl, prev, extra, [], array("q"), busy, _comm_attrs(et_plus, resolver, summary))
+    plan = DependencyPlan(n, ctrl, prev, extra, [], array("q"), busy, _comm_attrs(et_plus, resolver, summary),
+                          frozenset(n + k for k, link in enumerate(et_plus.gpu_links)
+                                    if link.launch is None and link.via is None))
     _collective_order(plan, placement, extra)
     ids = et.ids + [node.id for node in gpu_nodes]
     plan.order = _topological_order(ctrl, prev, _time_keys(et_plus, placement), ids, extra)
