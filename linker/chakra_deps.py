@@ -519,9 +519,20 @@ def add_gap_waits(et_plus: EtPlus, plan: DependencyPlan) -> int:
     return added
 
 
+def _ended_after_start(et_plus: EtPlus, k: int, j: int) -> bool:
+    """True when GPU node k ended (1 µs tolerance) after GPU node j started: j cannot have waited
+    for k (the event waited on was recorded before k; the trace does not record which)."""
+    if j < 0:
+        return False
+    source, target = et_plus.gpu_nodes[k], et_plus.gpu_nodes[j]
+    return source.ts + source.dur > target.ts + 1.0
+
+
 def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacement, summary: WriteSummary) -> None:
     """Add the wait edges to ``plan.waits``; only edges that go forward in ``plan.order`` are
-    kept, so the order stays topological and the graph acyclic. O(w log g) for w wait calls."""
+    kept, so the order stays topological and the graph acyclic. An event wait needs no covering CPU
+    op (it is GPU to GPU); for such a call outside any op, an edge whose waited-on op ended after
+    the waiting op started is dropped. O(w log g) for w wait calls."""
     calls = _wait_calls(et_plus)
     if not et_plus.gpu_nodes:
         summary.wait_calls.update(call.name for call in calls)
@@ -532,10 +543,10 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
     n, et = plan.cpu_count, et_plus.et
     for call, waiter in zip(calls, ops_covering(et_plus, calls)):
         summary.wait_calls[call.name] += 1
-        if waiter < 0:
+        kind = WAIT_CALLS[call.name]
+        if waiter < 0 and kind != STREAM_WAIT_EVENT:  # an event wait needs no CPU op: GPU to GPU
             summary.waits_skipped["call outside linked ops"] += 1
             continue
-        kind = WAIT_CALLS[call.name]
         sources = _waited_on(call, kind, ctx)
         if not sources:
             summary.waits_skipped["no GPU op to wait on"] += 1
@@ -544,6 +555,9 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
         for k in sources:
             source = n + k
             target = _wait_target(call, kind, waiter, ctx, et, n)
+            if waiter < 0 and _ended_after_start(et_plus, k, target - n):
+                summary.waits_skipped["waited-on op ended after the waiting op started"] += 1
+                continue
             outcome = _add_wait(plan, source, target, cause)
             if outcome == NO_PLACE:
                 summary.waits_skipped["no later op to carry the wait"] += 1
