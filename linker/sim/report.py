@@ -11,8 +11,8 @@ clocks agree), ``peer_wait_us`` (time collectives held a unit waiting for peer r
 on it: name, kind, us, count), ``critical_path_us_by_kind``, ``critical_path_links`` (how the path
 enters its nodes: a dependency's cause from the file, "unit", "peer", "start"; count and time), ``ranks`` (per rank: rank, file,
 nodes, measured_us, simulated_us, ratio), ``slowest_rank``, ``notes`` (fallbacks the readers used,
-matching remarks, and, when it is 1% of the measured step or more, the GPU wait the graph cannot
-reproduce), ``unheld_gpu_wait`` (per rank: ``us``, the largest per-stream total of GPU ops' waits
+matching remarks, and, for a rank replayed below 0.97 of its measured step, the GPU wait the graph
+cannot reproduce when it is 1% of the measured step or more), ``unheld_gpu_wait`` (per rank: ``us``, the largest per-stream total of GPU ops' waits
 after all their dependencies had finished on the measured timeline, ``streams``, ``largest``; see
 ``unheld``). Cost: O(n) over the replay.
 """
@@ -153,7 +153,7 @@ def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], 
     notes += rp.groups.notes
     unheld = [unheld_gpu_wait(graph) for graph in rp.graphs]
     for wait, rank in zip(unheld, ranks):
-        note = unheld_note(wait, rank.measured_us, len(ranks) > 1)
+        note = unheld_note(wait, rank.measured_us, rank.simulated_us, len(ranks) > 1)
         if note:
             notes.append(note)
     report = SimReport(

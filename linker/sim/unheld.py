@@ -14,7 +14,8 @@ the CPU launcher's *end* makes ``wait`` a lower bound: the launch call lies some
 A stream's waits never overlap (its predecessor is a dependency), so a stream's total is time that
 stream sat idle with its next op's dependencies met. ``unheld_gpu_wait`` reports, per rank, the
 largest per-stream total (a lower bound of what the replay drops), the streams, and the largest
-single waits. Cost: O(n + E) over one graph.
+single waits; ``unheld_note`` words it for a rank whose replay came out short. Cost: O(n + E) over
+one graph.
 """
 
 from __future__ import annotations
@@ -76,9 +77,13 @@ def unheld_gpu_wait(graph: SimGraph, min_us: float = 1.0) -> UnheldWait:
     return result
 
 
-def unheld_note(wait: UnheldWait, measured_us: float, job: bool) -> str | None:
-    """The report's note when the waits are a visible share (>= 1%) of the measured step."""
-    if measured_us <= 0 or wait.us < 0.01 * measured_us:
+SHORT = 0.97  # a replay below this share of the measured step is short enough to explain
+
+
+def unheld_note(wait: UnheldWait, measured_us: float, simulated_us: float, job: bool) -> str | None:
+    """The report's note when the replay of the rank is short (below ``SHORT`` of its measured
+    step) and the waits are a visible share (>= 1%) of the measured step."""
+    if measured_us <= 0 or simulated_us >= SHORT * measured_us or wait.us < 0.01 * measured_us:
         return None
     top = wait.streams[0]
     largest = ", ".join(f"{w['name'][:60]!r} (id {w['id']}) {w['us']:,.1f} us" for w in wait.largest)
