@@ -21,7 +21,9 @@ writes it) still counts time the op sat blocked. This module computes, per ET no
   before the gap in a replay, so the gap lands exactly where it occurred without adding nodes
   (node ids, counts and the JSON/.et correspondence stay as they were). The idle time before a
   worker thread's first op, when it began while its spawning op still ran, is folded into the
-  worker's ET thread root (``spawn``; see below).
+  worker's ET thread root (``spawn``; see below). When GPU work launched before the trace (no
+  launch event) started before the main thread's first op, that lead is folded into the main
+  thread's root (``pre_trace_lead``): the host was busy with untraced work meanwhile.
 - ``sim`` = max(0, exclusive − blocked) + host_gap (unlinked nodes: host_gap only, usually 0).
 
 Cross-thread structure (``cross`` edges), found from the ET threads and the Kineto times, never
@@ -249,6 +251,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float]) -> BusyTimes:
         for tid, timeline in timelines.items():
             if tid != main_tid:
                 _cross_thread(main, timeline, roots.get(tid, -1), waits, busy, burst_firsts)
+        _pre_trace_lead(et_plus, timelines[main_tid].starts[0], roots.get(main_tid, -1), busy)
     for waiter, position, lo, hi in waits.values():
         if waiter >= 0:
             busy.blocked[waiter] += hi - lo
@@ -263,6 +266,19 @@ def compute_busy(et_plus, exclusive_of_op: list[float]) -> BusyTimes:
         else:
             busy.sim[i] = busy.host_gap[i]
     return busy
+
+
+def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes) -> None:
+    """When GPU work launched before the trace (GPU nodes without a launch) started before the
+    main thread's first linked op, the host was busy with untraced work for that long: fold the lead
+    into the main thread's root (``host_gap``), so a replay issues the traced ops that much after
+    the untraced GPU work begins, as measured. O(g)."""
+    if main_root < 0:
+        return
+    earliest = min((link.event.ts for link in et_plus.gpu_links if link.launch is None and link.via is None),
+                   default=math.inf)
+    if earliest < main_first:
+        busy.host_gap[main_root] += main_first - earliest
 
 
 def _bursts(timeline: Timeline, main: MainThread) -> list[tuple[int, int, float, float, int]]:

@@ -11,8 +11,10 @@ thread, in start order), ``parent`` (the previous op in that order is the parent
 device and stream), ``event_wait`` (``cudaStreamWaitEvent``: a GPU op after the other stream's op it
 waited for), ``sync`` (a blocking synchronize or synchronous copy: the op after the call waits for
 the GPU op(s) waited on), ``fork`` / ``join`` (cross-thread, ``busy``), ``collective_order``
-(communication kernels of one process group run in issue order, when not already on one stream).
-Cost: O((n + g) log(n + g)) time, O(n + g) small ints of memory.
+(communication kernels of one process group run in issue order, when not already on one stream),
+``gap_wait`` (a GPU op launched before the trace started, whose waits were not recorded: it started
+within ``GAP_WAIT_US`` of the end of another stream's op on its device after its own stream sat idle
+longer than that, so it is taken to have waited for that op). Cost: O((n + g) log(n + g)) time, O(n + g) small ints of memory.
 """
 
 from __future__ import annotations
@@ -36,7 +38,12 @@ NO_NODE = -1
 
 THREAD_ORDER, PARENT, LAUNCH, STREAM_ORDER = "thread_order", "parent", "launch", "stream_order"
 EVENT_WAIT, SYNC, FORK, JOIN, COLLECTIVE_ORDER = "event_wait", "sync", "fork", "join", "collective_order"
-CAUSES = (THREAD_ORDER, PARENT, LAUNCH, STREAM_ORDER, EVENT_WAIT, SYNC, FORK, JOIN, COLLECTIVE_ORDER)
+GAP_WAIT = "gap_wait"
+CAUSES = (THREAD_ORDER, PARENT, LAUNCH, STREAM_ORDER, EVENT_WAIT, SYNC, FORK, JOIN, COLLECTIVE_ORDER, GAP_WAIT)
+# A GPU op launched before the trace (no launch, no recorded wait call) that starts within this many
+# µs of the end of another stream's op on its device, after its own stream sat idle for longer, is
+# taken to have waited for that op (an event wait issued before profiling started).
+GAP_WAIT_US = 50.0
 
 # ---------------------------------------------------------------------------------------------
 # Dependency plan
@@ -127,11 +134,12 @@ class DependencyPlan:
     position: array
     busy: BusyTimes | None = None
     comm: list[CommAttrs | None] = field(default_factory=list)
+    launchless: frozenset = frozenset()  # GPU nodes with no launch (before the trace): no ``launch`` edge
 
     def data_deps(self, u: int) -> list[tuple[int, str]]:
         """(source node, cause) of every data dependency of u, in the order written."""
         deps: list[tuple[int, str]] = []
-        if u >= self.cpu_count and self.ctrl[u] >= 0:
+        if u >= self.cpu_count and self.ctrl[u] >= 0 and u not in self.launchless:
             deps.append((self.ctrl[u], LAUNCH))
         p = self.prev[u]
         if p >= 0 and u >= self.cpu_count:
@@ -308,7 +316,9 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
     for source, target, cause in busy.cross:
         if source != target and source != prev[target] and source != ctrl[target]:
             extra.setdefault(target, []).append((source, cause))
-    plan = DependencyPlan(n, ctrl, prev, extra, [], array("q"), busy, _comm_attrs(et_plus, resolver, summary))
+    plan = DependencyPlan(n, ctrl, prev, extra, [], array("q"), busy, _comm_attrs(et_plus, resolver, summary),
+                          frozenset(n + k for k, link in enumerate(et_plus.gpu_links)
+                                    if link.launch is None and link.via is None))
     _collective_order(plan, placement, extra)
     ids = et.ids + [node.id for node in gpu_nodes]
     plan.order = _topological_order(ctrl, prev, _time_keys(et_plus, placement), ids, extra)
@@ -317,6 +327,7 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
         position[u] = p
     plan.position = position
     add_wait_edges(et_plus, plan, placement, summary)
+    add_gap_waits(et_plus, plan)
     for u in range(n + g):
         summary.dependency_causes.update(cause for _, cause in plan.data_deps(u))
     return plan
@@ -476,9 +487,52 @@ def _add_wait(plan: DependencyPlan, source: int, target: int, cause: str) -> str
     return ADDED
 
 
+def add_gap_waits(et_plus: EtPlus, plan: DependencyPlan) -> int:
+    """``gap_wait`` edges into the launchless GPU nodes (``plan.launchless``): the op of another
+    stream of the same device that ended last at or before the node's start, when that end is within
+    ``GAP_WAIT_US`` of it and the node's own stream predecessor ended longer ago than that (or it has
+    none). Returns the edges added. O(g log g)."""
+    if not plan.launchless:
+        return 0
+    n, nodes = plan.cpu_count, et_plus.gpu_nodes
+    ends_by_device: dict[Any, list[tuple[float, int]]] = {}
+    for k, node in enumerate(nodes):
+        ends_by_device.setdefault(node.device, []).append((node.ts + node.dur, k))
+    for ends in ends_by_device.values():
+        ends.sort()
+    end_times = {device: [end for end, _ in ends] for device, ends in ends_by_device.items()}
+    added = 0
+    for u in sorted(plan.launchless):
+        node = nodes[u - n]
+        before = plan.prev[u]
+        if before >= 0:
+            own = nodes[before - n]
+            if node.ts - (own.ts + own.dur) <= GAP_WAIT_US:
+                continue
+        ends = ends_by_device[node.device]
+        i = bisect_right(end_times[node.device], node.ts) - 1
+        if i < 0 or node.ts - ends[i][0] > GAP_WAIT_US:
+            continue
+        source = ends[i][1]
+        if nodes[source].stream != node.stream and _add_wait(plan, n + source, u, GAP_WAIT) == ADDED:
+            added += 1
+    return added
+
+
+def _ended_after_start(et_plus: EtPlus, k: int, j: int) -> bool:
+    """True when GPU node k ended (1 µs tolerance) after GPU node j started: j cannot have waited
+    for k (the event waited on was recorded before k; the trace does not record which)."""
+    if j < 0:
+        return False
+    source, target = et_plus.gpu_nodes[k], et_plus.gpu_nodes[j]
+    return source.ts + source.dur > target.ts + 1.0
+
+
 def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacement, summary: WriteSummary) -> None:
     """Add the wait edges to ``plan.waits``; only edges that go forward in ``plan.order`` are
-    kept, so the order stays topological and the graph acyclic. O(w log g) for w wait calls."""
+    kept, so the order stays topological and the graph acyclic. An event wait needs no covering CPU
+    op (it is GPU to GPU); for such a call outside any op, an edge whose waited-on op ended after
+    the waiting op started is dropped. O(w log g) for w wait calls."""
     calls = _wait_calls(et_plus)
     if not et_plus.gpu_nodes:
         summary.wait_calls.update(call.name for call in calls)
@@ -489,10 +543,10 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
     n, et = plan.cpu_count, et_plus.et
     for call, waiter in zip(calls, ops_covering(et_plus, calls)):
         summary.wait_calls[call.name] += 1
-        if waiter < 0:
+        kind = WAIT_CALLS[call.name]
+        if waiter < 0 and kind != STREAM_WAIT_EVENT:  # an event wait needs no CPU op: GPU to GPU
             summary.waits_skipped["call outside linked ops"] += 1
             continue
-        kind = WAIT_CALLS[call.name]
         sources = _waited_on(call, kind, ctx)
         if not sources:
             summary.waits_skipped["no GPU op to wait on"] += 1
@@ -501,6 +555,9 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
         for k in sources:
             source = n + k
             target = _wait_target(call, kind, waiter, ctx, et, n)
+            if waiter < 0 and _ended_after_start(et_plus, k, target - n):
+                summary.waits_skipped["waited-on op ended after the waiting op started"] += 1
+                continue
             outcome = _add_wait(plan, source, target, cause)
             if outcome == NO_PLACE:
                 summary.waits_skipped["no later op to carry the wait"] += 1

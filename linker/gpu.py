@@ -43,6 +43,7 @@ UNDER_OP = "under_op"
 UNDER_GRAPH_OP = "under_graph_launch_op"
 UNDER_ANNOTATION = "under_annotation"
 UNDER_PYTHON_FUNCTION = "under_python_function"
+UNDER_PROCESS_ROOT = "before_trace_under_process_root"
 
 # The accounting reasons in report order, with the words the report uses.
 REASON_WORDS = {
@@ -51,6 +52,8 @@ REASON_WORDS = {
     UNDER_ANNOTATION: "attached under the user annotation around its launch",
     UNDER_PYTHON_FUNCTION: "attached under the Python function around its launch "
                            "(launched outside any op or annotation)",
+    UNDER_PROCESS_ROOT: "launched before the trace started (no launch event; its correlation is below "
+                        "the first recorded launch): written under the process root, in stream order",
     BEFORE_TRACE: "launched before the trace started (no launch event; its correlation is below "
                   "the first recorded launch)",
     NO_LAUNCH: "no launch event in the trace",
@@ -101,6 +104,26 @@ class GpuAttribution:
         counts = Counter(self.placement_counts) + Counter(self.problem_counts)
         counts[OUTSIDE_WINDOW] += self.outside_window
         return {reason: counts[reason] for reason in REASON_WORDS if counts[reason]}
+
+
+def adopt_before_trace(result: GpuAttribution, root_index: int) -> int:
+    """Put every GPU op launched before the trace started under the host graph's process root
+    (``root_index``), so the replay runs it on its stream ahead of the traced work there, as it ran.
+    Such an op has no launch: its stream order (issue time = its own start) is all that orders it.
+    Returns the count adopted. O(g)."""
+    if root_index < 0:
+        return 0
+    adopted = 0
+    for link in result.links:
+        if link.problem == BEFORE_TRACE:
+            link.problem, link.et_index, link.placement = None, root_index, UNDER_PROCESS_ROOT
+            adopted += 1
+    if adopted:
+        result.problem_counts[BEFORE_TRACE] -= adopted
+        if not result.problem_counts[BEFORE_TRACE]:
+            del result.problem_counts[BEFORE_TRACE]
+        result.placement_counts[UNDER_PROCESS_ROOT] += adopted
+    return adopted
 
 
 def _unique_index(events, key) -> dict:

@@ -31,7 +31,7 @@ import msgspec
 
 from .durations import exclusive_durations
 from .et_reader import NESTED, PROCESS_ROOT_NAMES, THREAD_ROOT_NAMES, EtNode, ExecutionTrace
-from .gpu import attribute_gpu_ops, innermost_python_functions, uncovered_launch_points
+from .gpu import adopt_before_trace, attribute_gpu_ops, innermost_python_functions, uncovered_launch_points
 from .intervals import nesting_parents
 from .kineto_reader import KinetoEvent, KinetoTrace, cpu_event_order
 from .link import LinkResult
@@ -153,6 +153,7 @@ def link_kineto_only(kineto: KinetoTrace) -> LinkResult:
         if e >= 0:
             op_of_event[e] = i
     gpu = attribute_gpu_ops(graph.kineto, op_of_event, graph.parents)
+    adopt_before_trace(gpu, 0)  # node 0 is the process root
     exclusive = exclusive_durations(events, graph.parents)
     threads = len(set(graph.et.tid)) - 1
     note = (f"no Execution Trace: the host graph was built from the Kineto trace alone "

@@ -15,8 +15,8 @@ from operator import attrgetter
 
 from .durations import exclusive_durations
 from .errors import MismatchedPairError, OptionError
-from .et_reader import ExecutionTrace
-from .gpu import GpuAttribution, attribute_gpu_ops
+from .et_reader import PROCESS_ROOT_NAMES, ExecutionTrace
+from .gpu import GpuAttribution, adopt_before_trace, attribute_gpu_ops
 from .intervals import nesting_parents
 from .kineto_reader import KinetoTrace
 from .match import OpMatch
@@ -158,7 +158,16 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
         if e >= 0:
             op_of_event[e] = i
     gpu = attribute_gpu_ops(kineto, op_of_event, parents, window)
+    adopt_before_trace(gpu, process_root_index(et))
     exclusive = exclusive_durations(events, parents)
     report = build_report(et, kineto, match, window, gpu, notes, warnings,
                           seconds=time.perf_counter() - started)
     return LinkResult(et, kineto, match, window, gpu, parents, exclusive, report, warnings)
+
+
+def process_root_index(et: ExecutionTrace) -> int:
+    """Index of the ET's process root (-1 if it has none). O(n) once."""
+    for i, name in enumerate(et.names):
+        if name in PROCESS_ROOT_NAMES:
+            return i
+    return -1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .et_reader import ExecutionTrace
-from .gpu import BEFORE_TRACE, REASON_WORDS, GpuAttribution
+from .gpu import BEFORE_TRACE, REASON_WORDS, UNDER_PROCESS_ROOT, GpuAttribution
 from .intervals import lies_within
 from .kineto_reader import KinetoTrace
 from .match import OpMatch
@@ -59,9 +59,12 @@ class LinkReport:
     def summary(self, total_seconds: float | None = None) -> str:
         """The stderr summary; its WARNING lines are exactly the report's ``warnings``."""
         before = self.gpu_attribution.get("problems", {}).get(BEFORE_TRACE, 0)
-        gpu = (f"{self.gpu_events_linked}/{self.gpu_events - before} GPU ops launched while tracing attached "
-               f"({self.gpu_linked_pct:.2f}%)" if self.gpu_events
+        adopted = sum(row["count"] for row in self.gpu_accounting if row["reason"] == UNDER_PROCESS_ROOT)
+        gpu = (f"{self.gpu_events_linked - adopted}/{self.gpu_events - before - adopted} GPU ops launched "
+               f"while tracing attached ({self.gpu_linked_pct:.2f}%)" if self.gpu_events
                else "no GPU ops in the Kineto trace (CPU-only run)")
+        if adopted:
+            gpu += f", {adopted} launched before it under the process root"
         timing = (f"in {total_seconds:.2f}s (matching {self.seconds:.2f}s)" if total_seconds is not None
                   else f"(matching {self.seconds:.2f}s)")
         if self.host_graph != "execution trace":
@@ -127,7 +130,8 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
             {"name": events[i].name, "tid": events[i].tid, "ts": events[i].ts} for i in k_missing[:EXAMPLES]])),
     }
     gpu_total = len(gpu.links)
-    launched_in_trace = gpu_total - gpu.problem_counts[BEFORE_TRACE]
+    adopted = gpu.placement_counts[UNDER_PROCESS_ROOT]  # launched before the trace: not in the share
+    launched_in_trace = gpu_total - gpu.problem_counts[BEFORE_TRACE] - adopted
     gpu_linked = gpu.attributed
     unattributed = [
         {"name": l.event.name[:120], "correlation": l.event.args.correlation, "problem": l.problem}
@@ -151,7 +155,7 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
         linked_pct=round(100.0 * linked / len(ops), 3) if ops else 0.0,
         kineto_cpu_events=len(in_window), gpu_events=gpu_total, gpu_events_linked=gpu_linked,
         # Work launched before the trace started cannot be attributed by anyone: not a failure.
-        gpu_linked_pct=(round(100.0 * gpu_linked / launched_in_trace, 3) if launched_in_trace else 100.0),
+        gpu_linked_pct=(round(100.0 * (gpu_linked - adopted) / launched_in_trace, 3) if launched_in_trace else 100.0),
         gpu_attribution={"via": dict(gpu.via_counts), "problems": dict(gpu.problem_counts),
                          "unattributed_examples": unattributed,
                          "launch_names_not_in_known_list": dict(gpu.unknown_launch_names),

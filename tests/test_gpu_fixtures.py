@@ -49,8 +49,14 @@ def test_gpu_ops_attached_as_truth_says(name, tmp_path):
     gpu = {n["correlation"]: n for n in nodes if n.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
     parent_key = "parent" if _truth(name)["et_schema"] == "1.0.1" else "ctrl_deps"
     truth = _truth(name)
+    kineto = json.loads(gzip.decompress((directory / "kineto.json.gz").read_bytes()))
+    first = min(e["args"]["correlation"] for e in kineto["traceEvents"]
+                if e.get("cat") in ("cuda_runtime", "cuda_driver"))
+    roots = {n["id"] for n in nodes if n["name"].endswith("|process]")}
     for op in truth["gpu_ops"]:
-        if op["et_id"] is None:
+        if op["et_id"] is None and op["link"] == "none" and op["correlation"] < first:
+            assert gpu[op["correlation"]][parent_key] in roots, op  # before the trace: under the root
+        elif op["et_id"] is None:
             assert op["correlation"] not in gpu  # not attributable: reported, not invented
         else:
             assert gpu[op["correlation"]][parent_key] == op["et_id"], op
@@ -60,12 +66,12 @@ def test_gpu_ops_attached_as_truth_says(name, tmp_path):
     assert report["gpu_attribution"]["via"] == {"correlation": counts["correlation"],
                                                 "external_id": counts["external_id"], "flow": counts["ac2g"]}
     # An op without any launch whose correlation is below every runtime call's was launched before
-    # the trace started; the fixtures' one such op (correlation 31400) is of that kind.
-    kineto = json.loads(gzip.decompress((directory / "kineto.json.gz").read_bytes()))
-    first = min(e["args"]["correlation"] for e in kineto["traceEvents"]
-                if e.get("cat") in ("cuda_runtime", "cuda_driver"))
-    expected = Counter("before_trace" if op["correlation"] < first else "no_launch"
+    # the trace started (the fixtures' one such op, correlation 31400): written under the process
+    # root and counted so; the others stay problems.
+    expected = Counter("before_trace_under_process_root" if op["correlation"] < first else "no_launch"
                        for op in truth["gpu_ops"] if op["link"] == "none")
     assert sum(expected.values()) == counts["none"]
-    assert report["gpu_attribution"]["problems"] == dict(expected)
+    rows = {row["reason"]: row["count"] for row in report["gpu_accounting"]}
+    assert rows.get("before_trace_under_process_root", 0) == expected["before_trace_under_process_root"] == 1
+    assert report["gpu_attribution"]["problems"] == {k: n for k, n in expected.items() if k == "no_launch"}
     assert report["gpu_events"] == truth["counts"]["gpu_ops"]

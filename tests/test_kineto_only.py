@@ -39,6 +39,7 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 HOST_CATS = ("cpu_op", "user_annotation")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch")
+ROOT = ("process root", None)  # expected parent of a GPU event launched before the trace
 
 
 def _innermost(events: list[dict], queries: list[tuple]) -> dict:
@@ -86,8 +87,9 @@ def _expected(doc: dict) -> dict:
     for g in gpu:
         launch = runtime.get(g["args"].get("correlation"))
         if launch is None:
-            parents.append(None)
-            reasons["before_trace" if g["args"]["correlation"] < first else "no_launch"] += 1
+            before = g["args"]["correlation"] < first
+            parents.append(ROOT if before else None)  # before the trace: under the process root
+            reasons["before_trace_under_process_root" if before else "no_launch"] += 1
             continue
         q = (launch["pid"], launch["tid"], launch["ts"])
         candidates = in_host[q] or in_python.get(q, [])
@@ -123,9 +125,13 @@ def test_every_gpu_event_hangs_under_the_innermost_event_covering_its_launch(lin
         if n.get("cat") in GPU_CATS:
             parent = nodes[n["ctrl_deps"]]
             have.setdefault((n["correlation"], n["ts"], n["name"]), []).append(
-                (parent["ts"], parent["dur"], parent["name"]))
+                (parent.get("ts"), parent.get("dur"), parent["name"]))
     attached = 0
     for g, parent in zip(expected["gpu"], expected["parents"]):
+        if parent is ROOT:
+            found = have[(g["args"]["correlation"], g["ts"], g["name"])].pop()
+            assert found[2] == "[pytorch|profiler|execution_trace|process]", (name, g["name"])
+            continue
         if parent is None or not parent[0]:
             continue
         # Identical intervals (integer-µs traces) make several events equally innermost: any of

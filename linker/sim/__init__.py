@@ -8,6 +8,8 @@ Module map (reading order; each depends only on the ones above it):
   across ranks, what-if ``Scale``); a heap-based loop, O((n + e) log n).
 - ``critical`` — the critical path and the ops that take most time on it.
 - ``diagnose`` — why nodes never ran: missing dependencies, cycles, stalled collectives.
+- ``unheld``   — GPU waits on the measured timeline that no dependency explains (what a short
+  replay cannot reproduce), O(n + e).
 - ``report``   — text and JSON report.
 - ``perfetto`` — ``--trace-out``: measured and simulated timelines side by side.
 - ``cli_run``  — the ``simulate`` command glued together.

@@ -11,7 +11,10 @@ clocks agree), ``peer_wait_us`` (time collectives held a unit waiting for peer r
 on it: name, kind, us, count), ``critical_path_us_by_kind``, ``critical_path_links`` (how the path
 enters its nodes: a dependency's cause from the file, "unit", "peer", "start"; count and time), ``ranks`` (per rank: rank, file,
 nodes, measured_us, simulated_us, ratio), ``slowest_rank``, ``notes`` (fallbacks the readers used,
-matching remarks). Cost: O(n) over the replay.
+matching remarks, and, for a rank replayed below 0.97 of its measured step, the GPU wait the graph
+cannot reproduce when it is 1% of the measured step or more), ``unheld_gpu_wait`` (per rank: ``us``, the largest per-stream total of GPU ops' waits
+after all their dependencies had finished on the measured timeline, ``streams``, ``largest``; see
+``unheld``). Cost: O(n) over the replay.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from .critical import CriticalOp, PathLink, PathStep, critical_path, path_links,
 from .diagnose import Diagnosis, diagnose
 from .engine import Replay
 from .graph import KIND_NAMES
+from .unheld import UnheldWait, unheld_gpu_wait, unheld_note
 
 EXAMPLES = 10
 
@@ -67,6 +71,7 @@ class SimReport:
     measured_job_span_us: float | None  # latest measured end minus earliest start over all ranks (clocks agree)
     notes: list[str] = field(default_factory=list)
     cycle_example: list[dict] = field(default_factory=list)
+    unheld_gpu_wait: list[UnheldWait] = field(default_factory=list)  # per rank, see ``unheld``
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -146,6 +151,11 @@ def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], 
                "nodes": [_node_ref(rp, u) for u in s.nodes], "hint": s.hint} for s in diagnosis.stalls]
     notes = _rank_notes(rp)
     notes += rp.groups.notes
+    unheld = [unheld_gpu_wait(graph) for graph in rp.graphs]
+    for wait, rank in zip(unheld, ranks):
+        note = unheld_note(wait, rank.measured_us, rank.simulated_us, len(ranks) > 1)
+        if note:
+            notes.append(note)
     report = SimReport(
         model=rp.model, scale={"cpu": rp.scale.cpu, "gpu": rp.scale.gpu, "comm": rp.scale.comm},
         measured_us=slowest.measured_us, simulated_us=simulated, ratio=_ratio(simulated, slowest.measured_us),
@@ -155,7 +165,7 @@ def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], 
         critical_path_links=path_links(path),
         ranks=ranks, slowest_rank=slowest.rank, rank_start_us=list(rp.release),
         measured_job_span_us=_job_span(rp) if any(rp.release) else None, notes=_dedupe(notes),
-        cycle_example=[_node_ref(rp, u) for u in diagnosis.cycle_example[:EXAMPLES]])
+        cycle_example=[_node_ref(rp, u) for u in diagnosis.cycle_example[:EXAMPLES]], unheld_gpu_wait=unheld)
     return report, path, diagnosis
 
 

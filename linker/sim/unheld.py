@@ -1,0 +1,96 @@
+"""GPU waits the graph does not hold: measured time a replay cannot reproduce from the file alone.
+
+A replay starts a node as soon as its dependencies have finished and its unit is free. On the
+measured timeline a GPU or communication op sometimes started well after everything the graph makes
+it wait for had finished: it waited for something the trace did not record (work queued before
+profiling started, another process on the device, an event recorded by a call outside the trace,
+peers of a collective launched before the trace). The replay starts such an op at once, so the
+simulated step comes out short by up to that wait.
+
+For each timed GPU / communication node u: ``ready`` = the latest measured end among its timed
+dependencies (its launching CPU op, stream predecessor, waited-on ops...; untimed ones such as the
+process root count as the rank's measured start), and ``wait`` = max(0, start(u) - ready). Using
+the CPU launcher's *end* makes ``wait`` a lower bound: the launch call lies somewhere inside that op.
+A stream's waits never overlap (its predecessor is a dependency), so a stream's total is time that
+stream sat idle with its next op's dependencies met. ``unheld_gpu_wait`` reports, per rank, the
+largest per-stream total (a lower bound of what the replay drops), the streams, and the largest
+single waits; ``unheld_note`` words it for a rank whose replay came out short. Cost: O(n + E) over
+one graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .graph import COMM, GPU, SimGraph, lane_label
+
+LARGEST = 3
+
+
+@dataclass
+class StreamWait:
+    lane: str
+    us: float
+    ops: int  # ops that waited
+
+
+@dataclass
+class UnheldWait:
+    """One rank's GPU waits the graph does not explain (µs)."""
+
+    rank: int
+    us: float  # the largest per-stream total
+    streams: list[StreamWait] = field(default_factory=list)  # streams with waits, largest first
+    largest: list[dict] = field(default_factory=list)  # {id, name, lane, us}, largest first
+
+
+def unheld_gpu_wait(graph: SimGraph, min_us: float = 1.0) -> UnheldWait:
+    """The waits of ``graph``'s GPU / communication ops that no dependency explains (waits under
+    ``min_us`` are ignored as timing noise)."""
+    first, _ = graph.measured_span()
+    result = UnheldWait(graph.rank, 0.0)
+    if first != first:
+        return result
+    start, dur, kind = graph.start, graph.measured_dur, graph.kind
+    by_lane: dict[int, list[float]] = {}
+    waits: list[tuple[float, int]] = []
+    for u in range(len(graph)):
+        if kind[u] not in (GPU, COMM) or start[u] != start[u]:
+            continue
+        ready = first
+        for d in graph.deps_of(u):
+            s = start[d]
+            if s == s and s + dur[d] > ready:
+                ready = s + dur[d]
+        wait = start[u] - ready
+        if wait >= min_us:
+            total = by_lane.setdefault(graph.lane[u], [0.0, 0])
+            total[0] += wait
+            total[1] += 1
+            waits.append((wait, u))
+    result.streams = sorted((StreamWait(lane_label(graph.lane_keys[lane]), round(total, 1), count)
+                             for lane, (total, count) in by_lane.items()), key=lambda s: -s.us)
+    result.us = result.streams[0].us if result.streams else 0.0
+    waits.sort(reverse=True)
+    result.largest = [{"id": graph.ids[u], "name": graph.names[u], "lane": lane_label(graph.lane_keys[graph.lane[u]]),
+                       "us": round(wait, 1)} for wait, u in waits[:LARGEST]]
+    return result
+
+
+SHORT = 0.97  # a replay below this share of the measured step is short enough to explain
+
+
+def unheld_note(wait: UnheldWait, measured_us: float, simulated_us: float, job: bool) -> str | None:
+    """The report's note when the replay of the rank is short (below ``SHORT`` of its measured
+    step) and the waits are a visible share (>= 1%) of the measured step."""
+    if measured_us <= 0 or simulated_us >= SHORT * measured_us or wait.us < 0.01 * measured_us:
+        return None
+    top = wait.streams[0]
+    largest = ", ".join(f"{w['name'][:60]!r} (id {w['id']}) {w['us']:,.1f} us" for w in wait.largest)
+    return (f"{'rank ' + str(wait.rank) + ': ' if job else ''}the measured step holds at least "
+            f"{wait.us:,.1f} us ({wait.us / measured_us:.0%}) the graph cannot reproduce: GPU ops that "
+            f"started after everything they depend on had finished ({top.lane}: {top.ops} ops waited "
+            f"{top.us:,.1f} us in all; largest: {largest}). They waited for something the graph does not "
+            f"hold (a wait the trace did not record or that could not be placed, work queued before "
+            f"profiling started, other processes, peer ranks); the replay starts them at once, so it "
+            f"can run short by up to that much")
