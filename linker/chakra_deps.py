@@ -11,10 +11,8 @@ thread, in start order), ``parent`` (the previous op in that order is the parent
 device and stream), ``event_wait`` (``cudaStreamWaitEvent``: a GPU op after the other stream's op it
 waited for), ``sync`` (a blocking synchronize or synchronous copy: the op after the call waits for
 the GPU op(s) waited on), ``fork`` / ``join`` (cross-thread, ``busy``), ``collective_order``
-(communication kernels of one process group run in issue order, when not already on one stream),
-``gap_wait`` (a GPU op launched before the trace started, whose waits were not recorded: it started
-within ``GAP_WAIT_US`` of the end of another stream's op on its device after its own stream sat idle
-longer than that, so it is taken to have waited for that op). Cost: O((n + g) log(n + g)) time, O(n + g) small ints of memory.
+(communication kernels of one process group run in issue order, when not already on one stream).
+Cost: O((n + g) log(n + g)) time, O(n + g) small ints of memory.
 """
 
 from __future__ import annotations
@@ -38,12 +36,7 @@ NO_NODE = -1
 
 THREAD_ORDER, PARENT, LAUNCH, STREAM_ORDER = "thread_order", "parent", "launch", "stream_order"
 EVENT_WAIT, SYNC, FORK, JOIN, COLLECTIVE_ORDER = "event_wait", "sync", "fork", "join", "collective_order"
-GAP_WAIT = "gap_wait"
-CAUSES = (THREAD_ORDER, PARENT, LAUNCH, STREAM_ORDER, EVENT_WAIT, SYNC, FORK, JOIN, COLLECTIVE_ORDER, GAP_WAIT)
-# A GPU op launched before the trace (no launch, no recorded wait call) that starts within this many
-# µs of the end of another stream's op on its device, after its own stream sat idle for longer, is
-# taken to have waited for that op (an event wait issued before profiling started).
-GAP_WAIT_US = 50.0
+CAUSES = (THREAD_ORDER, PARENT, LAUNCH, STREAM_ORDER, EVENT_WAIT, SYNC, FORK, JOIN, COLLECTIVE_ORDER)
 
 # ---------------------------------------------------------------------------------------------
 # Dependency plan
@@ -327,7 +320,6 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
         position[u] = p
     plan.position = position
     add_wait_edges(et_plus, plan, placement, summary)
-    add_gap_waits(et_plus, plan)
     for u in range(n + g):
         summary.dependency_causes.update(cause for _, cause in plan.data_deps(u))
     return plan
@@ -485,38 +477,6 @@ def _add_wait(plan: DependencyPlan, source: int, target: int, cause: str) -> str
         return ALREADY_THERE
     targets.append((source, cause))
     return ADDED
-
-
-def add_gap_waits(et_plus: EtPlus, plan: DependencyPlan) -> int:
-    """``gap_wait`` edges into the launchless GPU nodes (``plan.launchless``): the op of another
-    stream of the same device that ended last at or before the node's start, when that end is within
-    ``GAP_WAIT_US`` of it and the node's own stream predecessor ended longer ago than that (or it has
-    none). Returns the edges added. O(g log g)."""
-    if not plan.launchless:
-        return 0
-    n, nodes = plan.cpu_count, et_plus.gpu_nodes
-    ends_by_device: dict[Any, list[tuple[float, int]]] = {}
-    for k, node in enumerate(nodes):
-        ends_by_device.setdefault(node.device, []).append((node.ts + node.dur, k))
-    for ends in ends_by_device.values():
-        ends.sort()
-    end_times = {device: [end for end, _ in ends] for device, ends in ends_by_device.items()}
-    added = 0
-    for u in sorted(plan.launchless):
-        node = nodes[u - n]
-        before = plan.prev[u]
-        if before >= 0:
-            own = nodes[before - n]
-            if node.ts - (own.ts + own.dur) <= GAP_WAIT_US:
-                continue
-        ends = ends_by_device[node.device]
-        i = bisect_right(end_times[node.device], node.ts) - 1
-        if i < 0 or node.ts - ends[i][0] > GAP_WAIT_US:
-            continue
-        source = ends[i][1]
-        if nodes[source].stream != node.stream and _add_wait(plan, n + source, u, GAP_WAIT) == ADDED:
-            added += 1
-    return added
 
 
 def _ended_after_start(et_plus: EtPlus, k: int, j: int) -> bool:
