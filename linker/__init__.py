@@ -11,4 +11,4 @@ Reading order for a newcomer, one trace from file to output:
 7. ``cli``: the ``et-link`` command.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
