@@ -138,8 +138,11 @@ class DependencyPlan:
             deps.append((p, STREAM_ORDER))
         elif p >= 0:
             deps.append((p, PARENT if p == self.ctrl[u] else THREAD_ORDER))
+        waits = self.waits.get(u)
+        if not waits:  # most nodes: no set to build
+            return deps
         seen = {d for d, _ in deps}
-        for source, cause in self.waits.get(u, ()):
+        for source, cause in waits:
             if source not in seen:
                 seen.add(source)
                 deps.append((source, cause))
@@ -220,18 +223,30 @@ def _topological_order(ctrl: array, prev: array, keys: list[float], ids: list[in
     total = len(ctrl)
     indegree = array("q", [0]) * total
     out_count = array("q", [0]) * (total + 1)
+    edge_source, edge_target = array("q"), array("q")  # every edge once, in target order
     for u in range(total):
-        for d in _edge_sources(ctrl, prev, extra, u):
-            indegree[u] += 1
-            out_count[d + 1] += 1
+        c, p = ctrl[u], prev[u]
+        if c >= 0:
+            edge_source.append(c)
+            edge_target.append(u)
+        if p >= 0 and p != c:
+            edge_source.append(p)
+            edge_target.append(u)
+        if u in extra:
+            for d in _edge_sources(ctrl, prev, extra, u)[(c >= 0) + (p >= 0 and p != c):]:
+                edge_source.append(d)
+                edge_target.append(u)
+    for d, u in zip(edge_source, edge_target):
+        indegree[u] += 1
+        out_count[d + 1] += 1
     for u in range(total):
         out_count[u + 1] += out_count[u]
     fill = array("q", out_count)
     targets = array("q", [0]) * out_count[total]
-    for u in range(total):
-        for d in _edge_sources(ctrl, prev, extra, u):
-            targets[fill[d]] = u
-            fill[d] += 1
+    for d, u in zip(edge_source, edge_target):
+        targets[fill[d]] = u
+        fill[d] += 1
+    del edge_source, edge_target
     ready = [(keys[u], ids[u], u) for u in range(total) if indegree[u] == 0]
     heapq.heapify(ready)
     order: list[int] = []
@@ -317,8 +332,10 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
         position[u] = p
     plan.position = position
     add_wait_edges(et_plus, plan, placement, summary)
+    causes: list[str] = []  # counted once at the end (a Counter update per node cost seconds)
     for u in range(n + g):
-        summary.dependency_causes.update(cause for _, cause in plan.data_deps(u))
+        causes.extend([cause for _, cause in plan.data_deps(u)])
+    summary.dependency_causes.update(causes)
     return plan
 
 
