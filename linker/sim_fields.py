@@ -41,6 +41,18 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
     gpu_nodes = et_plus.gpu_nodes
     id_of = et.ids + [node.id for node in gpu_nodes]  # node id of each plan index
     data_deps, unset = plan.data_deps, msgspec.UNSET
+    shared_causes: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def dep_fields(deps: list[tuple[int, str]]) -> tuple[list[int], tuple[str, ...]]:
+        """``data_deps`` (a list of exactly its length) and ``data_dep_causes`` (one shared tuple
+        per distinct sequence of causes: a few kinds for millions of nodes)."""
+        causes = tuple([cause for _, cause in deps])
+        if len(deps) == 1:  # a list display is allocated at its size, a comprehension with spare room
+            ids = [id_of[deps[0][0]]]
+        else:
+            ids = [id_of[d] for d, _ in deps]
+        return ids, shared_causes.setdefault(causes, causes)
+
     blocked, host_gap, sim = busy.blocked, busy.host_gap, busy.sim
     for i, node in enumerate(et.nodes):
         if node.ts is not unset:
@@ -49,14 +61,10 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
             node.sim_dur = _us(sim[i])
         elif host_gap[i] > 0:
             node.host_gap_dur = node.sim_dur = _us(host_gap[i])
-        deps = data_deps(i)
-        node.data_deps = [id_of[d] for d, _ in deps]
-        node.data_dep_causes = [cause for _, cause in deps]
+        node.data_deps, node.data_dep_causes = dep_fields(data_deps(i))
     for k, node in enumerate(gpu_nodes):
-        deps = data_deps(n + k)
         node.sim_dur = node.dur
-        node.data_deps = [id_of[d] for d, _ in deps]
-        node.data_dep_causes = [cause for _, cause in deps]
+        node.data_deps, node.data_dep_causes = dep_fields(data_deps(n + k))
         comm = plan.comm[k] if plan.comm else None
         if comm is None or comm.node_type == pb.COMP_NODE:
             continue
