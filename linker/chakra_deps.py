@@ -332,11 +332,35 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
         position[u] = p
     plan.position = position
     add_wait_edges(et_plus, plan, placement, summary)
-    causes: list[str] = []  # counted once at the end (a Counter update per node cost seconds)
-    for u in range(n + g):
-        causes.extend([cause for _, cause in plan.data_deps(u)])
-    summary.dependency_causes.update(causes)
+    _count_causes(plan, summary.dependency_causes)
     return plan
+
+
+def _count_causes(plan: DependencyPlan, counts: Counter) -> None:
+    """Add the causes of every node's ``data_deps`` to ``counts``: what ``plan.data_deps`` gives,
+    read off the ctrl / prev columns for the nodes without waits (no per-node lists). O(n + g)."""
+    n, ctrl, prev, waits = plan.cpu_count, plan.ctrl, plan.prev, plan.waits
+    causes: list[str] = []
+    for u in waits:
+        causes.extend([cause for _, cause in plan.data_deps(u)])
+    parents = threads = launches = streams = 0
+    for u, (p, c) in enumerate(zip(prev, ctrl)):
+        if u in waits:
+            continue
+        if u < n:
+            if p >= 0:
+                if p == c:
+                    parents += 1
+                else:
+                    threads += 1
+        else:
+            launches += c >= 0
+            streams += p >= 0
+    causes.sort()  # the same counts in one order whatever the waits' order
+    counts.update(causes)
+    for cause, count in ((PARENT, parents), (THREAD_ORDER, threads), (LAUNCH, launches), (STREAM_ORDER, streams)):
+        if count:
+            counts[cause] += count
 
 
 def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
