@@ -139,8 +139,11 @@ class DependencyPlan:
             deps.append((p, STREAM_ORDER))
         elif p >= 0:
             deps.append((p, PARENT if p == self.ctrl[u] else THREAD_ORDER))
+        waits = self.waits.get(u)
+        if not waits:  # most nodes: no set to build
+            return deps
         seen = {d for d, _ in deps}
-        for source, cause in self.waits.get(u, ()):
+        for source, cause in waits:
             if source not in seen:
                 seen.add(source)
                 deps.append((source, cause))
@@ -221,18 +224,30 @@ def _topological_order(ctrl: array, prev: array, keys: list[float], ids: list[in
     total = len(ctrl)
     indegree = array("q", [0]) * total
     out_count = array("q", [0]) * (total + 1)
+    edge_source, edge_target = array("q"), array("q")  # every edge once, in target order
     for u in range(total):
-        for d in _edge_sources(ctrl, prev, extra, u):
-            indegree[u] += 1
-            out_count[d + 1] += 1
+        c, p = ctrl[u], prev[u]
+        if c >= 0:
+            edge_source.append(c)
+            edge_target.append(u)
+        if p >= 0 and p != c:
+            edge_source.append(p)
+            edge_target.append(u)
+        if u in extra:
+            for d in _edge_sources(ctrl, prev, extra, u)[(c >= 0) + (p >= 0 and p != c):]:
+                edge_source.append(d)
+                edge_target.append(u)
+    for d, u in zip(edge_source, edge_target):
+        indegree[u] += 1
+        out_count[d + 1] += 1
     for u in range(total):
         out_count[u + 1] += out_count[u]
     fill = array("q", out_count)
     targets = array("q", [0]) * out_count[total]
-    for u in range(total):
-        for d in _edge_sources(ctrl, prev, extra, u):
-            targets[fill[d]] = u
-            fill[d] += 1
+    for d, u in zip(edge_source, edge_target):
+        targets[fill[d]] = u
+        fill[d] += 1
+    del edge_source, edge_target
     ready = [(keys[u], ids[u], u) for u in range(total) if indegree[u] == 0]
     heapq.heapify(ready)
     order: list[int] = []
@@ -320,9 +335,35 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
         position[u] = p
     plan.position = position
     add_wait_edges(et_plus, plan, placement, summary)
-    for u in range(n + g):
-        summary.dependency_causes.update(cause for _, cause in plan.data_deps(u))
+    _count_causes(plan, summary.dependency_causes)
     return plan
+
+
+def _count_causes(plan: DependencyPlan, counts: Counter) -> None:
+    """Add the causes of every node's ``data_deps`` to ``counts``: what ``plan.data_deps`` gives,
+    read off the ctrl / prev columns for the nodes without waits (no per-node lists). O(n + g)."""
+    n, ctrl, prev, waits = plan.cpu_count, plan.ctrl, plan.prev, plan.waits
+    causes: list[str] = []
+    for u in waits:
+        causes.extend([cause for _, cause in plan.data_deps(u)])
+    parents = threads = launches = streams = 0
+    for u, (p, c) in enumerate(zip(prev, ctrl)):
+        if u in waits:
+            continue
+        if u < n:
+            if p >= 0:
+                if p == c:
+                    parents += 1
+                else:
+                    threads += 1
+        else:
+            launches += c >= 0
+            streams += p >= 0
+    causes.sort()  # the same counts in one order whatever the waits' order
+    counts.update(causes)
+    for cause, count in ((PARENT, parents), (THREAD_ORDER, threads), (LAUNCH, launches), (STREAM_ORDER, streams)):
+        if count:
+            counts[cause] += count
 
 
 def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:

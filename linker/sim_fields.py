@@ -29,6 +29,8 @@ def pytorch_group_name(group_id: str) -> str:
 
 
 def _us(value: float) -> float | int:
+    if value == 0:  # most blocked / gap times
+        return 0
     return as_number(round(value, 3))
 
 
@@ -36,27 +38,33 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
     """Compute (or reuse) the plan and write the simulation fields onto the ET+ nodes."""
     plan = dependency_plan(et_plus, summary)
     et, busy, n = et_plus.et, plan.busy, plan.cpu_count
-    ids = et.ids
     gpu_nodes = et_plus.gpu_nodes
+    id_of = et.ids + [node.id for node in gpu_nodes]  # node id of each plan index
+    data_deps, unset = plan.data_deps, msgspec.UNSET
+    shared_causes: dict[tuple[str, ...], tuple[str, ...]] = {}
 
-    def id_of(u: int) -> int:
-        return ids[u] if u < n else gpu_nodes[u - n].id
+    def dep_fields(deps: list[tuple[int, str]]) -> tuple[list[int], tuple[str, ...]]:
+        """``data_deps`` (a list of exactly its length) and ``data_dep_causes`` (one shared tuple
+        per distinct sequence of causes: a few kinds for millions of nodes)."""
+        causes = tuple([cause for _, cause in deps])
+        if len(deps) == 1:  # a list display is allocated at its size, a comprehension with spare room
+            ids = [id_of[deps[0][0]]]
+        else:
+            ids = [id_of[d] for d, _ in deps]
+        return ids, shared_causes.setdefault(causes, causes)
 
+    blocked, host_gap, sim = busy.blocked, busy.host_gap, busy.sim
     for i, node in enumerate(et.nodes):
-        if node.ts is not msgspec.UNSET:
-            node.blocked_dur = _us(busy.blocked[i])
-            node.host_gap_dur = _us(busy.host_gap[i])
-            node.sim_dur = _us(busy.sim[i])
-        elif busy.host_gap[i] > 0:
-            node.host_gap_dur = node.sim_dur = _us(busy.host_gap[i])
-        deps = plan.data_deps(i)
-        node.data_deps = [id_of(d) for d, _ in deps]
-        node.data_dep_causes = [cause for _, cause in deps]
+        if node.ts is not unset:
+            node.blocked_dur = _us(blocked[i])
+            node.host_gap_dur = _us(host_gap[i])
+            node.sim_dur = _us(sim[i])
+        elif host_gap[i] > 0:
+            node.host_gap_dur = node.sim_dur = _us(host_gap[i])
+        node.data_deps, node.data_dep_causes = dep_fields(data_deps(i))
     for k, node in enumerate(gpu_nodes):
-        deps = plan.data_deps(n + k)
         node.sim_dur = node.dur
-        node.data_deps = [id_of(d) for d, _ in deps]
-        node.data_dep_causes = [cause for _, cause in deps]
+        node.data_deps, node.data_dep_causes = dep_fields(data_deps(n + k))
         comm = plan.comm[k] if plan.comm else None
         if comm is None or comm.node_type == pb.COMP_NODE:
             continue

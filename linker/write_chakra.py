@@ -200,12 +200,16 @@ class AttrEncoder:
         self._is_cpu_op: bytes | None = None
 
     def _int64_attr(self, name: str, value: int) -> bytes:
-        name_field = self._name_fields.get(name)
-        if name_field is None:
+        head = self._name_fields.get(name)  # the name field and the int64_val tag
+        if head is None:
             encoded_name = name.encode("utf-8")
-            name_field = self._name_fields[name] = b"\x0a" + encode_varint(len(encoded_name)) + encoded_name
-        body = name_field + b"\x48" + encode_varint(value if value >= 0 else value & 0xFFFF_FFFF_FFFF_FFFF)
-        return b"\x52" + encode_varint(len(body)) + body
+            head = self._name_fields[name] = b"\x0a" + encode_varint(len(encoded_name)) + encoded_name + b"\x48"
+        varint = encode_varint(value if value >= 0 else value & 0xFFFF_FFFF_FFFF_FFFF)
+        return b"\x52" + encode_varint(len(head) + len(varint)) + head + varint
+
+    def int64_attrs(self, pairs: list[tuple[str, int]]) -> bytes:
+        """``Node.attr`` bytes of (name, int) pairs known to fit int64 (no spec, no cache)."""
+        return b"".join([self._int64_attr(name, value) for name, value in pairs])
 
     def encode(self, spec: AttrSpec) -> bytes:
         """Wire bytes of one attribute as a ``Node.attr`` field."""
@@ -242,7 +246,11 @@ class AttrEncoder:
                 self._blobs[shared] = blob
         if self._is_cpu_op is None:
             self._is_cpu_op = self.encode(_IS_CPU_OP)
-        return self._is_cpu_op + self.encode_all(_specs_of(own)) + blob
+        if all(type(value) is int and -MAX_INT64 - 1 <= value <= MAX_INT64 for _, value in own):
+            own_bytes = self.int64_attrs(own)  # the usual rf_id / seq_id: what attr_spec gives them
+        else:
+            own_bytes = self.encode_all(_specs_of(own))
+        return self._is_cpu_op + own_bytes + blob
 
 
 _IS_CPU_OP = ("is_cpu_op", "bool_val", True)
@@ -306,16 +314,19 @@ def _micros(value: float) -> int:
     return max(0, round(value))
 
 
-def busy_attrs(plan: DependencyPlan, i: int, node: EtNode) -> Iterator[AttrSpec]:
-    """The measured and simulated time split of a linked CPU op (int64 µs, rounded)."""
+def busy_attrs(plan: DependencyPlan, i: int, node: EtNode) -> list[tuple[str, int]]:
+    """The measured and simulated time split of a linked CPU op (int64 µs, rounded), as
+    (name, value) of ``int64_val`` attributes."""
     busy = plan.busy
     gap = busy.host_gap[i]
+    pairs = []
     if node.ts is not msgspec.UNSET:
-        yield "inclusive_dur_micros", "int64_val", _micros(node.dur)
-        yield "exclusive_dur_micros", "int64_val", _micros(node.exclusive_dur)
-        yield "blocked_micros", "int64_val", _micros(busy.blocked[i])
+        pairs = [("inclusive_dur_micros", _micros(node.dur)),
+                 ("exclusive_dur_micros", _micros(node.exclusive_dur)),
+                 ("blocked_micros", _micros(busy.blocked[i]))]
     if gap > 0:
-        yield "host_gap_micros", "int64_val", _micros(gap)
+        pairs.append(("host_gap_micros", _micros(gap)))
+    return pairs
 
 
 class _Ids:
@@ -427,7 +438,7 @@ def node_messages(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummary,
             node = et.nodes[u]
             node_type = pb.METADATA_NODE if node.name == PROCESS_GROUP_INIT else pb.COMP_NODE
             summary.counts_by_type[_TYPE_NAMES[node_type]] += 1
-            extra = attrs.encode_all(busy_attrs(plan, u, node)) + causes_attr
+            extra = attrs.int64_attrs(busy_attrs(plan, u, node)) + causes_attr
             yield cpu_node_bytes(node, node_type, ctrl, data, plan.busy.sim[u], flat, attrs, extra)
         else:
             k = u - n

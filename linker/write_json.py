@@ -3,7 +3,7 @@
 Untouched parts (inputs, outputs, unknown keys) are written back from the raw bytes they were read
 as. The bytes are exactly ``msgspec.json.encode`` of the document with ``nodes`` = all ET+ nodes,
 produced in pieces: the header once, then the nodes a few thousand at a time, each piece handed to
-a writer thread (``fileio.BackgroundWriter``) while the next is encoded. Memory: a few pieces, not
+a writer thread (``fileio.BackgroundWriter``, at most ``WRITE_QUEUE_PIECES`` waiting) while the next is encoded. Memory: a few pieces, not
 a second copy of the document. ``.gz`` paths are gzip-compressed (in the writer thread). The file
 appears only when complete (``fileio.atomic_output``). Cost: O(output bytes).
 """
@@ -19,6 +19,7 @@ from .etplus import EtPlus
 from .fileio import BackgroundWriter, atomic_output
 
 NODES_PER_PIECE = 4096
+WRITE_QUEUE_PIECES = 3  # pieces (~4.5 MB each on large traces) waiting for the writer: gzip is the slow side
 _NODES_KEY = b'"nodes":[0]'  # a placeholder list: an empty one is omitted (omit_defaults)
 
 
@@ -45,7 +46,7 @@ def _document_pieces(et_plus: EtPlus) -> Iterator[bytes]:
 
 def write_et_plus_json(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = ()) -> None:
     with atomic_output(path, protected) as out:
-        writer = BackgroundWriter(out)
+        writer = BackgroundWriter(out, depth=WRITE_QUEUE_PIECES)
         try:
             for piece in _document_pieces(et_plus):
                 writer.write(piece)
