@@ -342,7 +342,7 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
 def _count_causes(plan: DependencyPlan, counts: Counter) -> None:
     """Add the causes of every node's ``data_deps`` to ``counts``: what ``plan.data_deps`` gives,
     read off the ctrl / prev columns for the nodes without waits (no per-node lists). O(n + g)."""
-    n, ctrl, prev, waits = plan.cpu_count, plan.ctrl, plan.prev, plan.waits
+    n, ctrl, prev, waits, launchless = plan.cpu_count, plan.ctrl, plan.prev, plan.waits, plan.launchless
     causes: list[str] = []
     for u in waits:
         causes.extend([cause for _, cause in plan.data_deps(u)])
@@ -357,7 +357,7 @@ def _count_causes(plan: DependencyPlan, counts: Counter) -> None:
                 else:
                     threads += 1
         else:
-            launches += c >= 0
+            launches += c >= 0 and u not in launchless
             streams += p >= 0
     causes.sort()  # the same counts in one order whatever the waits' order
     counts.update(causes)

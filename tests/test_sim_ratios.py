@@ -80,6 +80,27 @@ def test_single_thread_cpu_fixtures_replay_as_measured(tmp_path_factory):
             assert 0.97 <= report.simulated_us / report.measured_us <= 1.03, (name, model, report.ratio)
 
 
+def _causes_in_file(out):
+    """(total data dependencies, count per cause) as the written .et holds them."""
+    counted = {cause: 0 for cause in CAUSES}
+    total = 0
+    for message in list(read_et(out))[1:]:
+        causes = attr_dict(message).get("data_dep_causes", [])
+        assert len(causes) == len(message.data_deps)
+        total += len(causes)
+        for cause in causes:
+            counted[cause] += 1
+    return total, counted
+
+
+def test_cause_counts_hold_with_gpu_work_launched_before_the_trace(tmp_path_factory):
+    # rank 1: 64 kernels launched before the trace sit under the process root with no launch edge
+    out, link_report = _linked(tmp_path_factory, _CACHE, "dlrm_rank1", _pair("dlrm_rank1"))
+    total, counted = _causes_in_file(out)
+    assert link_report.dependencies == total
+    assert link_report.dependency_causes == {c: n for c, n in counted.items() if n}
+
+
 def test_every_dependency_has_a_cause_counted_in_the_report(tmp_path_factory):
     out, link_report = _linked(tmp_path_factory, _CACHE, "dlrm_rank0", _pair("dlrm_rank0"))
     counted = {cause: 0 for cause in CAUSES}
