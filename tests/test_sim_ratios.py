@@ -103,14 +103,7 @@ def test_cause_counts_hold_with_gpu_work_launched_before_the_trace(tmp_path_fact
 
 def test_every_dependency_has_a_cause_counted_in_the_report(tmp_path_factory):
     out, link_report = _linked(tmp_path_factory, _CACHE, "dlrm_rank0", _pair("dlrm_rank0"))
-    counted = {cause: 0 for cause in CAUSES}
-    total = 0
-    for message in list(read_et(out))[1:]:
-        causes = attr_dict(message).get("data_dep_causes", [])
-        assert len(causes) == len(message.data_deps)
-        total += len(causes)
-        for cause in causes:
-            counted[cause] += 1
+    total, counted = _causes_in_file(out)
     assert link_report.dependencies == total
     assert link_report.dependency_causes == {c: n for c, n in counted.items() if n}
     # rank 0 has every kind of evidence but collectives on two streams of one group
