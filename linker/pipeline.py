@@ -59,11 +59,6 @@ class PairOutcome:
     et_plus: EtPlus | None = None  # what was written (the batch reads its collectives)
 
 
-def write_report(report: LinkReport, path: str | os.PathLike, protected: tuple = ()) -> None:
-    with atomic_output(path, protected) as out:
-        out.write(_report_bytes(report))
-
-
 def _report_bytes(report: LinkReport) -> bytes:
     return orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2)
 
@@ -73,12 +68,18 @@ def read_pair(et_path, kineto_path):
     with decoding(et_path, "Execution Trace"):
         et = read_execution_trace(et_path)
     log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
+    kineto = _read_kineto(kineto_path)
+    warnings = check_execution_trace(et) + check_kineto_trace(kineto)
+    return et, kineto, warnings
+
+
+def _read_kineto(kineto_path):
+    """The Kineto trace, with decode errors named against the file."""
     with decoding(kineto_path, "Kineto trace"):
         kineto = read_kineto_trace(kineto_path)
     log.info("read Kineto %s: %d CPU events, %d GPU events", kineto_path,
              len(kineto.cpu_events), len(kineto.gpu_events))
-    warnings = check_execution_trace(et) + check_kineto_trace(kineto)
-    return et, kineto, warnings
+    return kineto
 
 
 def _write_et_plus(et_plus, output: Path, protected: tuple, et_path) -> None:
@@ -178,10 +179,7 @@ def _link_kineto_alone(kineto_path: str | os.PathLike):
     """No ET: read and check the Kineto trace, build the host graph from it and attach its GPU work."""
     from .kineto_graph import link_kineto_only
 
-    with decoding(kineto_path, "Kineto trace"):
-        kineto = read_kineto_trace(kineto_path)
-    log.info("read Kineto %s: %d CPU events, %d GPU events (no ET)", kineto_path,
-             len(kineto.cpu_events), len(kineto.gpu_events))
+    kineto = _read_kineto(kineto_path)
     warnings = check_kineto_trace(kineto)
     result = link_kineto_only(kineto)
     result.report.warnings[:0] = warnings
