@@ -52,7 +52,7 @@ from typing import Callable
 import orjson
 
 from .errors import MismatchedPairError, TraceInputError
-from .fileio import GZIP_MAGIC, atomic_output
+from .fileio import GZIP_MAGIC, atomic_output, plausible_gzip_size
 from .job_check import COMM_GROUPS_FILE, SIDECAR_KEY, CollectiveCheck, check_job, format_check, format_ranks
 from .link import LinkOptions
 from .progress import BatchProgress
@@ -78,7 +78,6 @@ MEMORY_BUDGET_SHARE = 0.85
 # gzip stores the uncompressed size modulo 2**32; for big files the wrap count is estimated from
 # this typical JSON trace compression ratio (measured 16-28x on the traces here).
 TYPICAL_GZIP_RATIO = 18.0
-MAX_GZIP_RATIO = 1032.0  # deflate cannot do better: a larger ISIZE means a truncated/corrupt file
 
 HEAD_BYTES = 1 << 20  # distributedInfo must appear within this many uncompressed bytes
 HEAD_CHUNK = 64 << 10
@@ -414,7 +413,7 @@ def uncompressed_size(path: Path) -> int:
         isize = int.from_bytes(f.read(4), "little")
     if size * TYPICAL_GZIP_RATIO < (1 << 32):
         # A truncated file ends in arbitrary bytes: an impossible ratio falls back to the typical one.
-        return isize if size <= isize <= size * MAX_GZIP_RATIO else int(size * TYPICAL_GZIP_RATIO)
+        return isize if plausible_gzip_size(size, isize) else int(size * TYPICAL_GZIP_RATIO)
     wraps = max(round((size * TYPICAL_GZIP_RATIO - isize) / (1 << 32)), 0)
     return isize + wraps * (1 << 32)
 

@@ -380,15 +380,6 @@ class EtWriter:
         self._append(payload)
         self.nodes_written += 1
 
-    def write_node_bytes(self, payload: bytes) -> None:
-        """Write one ``Node`` given as its serialised bytes (see ``write_node``)."""
-        if not self.metadata_written:
-            raise ValueError("write_metadata must be called before write_node")
-        if not payload:
-            raise ValueError("empty Node (every field default): readers would take it for end-of-file")
-        self._append(payload)
-        self.nodes_written += 1
-
     def write_frame(self, frame: bytes) -> None:
         """Write one ``Node`` already framed (varint length + non-empty message bytes)."""
         if not self.metadata_written:

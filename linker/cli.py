@@ -357,7 +357,7 @@ def simulate_command(
                                    "its measured start offset (when the ranks' clocks agree); zero = all at 0."),
 ) -> None:
     """Replay the trace(s) as ASTRA-sim would and compare the simulated step with the measured one.
-    Exit status 6 when the graph cannot finish (never-issued nodes or a stalled collective; reported)."""
+    Exit status 9 when the graph cannot finish (never-issued nodes or a stalled collective; reported)."""
     from .sim.cli_run import EXIT_STUCK, SimulateOptions, run_simulate
 
     try:

@@ -42,14 +42,6 @@ FLAT = "flat"  # schema 1.0.1: "parent", flat rf_id/tid/... keys
 NESTED = "nested"  # schema 1.0.2+: "ctrl_deps", inputs/outputs objects, "attrs" list
 
 
-class EtAttr(msgspec.Struct, omit_defaults=True):
-    """One entry of a nested-layout node's ``attrs`` list."""
-
-    name: str
-    type: str | Unset = UNSET
-    value: Any = None
-
-
 class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """One ET node as decoded. Fields absent in the file stay UNSET and are not written back.
 
@@ -62,7 +54,7 @@ class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     parent: int | Unset = UNSET
     inputs: Raw | Unset = UNSET
     outputs: Raw | Unset = UNSET
-    attrs: Raw | Unset = UNSET  # decoded on demand: ``decode_attrs``
+    attrs: Raw | Unset = UNSET  # decoded on demand: ``decode_attr_values``
     rf_id: int | Unset = UNSET
     fw_parent: int | Unset = UNSET
     seq_id: int | Unset = UNSET
@@ -86,23 +78,10 @@ class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     data_dep_causes: Any = UNSET
 
 
-_ATTRS_DECODER = msgspec.json.Decoder(list[EtAttr])
-
-
-def decode_attrs(node: EtNode) -> list[EtAttr]:
-    """The nested-layout ``attrs`` of a node, decoded (empty when it has none). O(len(attrs)).
-
-    They stay raw in ``EtNode`` (ten small objects per node would be most of a big ET's memory)
-    and are written back byte for byte.
-    """
-    if node.attrs is UNSET:
-        return []
-    return _ATTRS_DECODER.decode(node.attrs)
-
-
 def decode_attr_values(node: EtNode) -> list:
     """The nested-layout ``attrs`` of a node as entries with ``name`` and ``value`` only (their
-    ``type`` skipped), empty when it has none. Cheaper than ``decode_attrs``. O(len(attrs))."""
+    ``type`` skipped), empty when it has none. They stay raw in ``EtNode`` (ten small objects per
+    node would be most of a big ET's memory) and are written back byte for byte. O(len(attrs))."""
     if node.attrs is UNSET:
         return []
     return _ATTR_VALUES_DECODER.decode(node.attrs)

@@ -65,10 +65,12 @@ def read_trace_bytes(path: str | os.PathLike) -> bytes | bytearray:
 
 def _gunzip(path: Path, compressed: bytes) -> bytearray:
     """Inflate every gzip member into one buffer sized from the gzip trailer (ISIZE, the last
-    member's size mod 2**32), grown if that was short, trimmed at the end. Output comes in bounded
-    pieces (``max_length``), each copied once into place: no regrowth copies, no second full-size
-    buffer."""
-    out = bytearray(int.from_bytes(compressed[-4:], "little") if len(compressed) >= 18 else 0)
+    member's size mod 2**32) when that size is possible for the file (a truncated file ends in
+    arbitrary bytes: ``plausible_gzip_size``), grown if that was short, trimmed at the end. Output
+    comes in bounded pieces (``max_length``), each copied once into place: no regrowth copies, no
+    second full-size buffer."""
+    isize = int.from_bytes(compressed[-4:], "little") if len(compressed) >= 18 else 0
+    out = bytearray(isize if plausible_gzip_size(len(compressed), isize) else 0)
     filled = 0
     rest = memoryview(compressed)
     while len(rest):  # one iteration per gzip member
@@ -96,6 +98,12 @@ def _gunzip(path: Path, compressed: bytes) -> bytearray:
 
 
 _CHUNK = 1 << 22  # inflated bytes per piece
+MAX_GZIP_RATIO = 1032.0  # deflate cannot do better: a larger ISIZE means a truncated/corrupt file
+
+
+def plausible_gzip_size(compressed_bytes: int, isize: int) -> bool:
+    """Whether a gzip trailer's ISIZE can be the inflated size of a file of ``compressed_bytes``."""
+    return compressed_bytes <= isize <= compressed_bytes * MAX_GZIP_RATIO
 
 
 def _umask() -> int:

@@ -68,10 +68,16 @@ def diagnose(rp: Replay) -> Diagnosis:
         return result
     reason: dict[int, NeverRan] = {}
     roots: list[int] = []
+    absent_of: dict[int, dict[int, list[str]]] = {}  # per graph: node -> the absent ids it names
     for u in unfinished:
         if rp.missing[u]:
             graph, local = rp.local(u)
-            ids = [str(d) for v, d in graph.missing_deps if v == local][:3]
+            by_node = absent_of.get(id(graph))
+            if by_node is None:
+                by_node = absent_of[id(graph)] = {}
+                for v, d in graph.missing_deps:
+                    by_node.setdefault(v, []).append(str(d))
+            ids = by_node.get(local, [])[:3]
             reason[u] = NeverRan(u, MISSING_DEPENDENCY, -1, "depends on absent id " + ", ".join(ids))
             roots.append(u)
         elif rp.issue[u] == rp.issue[u]:

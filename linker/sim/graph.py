@@ -13,6 +13,7 @@ numbers. Cost: O(n + e) time and memory for n nodes and e dependency references.
 
 from __future__ import annotations
 
+import functools
 import math
 from array import array
 from dataclasses import dataclass, field
@@ -114,7 +115,12 @@ class SimGraph:
         return self.dep_nodes[self.dep_offsets[u]:self.dep_offsets[u + 1]]
 
     def measured_span(self) -> tuple[float, float]:
-        """(earliest measured start, latest measured end) over timed nodes; (nan, nan) if none."""
+        """(earliest measured start, latest measured end) over timed nodes; (nan, nan) if none.
+        One O(n) pass, computed once per graph (the measured times do not change)."""
+        return self._measured_span
+
+    @functools.cached_property
+    def _measured_span(self) -> tuple[float, float]:
         first, last = math.inf, -math.inf
         for s, d in zip(self.start, self.measured_dur):
             if s == s:  # not NaN
@@ -212,8 +218,10 @@ class GraphBuilder:
                         continue
                     append(v)
                     code = code_of(cause)
-                    if code is None:
-                        code = cause_code[cause] = len(cause_code) if len(cause_code) < 256 else 0
+                    if code is None:  # past 255 distinct causes, the rest share code 0 (no name)
+                        code = 0
+                        if len(cause_code) < 256:
+                            code = cause_code[cause] = len(cause_code)
                     add_cause(code)
             mark(len(nodes))
         self.dep_ids, self.dep_causes = [], {}

@@ -26,7 +26,6 @@ import contextlib
 import math
 import os
 import re
-import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -36,7 +35,7 @@ from google.protobuf.message import DecodeError
 
 from .. import et_def_pb2 as pb
 from ..chakra_comm import PROCESS_GROUP_INIT, kind_from_kernel, kind_from_name
-from ..chakra_io import TraceFormatError, attr_value, open_binary
+from ..chakra_io import TraceFormatError, attr_value, iter_frames, open_binary
 from ..errors import TraceInputError
 from ..fileio import read_trace_bytes
 from .graph import (COLL, COMM, COMM_TYPE_OF_NAME, CPU, GPU, META, NO_TIME, RECV, SEND, UNKNOWN_COMM_TYPE,
@@ -112,7 +111,7 @@ _SlimNode = _slim_node_class()
 # Attributes the replay reads, by their UTF-8 name.
 _WANTED_ATTRS = frozenset(name.encode() for name in (
     "is_cpu_op", "tid", "stream", "device", "comm_type", "comm_size", "pg_name", "comm_src", "comm_dst",
-    "inclusive_dur_micros", "host_gap", "data_dep_causes"))
+    "inclusive_dur_micros", "data_dep_causes"))
 # Attributes not read whose values are about unique per op: skipped by prefix, never cached.
 _PER_OP_ATTRS = frozenset((b"rf_id", b"seq_id", b"fw_parent", b"exclusive_dur_micros", b"blocked_micros",
                            b"host_gap_micros"))
@@ -172,72 +171,14 @@ def _small_varint(raw: bytes, pos: int) -> int | None:
     return None
 
 
-_READ_BYTES = 1 << 22
-
-
 def node_payloads(path: Path) -> Iterator[bytes]:
-    """The payload of every Node frame of a ``.et``/``.et.gz`` (the GlobalMetadata frame skipped).
-
-    Reads 4 MiB at a time; frames are cut with an inline varint decode (faster than
-    ``chakra_io.iter_frames`` per frame, same framing). Raises TraceInputError when the file is
-    empty or a frame is truncated."""
-    try:
-        stream = open_binary(path)
-    except TraceFormatError as err:
-        raise TraceInputError(path, err.problem) from None
-    with contextlib.closing(stream):
-        buffer, pos, base, index, eof = b"", 0, 0, 0, False
-        while True:
-            if len(buffer) - pos < 10 and not eof:
-                buffer, base, pos, eof = _read_more(stream, path, buffer, pos, base, 0)
-            if pos >= len(buffer):
-                break
-            start = base + pos
-            length = shift = 0
-            while True:
-                if pos >= len(buffer):
-                    raise TraceInputError(path, f"truncated: message #{index} at byte {start} has a cut length prefix")
-                byte = buffer[pos]
-                pos += 1
-                length |= (byte & 0x7F) << shift
-                if byte < 0x80:
-                    break
-                shift += 7
-                if shift > 63:
-                    raise TraceInputError(path, f"not a Chakra trace: bad length prefix at byte {start}")
-            end = pos + length
-            if end > len(buffer):
-                if not eof:
-                    buffer, base, pos, eof = _read_more(stream, path, buffer, pos, base, length)
-                    end = pos + length
-                if end > len(buffer):
-                    raise TraceInputError(path, f"truncated: message #{index} at byte {start} needs {length} bytes, "
-                                                f"only {len(buffer) - pos} remain (or not a Chakra trace)")
-            if index:
-                yield buffer[pos:end]
-            pos = end
-            index += 1
-        if index == 0:
-            raise TraceInputError(path, "file is empty (no GlobalMetadata message)")
-
-
-def _read_more(stream, path: Path, buffer: bytes, pos: int, base: int, wanted: int) -> tuple[bytes, int, int, bool]:
-    """Keep ``buffer[pos:]`` and append at least ``wanted`` more bytes (or up to the end)."""
-    rest = buffer[pos:]
-    parts = [rest]
-    have = len(rest)
-    eof = False
-    while have < max(wanted, 10) + 1 or len(parts) == 1:
-        try:
-            chunk = stream.read(max(_READ_BYTES, wanted))
-        except (EOFError, OSError, zlib.error) as err:
-            raise TraceInputError(path, f"cannot read: truncated or corrupt data near byte {base + pos} ({err})") from None
-        if not chunk:
-            eof = True
-            break
-        parts.append(chunk)
-        have += len(chunk)
-    return b"".join(parts), base + pos, 0, eof
+    """The payload of every Node frame of a ``.et``/``.et.gz`` (the GlobalMetadata frame skipped),
+    cut by ``chakra_io.iter_frames`` (its size and truncation checks included). Raises
+    ``TraceInputError`` (a ``TraceFormatError``) for an empty, truncated or garbled file."""
+    frames = iter_frames(path)
+    next(frames)
+    for frame in frames:
+        yield frame.payload
 
 
 def _as_int(value: Any, default: int) -> int:
