@@ -37,7 +37,8 @@ from typing import Iterable
 import orjson
 
 from . import et_def_pb2 as pb
-from .chakra_comm import WORLD_GROUP_ID, CommResolver, is_comm_kernel
+from .chakra_comm import WORLD_GROUP_ID, is_comm_kernel, read_process_groups
+from .chakra_deps import dependency_plan
 from .errors import TraceInputError
 from .etplus import EtPlus
 from .fileio import atomic_output
@@ -124,15 +125,14 @@ class RankCollectives:
 
 
 def rank_collectives(et_plus: EtPlus) -> RankCollectives:
-    """The communication ops of one linked rank, resolved as the Chakra writer resolves them.
-    Cost: O(GPU ops) plus the resolver's per-kernel cost for the NCCL/RCCL kernels."""
-    resolver = CommResolver(et_plus, et_plus.et.index_of_id())
+    """The communication ops of one linked rank, as the Chakra writer resolved them (the
+    dependency plan's ``comm``, computed once per ET+). Cost: O(GPU ops log GPU ops)."""
+    comm = dependency_plan(et_plus).comm
     kernels = [k for k, node in enumerate(et_plus.gpu_nodes) if is_comm_kernel(node)]
     kernels.sort(key=lambda k: (et_plus.gpu_nodes[k].ts, et_plus.gpu_nodes[k].correlation or 0))
-    result = RankCollectives(groups=resolver.groups.job_groups())
+    result = RankCollectives(groups=read_process_groups(et_plus).job_groups())
     for k in kernels:
-        link = et_plus.gpu_links[k]
-        attrs = resolver.resolve(et_plus.gpu_nodes[k], link.event.args, link.et_index)
+        attrs = comm[k]
         if attrs.node_type == pb.COMM_COLL_NODE:
             op = CommOp(pb.CollectiveCommType.Name(attrs.comm_type), attrs.comm_size, attrs.dtype)
         elif attrs.node_type == pb.COMM_SEND_NODE:
