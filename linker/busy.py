@@ -58,12 +58,18 @@ from .intervals import TimePoint, innermost_covering
 
 FORK, JOIN = "fork", "join"
 
+# Runtime calls that wait for GPU work, by kind: the synchronizes block the calling thread; a
+# stream-wait-event makes a stream wait (the CPU goes on). ``chakra_deps`` turns them into edges.
+DEVICE_SYNC, STREAM_SYNC, STREAM_WAIT_EVENT = "device_sync", "stream_sync", "stream_wait_event"
+WAIT_CALLS = {
+    "cudaDeviceSynchronize": DEVICE_SYNC, "cuCtxSynchronize": DEVICE_SYNC, "hipDeviceSynchronize": DEVICE_SYNC,
+    "cudaStreamSynchronize": STREAM_SYNC, "cuStreamSynchronize": STREAM_SYNC, "hipStreamSynchronize": STREAM_SYNC,
+    "cudaEventSynchronize": STREAM_SYNC, "cuEventSynchronize": STREAM_SYNC, "hipEventSynchronize": STREAM_SYNC,
+    "cudaStreamWaitEvent": STREAM_WAIT_EVENT, "cuStreamWaitEvent": STREAM_WAIT_EVENT,
+    "hipStreamWaitEvent": STREAM_WAIT_EVENT,
+}
 # Runtime calls that block the calling thread until GPU work finishes.
-SYNC_CALLS = frozenset({
-    "cudaDeviceSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize",
-    "cudaStreamSynchronize", "cuStreamSynchronize", "hipStreamSynchronize",
-    "cudaEventSynchronize", "cuEventSynchronize", "hipEventSynchronize",
-})
+SYNC_CALLS = frozenset(name for name, kind in WAIT_CALLS.items() if kind != STREAM_WAIT_EVENT)
 # Copies that are synchronous by definition (the call returns after the copy).
 SYNC_COPY_CALLS = frozenset({"cudaMemcpy", "hipMemcpy", "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD"})
 # Copies that are asynchronous unless the copy finished before the call returned.

@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from .busy import BusyTimes, compute_busy, ops_covering
+from .busy import DEVICE_SYNC, STREAM_SYNC, STREAM_WAIT_EVENT, WAIT_CALLS, BusyTimes, compute_busy, ops_covering
 from .chakra_comm import CommAttrs, CommResolver, is_comm_kernel
 from .et_reader import PROCESS_ROOT_NAMES
 from .etplus import EtPlus
@@ -389,14 +389,7 @@ def _copy_plan_counts(source: WriteSummary, target: WriteSummary) -> None:
 # Waits
 # ---------------------------------------------------------------------------------------------
 
-DEVICE_SYNC, STREAM_SYNC, STREAM_WAIT_EVENT = "device_sync", "stream_sync", "stream_wait_event"
-WAIT_CALLS = {
-    "cudaDeviceSynchronize": DEVICE_SYNC, "cuCtxSynchronize": DEVICE_SYNC, "hipDeviceSynchronize": DEVICE_SYNC,
-    "cudaStreamSynchronize": STREAM_SYNC, "cuStreamSynchronize": STREAM_SYNC, "hipStreamSynchronize": STREAM_SYNC,
-    "cudaEventSynchronize": STREAM_SYNC, "cuEventSynchronize": STREAM_SYNC, "hipEventSynchronize": STREAM_SYNC,
-    "cudaStreamWaitEvent": STREAM_WAIT_EVENT, "cuStreamWaitEvent": STREAM_WAIT_EVENT,
-    "hipStreamWaitEvent": STREAM_WAIT_EVENT,
-}
+# WAIT_CALLS and its kinds live in ``busy`` (one list for blocked time and for wait edges).
 
 
 @dataclass
@@ -553,9 +546,9 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
             summary.waits_skipped["no GPU op to wait on"] += 1
             continue
         cause = EVENT_WAIT if kind == STREAM_WAIT_EVENT else SYNC
+        target = _wait_target(call, kind, waiter, ctx, et, n)  # the same for every source
         for k in sources:
             source = n + k
-            target = _wait_target(call, kind, waiter, ctx, et, n)
             if waiter < 0 and _ended_after_start(et_plus, k, target - n):
                 summary.waits_skipped["waited-on op ended after the waiting op started"] += 1
                 continue
