@@ -281,7 +281,7 @@ def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes)
     the untraced GPU work begins, as measured. O(g)."""
     if main_root < 0:
         return
-    earliest = min((link.event.ts for link in et_plus.gpu_links if link.launch is None and link.via is None),
+    earliest = min((link.event.ts for link in et_plus.gpu_links if link.before_trace),
                    default=math.inf)
     if earliest < main_first:
         busy.host_gap[main_root] += main_first - earliest

@@ -325,8 +325,7 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
         if source != target and source != prev[target] and source != ctrl[target]:
             extra.setdefault(target, []).append((source, cause))
     plan = DependencyPlan(n, ctrl, prev, extra, [], array("q"), busy, _comm_attrs(et_plus, resolver, summary),
-                          frozenset(n + k for k, link in enumerate(et_plus.gpu_links)
-                                    if link.launch is None and link.via is None))
+                          frozenset(n + k for k, link in enumerate(et_plus.gpu_links) if link.before_trace))
     _collective_order(plan, placement, extra)
     ids = et.ids + [node.id for node in gpu_nodes]
     plan.order = _topological_order(ctrl, prev, _time_keys(et_plus, placement), ids, extra)

@@ -82,6 +82,11 @@ class GpuLink:
     python_event: KinetoEvent | None = None
     placement: str | None = None  # one of the UNDER_* reasons when attributed
 
+    @property
+    def before_trace(self) -> bool:
+        """Launched before the trace started and adopted under the process root (no launch edge)."""
+        return self.placement == UNDER_PROCESS_ROOT
+
 
 @dataclass
 class GpuAttribution:
