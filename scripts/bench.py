@@ -133,26 +133,30 @@ def has_simulate() -> bool:
     return (ROOT / "linker" / "sim").is_dir()
 
 
-def performance_lines(args, work: Path) -> list[tuple[str, list[str], tuple[int, ...]]]:
-    """(label, command, accepted exit codes) of the measured lines, the floor first."""
+def performance_lines(args, work: Path) -> list[tuple[str, list[str], tuple[int, ...], Path | None]]:
+    """(label, command, accepted exit codes, output file) of the measured lines, the floor first.
+    The output file is removed before each run: every round writes a new file, as the first does
+    (replacing the previous round's output would time the unlinking of hundreds of MB)."""
     et_link = [sys.executable, "-m", "linker.cli"]
     pair = ["--et-file", str(args.et), "--kineto-file", str(args.kineto), "-q"]
-    lines = [("decode floor", [sys.executable, "-c", DECODE_FLOOR, str(args.et), str(args.kineto)], (0,))]
+    lines = [("decode floor", [sys.executable, "-c", DECODE_FLOOR, str(args.et), str(args.kineto)], (0,), None)]
     for label, name in (("et-link -> JSON", "plus.json"), ("et-link -> JSON.gz", "plus.json.gz"),
                         ("et-link -> .et", "plus.et")):
-        lines.append((label, et_link + pair + ["-o", str(work / name)], (0,)))
+        lines.append((label, et_link + pair + ["-o", str(work / name)], (0,), work / name))
     if has_simulate():
-        lines.append(("simulate .et", et_link + ["simulate", str(work / "plus.et")], SIMULATE_OK))
+        lines.append(("simulate .et", et_link + ["simulate", str(work / "plus.et")], SIMULATE_OK, None))
     return lines
 
 
 def run_performance(args, work: Path) -> None:
     lines = performance_lines(args, work)
-    walls = {label: [] for label, _, _ in lines}
-    peaks = {label: [] for label, _, _ in lines}
-    ratios = {label: [] for label, _, _ in lines}
+    walls = {label: [] for label, _, _, _ in lines}
+    peaks = {label: [] for label, _, _, _ in lines}
+    ratios = {label: [] for label, _, _, _ in lines}
     for _ in range(args.repeat):
-        for label, cmd, ok in lines:
+        for label, cmd, ok, output in lines:
+            if output is not None:
+                output.unlink(missing_ok=True)
             wall, rss, out = measure(cmd, ok)
             walls[label].append(wall)
             peaks[label].append(rss)
@@ -163,7 +167,7 @@ def run_performance(args, work: Path) -> None:
           f"({args.kineto.stat().st_size / 1e6:.1f} MB): {nodes} ET nodes, {events} Kineto events; "
           f"median of {args.repeat} run(s) each")
     print(f"{'':<20} {'wall s':>8} {'peak MB':>9} {'x floor':>8}")
-    for label, _, _ in lines:
+    for label, _, _, _ in lines:
         print(f"{label:<20} {statistics.median(walls[label]):8.2f} {statistics.median(peaks[label]):9.0f} "
               f"{statistics.median(ratios[label]):8.2f}", flush=True)
     if not has_simulate():
