@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .columns import unique_positions
 from .intervals import TimePoint, innermost_covering
 from .kineto_reader import GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, KinetoEvent, KinetoTrace
 
@@ -132,8 +133,8 @@ def adopt_before_trace(result: GpuAttribution, root_index: int) -> int:
 
 
 def _unique_index(events, key) -> dict:
-    counts = Counter(key(e) for e in events)
-    return {key(e): e for e in events if key(e) is not None and counts[key(e)] == 1}
+    """key(event) -> event, for the keys other than None that exactly one event has. O(n)."""
+    return {value: events[p] for value, p in unique_positions([key(e) for e in events]).items()}
 
 
 def _host_flow_end(kineto: KinetoTrace, flow_id, host_threads: set) -> TimePoint | None:
@@ -158,9 +159,7 @@ class _LaunchIndex:
         by_correlation = {e.args.correlation: e for e in kineto.runtime_events
                           if e.args.correlation is not None}
         cpu = kineto.cpu_events
-        ext_counts = Counter(e.args.external_id for e in cpu)
-        cpu_by_ext = {e.args.external_id: i for i, e in enumerate(cpu)
-                      if e.args.external_id is not None and ext_counts[e.args.external_id] == 1}
+        cpu_by_ext = unique_positions([e.args.external_id for e in cpu])
         numeric = [c for c in by_correlation if isinstance(c, int)]
         return cls(by_correlation, min(numeric) if numeric else None,
                    _unique_index(kineto.runtime_events, lambda e: e.args.external_id),
@@ -227,8 +226,10 @@ def attribute_gpu_ops(
     event ``e`` (or -1); ``parents``: the Kineto nesting parents of the CPU events. With a
     ``window`` (an object with ``contains(ts)``), GPU ops launched outside it (or, without a
     launch, running outside it) are left out and only counted."""
-    index = _LaunchIndex.build(kineto)
     result = GpuAttribution([])
+    if not kineto.gpu_events:  # a CPU-only trace: nothing to attribute, no index to build
+        return result
+    index = _LaunchIndex.build(kineto)
     points: list[TimePoint] = []
     point_of_link: list[int] = []
     graph_correlations = set()

@@ -167,7 +167,6 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
 
 def process_root_index(et: ExecutionTrace) -> int:
     """Index of the ET's process root (-1 if it has none). O(n) once."""
-    for i, name in enumerate(et.names):
-        if name in PROCESS_ROOT_NAMES:
-            return i
-    return -1
+    names = et.names
+    found = [names.index(root) for root in PROCESS_ROOT_NAMES if root in names]  # scans in C
+    return min(found, default=-1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from .columns import unique_positions
 from .et_reader import ExecutionTrace
 from .kineto_reader import KinetoTrace
 from .match import OpMatch
@@ -34,34 +35,19 @@ class RfIdCheck:
     name_mismatches: int = 0
 
 
-def _unique_positions(values: list) -> dict:
-    """Non-zero, non-None value -> its position, for the values that occur once. O(n)."""
-    first: dict = {}
-    repeated = set()
-    for position, value in enumerate(values):
-        if value:
-            if value in first:
-                repeated.add(value)
-            else:
-                first[value] = position
-    for value in repeated:
-        del first[value]
-    return first
-
-
 def match_by_rf_id(et: ExecutionTrace, kineto: KinetoTrace) -> tuple[OpMatch, RfIdCheck]:
     """Join on record-function ids. The match links only name-agreeing pairs with unique ids."""
     events = kineto.cpu_events
     ids = [e.args.rf_id for e in events]
     with_id = len(ids) - ids.count(None)
     zero = ids.count(0)
-    event_of_rf = _unique_positions(ids)
+    event_of_rf = unique_positions(ids, drop=(None, 0))
     k_dups = sum(c for c in Counter(r for r in ids if r).values() if c > 1) if len(event_of_rf) < with_id - zero else 0
 
     op_indices = et.op_indices()
     rf_ids = et.rf_id
     op_rf = [rf_ids[i] for i in op_indices]
-    et_unique = _unique_positions(op_rf)
+    et_unique = unique_positions(op_rf, drop=(None, 0))
     et_counts = Counter(r for r in op_rf if r) if len(et_unique) < len(op_rf) - op_rf.count(0) else None
     et_dups = sum(c for c in et_counts.values() if c > 1) if et_counts is not None else 0
 
