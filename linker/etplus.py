@@ -89,9 +89,11 @@ def build_et_plus(result: LinkResult) -> EtPlus:
     """Fill ET+ time fields into ``result.et.nodes`` (in place) and create the GPU nodes."""
     et, events, exclusive = result.et, result.kineto.cpu_events, result.exclusive
     nodes = et.nodes
-    for node, event, excl in [(nodes[i], events[e], exclusive[e])
-                              for i, e in enumerate(result.match.event_of_op) if e >= 0]:
-        ts, dur = event.ts, event.dur
+    for i, e in enumerate(result.match.event_of_op):
+        if e < 0:
+            continue
+        node, event = nodes[i], events[e]
+        ts, dur, excl = event.ts, event.dur, exclusive[e]
         node.ts = int(ts) if ts.is_integer() else ts
         node.dur = node.inclusive_dur = int(dur) if dur.is_integer() else dur
         node.exclusive_dur = int(excl) if excl.is_integer() else round(excl, 3)
