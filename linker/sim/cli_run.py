@@ -13,6 +13,7 @@ from pathlib import Path
 import orjson
 
 from ..errors import TraceInputError
+from ..fileio import collector_paused
 from .engine import MODELS, Scale, measured_release, replay
 from .job import read_comm_groups, resolve_inputs
 from .load import load_graph
@@ -36,7 +37,13 @@ class SimulateOptions:
 
 
 def run_simulate(options: SimulateOptions) -> tuple[str, bool]:
-    """Run the whole command; return what to print on stdout and whether every node ran."""
+    """Run the whole command; return what to print on stdout and whether every node ran. The
+    cyclic garbage collector is paused meanwhile (the graphs are millions of objects, never garbage)."""
+    with collector_paused():
+        return _run_simulate(options)
+
+
+def _run_simulate(options: SimulateOptions) -> tuple[str, bool]:
     if options.model not in MODELS:
         raise ValueError(f"unknown --model {options.model!r}; choose one of {', '.join(MODELS)}")
     if options.rank_start not in RANK_STARTS:
