@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import mmap
 import os
 import shutil
 import zlib
@@ -133,9 +134,11 @@ def _long_varint(buffer: bytes, pos: int, path: Path, index: int, start: int) ->
             raise TraceFormatError(path, f"not a Chakra trace: bad length prefix at byte {start} (message #{index})")
 
 
-def _scan_frames(stream: IO[bytes], path: Path) -> Iterator[Frame]:
-    """Cut a binary stream into ``Frame``s. Cost: O(stream bytes); memory O(largest frame + chunk)."""
-    buffer, pos, base, eof, index = b"", 0, 0, False, 0  # base: stream offset of buffer[0]
+def _scan_frames(stream: IO[bytes], path: Path, base: int = 0, index: int = 0) -> Iterator[Frame]:
+    """Cut a binary stream into ``Frame``s; ``base`` and ``index`` are the file offset and the
+    message number of the stream's first frame (0 from the start of a file). Cost: O(stream
+    bytes); memory O(largest frame + chunk)."""
+    buffer, pos, eof = b"", 0, False  # base: file offset of buffer[0]
     while True:
         if len(buffer) - pos < MAX_VARINT_BYTES and not eof:
             base += pos
@@ -206,6 +209,45 @@ def iter_frames(path: str | os.PathLike) -> Iterator[Frame]:
             raise TraceFormatError(p, "file is empty (no GlobalMetadata message)")
         yield first
         yield from frames
+
+
+def frame_boundary(path: str | os.PathLike, at: int) -> tuple[int, int] | None:
+    """(offset, message number) of the first frame starting at or after byte ``at`` of a plain
+    (not gzip) ``.et``, found by walking the length prefixes from the start; None for a gzip file,
+    a file that ends first, or bytes that are not frames (the full read reports those).
+    Cost: one varint per frame before ``at``, the file mapped, never copied."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as raw, mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            if data[:2] == GZIP_MAGIC:
+                return None
+            pos, index, end = 0, 0, len(data)
+            while pos < at:
+                length = shift = 0
+                while True:
+                    if pos == end or shift >= 7 * MAX_VARINT_BYTES:
+                        return None
+                    byte = data[pos]
+                    pos += 1
+                    length |= (byte & 0x7F) << shift
+                    shift += 7
+                    if byte < 0x80:
+                        break
+                pos += length
+                index += 1
+            return (pos, index) if pos < end else None
+    except (OSError, ValueError):
+        return None
+
+
+def iter_frames_from(path: str | os.PathLike, offset: int, index: int) -> Iterator[Frame]:
+    """``iter_frames`` of a plain ``.et`` from the frame at ``offset`` (message number ``index``,
+    as ``frame_boundary`` gives them) to the end; same checks and messages. O(bytes read)."""
+    p = Path(path)
+    stream = open_binary(p)
+    with contextlib.closing(stream):
+        stream.seek(offset)
+        yield from _scan_frames(stream, p, offset, index)
 
 
 def parse_metadata(frame: Frame, path: str | os.PathLike) -> pb.GlobalMetadata:

@@ -14,6 +14,9 @@ class TraceInputError(Exception):
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
 
+    def __reduce__(self):  # pickled by its fields (a forked worker sends it back: ``forked``)
+        return type(self), (self.path, self.problem)
+
 
 class MismatchedPairError(Exception):
     """The ET and the Kineto trace do not come from the same run (pids or op names disagree)."""

@@ -177,6 +177,28 @@ class GraphBuilder:
             self.dep_causes[u] = causes
         return u
 
+    def columns(self) -> tuple:
+        """The rows added so far as plain columns, for ``absorb`` by a builder in another process."""
+        return (self.ids, self.names, self.kind, self.duration, self.start, self.measured_dur, self.lane,
+                list(self.lane_index), self.dep_ids, self.dep_causes, self.comm)
+
+    def absorb(self, columns: tuple) -> None:
+        """Append the rows of another builder's ``columns()`` after this one's, as if added here:
+        lanes renumbered by first use, node numbers of causes and comm shifted. O(rows)."""
+        ids, names, kind, duration, start, measured_dur, lane, lane_keys, dep_ids, dep_causes, comm = columns
+        offset = len(self.ids)
+        renumber = [self.lane_index.setdefault(key, len(self.lane_index)) for key in lane_keys]
+        self.ids.extend(ids)
+        self.names.extend(names)
+        self.kind.extend(kind)
+        self.duration.extend(duration)
+        self.start.extend(start)
+        self.measured_dur.extend(measured_dur)
+        self.lane.extend(array("q", map(renumber.__getitem__, lane)))
+        self.dep_ids.extend(dep_ids)
+        self.dep_causes.update((u + offset, causes) for u, causes in dep_causes.items())
+        self.comm.update((u + offset, info) for u, info in comm.items())
+
     def finish(self) -> SimGraph:
         """Resolve dependency ids to node numbers. Raises ValueError on a duplicated node id."""
         index: dict[int, int] = {}

@@ -35,9 +35,10 @@ from google.protobuf.message import DecodeError
 
 from .. import et_def_pb2 as pb
 from ..chakra_comm import PROCESS_GROUP_INIT, kind_from_kernel, kind_from_name
-from ..chakra_io import TraceFormatError, attr_value, iter_frames, open_binary
+from ..chakra_io import TraceFormatError, attr_value, frame_boundary, iter_frames, iter_frames_from, open_binary
 from ..errors import TraceInputError
 from ..fileio import read_trace_bytes
+from ..forked import ForkedCall, can_fork
 from .graph import (COLL, COMM, COMM_TYPE_OF_NAME, CPU, GPU, META, NO_TIME, RECV, SEND, UNKNOWN_COMM_TYPE,
                     CommInfo, GraphBuilder, SimGraph, cpu_lane, gpu_lane)
 
@@ -194,17 +195,60 @@ def _as_int(value: Any, default: int) -> int:
     return default
 
 
+# A plain .et of at least this many bytes is read by two processes (``load_chakra``).
+SPLIT_MIN_BYTES = 64 << 20
+
+
 def load_chakra(path: str | os.PathLike, rank: int = 0) -> SimGraph:
-    """Read a Chakra ``.et``/``.et.gz``. Cost: one C parse per node frame, a cache hit per attribute."""
+    """Read a Chakra ``.et``/``.et.gz``. Cost: one C parse per node frame, a cache hit per attribute.
+    A large plain file is read in two halves at once: the second by a forked child
+    (``forked.ForkedCall``) handing back its rows as columns; the graph is the same."""
     p = Path(path)
     builder = GraphBuilder(str(p), rank)
+    boundary = None
+    if can_fork() and p.is_file() and p.stat().st_size >= SPLIT_MIN_BYTES:
+        boundary = frame_boundary(p, p.stat().st_size // 2)
+    if boundary is None:
+        saw_inclusive = _add_chakra_nodes(builder, node_payloads(p), 1, p)
+    else:
+        offset, index = boundary
+
+        def second_half() -> tuple[tuple, bool]:
+            half = GraphBuilder(str(p), rank)
+            saw = _add_chakra_nodes(half, (frame.payload for frame in iter_frames_from(p, offset, index)), index, p)
+            return half.columns(), saw
+
+        with ForkedCall(second_half) as child:
+            saw_inclusive = _add_chakra_nodes(builder, _payloads_before(p, offset), 1, p)
+            columns, saw_in_second = child.result()
+        builder.absorb(columns)
+        saw_inclusive = saw_inclusive or saw_in_second
+    if not saw_inclusive:
+        builder.notes.append("no inclusive_dur_micros attribute: the measured timeline uses duration_micros")
+    return _finish(builder, p)
+
+
+def _payloads_before(path: Path, offset: int) -> Iterator[bytes]:
+    """The payloads of the node frames that start before byte ``offset``."""
+    frames = iter_frames(path)
+    next(frames)
+    for frame in frames:
+        if frame.offset >= offset:
+            frames.close()
+            return
+        yield frame.payload
+
+
+def _add_chakra_nodes(builder: GraphBuilder, payloads: Iterator[bytes], first_index: int, p: Path) -> bool:
+    """Add a node row per payload (message numbers from ``first_index``, for errors); True when
+    some node has ``inclusive_dur_micros``."""
     decoder = _AttrDecoder()
     cache_get, skip_test = decoder.cache.get, decoder
     message = _SlimNode()
     parse = message.ParseFromString
     saw_inclusive = False
     add = builder.add
-    for index, payload in enumerate(node_payloads(p), start=1):
+    for index, payload in enumerate(payloads, start=first_index):
         try:
             parse(payload)
         except (DecodeError, RuntimeError, ValueError) as err:
@@ -248,9 +292,7 @@ def load_chakra(path: str | os.PathLike, rank: int = 0) -> SimGraph:
             causes = None
         add(message.id, message.name, kind, duration, start, measured, lane,
             list(ctrl) + list(deps) if ctrl else list(deps), comm, causes)
-    if not saw_inclusive:
-        builder.notes.append("no inclusive_dur_micros attribute: the measured timeline uses duration_micros")
-    return _finish(builder, p)
+    return saw_inclusive
 
 
 _COMP_NODE = pb.COMP_NODE

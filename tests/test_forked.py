@@ -1,0 +1,114 @@
+"""Work split across processes: ``linker.forked`` and the two-process read of a large ``.et``
+by ``et-link simulate`` (``sim.load.load_chakra``), which must give the graph one process gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import math
+import os
+import time
+
+import pytest
+
+from conftest import dlrm_pair, fixture_pair
+from linker import forked
+from linker.chakra_io import frame_boundary, iter_frames
+from linker.errors import TraceInputError
+from linker.link import LinkOptions
+from linker.pipeline import link_pair
+from linker.sim import load
+from linker.sim.engine import replay
+from linker.sim.load import load_graph
+from linker.sim.report import build_report
+
+pytestmark = pytest.mark.skipif(not forked.can_fork(), reason="no os.fork here")
+
+
+def test_forked_call_runs_in_another_process_and_returns_its_value():
+    with forked.ForkedCall(lambda: (os.getpid(), list(range(100_000)))) as child:
+        pid, values = child.result()
+    assert pid != os.getpid()
+    assert values == list(range(100_000))
+
+
+def test_forked_call_raises_the_childs_trace_error_with_its_message():
+    def fail():
+        raise TraceInputError("some/trace.et", "message #7 is not a valid Chakra Node")
+
+    with forked.ForkedCall(fail) as child:
+        with pytest.raises(TraceInputError) as caught:
+            child.result()
+    assert str(caught.value) == "some/trace.et: message #7 is not a valid Chakra Node"
+    assert caught.value.path == "some/trace.et"
+
+
+def test_forked_call_closed_early_leaves_no_child_behind():
+    child = forked.ForkedCall(lambda: time.sleep(60))
+    pid = child._pid
+    assert pid > 0
+    child.close()
+    with pytest.raises(ChildProcessError):  # killed and reaped: nothing left to wait for
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _graph_fields(graph) -> dict:
+    fields = {f.name: getattr(graph, f.name) for f in dataclasses.fields(graph)}
+    # NaN != NaN: compare the start column by its bytes
+    fields["start"] = bytes(fields["start"])
+    return fields
+
+
+def _linked_et(tmp_path, et, kineto, name):
+    out = tmp_path / name
+    link_pair(et, kineto, out, LinkOptions(), None)
+    return out
+
+
+@pytest.fixture
+def split_always(monkeypatch):
+    """Every plain .et read in two processes, however small."""
+    monkeypatch.setattr(load, "SPLIT_MIN_BYTES", 0)
+
+
+def _serial_graph(path, monkeypatch):
+    monkeypatch.setattr(load, "SPLIT_MIN_BYTES", math.inf)
+    graph = load_graph(path)
+    monkeypatch.setattr(load, "SPLIT_MIN_BYTES", 0)
+    return graph
+
+
+@pytest.mark.parametrize("pair", ["cpu_threads", "dlrm_rank3"])
+def test_two_process_read_gives_the_one_process_graph(tmp_path, monkeypatch, split_always, pair):
+    et, kineto = fixture_pair("cpu", "threads") if pair == "cpu_threads" else dlrm_pair(3)
+    path = _linked_et(tmp_path, et, kineto, f"{pair}.et")
+    offset, index = frame_boundary(path, path.stat().st_size // 2)
+    assert 0 < offset < path.stat().st_size and index > 1  # a real split, mid-file
+    assert [f.offset for f in iter_frames(path)][index] == offset
+    split = load_graph(path)
+    serial = _serial_graph(path, monkeypatch)
+    assert _graph_fields(split) == _graph_fields(serial)
+    assert build_report(replay([split]))[0].to_json() == build_report(replay([serial]))[0].to_json()
+
+
+def test_two_process_read_reports_a_cut_file_as_one_process_does(tmp_path, monkeypatch, split_always):
+    et, kineto = fixture_pair("cpu", "threads")
+    path = _linked_et(tmp_path, et, kineto, "threads.et")
+    data = path.read_bytes()
+    cut = tmp_path / "cut.et"
+    cut.write_bytes(data[: len(data) - 5])  # the last message of the second half is truncated
+    with pytest.raises(TraceInputError) as from_split:
+        load_graph(cut)
+    with pytest.raises(TraceInputError) as from_serial:
+        _serial_graph(cut, monkeypatch)
+    assert "truncated" in str(from_split.value)
+    assert str(from_split.value) == str(from_serial.value)
+
+
+def test_gzip_et_is_read_in_one_process(tmp_path, monkeypatch, split_always):
+    et, kineto = fixture_pair("cpu", "threads")
+    path = _linked_et(tmp_path, et, kineto, "threads.et")
+    packed = tmp_path / "threads.et.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    assert frame_boundary(packed, 10) is None
+    assert _graph_fields(load_graph(packed)) | {"path": ""} == _graph_fields(load_graph(path)) | {"path": ""}
