@@ -1,93 +1,125 @@
-"""Run one function in a forked child process while this one goes on, and take back its result.
+"""Run one function in a forked child process and take back the bytes it returns, through a pipe.
 
-The child inherits everything (no arguments are sent); its return value comes back pickled
-through a pipe, so it should be columns (arrays, lists of numbers or repeated strings), not a
-million small objects. An exception in the child is raised again in the parent (a
-``TraceInputError`` keeps its one-line message). Where ``os.fork`` is missing the function simply
-runs in this process when the result is asked for. Cost: the fork (page tables, copy-on-write) plus
-pickling the result once each way.
+``ForkedCall(fn)`` forks; the child runs ``fn()`` (which sees the parent's memory as it was at the
+fork, copy-on-write: no pickling of inputs) and writes the returned bytes to a pipe, then exits
+with ``os._exit`` (no atexit handlers, no buffered output flushed twice). ``result()`` reads them
+and reaps the child; it returns None when the child failed for any reason (an exception, a signal,
+an incomplete payload): the caller then does the work itself, so that any error surfaces exactly as
+it would without a child. ``cancel()`` kills and reaps a child still running (Ctrl-C, an error in
+the parent). No temporary file is used; a reaped child leaves no zombie.
+
+Ctrl-C and SIGTERM are blocked in the parent around ``fork`` so that a signal arriving then is taken
+by the parent after the child is registered (and cancelled), never by the child running the
+parent's code. Only meant for a single-threaded parent (``can_fork``). Cost: the fork (page tables
+of the parent) plus the payload's copy through the pipe.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
-import pickle
 import signal
-from typing import Any, Callable
+import threading
+from typing import Callable
 
-_OK, _ERROR = 0, 1
+_HEADER = 8  # payload length, little-endian
+_READ_SIZE = 1 << 20
+_BLOCKED = {signal.SIGINT, signal.SIGTERM}
 
 
 def can_fork() -> bool:
-    """True where a child can be forked (Linux, macOS; not Windows)."""
-    return hasattr(os, "fork")
+    """True where ``os.fork`` exists and this process runs a single thread (forking a process
+    with other threads can deadlock the child on a lock one of them held)."""
+    return hasattr(os, "fork") and hasattr(signal, "pthread_sigmask") and threading.active_count() == 1
 
 
 class ForkedCall:
-    """``fn()`` started in a forked child at construction; ``result()`` waits for it and returns
-    its value (or raises its exception). Use as a context manager, or call ``close()``: a child
-    still running then (an error or Ctrl-C in the parent) is killed and reaped, never left behind."""
+    """``fn()`` (returning bytes) running in a forked child; see the module docstring."""
 
-    def __init__(self, fn: Callable[[], Any]):
-        self._fn = fn
+    def __init__(self, fn: Callable[[], bytes]):
+        """Fork and start ``fn`` in the child. Raises ``OSError`` when no process can be made."""
         self._pid = 0
-        self._read_fd = -1
-        if not can_fork():
-            return
-        read_fd, write_fd = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            os.close(read_fd)
-            _run_child(fn, write_fd)
-        os.close(write_fd)
-        self._pid, self._read_fd = pid, read_fd
+        self._fd = -1
+        read_end, write_end = os.pipe()
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
+        try:
+            pid = os.fork()
+        except BaseException:
+            os.close(read_end)
+            os.close(write_end)
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+            raise
+        if pid == 0:
+            _run_child(fn, read_end, write_end, previous)  # never returns
+        os.close(write_end)
+        self._pid, self._fd = pid, read_end
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a Ctrl-C that came meanwhile raises here
+        except BaseException:
+            self.cancel()
+            raise
 
-    def result(self) -> Any:
+    def result(self) -> bytes | None:
+        """The child's bytes, once it has exited; None if it failed. Blocks until then."""
         if not self._pid:
-            return self._fn()
-        with os.fdopen(self._read_fd, "rb") as pipe:
-            self._read_fd = -1
-            data = pipe.read()
-        _, status = os.waitpid(self._pid, 0)
-        self._pid = 0
-        if not data:
-            raise RuntimeError(f"internal error: a forked worker died (status {status})")
-        kind, value = pickle.loads(data)
-        if kind == _ERROR:
-            raise value
-        return value
+            return None
+        chunks = []
+        while True:
+            chunk = os.read(self._fd, _READ_SIZE)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        status = self._reap()
+        data = b"".join(chunks)
+        del chunks
+        if status != 0 or len(data) < _HEADER:
+            return None
+        size = int.from_bytes(data[:_HEADER], "little")
+        if size != len(data) - _HEADER:
+            return None
+        return memoryview(data)[_HEADER:]
 
-    def close(self) -> None:
-        if self._read_fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._read_fd)
-            self._read_fd = -1
+    def cancel(self) -> None:
+        """Kill the child if it still runs and reap it; idempotent."""
         if self._pid:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self._pid, signal.SIGKILL)
-                os.waitpid(self._pid, 0)
-            self._pid = 0
+            self._reap()
 
-    def __enter__(self) -> "ForkedCall":
-        return self
+    def _reap(self) -> int:
+        pid, self._pid = self._pid, 0
+        if self._fd != -1:
+            os.close(self._fd)
+            self._fd = -1
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except InterruptedError:  # pragma: no cover - PEP 475 retries already
+                continue
+            except ChildProcessError:
+                return -1
+        return os.waitstatus_to_exitcode(status)
 
-    def __exit__(self, *exc) -> None:
-        self.close()
 
-
-def _run_child(fn: Callable[[], Any], write_fd: int) -> None:
+def _run_child(fn: Callable[[], bytes], read_end: int, write_end: int, mask) -> None:
     status = 1
     try:
-        try:
-            payload = pickle.dumps((_OK, fn()), protocol=pickle.HIGHEST_PROTOCOL)
-        except BaseException as err:  # sent back to be raised in the parent
-            try:
-                payload = pickle.dumps((_ERROR, err), protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception:
-                payload = pickle.dumps((_ERROR, RuntimeError(f"internal error in a forked worker: {err!r}")))
-        with os.fdopen(write_fd, "wb") as pipe:
-            pipe.write(payload)
+        os.close(read_end)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        gc.disable()  # a collection would touch (hence copy) every object shared with the parent
+        payload = fn()
+        _write_all(write_end, len(payload).to_bytes(_HEADER, "little"))
+        _write_all(write_end, payload)
         status = 0
+    except BaseException:  # the parent sees the failure and does the work itself
+        pass
     finally:
         os._exit(status)
+
+
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data)
+    while len(view):
+        view = view[os.write(fd, view):]

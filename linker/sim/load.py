@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import pickle
 import re
 from pathlib import Path
 from typing import Any, Iterator
@@ -218,9 +219,14 @@ def load_chakra(path: str | os.PathLike, rank: int = 0) -> SimGraph:
             saw = _add_chakra_nodes(half, (frame.payload for frame in iter_frames_from(p, offset, index)), index, p)
             return half.columns(), saw
 
-        with ForkedCall(second_half) as child:
+        child = ForkedCall(lambda: pickle.dumps(second_half(), pickle.HIGHEST_PROTOCOL))
+        try:
             saw_inclusive = _add_chakra_nodes(builder, _payloads_before(p, offset), 1, p)
-            columns, saw_in_second = child.result()
+            sent = child.result()
+        finally:
+            child.cancel()
+        # A child that failed sent nothing: the second half is read here, its errors raised as usual.
+        columns, saw_in_second = pickle.loads(sent) if sent is not None else second_half()
         builder.absorb(columns)
         saw_inclusive = saw_inclusive or saw_in_second
     if not saw_inclusive:
