@@ -31,10 +31,13 @@ on. Cost: O((n + e) log n) time, O(n + e) memory for n nodes and e dependencies 
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
 import math
 from array import array
+from bisect import bisect_right
+from collections import Counter
 from dataclasses import dataclass, field
+from itertools import accumulate, chain, repeat
+from operator import sub
 
 from .graph import COLL, META, RECV, SEND, SimGraph, comm_type_name, lane_label
 
@@ -160,31 +163,24 @@ def _units(graphs: list[SimGraph], model: str) -> tuple[array, list[tuple[int, s
 
 def _successors(graphs: list[SimGraph], offsets: list[int], total: int) -> tuple[array, array, array, bytearray]:
     """CSR of successors over global numbers, indegree (a missing dependency counts and is never
-    satisfied), and the missing-dependency flag. O(n + e)."""
-    indegree = array("q", bytes(8 * total))
+    satisfied), and the missing-dependency flag. O(n + e log e): the edges of each graph sorted by
+    source (a stable C sort, so each node's successors stay in node order)."""
+    indegree = array("q")
     counts = array("q", bytes(8 * (total + 1)))
     missing = bytearray(total)
+    targets = array("q")
     for graph, base in zip(graphs, offsets):
         offs, nodes = graph.dep_offsets, graph.dep_nodes
-        for u in range(len(graph)):
-            indegree[base + u] = offs[u + 1] - offs[u]
-        for d in nodes:
-            counts[base + d + 1] += 1
+        sizes = list(map(sub, offs[1:], offs[:-1]))  # dependencies per node
+        indegree.extend(sizes)
+        owner = list(chain.from_iterable(map(repeat, range(base, base + len(sizes)), sizes)))  # per edge
+        targets.extend(map(owner.__getitem__, sorted(range(len(nodes)), key=nodes.__getitem__)))
+        for d, n in Counter(nodes).items():
+            counts[base + d + 1] = n
         for u, _ in graph.missing_deps:
             missing[base + u] = 1
             indegree[base + u] += 1
-    for u in range(total):
-        counts[u + 1] += counts[u]
-    fill = array("q", counts)
-    targets = array("q", bytes(8 * counts[total]))
-    for graph, base in zip(graphs, offsets):
-        offs, nodes = graph.dep_offsets, graph.dep_nodes
-        for u in range(len(graph)):
-            for k in range(offs[u], offs[u + 1]):
-                d = base + nodes[k]
-                targets[fill[d]] = base + u
-                fill[d] += 1
-    return counts, targets, indegree, missing
+    return array("q", accumulate(counts)), targets, indegree, missing
 
 
 def match_communication(graphs: list[SimGraph], offsets: list[int], comm_groups: dict[str, list[int]] | None
