@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .engine import CAUSE_DEPENDENCY, CAUSE_PEER, NO_NODE, Replay
-from .graph import KIND_NAMES
+from .graph import KIND_NAMES, SimGraph
 
 
 @dataclass(slots=True)
@@ -28,6 +28,8 @@ class PathStep:
     via: str
     peer_rank: int | None = None
     link: str = ""  # for "dependency": the edge's cause from the file ("parent", "launch"...), if known
+    graph: SimGraph | None = None  # the node's rank graph ...
+    local: int = -1  # ... and its number there
 
 
 @dataclass
@@ -64,14 +66,18 @@ def critical_path(rp: Replay) -> list[PathStep]:
         u = cause[u]
     nodes.reverse()
     start, end, cause_kind = rp.start, rp.end, rp.cause_kind
-    steps = [PathStep(u, start[u], end[u], _VIA[cause_kind[u]]) for u in nodes]
+    if len(rp.graphs) == 1:  # one rank: global numbers are local ones
+        only = rp.graphs[0]
+        steps = [PathStep(u, start[u], end[u], _VIA[cause_kind[u]], None, "", only, u) for u in nodes]
+    else:
+        steps = [PathStep(u, start[u], end[u], _VIA[cause_kind[u]], None, "", *rp.local(u)) for u in nodes]
     for step in steps:
-        if cause_kind[step.node] == CAUSE_PEER:
+        kind = cause_kind[step.node]
+        if kind == CAUSE_DEPENDENCY:
+            if step.graph.dep_cause:
+                step.link = step.graph.edge_cause(step.local, cause[step.node] - (step.node - step.local))
+        elif kind == CAUSE_PEER:
             step.peer_rank = rp.graphs[rp.rank_of(rp.peer[step.node])].rank
-        elif cause_kind[step.node] == CAUSE_DEPENDENCY:
-            graph, local = rp.local(step.node)
-            if graph.dep_cause:
-                step.link = graph.edge_cause(local, cause[step.node] - (step.node - local))
     return steps
 
 
@@ -103,9 +109,8 @@ def path_links(path: list[PathStep]) -> list[PathLink]:
 def top_ops(rp: Replay, path: list[PathStep], limit: int = 10) -> list[CriticalOp]:
     """Op names by their time on the path (end - start of each occurrence), largest first."""
     totals: dict[tuple[str, int], list] = {}
-    local = rp.local
     for step in path:
-        graph, i = local(step.node)
+        graph, i = step.graph, step.local
         key = (graph.names[i], graph.kind[i])
         entry = totals.get(key)
         if entry is None:
@@ -119,8 +124,6 @@ def top_ops(rp: Replay, path: list[PathStep], limit: int = 10) -> list[CriticalO
 def time_by_kind(rp: Replay, path: list[PathStep]) -> dict[str, float]:
     """Time on the path per kind of node ("cpu", "gpu", "comm", "metadata")."""
     totals = [0.0] * len(KIND_NAMES)
-    local = rp.local
     for step in path:
-        graph, i = local(step.node)
-        totals[graph.kind[i]] += step.end - step.start
+        totals[step.graph.kind[step.local]] += step.end - step.start
     return dict(zip(KIND_NAMES, totals))
