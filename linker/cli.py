@@ -18,36 +18,23 @@ import typer
 
 from . import __version__
 from .errors import MismatchedPairError, OptionError, TraceInputError
+from .exit_status import (
+    EXIT_BELOW_MIN_LINKED,
+    EXIT_COLLECTIVE_MISMATCH,
+    EXIT_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_MISMATCH,
+    EXIT_OK,
+    EXIT_RANKS_FAILED,
+    EXIT_SIM_STUCK,
+    EXIT_STATUS_TABLE,
+    EXIT_TERMINATED,
+    EXIT_UNREADABLE,
+)
 from .fileio import Terminated, terminate_as_interrupt
 from .link import METHODS, LinkOptions
-
-EXIT_OK = 0
-EXIT_INTERNAL = 1
-EXIT_INPUT = 2
-EXIT_MISMATCH = 3
-EXIT_INVALID = 4
-EXIT_RANKS_FAILED = 5  # same value as batch.EXIT_RANKS_FAILED
-EXIT_BELOW_MIN_LINKED = 6
-EXIT_UNREADABLE = 7
-EXIT_COLLECTIVE_MISMATCH = 8  # same value as job_check.EXIT_COLLECTIVE_MISMATCH
-EXIT_SIM_STUCK = 9  # same value as sim.cli_run.EXIT_STUCK
-EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143
-
-EXIT_STATUS_TABLE = (
-    (EXIT_OK, "success (validate: no violations)"),
-    (EXIT_INTERNAL, "internal error: a bug in et-link, please report the one-line message"),
-    (EXIT_INPUT, "bad input file, bad option or unusable output path; nothing was written"),
-    (EXIT_MISMATCH, "the ET and the Kineto trace come from different runs (--force links anyway)"),
-    (EXIT_INVALID, "validate: a file violates the graph invariants"),
-    (EXIT_RANKS_FAILED, "batch: some ranks failed (the others were linked; see summary.json)"),
-    (EXIT_BELOW_MIN_LINKED, "linked share below --min-linked (the ET+ and report are written)"),
-    (EXIT_UNREADABLE, "validate: a file could not be read as ET/ET+ JSON or Chakra"),
-    (EXIT_COLLECTIVE_MISMATCH, "batch: the ranks' collectives disagree (see summary.json; --allow-mismatch exits 0)"),
-    (EXIT_SIM_STUCK, "simulate: the replay could not run every node (stuck graph or stalled collective; the report says where)"),
-    (EXIT_INTERRUPTED, "interrupted (Ctrl-C); no partial output is left"),
-    (EXIT_TERMINATED, "terminated (SIGTERM); no partial output is left"),
-)
 
 
 def _exit_epilog() -> str:
@@ -295,7 +282,7 @@ def batch_command(
     """Link all ranks of a job: pair ET and Kineto files by rank, link each rank in its own process
     (locally or on Dask), skip ranks already done, check that the ranks' collectives agree, print a
     table and write summary.json (and comm_groups.json with --format et)."""
-    from .batch import EXIT_RANKS_FAILED, BatchConfig, BatchSetupError, PairingError, format_table, parse_bytes, run_batch
+    from .batch import BatchConfig, BatchSetupError, PairingError, format_table, parse_bytes, run_batch
 
     terminate_as_interrupt()
     _setup_logging(log_level)
@@ -358,7 +345,7 @@ def simulate_command(
 ) -> None:
     """Replay the trace(s) as ASTRA-sim would and compare the simulated step with the measured one.
     Exit status 9 when the graph cannot finish (never-issued nodes or a stalled collective; reported)."""
-    from .sim.cli_run import EXIT_STUCK, SimulateOptions, run_simulate
+    from .sim.cli_run import SimulateOptions, run_simulate
 
     try:
         output, finished = run_simulate(SimulateOptions(files, model, scale, comm_groups, json_output, trace_out, top,
@@ -369,7 +356,7 @@ def simulate_command(
         fail(str(err))
     sys.stdout.write(output + "\n")
     if not finished:
-        raise typer.Exit(EXIT_STUCK)
+        raise typer.Exit(EXIT_SIM_STUCK)
 
 
 def main() -> None:

@@ -45,7 +45,6 @@ from .fileio import atomic_output
 
 COMM_GROUPS_FILE = "comm_groups.json"
 SIDECAR_KEY = "collectives"
-EXIT_COLLECTIVE_MISMATCH = 8
 SEND, RECV = "SEND", "RECV"
 CONSISTENT, MISMATCH, NOT_CHECKED = "consistent", "mismatch", "not checked"
 TABLE_GROUPS, TABLE_LINES = 4, 20  # the printed table names at most this many groups / divergences / notes

@@ -6,6 +6,7 @@ import gzip
 import importlib.util
 import io
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from linker import batch
+from linker.batch import local
 from linker.batch import (
     BatchConfig,
     BatchSetupError,
@@ -106,9 +108,9 @@ def test_ambiguous_or_missing_rank_is_a_problem(name):
 
 
 def test_rank_pattern_overrides_names():
-    pattern = batch.re.compile(r"node(\d+)")
+    pattern = re.compile(r"node(\d+)")
     assert rank_from_name(Path("/x/node12-rank3.json"), pattern).rank == 12
-    named = batch.re.compile(r"n(?P<rank>\d+)_")
+    named = re.compile(r"n(?P<rank>\d+)_")
     assert rank_from_name(Path("/x/n5_1.json"), named).rank == 5
     assert rank_from_name(Path("/x/other.json"), pattern).problem
     with pytest.raises(BatchSetupError):
@@ -307,7 +309,7 @@ def test_local_runner_respects_memory_budget_and_records_crashes(tmp_path, monke
     results = batch.run_local(plan.to_run, workers=3, memory_budget=1, progress=progress)
     assert progress.most_running == 1 and all(r.status == "linked" for r in results)
 
-    if batch._process_context().get_start_method() != "fork":
+    if local._process_context().get_start_method() != "fork":
         pytest.skip("worker crash is simulated through fork")
     real = batch.run_rank_task
 
@@ -316,13 +318,28 @@ def test_local_runner_respects_memory_budget_and_records_crashes(tmp_path, monke
             os.kill(os.getpid(), signal.SIGKILL)
         return real(task)
 
-    monkeypatch.setattr(batch, "run_rank_task", crash_rank_1)
+    monkeypatch.setattr(local, "run_rank_task", crash_rank_1)  # what the local worker calls
     progress = CountingProgress()
     results = {r.rank: r for r in batch.run_local(plan.to_run, workers=3, memory_budget=None, progress=progress)}
     assert progress.most_running == 3
     assert results[1].status == "failed" and "SIGKILL" in results[1].error
     assert results[0].status == results[2].status == "linked"
 
+
+
+def test_subprocess_worker_gives_the_in_process_result(tmp_path):
+    """The Dask task body (a fresh Python process per rank) links exactly as the local worker does."""
+    from linker.batch import remote
+
+    traces = make_rank_set(tmp_path / "t", 1)
+    task = batch.plan_batch(config_for(traces, tmp_path / "sub")).to_run[0]
+    in_process = batch.plan_batch(config_for(traces, tmp_path / "here")).to_run[0]
+    assert (Path(remote.__file__).resolve().parents[2] / "linker" / "batch" / "remote.py").is_file()
+    child, here = remote.run_rank_subprocess(task), batch.run_rank_task(in_process)
+    assert child.status == here.status == "linked", child.error
+    assert Path(child.output).read_bytes() == Path(here.output).read_bytes()
+    assert (child.method, child.et_ops, child.linked_ops, child.warnings) == (
+        here.method, here.et_ops, here.linked_ops, here.warnings)
 
 # --- summary and progress -----------------------------------------------------------------------
 

@@ -20,7 +20,8 @@ from conftest import shared_trace
 from linker import et_def_pb2 as pb
 from linker.chakra_io import attr_dict, read_et
 from linker.cli import app
-from linker.job_check import (EXIT_COLLECTIVE_MISMATCH, CommOp, RankCollectives, check_job,
+from linker.exit_status import EXIT_COLLECTIVE_MISMATCH
+from linker.job_check import (CommOp, RankCollectives, check_job,
                               format_ranks)
 from tracetools import load_trace, save_trace
 

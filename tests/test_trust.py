@@ -608,12 +608,12 @@ def test_a_device_is_not_read_as_a_trace(dirs):
 
 SLOW_BATCH = """
 import sys, time
-import linker.batch as batch
-real = batch.run_rank_task
+import linker.batch.local as local
+real = local.run_rank_task
 def slow(task):
     time.sleep(3)  # the interrupt lands while every worker is busy
     return real(task)
-batch.run_rank_task = slow
+local.run_rank_task = slow
 from linker.cli import main
 sys.argv = ["et-link"] + sys.argv[1:]
 main()

@@ -21,7 +21,6 @@ from .perfetto import write_trace
 from .report import build_report, format_text
 
 RANK_STARTS = ("measured", "zero")
-EXIT_STUCK = 9  # the replay could not run every node (the report says why)
 
 
 @dataclass

@@ -18,7 +18,7 @@ import orjson
 
 from ..errors import TraceInputError
 from ..fileio import open_input
-from .load import rank_from_name
+from ..rank_names import rank_in_name
 
 COMM_GROUPS_FILE = "comm_groups.json"
 _REPLAYABLE_SUFFIXES = (".et", ".et.gz", "_plus.json", "_plus.json.gz")
@@ -54,7 +54,7 @@ def resolve_inputs(paths: list[Path], comm_groups: Path | None = None) -> JobInp
         else:
             files.append(path)
     notes: list[str] = []
-    named = [rank_from_name(p) for p in files]
+    named = [rank_in_name(p) for p in files]
     if len(files) > 1 and None in named:
         ranks = list(range(len(files)))
         files = sorted(files)

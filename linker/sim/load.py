@@ -67,15 +67,6 @@ def file_kind(path: str | os.PathLike) -> str:
     return JSON if head.lstrip()[:1] == b"{" else CHAKRA
 
 
-_RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
-
-
-def rank_from_name(path: str | os.PathLike) -> int | None:
-    """The rank a file name states ("rank3_plus.et", "rank_3/…"), or None."""
-    match = _RANK_IN_NAME.search(Path(path).name) or _RANK_IN_NAME.search(Path(path).parent.name)
-    return int(match.group(1)) if match else None
-
-
 def load_graph(path: str | os.PathLike, rank: int = 0) -> SimGraph:
     """Read one rank's file (.et, .et.gz or ET+ JSON) into a SimGraph. Raises TraceInputError."""
     if file_kind(path) == JSON:

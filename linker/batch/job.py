@@ -1,0 +1,148 @@
+"""The whole batch: plan (pair, make the tasks, set aside complete ranks), run locally or on Dask,
+check the job's collectives (``job_check``), summarise. Cost: O(files) + the ranks' links.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..job_check import COMM_GROUPS_FILE, check_job, format_ranks
+from ..link import LinkOptions
+from ..progress import BatchProgress
+from .errors import BatchSetupError, PairingError
+from .link_rank import completed_result
+from .local import run_local
+from .memory import MEMORY_BUDGET_SHARE, available_memory_bytes
+from .pairing import Pairing, expand_glob, pair_rank_files
+from .remote import import_distributed, run_dask
+from .summary import BatchSummary, find_outliers, summarize_totals, write_summary
+from .tasks import RankResult, RankTask, make_task
+
+
+@dataclass
+class BatchConfig:
+    """``et-link batch`` options. ``workers`` None = CPU count; ``memory_budget`` None =
+    ``MEMORY_BUDGET_SHARE`` of MemAvailable (local runs only)."""
+
+    et_glob: str | None  # None: Kineto-only ranks
+    kineto_glob: str
+    output_dir: Path
+    options: LinkOptions = field(default_factory=LinkOptions)
+    fmt: str = "json"
+    gzip: bool = False
+    workers: int | None = None
+    scheduler: str | None = None
+    rank_pattern: str | None = None
+    redo: bool = False
+    verify_existing: bool = False
+    memory_budget: int | None = None
+    skip_unpaired: bool = False  # link the ranks that have both files; note the others
+
+
+@dataclass
+class BatchPlan:
+    pairing: Pairing
+    to_run: list[RankTask]
+    complete: list[RankResult]
+
+
+def default_workers() -> int:
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def plan_batch(config: BatchConfig) -> BatchPlan:
+    """Find and pair the files, make the tasks, set aside the complete ranks.
+
+    Raises ``BatchSetupError`` (no files, bad format) or ``PairingError`` before anything is
+    written. Creates the output directory. Cost: O(files) + one header read per Kineto file +
+    a few stats per rank.
+    """
+    if config.fmt not in ("json", "et"):
+        raise BatchSetupError(f"unknown --format {config.fmt!r}; choose json or et")
+    et_paths = expand_glob(config.et_glob) if config.et_glob is not None else []
+    kineto_paths = expand_glob(config.kineto_glob)
+    if not et_paths and config.et_glob is not None:
+        raise BatchSetupError(f"no file matches --et {config.et_glob!r}")
+    if not kineto_paths:
+        raise BatchSetupError(f"no file matches --kineto {config.kineto_glob!r}")
+    pairing = pair_rank_files(et_paths, kineto_paths, config.rank_pattern, config.skip_unpaired)
+    if pairing.problems:
+        raise PairingError(pairing.problems)
+    output_dir = Path(config.output_dir).absolute()
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise BatchSetupError(f"cannot create the output directory {output_dir}: {err}") from None
+    if not output_dir.is_dir() or not os.access(output_dir, os.W_OK | os.X_OK):
+        raise BatchSetupError(f"{output_dir}: the output directory is not writable")
+    tasks = [make_task(p, output_dir, config.options, config.fmt, config.gzip) for p in pairing.pairs]
+    complete, to_run = [], []
+    for task in tasks:
+        done = None if config.redo else completed_result(task, config.verify_existing)
+        (complete if done else to_run).append(done or task)
+    return BatchPlan(pairing, to_run, complete)
+
+
+def run_batch(config: BatchConfig, progress_stream=None, interactive: bool | None = None,
+              quiet: bool = False) -> BatchSummary:
+    """Plan, run and summarise a batch; writes ``summary.json`` in the output directory.
+
+    Raises ``BatchSetupError``/``PairingError`` before any work; afterwards rank failures are
+    recorded in the summary, never raised. Progress goes to ``progress_stream`` (stderr).
+    """
+    started = time.monotonic()
+    if config.scheduler:
+        import_distributed()  # fail before anything is written
+    plan = plan_batch(config)
+    workers = config.workers or default_workers()
+    if workers < 1:
+        raise BatchSetupError("--workers must be at least 1")
+    progress = BatchProgress(len(plan.to_run), sum(t.input_bytes for t in plan.to_run), progress_stream,
+                             interactive, "submitted" if config.scheduler else "running", quiet)
+    for note in plan.pairing.notes:
+        progress.note(note)
+    if plan.complete:
+        progress.note(f"{len(plan.complete)} rank(s) already complete, skipped (--redo to link them again): "
+                      f"{format_ranks(r.rank for r in plan.complete)}")
+
+    if config.scheduler:
+        executor = f"Dask scheduler {config.scheduler}"
+        results = run_dask(plan.to_run, config.scheduler, progress) if plan.to_run else []
+    else:
+        available = available_memory_bytes()
+        budget = config.memory_budget or (int(available * MEMORY_BUDGET_SHARE) if available else None)
+        executor = f"local, {workers} workers" + (f", memory budget {budget / 2**30:.1f} GiB" if budget else "")
+        results = run_local(plan.to_run, workers, budget, progress) if plan.to_run else []
+    progress.close()
+    ranks = sorted(results + plan.complete, key=lambda r: r.rank)
+    output_dir = Path(config.output_dir).absolute()
+    collectives = check_job({r.rank: r.report for r in ranks if r.ok}, [r.rank for r in ranks],
+                            plan.pairing.world_size, output_dir / COMM_GROUPS_FILE if config.fmt == "et" else None)
+    elapsed = time.monotonic() - started
+    summary = BatchSummary(
+        output_dir=str(output_dir), executor=executor, ranks=ranks,
+        totals=summarize_totals(ranks, elapsed), outliers=find_outliers(ranks), notes=plan.pairing.notes,
+        options={"link": asdict(config.options), "format": config.fmt, "gzip": config.gzip,
+                 "et": config.et_glob, "kineto": config.kineto_glob, "rank_pattern": config.rank_pattern},
+        collectives=collectives)
+    write_summary(summary, Path(summary.output_dir) / "summary.json")
+    return summary
+
+
+def parse_bytes(text: str) -> int:
+    """``8G``, ``512M``, ``1.5GiB``, ``1000000`` -> bytes (binary multiples). Raises ValueError."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise ValueError(f"not a size: {text!r} (use e.g. 512M, 8G)")
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[match.group(2).lower()]
+    value = int(float(match.group(1)) * scale)
+    if value <= 0:
+        raise ValueError(f"size must be positive: {text!r}")
+    return value
