@@ -3,8 +3,9 @@
 ``et-link --et-file ET --kineto-file K [...]`` links one pair (the classic interface);
 ``et-link validate FILE``, ``et-link dump FILE.et`` and ``et-link batch ...`` are subcommands.
 User mistakes (bad files, different runs, bad options) print one line and exit non-zero; the exit
-statuses are the table ``EXIT_STATUS_TABLE`` (also in ``--help`` and the README). A failure never
-prints a traceback: an unexpected one is reported in one line as an internal error (status 1).
+statuses are the table ``exit_status.EXIT_STATUS_TABLE`` (also in ``--help`` and the README). A
+failure never prints a traceback: an unexpected one is reported in one line as an internal error
+(status 1).
 """
 
 from __future__ import annotations
