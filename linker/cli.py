@@ -65,6 +65,15 @@ def _version(value: bool) -> None:
         raise typer.Exit(EXIT_OK)
 
 
+def _chosen_method(exact_match: bool, approximate: bool, match: str) -> str:
+    """The matching method of --exact-match / --approximate / --match (at most one given)."""
+    if sum((exact_match, approximate, match != "auto")) > 1:
+        fail("choose one of --exact-match, --approximate, --match")
+    method = "exact" if exact_match else "approximate" if approximate else match
+    if method not in METHODS:
+        fail(f"unknown --match {method!r}; choose one of {', '.join(METHODS)}")
+    return method
+
 def _check_options(window: Optional[int], max_depth: int, min_linked: Optional[float],
                    annotation: Optional[str]) -> None:
     """Range checks done before any file is read."""
@@ -77,6 +86,15 @@ def _check_options(window: Optional[int], max_depth: int, min_linked: Optional[f
     if annotation is not None and not annotation.strip():
         fail("--annotation: give a non-empty name")
 
+
+def _stop_status(stop: KeyboardInterrupt) -> int:
+    return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
+
+
+def _stopped(stop: KeyboardInterrupt, left: str) -> typer.Exit:
+    """Say that Ctrl-C (or SIGTERM: ``Terminated``) stopped the run and what was ``left``; the exit to raise."""
+    typer.echo(f"et-link: {'terminated' if isinstance(stop, Terminated) else 'interrupted'}; {left}", err=True)
+    return typer.Exit(_stop_status(stop))
 
 def _run_pair(et_file: Path, kineto_file: Path, output_file, options: LinkOptions, report):
     """``link_pair`` with every failure turned into one line and its exit status."""
@@ -91,12 +109,8 @@ def _run_pair(et_file: Path, kineto_file: Path, output_file, options: LinkOption
         fail(str(err), EXIT_INPUT)
     except MismatchedPairError as err:
         fail(f"{pair}: {err}", EXIT_MISMATCH)
-    except Terminated:
-        typer.echo("et-link: terminated; no output was left behind", err=True)
-        raise typer.Exit(EXIT_TERMINATED)
-    except KeyboardInterrupt:
-        typer.echo("et-link: interrupted; no output was left behind", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (Terminated)
+        raise _stopped(stop, "no output was left behind")
     except MemoryError:
         fail(f"{pair}: out of memory while linking", EXIT_INPUT)
     except Exception as err:  # a bug: still one line, never a traceback
@@ -149,11 +163,7 @@ def main_command(
     if kineto_file is None:
         fail("--kineto-file is required, with --et-file or alone (or use a subcommand: validate, dump, batch, "
              "simulate; see --help)")
-    if sum((exact_match, approximate, match != "auto")) > 1:
-        fail("choose one of --exact-match, --approximate, --match")
-    method = "exact" if exact_match else "approximate" if approximate else match
-    if method not in METHODS:
-        fail(f"unknown --match {method!r}; choose one of {', '.join(METHODS)}")
+    method = _chosen_method(exact_match, approximate, match)
     _check_options(window, max_depth, min_linked, annotation)
     if et_file is None and (method != "auto" or annotation is not None or window is not None):
         typer.echo("et-link: warning: without --et-file there is nothing to match: "
@@ -165,7 +175,7 @@ def main_command(
         _finish_pair(outcome, et_file, kineto_file, quiet, min_linked)
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM after the outputs were complete: they are kept
         typer.echo("et-link: stopped after the outputs were written (they are complete)", err=True)
-        raise typer.Exit(EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED)
+        raise typer.Exit(_stop_status(stop))
 
 
 def _finish_pair(outcome, et_file: Path, kineto_file: Path, quiet: bool, min_linked: Optional[float]) -> None:
@@ -287,11 +297,7 @@ def batch_command(
 
     terminate_as_interrupt()
     _setup_logging(log_level)
-    if sum((exact_match, approximate, match != "auto")) > 1:
-        fail("choose one of --exact-match, --approximate, --match")
-    method = "exact" if exact_match else "approximate" if approximate else match
-    if method not in METHODS:
-        fail(f"unknown --match {method!r}; choose one of {', '.join(METHODS)}")
+    method = _chosen_method(exact_match, approximate, match)
     _check_options(window, max_depth, None, annotation)
     if workers is not None and workers < 1:
         fail("--workers must be at least 1")
@@ -312,12 +318,8 @@ def batch_command(
         fail(str(err))
     except BatchSetupError as err:
         fail(str(err))
-    except Terminated:
-        typer.echo("et-link: terminated; running ranks stopped (complete ranks are kept)", err=True)
-        raise typer.Exit(EXIT_TERMINATED)
-    except KeyboardInterrupt:
-        typer.echo("et-link: interrupted; running ranks stopped (complete ranks are kept)", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (Terminated)
+        raise _stopped(stop, "running ranks stopped (complete ranks are kept)")
     except TraceInputError as err:  # e.g. summary.json cannot be written
         fail(str(err))
     typer.echo(format_table(summary))
