@@ -103,69 +103,102 @@ def item_dp(et: IndexedForest, kineto: IndexedForest, xs: list[int], ys: list[in
     only considered within band columns of the diagonal from (0, 0) to (m, n).
     Each row is one pass in C (running maximum) plus Python work only at the columns where a pair
     or an opening is possible: O(m * n) C steps (m * band with a band) + O(candidate cells)."""
-    m, n = len(xs), len(ys)
-    label_a, label_b, shape_a, shape_b = et.label, kineto.label, et.shape, kineto.shape
-    size_a, size_b = et.size, kineto.size
+    gap = _ItemGap(et, kineto, xs, ys, mirror)
+    lo, hi = _band_limits(len(xs), len(ys), band)
+    stats.item_cells += sum(hi[i] - lo[i] + 1 for i in range(len(xs)))
+    return _trace_back(gap, _fill_table(gap, lo, hi))
 
-    def score(x: int, y: int) -> int:
-        if shape_a[x] == shape_b[y]:
-            return 2 * size_a[x]
-        return 2 * min(size_a[x], size_b[y]) - 1
 
-    def kids(forest: IndexedForest, node: int) -> list[int]:
-        found = children(forest, node)
-        return found[::-1] if mirror else found
+Opening = tuple[int, int, list[tuple[int, int, int, int]]]
+"""What opening an item pairs: (score, items of the other side used, the pairs (i, j, x, y))."""
 
-    la = [label_a[x] for x in xs]
-    lb = [label_b[y] for y in ys]
-    kids_a = [kids(et, x) if size_a[x] > 1 else None for x in xs]
-    kids_b = [kids(kineto, y) if size_b[y] > 1 else None for y in ys]
-    kid_labels_a = [None if k is None else {label_a[c] for c in k} for k in kids_a]
-    kid_labels_b = [None if k is None else {label_b[c] for c in k} for k in kids_b]
-    columns_of: dict[int, list[int]] = {}  # label -> columns j with that label
-    for j, t in enumerate(lb):
-        columns_of.setdefault(t, []).append(j)
-    opener_columns: dict[int, list[int]] = {}  # label -> columns j whose children have it
-    for j, labels in enumerate(kid_labels_b):
-        for t in labels or ():
-            opener_columns.setdefault(t, []).append(j)
-    column_shape = [shape_b[y] for y in ys]
-    column_size = [size_b[y] for y in ys]
-    opened: dict[tuple[int, int, int], tuple[int, int, list[tuple[int, int, int, int]]]] = {}
 
-    def open_a(i: int, j: int) -> tuple[int, int, list[tuple[int, int, int, int]]]:
+class _ItemGap:
+    """The two item sequences of one gap as the item DP reads them: labels per item, children
+    (reversed when mirror) and their labels, the columns (ys positions) per label and per child label,
+    and the openings computed so far (``open_a``/``open_b``, cached).  O(items + children) to build."""
+
+    def __init__(self, et: IndexedForest, kineto: IndexedForest, xs: list[int], ys: list[int],
+                 mirror: bool) -> None:
+        self.et, self.kineto, self.xs, self.ys = et, kineto, xs, ys
+        label_a, label_b, size_a, size_b = et.label, kineto.label, et.size, kineto.size
+
+        def kids(forest: IndexedForest, node: int) -> list[int]:
+            found = children(forest, node)
+            return found[::-1] if mirror else found
+
+        self.la = [label_a[x] for x in xs]
+        self.lb = [label_b[y] for y in ys]
+        self.kids_a = [kids(et, x) if size_a[x] > 1 else None for x in xs]
+        self.kids_b = [kids(kineto, y) if size_b[y] > 1 else None for y in ys]
+        self.kid_labels_a = [None if k is None else {label_a[c] for c in k} for k in self.kids_a]
+        self.kid_labels_b = [None if k is None else {label_b[c] for c in k} for k in self.kids_b]
+        self.columns_of: dict[int, list[int]] = {}  # label -> columns j with that label
+        for j, t in enumerate(self.lb):
+            self.columns_of.setdefault(t, []).append(j)
+        self.opener_columns: dict[int, list[int]] = {}  # label -> columns j whose children have it
+        for j, labels in enumerate(self.kid_labels_b):
+            for t in labels or ():
+                self.opener_columns.setdefault(t, []).append(j)
+        self.column_shape = [kineto.shape[y] for y in ys]
+        self.column_size = [size_b[y] for y in ys]
+        self.opened: dict[tuple[int, int, int], Opening] = {}
+
+    def score(self, x: int, y: int) -> int:
+        """2 * size for identical subtrees, 2 * min(sizes) - 1 otherwise."""
+        et, kineto = self.et, self.kineto
+        if et.shape[x] == kineto.shape[y]:
+            return 2 * et.size[x]
+        return 2 * min(et.size[x], kineto.size[y]) - 1
+
+    def open_a(self, i: int, j: int) -> Opening:
+        """xs[i] opened: its children paired greedily, in order, with ys[j], ys[j + 1], ..."""
         key = (0, i, j)
-        if key not in opened:
+        if key not in self.opened:
+            label_a, lb, ys = self.et.label, self.lb, self.ys
             u, total, made = j, 0, []
-            for c in kids_a[i]:
-                if u < n and label_a[c] == lb[u]:
-                    total += score(c, ys[u])
+            for c in self.kids_a[i]:
+                if u < len(ys) and label_a[c] == lb[u]:
+                    total += self.score(c, ys[u])
                     made.append((i, u, c, ys[u]))
                     u += 1
-            opened[key] = (total, u - j, made)
-        return opened[key]
+            self.opened[key] = (total, u - j, made)
+        return self.opened[key]
 
-    def open_b(i: int, j: int) -> tuple[int, int, list[tuple[int, int, int, int]]]:
+    def open_b(self, i: int, j: int) -> Opening:
+        """ys[j] opened: its children paired greedily, in order, with xs[i], xs[i + 1], ..."""
         key = (1, i, j)
-        if key not in opened:
+        if key not in self.opened:
+            label_b, la, xs = self.kineto.label, self.la, self.xs
             u, total, made = i, 0, []
-            for c in kids_b[j]:
-                if u < m and label_b[c] == la[u]:
-                    total += score(xs[u], c)
+            for c in self.kids_b[j]:
+                if u < len(xs) and label_b[c] == la[u]:
+                    total += self.score(xs[u], c)
                     made.append((u, j, xs[u], c))
                     u += 1
-            opened[key] = (total, u - i, made)
-        return opened[key]
+            self.opened[key] = (total, u - i, made)
+        return self.opened[key]
 
+
+def _band_limits(m: int, n: int, band: int | None) -> tuple[list[int], list[int]]:
+    """Per row i, the first and last column computed: all of them, or band columns either side of
+    the diagonal from (0, 0) to (m, n).  O(m)."""
     if band is None:
-        lo, hi = [0] * m, [n - 1] * m
-    else:
-        centre = [(i * n) // m for i in range(m)]
-        lo = [max(0, c - band) for c in centre]
-        hi = [min(n - 1, c + band) for c in centre]
-    stats.item_cells += sum(hi[i] - lo[i] + 1 for i in range(m))
-    # table[i][j]: best score of xs[i:] against ys[j:]; full-width rows, computed within the band
-    # (a cell outside it is a lower bound: 0 or a running maximum).
+        return [0] * m, [n - 1] * m
+    centre = [(i * n) // m for i in range(m)]
+    return [max(0, c - band) for c in centre], [min(n - 1, c + band) for c in centre]
+
+
+def _fill_table(gap: _ItemGap, lo: list[int], hi: list[int]) -> list[list[int]]:
+    """table[i][j]: best score of xs[i:] against ys[j:]; full-width rows, computed within [lo, hi]
+    (a cell outside it is a lower bound: 0 or a running maximum).  Each row: one running maximum in
+    C plus Python work at the columns where a pair or an opening is possible."""
+    xs, la, kid_labels_a = gap.xs, gap.la, gap.kid_labels_a
+    shape_a, size_a = gap.et.shape, gap.et.size
+    columns_of, opener_columns = gap.columns_of, gap.opener_columns
+    column_shape, column_size = gap.column_shape, gap.column_size
+    open_a, open_b = gap.open_a, gap.open_b
+    m, n = len(xs), len(gap.ys)
     table = [[0] * (n + 2) for _ in range(m + 2)]
     for i in range(m - 1, -1, -1):
         nxt = table[i + 1]
@@ -201,6 +234,15 @@ def item_dp(et: IndexedForest, kineto: IndexedForest, xs: list[int], ys: list[in
         running = list(accumulate(cells, max))
         running.reverse()
         table[i][first:last + 1] = running
+    return table
+
+
+def _trace_back(gap: _ItemGap, table: list[list[int]]) -> list[tuple[int, int, int, int]]:
+    """The earliest optimal alignment in a filled table, as (i, j, x, y) pairs.  O(m + n)."""
+    xs, ys, la, lb = gap.xs, gap.ys, gap.la, gap.lb
+    kid_labels_a, kid_labels_b, score = gap.kid_labels_a, gap.kid_labels_b, gap.score
+    open_a, open_b = gap.open_a, gap.open_b
+    m, n = len(xs), len(ys)
     out: list[tuple[int, int, int, int]] = []
     i = j = 0
     while i < m and j < n:
