@@ -23,6 +23,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import accumulate, compress, repeat
+from operator import eq, lt
 from typing import Any
 
 import msgspec
@@ -150,24 +152,54 @@ class DependencyPlan:
         return deps
 
 
+def _parent_indices(et, index_of_id: dict[int, int]) -> list[int]:
+    """Index of each node's parent (-1: missing, or the node's own id), in C passes. O(n)."""
+    if index_of_id is et.index_of_id():
+        return et.parent_index()
+    parent = list(map(index_of_id.get, et.parent, repeat(NO_NODE)))
+    for i in compress(range(len(parent)), map(eq, parent, range(len(parent)))):
+        parent[i] = NO_NODE
+    return parent
+
+
+def _id_order_is_preorder(by_id: list[int], parent: list[int]) -> bool:
+    """True when the nodes in id order are already the tree pre-order (roots and siblings by id):
+    each node's parent is the previous node or one of its ancestors. One stack sweep, O(n)."""
+    stack = [NO_NODE]
+    push, pop = stack.append, stack.pop
+    try:
+        for i in by_id:
+            p = parent[i]
+            while stack[-1] != p:
+                pop()
+            push(i)
+    except IndexError:  # the parent is not on the stack: not yet seen, or a closed subtree
+        return False
+    return True
+
+
 def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary) -> tuple[list[int], array]:
     """ET indices in start order (tree pre-order, siblings by id) and the ctrl parent of each
     (-1 for roots and dropped parents). Nodes under a parent cycle follow in id order, keeping a
-    parent only when it comes earlier. O(n log n)."""
+    parent only when it comes earlier. O(n log n); ids in pre-order (PyTorch gives ids at op
+    start) take one sort and one stack sweep."""
     n = len(et.nodes)
-    parent = array("q", [NO_NODE]) * n
+    parents = _parent_indices(et, index_of_id)
+    for i in compress(range(n), map(NO_NODE.__eq__, parents)):
+        if index_of_id.get(et.parent[i], NO_NODE) < 0 and et.names[i] not in PROCESS_ROOT_NAMES:
+            summary.ctrl_deps_dropped += 1
     by_id = sorted(range(n), key=et.ids.__getitem__)
+    parent = array("q", parents)
+    if _id_order_is_preorder(by_id, parents):
+        return by_id, parent
     children: dict[int, list[int]] = {}
     roots: list[int] = []
     for i in by_id:
-        p = index_of_id.get(et.parent[i], NO_NODE)
-        if p == i or p < 0:
-            if p < 0 and et.names[i] not in PROCESS_ROOT_NAMES:
-                summary.ctrl_deps_dropped += 1
+        p = parent[i]
+        if p < 0:
             roots.append(i)
-            continue
-        parent[i] = p
-        children.setdefault(p, []).append(i)
+        else:
+            children.setdefault(p, []).append(i)
     order: list[int] = []
     seen = bytearray(n)
     for root in roots:
@@ -187,6 +219,20 @@ def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary) -> tuple[l
                 rank[i] = len(order)
                 order.append(i)
     return order, parent
+
+
+def _thread_chains(order: list[int], tid: list[int], total: int) -> array:
+    """``prev`` of the CPU nodes: the previous node of the same thread in ``order`` (-1 for a
+    thread's first), for ``total`` nodes (the rest -1). A stable sort by thread, then one scatter."""
+    chains = sorted(order, key=tid.__getitem__)
+    previous = [NO_NODE] + chains[:-1]
+    counts = Counter(map(tid.__getitem__, order))
+    for start in accumulate([counts[t] for t in sorted(counts)][:-1], initial=0):
+        previous[start] = NO_NODE
+    prev = array("q", [NO_NODE]) * total
+    for u, p in zip(chains, previous):
+        prev[u] = p
+    return prev
 
 
 def _gpu_placement(et_plus: EtPlus) -> GpuPlacement:
@@ -264,10 +310,37 @@ def _topological_order(ctrl: array, prev: array, keys: list[float], ids: list[in
     return order
 
 
+def _inverse(order: list[int]) -> array:
+    """position[u] = p for order[p] = u. O(n)."""
+    position = array("q", [0]) * len(order)
+    for p, u in enumerate(order):
+        position[u] = p
+    return position
+
+
+def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
+                 extra: dict[int, list[tuple[int, str]]]) -> tuple[list[int], array]:
+    """``_topological_order`` and the position of each node in it. When sorting every node by
+    (time key, id) already puts each edge forward (the usual case: parents start first, chains
+    run in time), that sort is the order Kahn's algorithm would give (its smallest ready node is
+    then always the smallest node left): two stable sorts and C passes over the edges."""
+    total = len(ctrl)
+    if not any(map(math.isnan, keys)):
+        order = sorted(range(total), key=ids.__getitem__)
+        order.sort(key=keys.__getitem__)
+        position = _inverse(order)
+        at = position.tolist() + [NO_NODE]  # at[-1]: no edge
+        if (all(map(lt, map(at.__getitem__, ctrl), position)) and all(map(lt, map(at.__getitem__, prev), position))
+                and all(position[d] < position[u] for u, sources in extra.items() for d, _ in sources)):
+            return order, position
+    order = _topological_order(ctrl, prev, keys, ids, extra)
+    return order, _inverse(order)
+
+
 def _exclusive_of_ops(et_plus: EtPlus) -> list[float]:
     """Exclusive µs of each ET node (0 for unlinked nodes)."""
-    exclusive = et_plus.result.exclusive
-    return [exclusive[e] if e >= 0 else 0.0 for e in et_plus.result.match.event_of_op]
+    exclusive = et_plus.result.exclusive + [0.0]  # event -1: unlinked
+    return list(map(exclusive.__getitem__, et_plus.result.match.event_of_op))
 
 
 def _comm_attrs(et_plus: EtPlus, resolver: CommResolver | None, summary: WriteSummary) -> list[CommAttrs | None]:
@@ -304,12 +377,7 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
     n, g = len(et.nodes), len(et_plus.gpu_nodes)
     preorder, parent = _preorder(et, index_of_id, summary)
     ctrl = array("q", parent) + array("q", [NO_NODE]) * g
-    prev = array("q", [NO_NODE]) * (n + g)
-    last_on_thread: dict[int, int] = {}
-    for i in preorder:
-        tid = et.tid[i]
-        prev[i] = last_on_thread.get(tid, NO_NODE)
-        last_on_thread[tid] = i
+    prev = _thread_chains(preorder, et.tid, n + g)
     placement = _gpu_placement(et_plus)
     for k, link in enumerate(et_plus.gpu_links):
         ctrl[n + k] = link.et_index
@@ -328,11 +396,7 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
                           frozenset(n + k for k, link in enumerate(et_plus.gpu_links) if link.before_trace))
     _collective_order(plan, placement, extra)
     ids = et.ids + [node.id for node in gpu_nodes]
-    plan.order = _topological_order(ctrl, prev, _time_keys(et_plus, placement), ids, extra)
-    position = array("q", [0]) * (n + g)
-    for p, u in enumerate(plan.order):
-        position[u] = p
-    plan.position = position
+    plan.order, plan.position = _write_order(ctrl, prev, _time_keys(et_plus, placement), ids, extra)
     add_wait_edges(et_plus, plan, placement, summary)
     _count_causes(plan, summary.dependency_causes)
     return plan
