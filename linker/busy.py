@@ -105,6 +105,13 @@ class Timeline:
     ops: list[int]
     starts: list[float]
     ends: list[float]
+    _frontier: list[float] | None = None
+
+    def frontier(self) -> list[float]:
+        """frontier[p]: the latest end among ops 0..p (computed once)."""
+        if self._frontier is None:
+            self._frontier = list(accumulate(self.ends, max))
+        return self._frontier
 
 
 def is_blocking_copy(link) -> bool:
@@ -203,10 +210,21 @@ class MainThread:
 
     def __init__(self, timeline: Timeline, parent_index: list[int], linked: list[bool]):
         self.timeline = timeline
-        self.position = dict(zip(timeline.ops, range(len(timeline.ops))))
         self.parent_index = parent_index
         self.linked = linked
-        self.frontier = list(accumulate(timeline.ends, max))  # frontier[p]: latest end among ops 0..p
+        self._position: dict[int, int] | None = None
+
+    @property
+    def position(self) -> dict[int, int]:
+        """ET index -> position on the main timeline; built on first use (other threads' bursts)."""
+        if self._position is None:
+            self._position = dict(zip(self.timeline.ops, range(len(self.timeline.ops))))
+        return self._position
+
+    @property
+    def frontier(self) -> list[float]:
+        """frontier[p]: latest end among ops 0..p."""
+        return self.timeline.frontier()
 
     def last_started(self, t: float) -> int:
         """Position of the last op started at or before t (-1 if none)."""
@@ -312,13 +330,18 @@ def _event_times(result) -> tuple[list[float], list[float]]:
 
 def _sim_times(busy: BusyTimes, exclusive_of_op: list[float], linked: list[bool]) -> None:
     """Linked: blocked capped at the exclusive time, sim = exclusive - blocked + host gap;
-    unlinked: sim = host gap. Column passes; the few unlinked nodes are set one by one."""
+    unlinked: sim = host gap. Where blocked and host gap are 0 (most nodes) sim is the exclusive
+    time: one copy, then the other nodes (non-zero times, unlinked) one by one."""
     blocked, host_gap = busy.blocked, busy.host_gap
-    capped = list(map(min, blocked, exclusive_of_op))
-    sim = list(map(add, map(sub, exclusive_of_op, capped), host_gap))
-    for i in compress(range(len(linked)), map(not_, linked)):
-        capped[i], sim[i] = blocked[i], host_gap[i]
-    busy.blocked, busy.sim = capped, sim
+    sim = busy.sim = list(exclusive_of_op)
+    others = set(compress(range(len(linked)), blocked))
+    others.update(compress(range(len(linked)), host_gap), compress(range(len(linked)), map(not_, linked)))
+    for i in others:
+        if linked[i]:
+            blocked[i] = min(blocked[i], exclusive_of_op[i])
+            sim[i] = exclusive_of_op[i] - blocked[i] + host_gap[i]
+        else:
+            sim[i] = host_gap[i]
 
 
 def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes) -> None:
@@ -425,7 +448,7 @@ def _host_gaps(busy: BusyTimes, timeline: Timeline, gap_waits: dict[int, float] 
     """Fold uncovered time between a thread's ops into the op before the gap (minus join waits):
     the gaps are where an op starts after every earlier op ended (a column pass finds them)."""
     ops, starts = timeline.ops, timeline.starts
-    frontier = list(accumulate(timeline.ends, max))  # frontier[p - 1]: latest end before op p
+    frontier = timeline.frontier()  # frontier[p - 1]: latest end before op p
     for p in compress(range(1, len(ops)), map(gt, starts[1:], frontier)):
         if ops[p] in burst_firsts:
             continue

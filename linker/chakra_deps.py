@@ -24,7 +24,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import accumulate, compress, repeat
-from operator import eq, lt
+from operator import countOf, eq, lt
 from typing import Any
 
 import msgspec
@@ -404,27 +404,28 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
 
 def _count_causes(plan: DependencyPlan, counts: Counter) -> None:
     """Add the causes of every node's ``data_deps`` to ``counts``: what ``plan.data_deps`` gives,
-    read off the ctrl / prev columns for the nodes without waits (no per-node lists). O(n + g)."""
+    read off the ctrl / prev columns (C passes) for the CPU nodes without waits. O(n + g)."""
     n, ctrl, prev, waits, launchless = plan.cpu_count, plan.ctrl, plan.prev, plan.waits, plan.launchless
     causes: list[str] = []
     for u in waits:
         causes.extend([cause for _, cause in plan.data_deps(u)])
-    parents = threads = launches = streams = 0
-    for u, (p, c) in enumerate(zip(prev, ctrl)):
-        if u in waits:
-            continue
-        if u < n:
-            if p >= 0:
-                if p == c:
-                    parents += 1
-                else:
-                    threads += 1
-        else:
-            launches += c >= 0 and u not in launchless
-            streams += p >= 0
+    cpu_prev, cpu_ctrl = prev[:n], ctrl[:n]
+    chained = n - cpu_prev.count(NO_NODE)
+    parents = countOf(map(eq, cpu_prev, cpu_ctrl), True)  # also counts prev == ctrl == -1
+    parents -= countOf(map(cpu_ctrl.__getitem__, compress(range(n), map(NO_NODE.__eq__, cpu_prev))), NO_NODE)
+    for u in waits:
+        if u < n and prev[u] >= 0:
+            chained -= 1
+            parents -= prev[u] == ctrl[u]
+    launches = streams = 0
+    for u in range(n, len(prev)):
+        if u not in waits:
+            launches += ctrl[u] >= 0 and u not in launchless
+            streams += prev[u] >= 0
     causes.sort()  # the same counts in one order whatever the waits' order
     counts.update(causes)
-    for cause, count in ((PARENT, parents), (THREAD_ORDER, threads), (LAUNCH, launches), (STREAM_ORDER, streams)):
+    for cause, count in ((PARENT, parents), (THREAD_ORDER, chained - parents), (LAUNCH, launches),
+                         (STREAM_ORDER, streams)):
         if count:
             counts[cause] += count
 
@@ -434,7 +435,8 @@ def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None) -> Dep
     if et_plus.plan is None:
         summary = summary if summary is not None else WriteSummary("")
         index_of_id = et_plus.et.index_of_id()
-        et_plus.plan = plan_dependencies(et_plus, index_of_id, summary, CommResolver(et_plus, index_of_id))
+        resolver = CommResolver(et_plus, index_of_id) if et_plus.gpu_nodes else None  # GPU nodes only
+        et_plus.plan = plan_dependencies(et_plus, index_of_id, summary, resolver)
         et_plus.plan_summary = summary
     elif summary is not None and summary is not et_plus.plan_summary:
         _copy_plan_counts(et_plus.plan_summary, summary)
