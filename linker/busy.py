@@ -151,9 +151,9 @@ def ops_covering(et_plus, calls: list) -> list[int]:
     return covering
 
 
-def _start_order(ops: list[int], starts: list[float], ends: list[float], ids: list[int]) -> list[int]:
-    """``ops`` sorted by (start, -end, id): one sort by start, then each run of equal starts
-    (integer-µs traces) by (-end, id). O(m log m)."""
+def _start_order(ops: list[int], starts: list[float], ends: list[float], ids: list[int]) -> tuple[list[int], list[float]]:
+    """``ops`` sorted by (start, -end, id), and their starts: one sort by start, then each run of
+    equal starts (integer-µs traces) by (-end, id). O(m log m), O(m) for ops nearly in order."""
     ops = sorted(ops, key=starts.__getitem__)
     at = list(map(starts.__getitem__, ops))
     run_start = None
@@ -165,19 +165,25 @@ def _start_order(ops: list[int], starts: list[float], ends: list[float], ids: li
         run_end = p + 1
     if run_start is not None:
         _sort_tie(ops, run_start, run_end, ends, ids)
-    return ops
+    return ops, at
 
 
 def _sort_tie(ops: list[int], start: int, end: int, ends: list[float], ids: list[int]) -> None:
     ops[start:end] = sorted(ops[start:end], key=lambda i: (-ends[i], ids[i]))
 
 
-def _timelines(et, starts: list[float], ends: list[float], linked: list[bool], roots: list[int]) -> dict[int, Timeline]:
-    """Per ET thread (in order of first op), its linked non-root ops in start order."""
-    root_set = set(roots)
-    ops = list(filterfalse(root_set.__contains__, compress(range(len(linked)), linked)))
+def _timelines(et, starts: list[float], ends: list[float], linked: list[bool], roots: list[int],
+               near_start_order: list[int] | None = None) -> dict[int, Timeline]:
+    """Per ET thread (in order of first op by index), its linked non-root ops in start order."""
+    is_op = list(linked)
+    for i in roots:
+        is_op[i] = False
     tid = et.tid
-    thread_order = list(dict.fromkeys(map(tid.__getitem__, ops)))
+    thread_order = list(dict.fromkeys(map(tid.__getitem__, compress(range(len(is_op)), is_op))))
+    if near_start_order is None:
+        ops = list(compress(range(len(is_op)), is_op))
+    else:
+        ops = list(compress(near_start_order, map(is_op.__getitem__, near_start_order)))
     if len(thread_order) == 1:
         by_thread = {thread_order[0]: ops}
     else:
@@ -186,8 +192,8 @@ def _timelines(et, starts: list[float], ends: list[float], linked: list[bool], r
             by_thread[tid[i]].append(i)
     timelines = {}
     for t, members in by_thread.items():
-        members = _start_order(members, starts, ends, et.ids)
-        timelines[t] = Timeline(members, list(map(starts.__getitem__, members)), list(map(ends.__getitem__, members)))
+        members, member_starts = _start_order(members, starts, ends, et.ids)
+        timelines[t] = Timeline(members, member_starts, list(map(ends.__getitem__, members)))
     return timelines
 
 
@@ -279,11 +285,13 @@ class IdleSegment:
         return (self.waiter, self.start) if self.waiter >= 0 else (-1, self.position)
 
 
-def compute_busy(et_plus, exclusive_of_op: list[float]) -> BusyTimes:
-    """Blocked time, host gaps, simulated durations and fork/join edges (module docstring)."""
+def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[int] | None = None) -> BusyTimes:
+    """Blocked time, host gaps, simulated durations and fork/join edges (module docstring).
+    ``near_start_order``: the ET nodes in an order close to start order (the tree pre-order),
+    which makes sorting each thread's ops by start cheap; any order gives the same result."""
     et, result = et_plus.et, et_plus.result
     n = len(et.nodes)
-    starts, ends = _event_times(result)
+    starts, ends = et_plus.op_times if et_plus.op_times is not None else _event_times(result)
     linked = list(map(eq, starts, starts))  # not NaN
     busy = BusyTimes([0.0] * n, [0.0] * n, [0.0] * n)
     busy.blocking_copies = [k for k, link in enumerate(et_plus.gpu_links) if is_blocking_copy(link)]
@@ -293,7 +301,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float]) -> BusyTimes:
             busy.blocked[op] += call.dur
 
     roots = _root_indices(et)
-    timelines = _timelines(et, starts, ends, linked, roots)
+    timelines = _timelines(et, starts, ends, linked, roots, near_start_order)
     waits: dict[tuple, list] = {}  # main-thread idle segment -> [waiter, position, lo, hi]
     gap_waits: dict[int, float] = {}  # main-thread position p -> join wait inside the gap after p
     burst_firsts: set[int] = set()

@@ -178,7 +178,8 @@ def _id_order_is_preorder(by_id: list[int], parent: list[int]) -> bool:
     return True
 
 
-def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary) -> tuple[list[int], array]:
+def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary,
+              by_id: list[int] | None = None) -> tuple[list[int], array]:
     """ET indices in start order (tree pre-order, siblings by id) and the ctrl parent of each
     (-1 for roots and dropped parents). Nodes under a parent cycle follow in id order, keeping a
     parent only when it comes earlier. O(n log n); ids in pre-order (PyTorch gives ids at op
@@ -188,7 +189,7 @@ def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary) -> tuple[l
     for i in compress(range(n), map(NO_NODE.__eq__, parents)):
         if index_of_id.get(et.parent[i], NO_NODE) < 0 and et.names[i] not in PROCESS_ROOT_NAMES:
             summary.ctrl_deps_dropped += 1
-    by_id = sorted(range(n), key=et.ids.__getitem__)
+    by_id = by_id if by_id is not None else sorted(range(n), key=et.ids.__getitem__)
     parent = array("q", parents)
     if _id_order_is_preorder(by_id, parents):
         return by_id, parent
@@ -318,15 +319,28 @@ def _inverse(order: list[int]) -> array:
     return position
 
 
+def _id_order(ids: list[int], cpu_by_id: list[int] | None) -> list[int]:
+    """Every node number sorted by (id, number); ``cpu_by_id`` (the first len(cpu_by_id) nodes so
+    sorted) is reused when the other (GPU) nodes' ids ascend after all of them (as built)."""
+    if cpu_by_id is not None:
+        n = len(cpu_by_id)
+        rest = ids[n:]
+        if not rest:
+            return list(cpu_by_id)
+        if (not cpu_by_id or ids[cpu_by_id[-1]] < rest[0]) and all(map(lt, rest, rest[1:])):
+            return cpu_by_id + list(range(n, len(ids)))
+    return sorted(range(len(ids)), key=ids.__getitem__)
+
+
 def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
-                 extra: dict[int, list[tuple[int, str]]]) -> tuple[list[int], array]:
+                 extra: dict[int, list[tuple[int, str]]], cpu_by_id: list[int] | None = None) -> tuple[list[int], array]:
     """``_topological_order`` and the position of each node in it. When sorting every node by
     (time key, id) already puts each edge forward (the usual case: parents start first, chains
     run in time), that sort is the order Kahn's algorithm would give (its smallest ready node is
     then always the smallest node left): two stable sorts and C passes over the edges."""
     total = len(ctrl)
     if not any(map(math.isnan, keys)):
-        order = sorted(range(total), key=ids.__getitem__)
+        order = _id_order(ids, cpu_by_id)
         order.sort(key=keys.__getitem__)
         position = _inverse(order)
         at = position.tolist() + [NO_NODE]  # at[-1]: no edge
@@ -375,7 +389,8 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
     order, then the waits; every data dependency with its cause (counted in ``summary``)."""
     et = et_plus.et
     n, g = len(et.nodes), len(et_plus.gpu_nodes)
-    preorder, parent = _preorder(et, index_of_id, summary)
+    by_id = sorted(range(n), key=et.ids.__getitem__)
+    preorder, parent = _preorder(et, index_of_id, summary, by_id)
     ctrl = array("q", parent) + array("q", [NO_NODE]) * g
     prev = _thread_chains(preorder, et.tid, n + g)
     placement = _gpu_placement(et_plus)
@@ -387,7 +402,8 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
         key = placement.stream_key[k]
         prev[n + k] = last_on_stream.get(key, NO_NODE)
         last_on_stream[key] = n + k
-    busy = compute_busy(et_plus, _exclusive_of_ops(et_plus))
+    busy = compute_busy(et_plus, _exclusive_of_ops(et_plus), preorder)
+    et_plus.op_times = None  # only the busy times needed them
     extra: dict[int, list[tuple[int, str]]] = {}
     for source, target, cause in busy.cross:
         if source != target and source != prev[target] and source != ctrl[target]:
@@ -396,7 +412,7 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
                           frozenset(n + k for k, link in enumerate(et_plus.gpu_links) if link.before_trace))
     _collective_order(plan, placement, extra)
     ids = et.ids + [node.id for node in gpu_nodes]
-    plan.order, plan.position = _write_order(ctrl, prev, _time_keys(et_plus, placement), ids, extra)
+    plan.order, plan.position = _write_order(ctrl, prev, _time_keys(et_plus, placement), ids, extra, by_id)
     add_wait_edges(et_plus, plan, placement, summary)
     _count_causes(plan, summary.dependency_causes)
     return plan

@@ -16,7 +16,7 @@ and ``exclusive_dur`` keep their meanings. Cost: O(n + g + edges) after the plan
 from __future__ import annotations
 
 from itertools import compress, repeat
-from operator import eq
+from operator import attrgetter, eq
 
 import msgspec
 
@@ -37,12 +37,24 @@ def _us(value: float) -> float | int:
     return as_number(round(value, 3))
 
 
-def _us_column(values: list[float]) -> list[float | int]:
-    """``_us`` of every value: rounding in C, then ints for the integral ones (as ``as_number``)."""
-    rounded = list(map(round, values, repeat(3)))
-    for i in compress(range(len(rounded)), map(eq, rounded, map(int, rounded))):
-        rounded[i] = int(rounded[i])
-    return rounded
+def _sim_us_column(et_plus: EtPlus, busy) -> list[float | int]:
+    """``_us(sim)`` of every ET node. A linked node with no blocked time and no host gap has
+    sim = its exclusive time, whose ``_us`` is the ``exclusive_dur`` just written (as a number:
+    rounded to 3 digits, integral as int): read off the nodes with C passes; the other nodes (non-zero
+    times, unlinked) are converted one by one. O(n)."""
+    nodes, sim = et_plus.et.nodes, busy.sim
+    column = list(map(attrgetter("exclusive_dur"), nodes))
+    n = len(column)
+    others = set(compress(range(n), busy.blocked))
+    others.update(compress(range(n), busy.host_gap),
+                  compress(range(n), map((0).__gt__, et_plus.result.match.event_of_op)))
+    for i in others:
+        column[i] = 0
+    for i in compress(range(n), map(eq, column, map(int, column))):
+        column[i] = int(column[i])
+    for i in others:
+        column[i] = _us(sim[i])
+    return column
 
 
 def _sparse_us_column(values: list[float]) -> list[float | int]:
@@ -87,7 +99,7 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
         if i < n:
             dep_ids[i], dep_causes[i] = dep_fields(data_deps(i))
     blocked, host_gap = _sparse_us_column(busy.blocked), _sparse_us_column(busy.host_gap)
-    columns = zip(et.nodes, blocked, host_gap, _us_column(busy.sim), dep_ids, dep_causes, busy.host_gap)
+    columns = zip(et.nodes, blocked, host_gap, _sim_us_column(et_plus, busy), dep_ids, dep_causes, busy.host_gap)
     for node, blocked_us, gap_us, sim_us, ids, causes, gap in columns:
         if node.ts is not unset:
             node.blocked_dur, node.host_gap_dur, node.sim_dur = blocked_us, gap_us, sim_us

@@ -2,7 +2,8 @@
 
 ``chakra_deps`` takes the id order as the tree pre-order when it is one, and the (time, id) sort as
 the write order when every edge goes forward in it; ``busy`` orders a thread's ops by one sort on
-the start plus a fix-up of equal starts. Each is checked against the general algorithm on the
+the start plus a fix-up of equal starts (any input order), and reads the times ``build_et_plus``
+gathered. Each is checked against the general algorithm on the
 fixtures and on hand-made cases where the fast path does not apply.
 """
 
@@ -15,8 +16,8 @@ import pytest
 
 from conftest import FIXTURES, dlrm_pair
 from linker import chakra_deps
-from linker.busy import _start_order
-from linker.chakra_deps import NO_NODE, WriteSummary, _preorder, _topological_order, _write_order
+from linker.busy import _start_order, compute_busy
+from linker.chakra_deps import NO_NODE, WriteSummary, _id_order, _preorder, _topological_order, _write_order
 from linker.et_reader import read_execution_trace
 from linker.etplus import build_et_plus
 from linker.kineto_reader import read_kineto_trace
@@ -124,5 +125,25 @@ def test_start_order_is_the_sort_by_start_then_longest_then_id():
     ids = rng.sample(range(10 * n), n)
     ops = rng.sample(range(n), n // 2)
     expected = sorted(ops, key=lambda i: (starts[i], -ends[i], ids[i]))
-    assert _start_order(ops, starts, ends, ids) == expected
-    assert _start_order([], starts, ends, ids) == []
+    assert _start_order(ops, starts, ends, ids) == (expected, [starts[i] for i in expected])
+    assert _start_order(sorted(ops), starts, ends, ids)[0] == expected  # any input order
+    assert _start_order([], starts, ends, ids) == ([], [])
+
+
+def test_id_order_reuses_the_cpu_order_only_when_the_gpu_ids_follow():
+    ids = [5, 3, 9, 4]
+    assert _id_order(ids + [10, 11], [1, 3, 0, 2]) == [1, 3, 0, 2, 4, 5]
+    assert _id_order(ids + [8, 11], [1, 3, 0, 2]) == [1, 3, 0, 4, 2, 5]  # a GPU id among the CPU ids
+    assert _id_order(ids + [12, 11], [1, 3, 0, 2]) == [1, 3, 0, 2, 5, 4]  # GPU ids not ascending
+    assert _id_order(ids, None) == [1, 3, 0, 2]
+
+
+@pytest.mark.parametrize("name", ["cpu/autograd_threads", "gpu/gpu_v111", "dlrm_rank0"])
+def test_busy_times_do_not_depend_on_the_order_hint(name):
+    et_plus = _et_plus(name)
+    exclusive = chakra_deps._exclusive_of_ops(et_plus)
+    n = len(et_plus.et.nodes)
+    with_hint = compute_busy(et_plus, exclusive, list(range(n - 1, -1, -1)))
+    et_plus.op_times = None  # the columns gathered again from the events
+    without = compute_busy(et_plus, exclusive)
+    assert with_hint == without
