@@ -136,6 +136,8 @@ def blocking_calls(et_plus) -> list:
 def ops_covering(et_plus, calls: list) -> list[int]:
     """For each runtime call, the innermost linked ET op covering it (-1 if none).
     O((n + w) log(n + w)) for w calls."""
+    if not calls:
+        return []
     result = et_plus.result
     events = result.kineto.cpu_events
     op_of_event = [-1] * len(events)

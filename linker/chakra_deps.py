@@ -333,18 +333,25 @@ def _id_order(ids: list[int], cpu_by_id: list[int] | None) -> list[int]:
 
 
 def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
-                 extra: dict[int, list[tuple[int, str]]], cpu_by_id: list[int] | None = None) -> tuple[list[int], array]:
+                 extra: dict[int, list[tuple[int, str]]], cpu_by_id: list[int] | None = None,
+                 preorder: list[int] | None = None) -> tuple[list[int], array]:
     """``_topological_order`` and the position of each node in it. When sorting every node by
     (time key, id) already puts each edge forward (the usual case: parents start first, chains
     run in time), that sort is the order Kahn's algorithm would give (its smallest ready node is
-    then always the smallest node left): two stable sorts and C passes over the edges."""
+    then always the smallest node left): two stable sorts and C passes over the edges. The CPU
+    nodes' ctrl / prev edges need no check when they come in ``preorder`` (those edges go forward
+    in it: parents first, thread chains in that order)."""
     total = len(ctrl)
     if not any(map(math.isnan, keys)):
         order = _id_order(ids, cpu_by_id)
         order.sort(key=keys.__getitem__)
         position = _inverse(order)
         at = position.tolist() + [NO_NODE]  # at[-1]: no edge
-        if (all(map(lt, map(at.__getitem__, ctrl), position)) and all(map(lt, map(at.__getitem__, prev), position))
+        first = 0  # nodes from here on get their ctrl / prev edges checked
+        if preorder is not None and (order == preorder or preorder == list(compress(order, map(len(preorder).__gt__, order)))):
+            first = len(preorder)
+        if (all(map(lt, map(at.__getitem__, ctrl[first:]), position[first:]))
+                and all(map(lt, map(at.__getitem__, prev[first:]), position[first:]))
                 and all(position[d] < position[u] for u, sources in extra.items() for d, _ in sources)):
             return order, position
     order = _topological_order(ctrl, prev, keys, ids, extra)
@@ -412,7 +419,7 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
                           frozenset(n + k for k, link in enumerate(et_plus.gpu_links) if link.before_trace))
     _collective_order(plan, placement, extra)
     ids = et.ids + [node.id for node in gpu_nodes]
-    plan.order, plan.position = _write_order(ctrl, prev, _time_keys(et_plus, placement), ids, extra, by_id)
+    plan.order, plan.position = _write_order(ctrl, prev, _time_keys(et_plus, placement), ids, extra, by_id, preorder)
     add_wait_edges(et_plus, plan, placement, summary)
     _count_causes(plan, summary.dependency_causes)
     return plan

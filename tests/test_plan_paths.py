@@ -56,6 +56,8 @@ def test_fast_paths_match_the_general_algorithms(name, monkeypatch):
     kahn = _topological_order(plan.ctrl, plan.prev, keys, ids, plan.waits)
     fast, position = _write_order(plan.ctrl, plan.prev, keys, ids, plan.waits)
     assert fast == kahn == plan.order
+    by_id = sorted(range(len(et.nodes)), key=et.ids.__getitem__)
+    assert _write_order(plan.ctrl, plan.prev, keys, ids, plan.waits, by_id, order)[0] == kahn
     assert [position[u] for u in kahn] == list(range(len(kahn)))
 
 
