@@ -53,8 +53,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from itertools import accumulate, compress, filterfalse
-from operator import add, attrgetter, eq, gt, not_, sub
+from itertools import accumulate, compress
+from operator import add, attrgetter, eq, gt, lt, not_
 
 from .et_reader import PROCESS_ROOT_NAMES, THREAD_ROOT_NAMES
 from .intervals import TimePoint, innermost_covering
@@ -155,9 +155,15 @@ def ops_covering(et_plus, calls: list) -> list[int]:
 
 def _start_order(ops: list[int], starts: list[float], ends: list[float], ids: list[int]) -> tuple[list[int], list[float]]:
     """``ops`` sorted by (start, -end, id), and their starts: one sort by start, then each run of
-    equal starts (integer-µs traces) by (-end, id). O(m log m), O(m) for ops nearly in order."""
+    equal starts (integer-µs traces) by (-end, id). O(m log m); O(m) C passes for ops given in
+    order of strictly increasing start (then left as they are)."""
+    at = list(map(starts.__getitem__, ops))
+    if all(map(lt, at, at[1:])):
+        return list(ops), at
     ops = sorted(ops, key=starts.__getitem__)
     at = list(map(starts.__getitem__, ops))
+    if all(map(lt, at, at[1:])):
+        return ops, at
     run_start = None
     for p in compress(range(1, len(ops)), map(eq, at[1:], at[:-1])):  # p ties with p - 1
         if run_start is None or at[p] != at[run_start]:

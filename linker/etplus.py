@@ -4,7 +4,9 @@ FORMATS.md §3: every linked CPU node gets ``ts``, ``dur``, ``inclusive_dur``, `
 every attributed kernel/memcpy/memset becomes a node whose parent (``ctrl_deps`` or ``parent``, as
 the layout has it) is its launching CPU node, carrying ``cat, name, ph, ts, dur, inclusive_dur,
 exclusive_dur, stream, device, correlation`` (and ``pg_name`` when the trace names the process
-group). New ids continue after the largest existing id. Cost O(n + g).
+group). New ids continue after the largest existing id. Each linked node's Kineto start and end
+are gathered on the way (``EtPlus.op_times``) for the plan's busy times, which drops them once
+used. Cost O(n + g).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ and ``exclusive_dur`` keep their meanings. Cost: O(n + g + edges) after the plan
 
 from __future__ import annotations
 
-from itertools import compress, repeat
+from itertools import compress
 from operator import attrgetter, eq
 
 import msgspec
