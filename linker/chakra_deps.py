@@ -133,14 +133,13 @@ class DependencyPlan:
 
     def data_deps(self, u: int) -> list[tuple[int, str]]:
         """(source node, cause) of every data dependency of u, in the order written."""
-        deps: list[tuple[int, str]] = []
-        if u >= self.cpu_count and self.ctrl[u] >= 0 and u not in self.launchless:
-            deps.append((self.ctrl[u], LAUNCH))
         p = self.prev[u]
-        if p >= 0 and u >= self.cpu_count:
-            deps.append((p, STREAM_ORDER))
-        elif p >= 0:
-            deps.append((p, PARENT if p == self.ctrl[u] else THREAD_ORDER))
+        if u < self.cpu_count:
+            deps = [(p, PARENT if p == self.ctrl[u] else THREAD_ORDER)] if p >= 0 else []
+        else:
+            deps = [(self.ctrl[u], LAUNCH)] if self.ctrl[u] >= 0 and u not in self.launchless else []
+            if p >= 0:
+                deps.append((p, STREAM_ORDER))
         waits = self.waits.get(u)
         if not waits:  # most nodes: no set to build
             return deps
