@@ -153,10 +153,11 @@ def ops_covering(et_plus, calls: list) -> list[int]:
     return covering
 
 
-def _start_order(ops: list[int], starts: list[float], ends: list[float], ids: list[int]) -> tuple[list[int], list[float]]:
-    """``ops`` sorted by (start, -end, id), and their starts: one sort by start, then each run of
-    equal starts (integer-µs traces) by (-end, id). O(m log m); O(m) C passes for ops given in
-    order of strictly increasing start (then left as they are)."""
+def _start_order(ops: list[int], starts: list[float], ends: list[float],
+                 ids: list[int]) -> tuple[list[int], list[float]]:
+    """``ops`` sorted by (start, -end, id, index), and their starts: one sort by start, then each
+    run of equal starts (integer-µs traces) by (-end, id, index). O(m log m); O(m) C passes for
+    ops given in order of strictly increasing start (then left as they are)."""
     at = list(map(starts.__getitem__, ops))
     if all(map(lt, at, at[1:])):
         return list(ops), at
@@ -177,7 +178,9 @@ def _start_order(ops: list[int], starts: list[float], ends: list[float], ids: li
 
 
 def _sort_tie(ops: list[int], start: int, end: int, ends: list[float], ids: list[int]) -> None:
-    ops[start:end] = sorted(ops[start:end], key=lambda i: (-ends[i], ids[i]))
+    """Equal starts: longest first, then by id, then by index (repeated ids: the input order of
+    ``ops`` must not matter)."""
+    ops[start:end] = sorted(ops[start:end], key=lambda i: (-ends[i], ids[i], i))
 
 
 def _timelines(et, starts: list[float], ends: list[float], linked: list[bool], roots: list[int],

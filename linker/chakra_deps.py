@@ -331,6 +331,11 @@ def _id_order(ids: list[int], cpu_by_id: list[int] | None) -> list[int]:
     return sorted(range(len(ids)), key=ids.__getitem__)
 
 
+def _keeps_preorder(order: list[int], preorder: list[int]) -> bool:
+    """True when the CPU nodes (numbers below len(preorder)) come in ``order`` as in ``preorder``."""
+    return order == preorder or preorder == list(compress(order, map(len(preorder).__gt__, order)))
+
+
 def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
                  extra: dict[int, list[tuple[int, str]]], cpu_by_id: list[int] | None = None,
                  preorder: list[int] | None = None) -> tuple[list[int], array]:
@@ -347,7 +352,7 @@ def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
         position = _inverse(order)
         at = position.tolist() + [NO_NODE]  # at[-1]: no edge
         first = 0  # nodes from here on get their ctrl / prev edges checked
-        if preorder is not None and (order == preorder or preorder == list(compress(order, map(len(preorder).__gt__, order)))):
+        if preorder is not None and _keeps_preorder(order, preorder):
             first = len(preorder)
         if (all(map(lt, map(at.__getitem__, ctrl[first:]), position[first:]))
                 and all(map(lt, map(at.__getitem__, prev[first:]), position[first:]))
@@ -418,7 +423,8 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
                           frozenset(n + k for k, link in enumerate(et_plus.gpu_links) if link.before_trace))
     _collective_order(plan, placement, extra)
     ids = et.ids + [node.id for node in gpu_nodes]
-    plan.order, plan.position = _write_order(ctrl, prev, _time_keys(et_plus, placement), ids, extra, by_id, preorder)
+    keys = _time_keys(et_plus, placement)
+    plan.order, plan.position = _write_order(ctrl, prev, keys, ids, extra, by_id, preorder)
     add_wait_edges(et_plus, plan, placement, summary)
     _count_causes(plan, summary.dependency_causes)
     return plan

@@ -119,14 +119,14 @@ def test_write_order_falls_back_when_the_time_order_has_a_backward_edge():
         _write_order(ctrl, prev, keys, ids, extra)
 
 
-def test_start_order_is_the_sort_by_start_then_longest_then_id():
+def test_start_order_is_the_sort_by_start_then_longest_then_id_then_index():
     rng = random.Random(3)
     n = 2000
     starts = [float(rng.randrange(50)) for _ in range(n)]  # many equal starts
     ends = [s + rng.randrange(4) for s in starts]
-    ids = rng.sample(range(10 * n), n)
+    ids = [rng.randrange(n // 2) for _ in range(n)]  # repeated ids too
     ops = rng.sample(range(n), n // 2)
-    expected = sorted(ops, key=lambda i: (starts[i], -ends[i], ids[i]))
+    expected = sorted(sorted(ops), key=lambda i: (starts[i], -ends[i], ids[i]))  # ties: by index
     assert _start_order(ops, starts, ends, ids) == (expected, [starts[i] for i in expected])
     assert _start_order(sorted(ops), starts, ends, ids)[0] == expected  # any input order
     assert _start_order([], starts, ends, ids) == ([], [])
