@@ -53,10 +53,14 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from itertools import accumulate, compress
+from operator import add, attrgetter, eq, gt, lt, not_
 
+from .et_reader import PROCESS_ROOT_NAMES, THREAD_ROOT_NAMES
 from .intervals import TimePoint, innermost_covering
 
 FORK, JOIN = "fork", "join"
+ROOT_NAMES = frozenset(PROCESS_ROOT_NAMES + THREAD_ROOT_NAMES)
 
 # Runtime calls that wait for GPU work, by kind: the synchronizes block the calling thread; a
 # stream-wait-event makes a stream wait (the CPU goes on). ``chakra_deps`` turns them into edges.
@@ -101,6 +105,13 @@ class Timeline:
     ops: list[int]
     starts: list[float]
     ends: list[float]
+    _frontier: list[float] | None = None
+
+    def frontier(self) -> list[float]:
+        """frontier[p]: the latest end among ops 0..p (computed once)."""
+        if self._frontier is None:
+            self._frontier = list(accumulate(self.ends, max))
+        return self._frontier
 
 
 def is_blocking_copy(link) -> bool:
@@ -125,6 +136,8 @@ def blocking_calls(et_plus) -> list:
 def ops_covering(et_plus, calls: list) -> list[int]:
     """For each runtime call, the innermost linked ET op covering it (-1 if none).
     O((n + w) log(n + w)) for w calls."""
+    if not calls:
+        return []
     result = et_plus.result
     events = result.kineto.cpu_events
     op_of_event = [-1] * len(events)
@@ -140,25 +153,73 @@ def ops_covering(et_plus, calls: list) -> list[int]:
     return covering
 
 
-def _timelines(et, starts: list[float], ends: list[float]) -> dict[int, Timeline]:
-    by_thread: dict[int, list[int]] = {}
-    for i in range(len(et.nodes)):
-        if not math.isnan(starts[i]) and not et.is_root(i):
-            by_thread.setdefault(et.tid[i], []).append(i)
+def _start_order(ops: list[int], starts: list[float], ends: list[float],
+                 ids: list[int]) -> tuple[list[int], list[float]]:
+    """``ops`` sorted by (start, -end, id, index), and their starts: one sort by start, then each
+    run of equal starts (integer-µs traces) by (-end, id, index). O(m log m); O(m) C passes for
+    ops given in order of strictly increasing start (then left as they are)."""
+    at = list(map(starts.__getitem__, ops))
+    if all(map(lt, at, at[1:])):
+        return list(ops), at
+    ops = sorted(ops, key=starts.__getitem__)
+    at = list(map(starts.__getitem__, ops))
+    if all(map(lt, at, at[1:])):
+        return ops, at
+    run_start = None
+    for p in compress(range(1, len(ops)), map(eq, at[1:], at[:-1])):  # p ties with p - 1
+        if run_start is None or at[p] != at[run_start]:
+            if run_start is not None:
+                _sort_tie(ops, run_start, run_end, ends, ids)
+            run_start = p - 1
+        run_end = p + 1
+    if run_start is not None:
+        _sort_tie(ops, run_start, run_end, ends, ids)
+    return ops, at
+
+
+def _sort_tie(ops: list[int], start: int, end: int, ends: list[float], ids: list[int]) -> None:
+    """Equal starts: longest first, then by id, then by index (repeated ids: the input order of
+    ``ops`` must not matter)."""
+    ops[start:end] = sorted(ops[start:end], key=lambda i: (-ends[i], ids[i], i))
+
+
+def _timelines(et, starts: list[float], ends: list[float], linked: list[bool], roots: list[int],
+               near_start_order: list[int] | None = None) -> dict[int, Timeline]:
+    """Per ET thread (in order of first op by index), its linked non-root ops in start order."""
+    is_op = list(linked)
+    for i in roots:
+        is_op[i] = False
+    tid = et.tid
+    thread_order = list(dict.fromkeys(map(tid.__getitem__, compress(range(len(is_op)), is_op))))
+    if near_start_order is None:
+        ops = list(compress(range(len(is_op)), is_op))
+    else:
+        ops = list(compress(near_start_order, map(is_op.__getitem__, near_start_order)))
+    if len(thread_order) == 1:
+        by_thread = {thread_order[0]: ops}
+    else:
+        by_thread = {t: [] for t in thread_order}
+        for i in ops:
+            by_thread[tid[i]].append(i)
     timelines = {}
-    for tid, ops in by_thread.items():
-        ops.sort(key=lambda i: (starts[i], -ends[i], et.ids[i]))
-        timelines[tid] = Timeline(ops, [starts[i] for i in ops], [ends[i] for i in ops])
+    for t, members in by_thread.items():
+        members, member_starts = _start_order(members, starts, ends, et.ids)
+        timelines[t] = Timeline(members, member_starts, list(map(ends.__getitem__, members)))
     return timelines
 
 
-def _thread_roots(et) -> dict[int, int]:
+def _root_indices(et) -> list[int]:
+    """Indices of the process and thread roots, in order. C passes, O(n)."""
+    return list(compress(range(len(et.names)), map(ROOT_NAMES.__contains__, et.names)))
+
+
+def _thread_roots(et, roots: list[int]) -> dict[int, int]:
     """ET thread number -> index of that thread's root node (nested layouts have them)."""
-    roots = {}
-    for i in range(len(et.nodes)):
-        if et.is_root(i) and et.tid[i] and et.tid[i] not in roots:
-            roots[et.tid[i]] = i
-    return roots
+    by_tid = {}
+    for i in roots:
+        if et.tid[i] and et.tid[i] not in by_tid:
+            by_tid[et.tid[i]] = i
+    return by_tid
 
 
 class MainThread:
@@ -166,14 +227,21 @@ class MainThread:
 
     def __init__(self, timeline: Timeline, parent_index: list[int], linked: list[bool]):
         self.timeline = timeline
-        self.position = {i: p for p, i in enumerate(timeline.ops)}
         self.parent_index = parent_index
         self.linked = linked
-        self.frontier = []  # frontier[p]: latest end among ops 0..p
-        latest = -math.inf
-        for end in timeline.ends:
-            latest = max(latest, end)
-            self.frontier.append(latest)
+        self._position: dict[int, int] | None = None
+
+    @property
+    def position(self) -> dict[int, int]:
+        """ET index -> position on the main timeline; built on first use (other threads' bursts)."""
+        if self._position is None:
+            self._position = dict(zip(self.timeline.ops, range(len(self.timeline.ops))))
+        return self._position
+
+    @property
+    def frontier(self) -> list[float]:
+        """frontier[p]: latest end among ops 0..p."""
+        return self.timeline.frontier()
 
     def last_started(self, t: float) -> int:
         """Position of the last op started at or before t (-1 if none)."""
@@ -228,16 +296,14 @@ class IdleSegment:
         return (self.waiter, self.start) if self.waiter >= 0 else (-1, self.position)
 
 
-def compute_busy(et_plus, exclusive_of_op: list[float]) -> BusyTimes:
-    """Blocked time, host gaps, simulated durations and fork/join edges (module docstring)."""
+def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[int] | None = None) -> BusyTimes:
+    """Blocked time, host gaps, simulated durations and fork/join edges (module docstring).
+    ``near_start_order``: the ET nodes in an order close to start order (the tree pre-order),
+    which makes sorting each thread's ops by start cheap; any order gives the same result."""
     et, result = et_plus.et, et_plus.result
     n = len(et.nodes)
-    events = result.kineto.cpu_events
-    starts, ends = [math.nan] * n, [math.nan] * n
-    for i, e in enumerate(result.match.event_of_op):
-        if e >= 0:
-            starts[i], ends[i] = events[e].ts, events[e].ts + events[e].dur
-    linked = [not math.isnan(s) for s in starts]
+    starts, ends = et_plus.op_times if et_plus.op_times is not None else _event_times(result)
+    linked = list(map(eq, starts, starts))  # not NaN
     busy = BusyTimes([0.0] * n, [0.0] * n, [0.0] * n)
     busy.blocking_copies = [k for k, link in enumerate(et_plus.gpu_links) if is_blocking_copy(link)]
     calls = blocking_calls(et_plus)
@@ -245,7 +311,8 @@ def compute_busy(et_plus, exclusive_of_op: list[float]) -> BusyTimes:
         if op >= 0:
             busy.blocked[op] += call.dur
 
-    timelines = _timelines(et, starts, ends)
+    roots = _root_indices(et)
+    timelines = _timelines(et, starts, ends, linked, roots, near_start_order)
     waits: dict[tuple, list] = {}  # main-thread idle segment -> [waiter, position, lo, hi]
     gap_waits: dict[int, float] = {}  # main-thread position p -> join wait inside the gap after p
     burst_firsts: set[int] = set()
@@ -253,11 +320,11 @@ def compute_busy(et_plus, exclusive_of_op: list[float]) -> BusyTimes:
         main_tid = min(timelines, key=lambda tid: (timelines[tid].starts[0], tid))
         busy.main_tid = main_tid
         main = MainThread(timelines[main_tid], et.parent_index(), linked)
-        roots = _thread_roots(et)
+        thread_roots = _thread_roots(et, roots)
         for tid, timeline in timelines.items():
             if tid != main_tid:
-                _cross_thread(main, timeline, roots.get(tid, -1), waits, busy, burst_firsts)
-        _pre_trace_lead(et_plus, timelines[main_tid].starts[0], roots.get(main_tid, -1), busy)
+                _cross_thread(main, timeline, thread_roots.get(tid, -1), waits, busy, burst_firsts)
+        _pre_trace_lead(et_plus, timelines[main_tid].starts[0], thread_roots.get(main_tid, -1), busy)
     for waiter, position, lo, hi in waits.values():
         if waiter >= 0:
             busy.blocked[waiter] += hi - lo
@@ -265,13 +332,35 @@ def compute_busy(et_plus, exclusive_of_op: list[float]) -> BusyTimes:
             gap_waits[position] = gap_waits.get(position, 0.0) + hi - lo
     for tid, timeline in timelines.items():
         _host_gaps(busy, timeline, gap_waits if tid == busy.main_tid else None, burst_firsts)
-    for i in range(n):
-        if linked[i]:
-            busy.blocked[i] = min(busy.blocked[i], exclusive_of_op[i])
-            busy.sim[i] = exclusive_of_op[i] - busy.blocked[i] + busy.host_gap[i]
-        else:
-            busy.sim[i] = busy.host_gap[i]
+    _sim_times(busy, exclusive_of_op, linked)
     return busy
+
+
+def _event_times(result) -> tuple[list[float], list[float]]:
+    """Start and end (µs) of each ET node's linked Kineto event (NaN when unlinked): C passes."""
+    events = result.kineto.cpu_events
+    ts = list(map(attrgetter("ts"), events))
+    end = list(map(add, ts, map(attrgetter("dur"), events)))
+    ts.append(math.nan)  # event -1: unlinked
+    end.append(math.nan)
+    event_of_op = result.match.event_of_op
+    return list(map(ts.__getitem__, event_of_op)), list(map(end.__getitem__, event_of_op))
+
+
+def _sim_times(busy: BusyTimes, exclusive_of_op: list[float], linked: list[bool]) -> None:
+    """Linked: blocked capped at the exclusive time, sim = exclusive - blocked + host gap;
+    unlinked: sim = host gap. Where blocked and host gap are 0 (most nodes) sim is the exclusive
+    time: one copy, then the other nodes (non-zero times, unlinked) one by one."""
+    blocked, host_gap = busy.blocked, busy.host_gap
+    sim = busy.sim = list(exclusive_of_op)
+    others = set(compress(range(len(linked)), blocked))
+    others.update(compress(range(len(linked)), host_gap), compress(range(len(linked)), map(not_, linked)))
+    for i in others:
+        if linked[i]:
+            blocked[i] = min(blocked[i], exclusive_of_op[i])
+            sim[i] = exclusive_of_op[i] - blocked[i] + host_gap[i]
+        else:
+            sim[i] = host_gap[i]
 
 
 def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes) -> None:
@@ -375,13 +464,15 @@ def _last_ended_before(timeline: Timeline, first: int, last: int, t: float) -> i
 
 def _host_gaps(busy: BusyTimes, timeline: Timeline, gap_waits: dict[int, float] | None,
                burst_firsts: set[int]) -> None:
-    """Fold uncovered time between a thread's ops into the op before the gap (minus join waits)."""
-    frontier = -math.inf
-    for p, (op, start, end) in enumerate(zip(timeline.ops, timeline.starts, timeline.ends)):
-        if p and start > frontier and op not in burst_firsts:
-            gap = start - frontier
-            if gap_waits is not None:
-                gap -= gap_waits.get(p - 1, 0.0)
-            if gap > 0:
-                busy.host_gap[timeline.ops[p - 1]] += gap
-        frontier = max(frontier, end)
+    """Fold uncovered time between a thread's ops into the op before the gap (minus join waits):
+    the gaps are where an op starts after every earlier op ended (a column pass finds them)."""
+    ops, starts = timeline.ops, timeline.starts
+    frontier = timeline.frontier()  # frontier[p - 1]: latest end before op p
+    for p in compress(range(1, len(ops)), map(gt, starts[1:], frontier)):
+        if ops[p] in burst_firsts:
+            continue
+        gap = starts[p] - frontier[p - 1]
+        if gap_waits is not None:
+            gap -= gap_waits.get(p - 1, 0.0)
+        if gap > 0:
+            busy.host_gap[ops[p - 1]] += gap

@@ -23,6 +23,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import accumulate, compress, repeat
+from operator import countOf, eq, lt
 from typing import Any
 
 import msgspec
@@ -131,14 +133,13 @@ class DependencyPlan:
 
     def data_deps(self, u: int) -> list[tuple[int, str]]:
         """(source node, cause) of every data dependency of u, in the order written."""
-        deps: list[tuple[int, str]] = []
-        if u >= self.cpu_count and self.ctrl[u] >= 0 and u not in self.launchless:
-            deps.append((self.ctrl[u], LAUNCH))
         p = self.prev[u]
-        if p >= 0 and u >= self.cpu_count:
-            deps.append((p, STREAM_ORDER))
-        elif p >= 0:
-            deps.append((p, PARENT if p == self.ctrl[u] else THREAD_ORDER))
+        if u < self.cpu_count:
+            deps = [(p, PARENT if p == self.ctrl[u] else THREAD_ORDER)] if p >= 0 else []
+        else:
+            deps = [(self.ctrl[u], LAUNCH)] if self.ctrl[u] >= 0 and u not in self.launchless else []
+            if p >= 0:
+                deps.append((p, STREAM_ORDER))
         waits = self.waits.get(u)
         if not waits:  # most nodes: no set to build
             return deps
@@ -150,24 +151,55 @@ class DependencyPlan:
         return deps
 
 
-def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary) -> tuple[list[int], array]:
+def _parent_indices(et, index_of_id: dict[int, int]) -> list[int]:
+    """Index of each node's parent (-1: missing, or the node's own id), in C passes. O(n)."""
+    if index_of_id is et.index_of_id():
+        return et.parent_index()
+    parent = list(map(index_of_id.get, et.parent, repeat(NO_NODE)))
+    for i in compress(range(len(parent)), map(eq, parent, range(len(parent)))):
+        parent[i] = NO_NODE
+    return parent
+
+
+def _id_order_is_preorder(by_id: list[int], parent: list[int]) -> bool:
+    """True when the nodes in id order are already the tree pre-order (roots and siblings by id):
+    each node's parent is the previous node or one of its ancestors. One stack sweep, O(n)."""
+    stack = [NO_NODE]
+    push, pop = stack.append, stack.pop
+    try:
+        for i in by_id:
+            p = parent[i]
+            while stack[-1] != p:
+                pop()
+            push(i)
+    except IndexError:  # the parent is not on the stack: not yet seen, or a closed subtree
+        return False
+    return True
+
+
+def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary,
+              by_id: list[int] | None = None) -> tuple[list[int], array]:
     """ET indices in start order (tree pre-order, siblings by id) and the ctrl parent of each
     (-1 for roots and dropped parents). Nodes under a parent cycle follow in id order, keeping a
-    parent only when it comes earlier. O(n log n)."""
+    parent only when it comes earlier. O(n log n); ids in pre-order (PyTorch gives ids at op
+    start) take one sort and one stack sweep."""
     n = len(et.nodes)
-    parent = array("q", [NO_NODE]) * n
-    by_id = sorted(range(n), key=et.ids.__getitem__)
+    parents = _parent_indices(et, index_of_id)
+    for i in compress(range(n), map(NO_NODE.__eq__, parents)):
+        if index_of_id.get(et.parent[i], NO_NODE) < 0 and et.names[i] not in PROCESS_ROOT_NAMES:
+            summary.ctrl_deps_dropped += 1
+    by_id = by_id if by_id is not None else sorted(range(n), key=et.ids.__getitem__)
+    parent = array("q", parents)
+    if _id_order_is_preorder(by_id, parents):
+        return by_id, parent
     children: dict[int, list[int]] = {}
     roots: list[int] = []
     for i in by_id:
-        p = index_of_id.get(et.parent[i], NO_NODE)
-        if p == i or p < 0:
-            if p < 0 and et.names[i] not in PROCESS_ROOT_NAMES:
-                summary.ctrl_deps_dropped += 1
+        p = parent[i]
+        if p < 0:
             roots.append(i)
-            continue
-        parent[i] = p
-        children.setdefault(p, []).append(i)
+        else:
+            children.setdefault(p, []).append(i)
     order: list[int] = []
     seen = bytearray(n)
     for root in roots:
@@ -187,6 +219,20 @@ def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary) -> tuple[l
                 rank[i] = len(order)
                 order.append(i)
     return order, parent
+
+
+def _thread_chains(order: list[int], tid: list[int], total: int) -> array:
+    """``prev`` of the CPU nodes: the previous node of the same thread in ``order`` (-1 for a
+    thread's first), for ``total`` nodes (the rest -1). A stable sort by thread, then one scatter."""
+    chains = sorted(order, key=tid.__getitem__)
+    previous = [NO_NODE] + chains[:-1]
+    counts = Counter(map(tid.__getitem__, order))
+    for start in accumulate([counts[t] for t in sorted(counts)][:-1], initial=0):
+        previous[start] = NO_NODE
+    prev = array("q", [NO_NODE]) * total
+    for u, p in zip(chains, previous):
+        prev[u] = p
+    return prev
 
 
 def _gpu_placement(et_plus: EtPlus) -> GpuPlacement:
@@ -264,10 +310,62 @@ def _topological_order(ctrl: array, prev: array, keys: list[float], ids: list[in
     return order
 
 
+def _inverse(order: list[int]) -> array:
+    """position[u] = p for order[p] = u. O(n)."""
+    position = array("q", [0]) * len(order)
+    for p, u in enumerate(order):
+        position[u] = p
+    return position
+
+
+def _id_order(ids: list[int], cpu_by_id: list[int] | None) -> list[int]:
+    """Every node number sorted by (id, number); ``cpu_by_id`` (the first len(cpu_by_id) nodes so
+    sorted) is reused when the other (GPU) nodes' ids ascend after all of them (as built)."""
+    if cpu_by_id is not None:
+        n = len(cpu_by_id)
+        rest = ids[n:]
+        if not rest:
+            return list(cpu_by_id)
+        if (not cpu_by_id or ids[cpu_by_id[-1]] < rest[0]) and all(map(lt, rest, rest[1:])):
+            return cpu_by_id + list(range(n, len(ids)))
+    return sorted(range(len(ids)), key=ids.__getitem__)
+
+
+def _keeps_preorder(order: list[int], preorder: list[int]) -> bool:
+    """True when the CPU nodes (numbers below len(preorder)) come in ``order`` as in ``preorder``."""
+    return order == preorder or preorder == list(compress(order, map(len(preorder).__gt__, order)))
+
+
+def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
+                 extra: dict[int, list[tuple[int, str]]], cpu_by_id: list[int] | None = None,
+                 preorder: list[int] | None = None) -> tuple[list[int], array]:
+    """``_topological_order`` and the position of each node in it. When sorting every node by
+    (time key, id) already puts each edge forward (the usual case: parents start first, chains
+    run in time), that sort is the order Kahn's algorithm would give (its smallest ready node is
+    then always the smallest node left): two stable sorts and C passes over the edges. The CPU
+    nodes' ctrl / prev edges need no check when they come in ``preorder`` (those edges go forward
+    in it: parents first, thread chains in that order)."""
+    total = len(ctrl)
+    if not any(map(math.isnan, keys)):
+        order = _id_order(ids, cpu_by_id)
+        order.sort(key=keys.__getitem__)
+        position = _inverse(order)
+        at = position.tolist() + [NO_NODE]  # at[-1]: no edge
+        first = 0  # nodes from here on get their ctrl / prev edges checked
+        if preorder is not None and _keeps_preorder(order, preorder):
+            first = len(preorder)
+        if (all(map(lt, map(at.__getitem__, ctrl[first:]), position[first:]))
+                and all(map(lt, map(at.__getitem__, prev[first:]), position[first:]))
+                and all(position[d] < position[u] for u, sources in extra.items() for d, _ in sources)):
+            return order, position
+    order = _topological_order(ctrl, prev, keys, ids, extra)
+    return order, _inverse(order)
+
+
 def _exclusive_of_ops(et_plus: EtPlus) -> list[float]:
     """Exclusive µs of each ET node (0 for unlinked nodes)."""
-    exclusive = et_plus.result.exclusive
-    return [exclusive[e] if e >= 0 else 0.0 for e in et_plus.result.match.event_of_op]
+    exclusive = et_plus.result.exclusive + [0.0]  # event -1: unlinked
+    return list(map(exclusive.__getitem__, et_plus.result.match.event_of_op))
 
 
 def _comm_attrs(et_plus: EtPlus, resolver: CommResolver | None, summary: WriteSummary) -> list[CommAttrs | None]:
@@ -302,14 +400,10 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
     order, then the waits; every data dependency with its cause (counted in ``summary``)."""
     et = et_plus.et
     n, g = len(et.nodes), len(et_plus.gpu_nodes)
-    preorder, parent = _preorder(et, index_of_id, summary)
+    by_id = sorted(range(n), key=et.ids.__getitem__)
+    preorder, parent = _preorder(et, index_of_id, summary, by_id)
     ctrl = array("q", parent) + array("q", [NO_NODE]) * g
-    prev = array("q", [NO_NODE]) * (n + g)
-    last_on_thread: dict[int, int] = {}
-    for i in preorder:
-        tid = et.tid[i]
-        prev[i] = last_on_thread.get(tid, NO_NODE)
-        last_on_thread[tid] = i
+    prev = _thread_chains(preorder, et.tid, n + g)
     placement = _gpu_placement(et_plus)
     for k, link in enumerate(et_plus.gpu_links):
         ctrl[n + k] = link.et_index
@@ -319,7 +413,8 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
         key = placement.stream_key[k]
         prev[n + k] = last_on_stream.get(key, NO_NODE)
         last_on_stream[key] = n + k
-    busy = compute_busy(et_plus, _exclusive_of_ops(et_plus))
+    busy = compute_busy(et_plus, _exclusive_of_ops(et_plus), preorder)
+    et_plus.op_times = None  # only the busy times needed them
     extra: dict[int, list[tuple[int, str]]] = {}
     for source, target, cause in busy.cross:
         if source != target and source != prev[target] and source != ctrl[target]:
@@ -328,11 +423,8 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
                           frozenset(n + k for k, link in enumerate(et_plus.gpu_links) if link.before_trace))
     _collective_order(plan, placement, extra)
     ids = et.ids + [node.id for node in gpu_nodes]
-    plan.order = _topological_order(ctrl, prev, _time_keys(et_plus, placement), ids, extra)
-    position = array("q", [0]) * (n + g)
-    for p, u in enumerate(plan.order):
-        position[u] = p
-    plan.position = position
+    keys = _time_keys(et_plus, placement)
+    plan.order, plan.position = _write_order(ctrl, prev, keys, ids, extra, by_id, preorder)
     add_wait_edges(et_plus, plan, placement, summary)
     _count_causes(plan, summary.dependency_causes)
     return plan
@@ -340,27 +432,28 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
 
 def _count_causes(plan: DependencyPlan, counts: Counter) -> None:
     """Add the causes of every node's ``data_deps`` to ``counts``: what ``plan.data_deps`` gives,
-    read off the ctrl / prev columns for the nodes without waits (no per-node lists). O(n + g)."""
+    read off the ctrl / prev columns (C passes) for the CPU nodes without waits. O(n + g)."""
     n, ctrl, prev, waits, launchless = plan.cpu_count, plan.ctrl, plan.prev, plan.waits, plan.launchless
     causes: list[str] = []
     for u in waits:
         causes.extend([cause for _, cause in plan.data_deps(u)])
-    parents = threads = launches = streams = 0
-    for u, (p, c) in enumerate(zip(prev, ctrl)):
-        if u in waits:
-            continue
-        if u < n:
-            if p >= 0:
-                if p == c:
-                    parents += 1
-                else:
-                    threads += 1
-        else:
-            launches += c >= 0 and u not in launchless
-            streams += p >= 0
+    cpu_prev, cpu_ctrl = prev[:n], ctrl[:n]
+    chained = n - cpu_prev.count(NO_NODE)
+    parents = countOf(map(eq, cpu_prev, cpu_ctrl), True)  # also counts prev == ctrl == -1
+    parents -= countOf(map(cpu_ctrl.__getitem__, compress(range(n), map(NO_NODE.__eq__, cpu_prev))), NO_NODE)
+    for u in waits:
+        if u < n and prev[u] >= 0:
+            chained -= 1
+            parents -= prev[u] == ctrl[u]
+    launches = streams = 0
+    for u in range(n, len(prev)):
+        if u not in waits:
+            launches += ctrl[u] >= 0 and u not in launchless
+            streams += prev[u] >= 0
     causes.sort()  # the same counts in one order whatever the waits' order
     counts.update(causes)
-    for cause, count in ((PARENT, parents), (THREAD_ORDER, threads), (LAUNCH, launches), (STREAM_ORDER, streams)):
+    for cause, count in ((PARENT, parents), (THREAD_ORDER, chained - parents), (LAUNCH, launches),
+                         (STREAM_ORDER, streams)):
         if count:
             counts[cause] += count
 
@@ -370,7 +463,8 @@ def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None) -> Dep
     if et_plus.plan is None:
         summary = summary if summary is not None else WriteSummary("")
         index_of_id = et_plus.et.index_of_id()
-        et_plus.plan = plan_dependencies(et_plus, index_of_id, summary, CommResolver(et_plus, index_of_id))
+        resolver = CommResolver(et_plus, index_of_id) if et_plus.gpu_nodes else None  # GPU nodes only
+        et_plus.plan = plan_dependencies(et_plus, index_of_id, summary, resolver)
         et_plus.plan_summary = summary
     elif summary is not None and summary is not et_plus.plan_summary:
         _copy_plan_counts(et_plus.plan_summary, summary)

@@ -4,11 +4,14 @@ FORMATS.md §3: every linked CPU node gets ``ts``, ``dur``, ``inclusive_dur``, `
 every attributed kernel/memcpy/memset becomes a node whose parent (``ctrl_deps`` or ``parent``, as
 the layout has it) is its launching CPU node, carrying ``cat, name, ph, ts, dur, inclusive_dur,
 exclusive_dur, stream, device, correlation`` (and ``pg_name`` when the trace names the process
-group). New ids continue after the largest existing id. Cost O(n + g).
+group). New ids continue after the largest existing id. Each linked node's Kineto start and end
+are gathered on the way (``EtPlus.op_times``) for the plan's busy times, which drops them once
+used. Cost O(n + g).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +74,9 @@ class EtPlus:
     gpu_links: list[GpuLink]
     plan: Any = None  # chakra_deps.DependencyPlan once computed (write_chakra.dependency_plan)
     plan_summary: Any = None  # the chakra_deps.WriteSummary it was computed with
+    # Per ET node: its linked Kineto event's start and end (µs, NaN when unlinked), gathered by
+    # ``build_et_plus`` for the plan (``busy``), which drops them once used.
+    op_times: tuple[list[float], list[float]] | None = None
 
     @property
     def et(self) -> ExecutionTrace:
@@ -89,11 +95,13 @@ def build_et_plus(result: LinkResult) -> EtPlus:
     """Fill ET+ time fields into ``result.et.nodes`` (in place) and create the GPU nodes."""
     et, events, exclusive = result.et, result.kineto.cpu_events, result.exclusive
     nodes = et.nodes
+    starts, ends = [math.nan] * len(nodes), [math.nan] * len(nodes)
     for i, e in enumerate(result.match.event_of_op):
         if e < 0:
             continue
         node, event = nodes[i], events[e]
         ts, dur, excl = event.ts, event.dur, exclusive[e]
+        starts[i], ends[i] = ts, ts + dur
         node.ts = int(ts) if ts.is_integer() else ts
         node.dur = node.inclusive_dur = int(dur) if dur.is_integer() else dur
         node.exclusive_dur = int(excl) if excl.is_integer() else round(excl, 3)
@@ -126,7 +134,7 @@ def build_et_plus(result: LinkResult) -> EtPlus:
         gpu_nodes.append(node)
         gpu_links.append(link)
         next_id += 1
-    return EtPlus(result, gpu_nodes, gpu_links)
+    return EtPlus(result, gpu_nodes, gpu_links, op_times=(starts, ends))
 
 
 def _int_or_none(value) -> int | None:

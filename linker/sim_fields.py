@@ -15,11 +15,14 @@ and ``exclusive_dur`` keep their meanings. Cost: O(n + g + edges) after the plan
 
 from __future__ import annotations
 
+from itertools import compress
+from operator import attrgetter, eq
+
 import msgspec
 
 from . import et_def_pb2 as pb
 from .chakra_comm import WORLD_GROUP_ID
-from .chakra_deps import DependencyPlan, WriteSummary, dependency_plan
+from .chakra_deps import PARENT, THREAD_ORDER, DependencyPlan, WriteSummary, dependency_plan
 from .etplus import EtPlus, as_number
 
 
@@ -32,6 +35,44 @@ def _us(value: float) -> float | int:
     if value == 0:  # most blocked / gap times
         return 0
     return as_number(round(value, 3))
+
+
+def _sim_us_column(et_plus: EtPlus, busy) -> list[float | int]:
+    """``_us(sim)`` of every ET node. A linked node with no blocked time and no host gap has
+    sim = its exclusive time, whose ``_us`` is the ``exclusive_dur`` just written (as a number:
+    rounded to 3 digits, integral as int): read off the nodes with C passes; the other nodes (non-zero
+    times, unlinked) are converted one by one. O(n)."""
+    nodes, sim = et_plus.et.nodes, busy.sim
+    column = list(map(attrgetter("exclusive_dur"), nodes))
+    n = len(column)
+    others = set(compress(range(n), busy.blocked))
+    others.update(compress(range(n), busy.host_gap),
+                  compress(range(n), map((0).__gt__, et_plus.result.match.event_of_op)))
+    for i in others:
+        column[i] = 0
+    for i in compress(range(n), map(eq, column, map(int, column))):
+        column[i] = int(column[i])
+    for i in others:
+        column[i] = _us(sim[i])
+    return column
+
+
+def _sparse_us_column(values: list[float]) -> list[float | int]:
+    """``_us`` of every value, for a column that is mostly 0: only the non-zero ones converted."""
+    column: list[float | int] = [0] * len(values)
+    for i in compress(range(len(values)), values):
+        column[i] = _us(values[i])
+    return column
+
+
+def _chain_deps(plan: DependencyPlan, id_of: list[int]) -> tuple[list[list[int]], list[tuple[str, ...]]]:
+    """``data_deps`` ids and causes of the CPU nodes from their thread chain alone (what
+    ``plan.data_deps`` gives a node without waits): the previous node, a parent or not. O(n)."""
+    n, parent, thread = plan.cpu_count, (PARENT,), (THREAD_ORDER,)
+    prev, ctrl = plan.prev[:n], plan.ctrl[:n]
+    ids = [[id_of[p]] if p >= 0 else [] for p in prev]
+    causes = [(parent if p == c else thread) if p >= 0 else () for p, c in zip(prev, ctrl)]
+    return ids, causes
 
 
 def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
@@ -53,15 +94,18 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
             ids = [id_of[d] for d, _ in deps]
         return ids, shared_causes.setdefault(causes, causes)
 
-    blocked, host_gap, sim = busy.blocked, busy.host_gap, busy.sim
-    for i, node in enumerate(et.nodes):
+    dep_ids, dep_causes = _chain_deps(plan, id_of)
+    for i in plan.waits:
+        if i < n:
+            dep_ids[i], dep_causes[i] = dep_fields(data_deps(i))
+    blocked, host_gap = _sparse_us_column(busy.blocked), _sparse_us_column(busy.host_gap)
+    columns = zip(et.nodes, blocked, host_gap, _sim_us_column(et_plus, busy), dep_ids, dep_causes, busy.host_gap)
+    for node, blocked_us, gap_us, sim_us, ids, causes, gap in columns:
         if node.ts is not unset:
-            node.blocked_dur = _us(blocked[i])
-            node.host_gap_dur = _us(host_gap[i])
-            node.sim_dur = _us(sim[i])
-        elif host_gap[i] > 0:
-            node.host_gap_dur = node.sim_dur = _us(host_gap[i])
-        node.data_deps, node.data_dep_causes = dep_fields(data_deps(i))
+            node.blocked_dur, node.host_gap_dur, node.sim_dur = blocked_us, gap_us, sim_us
+        elif gap > 0:
+            node.host_gap_dur = node.sim_dur = gap_us
+        node.data_deps, node.data_dep_causes = ids, causes
     for k, node in enumerate(gpu_nodes):
         node.sim_dur = node.dur
         node.data_deps, node.data_dep_causes = dep_fields(data_deps(n + k))

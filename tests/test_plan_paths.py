@@ -1,0 +1,151 @@
+"""The dependency plan's fast paths give what the general algorithms give.
+
+``chakra_deps`` takes the id order as the tree pre-order when it is one, and the (time, id) sort as
+the write order when every edge goes forward in it; ``busy`` orders a thread's ops by one sort on
+the start plus a fix-up of equal starts (any input order), and reads the times ``build_et_plus``
+gathered. Each is checked against the general algorithm on the
+fixtures and on hand-made cases where the fast path does not apply.
+"""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import FIXTURES, dlrm_pair
+from linker import chakra_deps
+from linker.busy import _start_order, compute_busy
+from linker.chakra_deps import NO_NODE, WriteSummary, _id_order, _preorder, _topological_order, _write_order
+from linker.et_reader import read_execution_trace
+from linker.etplus import build_et_plus
+from linker.kineto_reader import read_kineto_trace
+from linker.link import link
+
+PAIRS = sorted(str(p.parent.relative_to(FIXTURES)) for p in FIXTURES.glob("*/*/et.json.gz"))
+
+
+def _et_plus(name: str):
+    if name == "dlrm_rank0":
+        et_path, kineto_path = dlrm_pair(0)
+    else:
+        et_path, kineto_path = FIXTURES / name / "et.json.gz", FIXTURES / name / "kineto.json.gz"
+    return build_et_plus(link(read_execution_trace(et_path), read_kineto_trace(kineto_path)))
+
+
+def _general_preorder(et, monkeypatch) -> tuple[list[int], list[int], int]:
+    """``_preorder`` with the id-order fast path turned off."""
+    summary = WriteSummary("")
+    with monkeypatch.context() as patch:
+        patch.setattr(chakra_deps, "_id_order_is_preorder", lambda by_id, parent: False)
+        order, parent = _preorder(et, et.index_of_id(), summary)
+    return order, list(parent), summary.ctrl_deps_dropped
+
+
+@pytest.mark.parametrize("name", PAIRS + ["dlrm_rank0"])
+def test_fast_paths_match_the_general_algorithms(name, monkeypatch):
+    et_plus = _et_plus(name)
+    et = et_plus.et
+    summary = WriteSummary("")
+    order, parent = _preorder(et, et.index_of_id(), summary)
+    assert (order, list(parent), summary.ctrl_deps_dropped) == _general_preorder(et, monkeypatch)
+    plan = chakra_deps.dependency_plan(et_plus)
+    keys = chakra_deps._time_keys(et_plus, chakra_deps._gpu_placement(et_plus))
+    ids = et.ids + [node.id for node in et_plus.gpu_nodes]
+    kahn = _topological_order(plan.ctrl, plan.prev, keys, ids, plan.waits)
+    fast, position = _write_order(plan.ctrl, plan.prev, keys, ids, plan.waits)
+    assert fast == kahn == plan.order
+    by_id = sorted(range(len(et.nodes)), key=et.ids.__getitem__)
+    assert _write_order(plan.ctrl, plan.prev, keys, ids, plan.waits, by_id, order)[0] == kahn
+    assert [position[u] for u in kahn] == list(range(len(kahn)))
+
+
+def _tree(parents_by_id: dict[int, int]):
+    """A stand-in ExecutionTrace: node ids with their parent ids (nodes in the given order)."""
+    ids = list(parents_by_id)
+    index = {node_id: i for i, node_id in enumerate(ids)}
+    parent = [parents_by_id[node_id] for node_id in ids]
+    parent_index = [index.get(p, NO_NODE) if index.get(p) != i else NO_NODE for i, p in enumerate(parent)]
+    return SimpleNamespace(nodes=ids, ids=ids, parent=parent, names=["op"] * len(ids),
+                           index_of_id=lambda: index, parent_index=lambda: parent_index)
+
+
+def _reference_preorder(et) -> list[int]:
+    """Recursive pre-order, roots and siblings by id; nodes on a parent cycle last, by id."""
+    index = et.index_of_id()
+    children: dict[int, list[int]] = {}
+    for i, p in enumerate(et.parent):
+        if index.get(p, i) != i:
+            children.setdefault(index[p], []).append(i)
+    order: list[int] = []
+
+    def visit(i):
+        order.append(i)
+        for c in sorted(children.get(i, ()), key=et.ids.__getitem__):
+            visit(c)
+
+    for i in sorted(range(len(et.ids)), key=et.ids.__getitem__):
+        if index.get(et.parent[i], i) == i:
+            visit(i)
+    return order + sorted(set(range(len(et.ids))) - set(order), key=et.ids.__getitem__)
+
+
+@pytest.mark.parametrize("parents_by_id", [
+    {1: 1, 2: 1, 3: 2, 4: 2, 5: 1, 6: 5},  # ids in pre-order (the fast path)
+    {6: 5, 4: 2, 3: 2, 5: 1, 2: 1, 1: 1},  # the same tree, nodes in another order
+    {1: 1, 5: 1, 2: 5, 3: 1, 4: 2},  # a child with a smaller id than its parent's later sibling
+    {1: 1, 2: 1, 3: 9, 4: 3, 5: 2},  # a missing parent (dropped) holding a subtree
+    {1: 1, 2: 3, 3: 2, 4: 1},  # a parent cycle
+])
+def test_preorder_of_hand_made_trees(parents_by_id, monkeypatch):
+    et = _tree(parents_by_id)
+    summary = WriteSummary("")
+    order, parent = _preorder(et, et.index_of_id(), summary)
+    assert order == _reference_preorder(et)
+    assert (order, list(parent), summary.ctrl_deps_dropped) == _general_preorder(et, monkeypatch)
+
+
+def test_write_order_falls_back_when_the_time_order_has_a_backward_edge():
+    # node 1 (time 0) depends on node 2 (time 5): the time sort puts it first, Kahn's order waits
+    ctrl = chakra_deps.array("q", [NO_NODE, 2, NO_NODE, 0])
+    prev = chakra_deps.array("q", [NO_NODE, NO_NODE, 0, 2])
+    keys, ids = [1.0, 0.0, 5.0, 2.0], [10, 11, 12, 13]
+    order, position = _write_order(ctrl, prev, keys, ids, {})
+    assert order == _topological_order(ctrl, prev, keys, ids) == [0, 2, 1, 3]
+    assert list(position) == [0, 2, 1, 3]
+    extra = {0: [(3, "join")]}
+    with pytest.raises(RuntimeError):
+        _write_order(ctrl, prev, keys, ids, extra)
+
+
+def test_start_order_is_the_sort_by_start_then_longest_then_id_then_index():
+    rng = random.Random(3)
+    n = 2000
+    starts = [float(rng.randrange(50)) for _ in range(n)]  # many equal starts
+    ends = [s + rng.randrange(4) for s in starts]
+    ids = [rng.randrange(n // 2) for _ in range(n)]  # repeated ids too
+    ops = rng.sample(range(n), n // 2)
+    expected = sorted(sorted(ops), key=lambda i: (starts[i], -ends[i], ids[i]))  # ties: by index
+    assert _start_order(ops, starts, ends, ids) == (expected, [starts[i] for i in expected])
+    assert _start_order(sorted(ops), starts, ends, ids)[0] == expected  # any input order
+    assert _start_order([], starts, ends, ids) == ([], [])
+
+
+def test_id_order_reuses_the_cpu_order_only_when_the_gpu_ids_follow():
+    ids = [5, 3, 9, 4]
+    assert _id_order(ids + [10, 11], [1, 3, 0, 2]) == [1, 3, 0, 2, 4, 5]
+    assert _id_order(ids + [8, 11], [1, 3, 0, 2]) == [1, 3, 0, 4, 2, 5]  # a GPU id among the CPU ids
+    assert _id_order(ids + [12, 11], [1, 3, 0, 2]) == [1, 3, 0, 2, 5, 4]  # GPU ids not ascending
+    assert _id_order(ids, None) == [1, 3, 0, 2]
+
+
+@pytest.mark.parametrize("name", ["cpu/autograd_threads", "gpu/gpu_v111", "dlrm_rank0"])
+def test_busy_times_do_not_depend_on_the_order_hint(name):
+    et_plus = _et_plus(name)
+    exclusive = chakra_deps._exclusive_of_ops(et_plus)
+    n = len(et_plus.et.nodes)
+    with_hint = compute_busy(et_plus, exclusive, list(range(n - 1, -1, -1)))
+    et_plus.op_times = None  # the columns gathered again from the events
+    without = compute_busy(et_plus, exclusive)
+    assert with_hint == without
