@@ -70,18 +70,21 @@ def encode_varint(value: int) -> bytes:
 
 
 def _encode_varint(value: int) -> bytes:
-    if 1 << 14 <= value < 1 << 21:  # ids of large traces: three bytes
+    if value < 1 << 21:  # ids of large traces: three bytes
         return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    parts = []  # 14 bits at a time (two bytes, both continued), then the rest from the table
+    while value >= _SMALL_VARINTS_END:
+        parts.append(_CONTINUED_PAIRS[value & 0x3FFF])
+        value >>= 14
+    parts.append(_SMALL_VARINTS[value])
+    return b"".join(parts)
 
 
 _SMALL_VARINTS_END = 1 << 14
-_SMALL_VARINTS = [_encode_varint(v) for v in range(_SMALL_VARINTS_END)]
+_SMALL_VARINTS = [bytes((v,)) if v < 0x80 else bytes((v & 0x7F | 0x80, v >> 7)) for v in range(_SMALL_VARINTS_END)]
+_CONTINUED_PAIRS = [bytes((v & 0x7F | 0x80, v >> 7 | 0x80)) for v in range(_SMALL_VARINTS_END)]
+# For encoders that inline the common case: the varint of v < SMALL_VARINTS_END is SMALL_VARINTS[v].
+SMALL_VARINTS, SMALL_VARINTS_END = _SMALL_VARINTS, _SMALL_VARINTS_END
 
 
 class Frame(NamedTuple):
@@ -438,6 +441,14 @@ class EtWriter:
             raise ValueError("write_metadata must be called before write_node")
         self._flush()
         shutil.copyfileobj(source, self._stream, WRITE_FLUSH_BYTES)
+        self.nodes_written += count
+
+    def write_frames_bytes(self, frames: bytes, count: int) -> None:
+        """Write ``count`` already framed ``Node`` messages held in ``frames``. O(bytes)."""
+        if not self.metadata_written:
+            raise ValueError("write_metadata must be called before write_node")
+        self._flush()
+        self._stream.write(frames)
         self.nodes_written += count
 
     def _append(self, payload: bytes) -> None:
