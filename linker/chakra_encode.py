@@ -27,7 +27,7 @@ import orjson
 
 from . import et_def_pb2 as pb
 from .chakra_comm import PROCESS_GROUP_INIT, _IOParts, _is_int
-from .chakra_io import SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, make_attr
+from .chakra_io import CONTINUED_PAIRS, SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, make_attr
 from .et_reader import FLAT, UNSET, EtNode, decode_attr_values
 
 MAX_INT64 = (1 << 63) - 1
@@ -301,6 +301,8 @@ _ENTRY_DECODER = msgspec.json.Decoder(_Attr)
 _ENTRIES_DECODER = msgspec.json.Decoder(list[_Attr])
 _ENTRY_SEPARATOR = b"},{"
 _RF_ID_ENTRY = b'[{"name": "rf_id", "type": "uint64", "value": '  # + digits: what PyTorch writes first
+_FW_PARENT_ENTRY = b'"name": "fw_parent", "type": "uint64", "value": '
+_SEQ_ID_ENTRY = b'"name": "seq_id", "type": "int64", "value": '
 _RF_ID_HEAD = int64_head("rf_id")  # rf_id: unique per op, never cached
 _NOT_FAST = False  # cached for a text the fast path does not take
 
@@ -330,21 +332,28 @@ class CpuAttrs:
         if not first.startswith(_RF_ID_ENTRY):
             return None
         digits = first[len(_RF_ID_ENTRY):]
-        if not digits.isdigit() or (digits[0] == 48 and len(digits) > 1):  # 48: "0"
+        if not digits.isdigit() or (digits[0] == 48 and len(digits) > 1):  # 48: "0" (a JSON int)
             return None
         seq_id = self._seq_id.get(third)
         if seq_id is None:
             seq_id = self._cache(self._seq_id, third, self._seq_id_of(third))
         shared = self._second.get(second)
         if shared is None:
-            shared = self._cache(self._second, second, self._shared_of(b"[{" + second + b"}]"))
+            shared = self._cache(self._second, second, self._second_of(second))
         rest_bytes = self._rest.get(rest)
         if rest_bytes is None:
             rest_bytes = self._cache(self._rest, rest, self._shared_of(b"[{" + rest))
         rf_id = int(digits)
         if seq_id is _NOT_FAST or shared is _NOT_FAST or rest_bytes is _NOT_FAST or rf_id > MAX_INT64:
             return None
-        return b"".join((self._attrs.is_cpu_op, int64_attr(_RF_ID_HEAD, rf_id), seq_id, shared, rest_bytes))
+        if rf_id < SMALL_VARINTS_END:
+            value = SMALL_VARINTS[rf_id]
+        elif rf_id < 1 << 28:
+            value = CONTINUED_PAIRS[rf_id & 0x3FFF] + SMALL_VARINTS[rf_id >> 14]
+        else:
+            value = encode_varint(rf_id)
+        return b"".join((self._attrs.is_cpu_op, b"\x52", SMALL_VARINTS[len(_RF_ID_HEAD) + len(value)], _RF_ID_HEAD,
+                         value, seq_id, shared, rest_bytes))
 
     @staticmethod
     def _cache(cache: dict, text: bytes, encoded: bytes | bool) -> bytes | bool:
@@ -352,7 +361,18 @@ class CpuAttrs:
             cache[text] = encoded
         return encoded
 
+    def _second_of(self, text: bytes) -> bytes | bool:
+        if text.startswith(_FW_PARENT_ENTRY):  # what PyTorch writes: no decoding
+            value = _int_literal(text[len(_FW_PARENT_ENTRY):])
+            if value is not None and MIN_INT64 <= value <= MAX_INT64:
+                return self._attrs.int64_attrs([("fw_parent", value)])
+        return self._shared_of(b"[{" + text + b"}]")
+
     def _seq_id_of(self, text: bytes) -> bytes | bool:
+        if text.startswith(_SEQ_ID_ENTRY):  # what PyTorch writes: no decoding
+            value = _int_literal(text[len(_SEQ_ID_ENTRY):])
+            if value is not None and MIN_INT64 <= value <= MAX_INT64:
+                return self._attrs.int64_attrs([("seq_id", value)])
         try:
             entry = _ENTRY_DECODER.decode(b"{" + text + b"}")
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -373,23 +393,33 @@ class CpuAttrs:
         return self._attrs.encode_all(_specs_of(pairs))
 
 
+def _int_literal(text: bytes) -> int | None:
+    """The value of a JSON integer literal (the whole text), else None."""
+    digits = text[1:] if text[:1] == b"-" else text
+    if not digits.isdigit() or (digits[0] == 48 and len(digits) > 1):  # 48: "0"
+        return None
+    return int(text)
+
+
 def _is_int64(value: Any) -> bool:
     return type(value) is int and MIN_INT64 <= value <= MAX_INT64
 
 
 class IoFields:
-    """``inputs``/``outputs`` fields of the nested layout: ``values`` encoded per op, the
-    shapes/types/strides fields cached by their text (a few hundred distinct in a training step).
-    O(len(raw)) per op."""
+    """The ``inputs`` (tag 0x42) or ``outputs`` (0x4a) field of nested-layout ops: ``values``
+    encoded per op, the shapes/types/strides fields taken from a cache by their text (a few
+    hundred distinct in a training step). O(len(raw)) per op; memory O(distinct shapes/types/
+    strides) fields."""
 
-    def __init__(self):
+    def __init__(self, tag: bytes):
+        self._tag = tag
         self._tails: dict[bytes, bytes] = {}
 
-    def __call__(self, tag: bytes, raw: Any) -> bytes:
+    def __call__(self, raw: Any) -> bytes:
         try:
             parts = IO_DECODER.decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            return field(tag, io_bytes(raw, None, None))
+            return field(self._tag, io_bytes(raw, None, None))
         # Complete JSON texts joined by a newline: the key stays injective.
         key = b"\n".join((parts.shapes, parts.types, parts.strides))
         tail = self._tails.get(key)
@@ -402,9 +432,11 @@ class IoFields:
             values = utf8(values)
         size = len(values)
         if not size:
-            return field(tag, tail)
+            return field(self._tag, tail)
         size_bytes = SMALL_VARINTS[size] if size < SMALL_VARINTS_END else encode_varint(size)
-        return b"".join((tag, encode_varint(1 + len(size_bytes) + size + len(tail)), b"\x0a", size_bytes, values, tail))
+        total = 1 + len(size_bytes) + size + len(tail)
+        total_bytes = SMALL_VARINTS[total] if total < SMALL_VARINTS_END else encode_varint(total)
+        return b"".join((self._tag, total_bytes, b"\x0a", size_bytes, values, tail))
 
 
 class _IntAttr:
@@ -433,7 +465,7 @@ class NodeFrames:
         self._gpu_payload = gpu_payload
         self.attrs = AttrEncoder()
         self._cpu_attrs = CpuAttrs(self.attrs)
-        self._io = IoFields()
+        self._inputs, self._outputs = IoFields(b"\x42"), IoFields(b"\x4a")
         self._heads: dict[str, bytes] = {}  # op name -> its name and type fields
         self._ints = [_IntAttr(name) for name in _BUSY_ATTRS]
         self._causes: dict[str, bytes] = {}  # a single dependency's cause -> its attribute
@@ -443,9 +475,11 @@ class NodeFrames:
         et, plan, busy = self._et_plus.et, self._plan, self._plan.busy
         nodes, ids, n, gpu_nodes = et.nodes, et.ids, plan.cpu_count, self._et_plus.gpu_nodes
         ctrl_of, data_deps, sim, blocked, host_gap = plan.ctrl, plan.data_deps, busy.sim, busy.blocked, busy.host_gap
-        heads, causes_of, io, cpu_attrs, plain_attrs = self._heads, self._causes, self._io, self._cpu_attrs, self.attrs.cpu_attr_bytes
+        heads, causes_of, cpu_attrs, plain_attrs = self._heads, self._causes, self._cpu_attrs, self.attrs.cpu_attr_bytes
+        inputs, outputs = self._inputs, self._outputs
         inclusive, exclusive, blocked_attr, gap_attr = self._ints
-        flat, small, end, varint = et.layout == FLAT, SMALL_VARINTS, SMALL_VARINTS_END, encode_varint
+        flat, small, end, varint, pairs = et.layout == FLAT, SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, CONTINUED_PAIRS
+        # Node ids: the varint inlined below 2**28 (see ``chakra_io.CONTINUED_PAIRS``).
         out: list[bytes] = []
         append = out.append
         for u in order:
@@ -455,17 +489,21 @@ class NodeFrames:
                 node = nodes[u]
                 head = heads.get(node.name) or self._head(node.name)
                 i = node.id
-                parts = [b"\x08", small[i] if 0 <= i < end else varint(i), head] if i else [head]
+                if i:
+                    i = small[i] if 0 <= i < end else pairs[i & 0x3FFF] + small[i >> 14] if 0 < i < 1 << 28 else varint(i)
+                    parts = [b"\x08", i, head]
+                else:
+                    parts = [head]
                 c = ctrl_of[u]
                 if c >= 0:
                     c = ids[c]
-                    c = small[c] if 0 <= c < end else varint(c)
+                    c = small[c] if 0 <= c < end else pairs[c & 0x3FFF] + small[c >> 14] if 0 < c < 1 << 28 else varint(c)
                     parts += (b"\x22", small[len(c)], c)
                 deps = data_deps(u)
                 if len(deps) == 1:
                     d, cause = deps[0]
                     d = ids[d] if d < n else gpu_nodes[d - n].id
-                    d = small[d] if 0 <= d < end else varint(d)
+                    d = small[d] if 0 <= d < end else pairs[d & 0x3FFF] + small[d >> 14] if 0 < d < 1 << 28 else varint(d)
                     parts += (b"\x2a", small[len(d)], d)
                     causes = causes_of.get(cause) or self._cause(cause)
                 else:
@@ -482,9 +520,9 @@ class NodeFrames:
                     parts += (_io_fields(node, True), plain_attrs(node, True))
                 else:
                     if node.inputs is not UNSET and node.inputs is not None:
-                        parts.append(io(b"\x42", node.inputs))
+                        parts.append(inputs(node.inputs))
                     if node.outputs is not UNSET and node.outputs is not None:
-                        parts.append(io(b"\x4a", node.outputs))
+                        parts.append(outputs(node.outputs))
                     parts.append((node.attrs is not UNSET and cpu_attrs(node.attrs)) or plain_attrs(node, False))
                 if ts is not UNSET:
                     t = round(node.dur)

@@ -60,31 +60,34 @@ class TraceFormatError(TraceInputError):
 
 
 def encode_varint(value: int) -> bytes:
-    """Return the base-128 varint encoding of a non-negative int. Cost: O(bytes); a table lookup
-    below 2**14."""
+    """Return the base-128 varint encoding of a non-negative int. Cost: O(bytes); table lookups
+    of 14 bits at a time below 2**56."""
     if value < _SMALL_VARINTS_END:
         if value < 0:
             raise ValueError(f"varint of a negative value: {value}")
         return _SMALL_VARINTS[value]
-    return _encode_varint(value)
-
-
-def _encode_varint(value: int) -> bytes:
-    if value < 1 << 21:  # ids of large traces: three bytes
-        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
-    parts = []  # 14 bits at a time (two bytes, both continued), then the rest from the table
-    while value >= _SMALL_VARINTS_END:
-        parts.append(_CONTINUED_PAIRS[value & 0x3FFF])
-        value >>= 14
-    parts.append(_SMALL_VARINTS[value])
-    return b"".join(parts)
+    if value < 1 << 28:  # ids of large traces
+        return _CONTINUED_PAIRS[value & 0x3FFF] + _SMALL_VARINTS[value >> 14]
+    if value < 1 << 42:
+        return _CONTINUED_PAIRS[value & 0x3FFF] + _CONTINUED_PAIRS[value >> 14 & 0x3FFF] + _SMALL_VARINTS[value >> 28]
+    if value < 1 << 56:  # times in µs since the epoch
+        return (_CONTINUED_PAIRS[value & 0x3FFF] + _CONTINUED_PAIRS[value >> 14 & 0x3FFF]
+                + _CONTINUED_PAIRS[value >> 28 & 0x3FFF] + _SMALL_VARINTS[value >> 42])
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 _SMALL_VARINTS_END = 1 << 14
 _SMALL_VARINTS = [bytes((v,)) if v < 0x80 else bytes((v & 0x7F | 0x80, v >> 7)) for v in range(_SMALL_VARINTS_END)]
+# The low 14 bits of a larger value: two bytes, both with the continuation bit.
 _CONTINUED_PAIRS = [bytes((v & 0x7F | 0x80, v >> 7 | 0x80)) for v in range(_SMALL_VARINTS_END)]
-# For encoders that inline the common case: the varint of v < SMALL_VARINTS_END is SMALL_VARINTS[v].
-SMALL_VARINTS, SMALL_VARINTS_END = _SMALL_VARINTS, _SMALL_VARINTS_END
+# For encoders that inline the common cases: the varint of v < SMALL_VARINTS_END is
+# SMALL_VARINTS[v]; of v < 2**28, CONTINUED_PAIRS[v & 0x3FFF] + SMALL_VARINTS[v >> 14].
+SMALL_VARINTS, SMALL_VARINTS_END, CONTINUED_PAIRS = _SMALL_VARINTS, _SMALL_VARINTS_END, _CONTINUED_PAIRS
 
 
 class Frame(NamedTuple):

@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import wire_decoder
@@ -665,6 +666,13 @@ ATTRS_TEXTS = [
     "[" + ", ".join((_RF % 9, _FW, _SEQ % 1, _REST)) + "]",  # other spacing
     "[" + ",".join((_SEQ % 1, _FW, _RF % 9, _REST)) + "]",  # other order
     "[" + ",".join((_RF % "09", _FW, _SEQ % 1, _REST)) + "]",  # not JSON: plain path decides
+    "[" + ",".join((_RF % 9, _FW.replace("0}", "-0}"), _SEQ % "-0", _REST)) + "]",
+    "[" + ",".join((_RF % 9, _FW.replace("0}", "12345678}"), _SEQ % -123456789012, _REST)) + "]",
+    "[" + ",".join((_RF % 9, _FW.replace("0}", "%d}" % (1 << 63)), _SEQ % (-1 << 63), _REST)) + "]",
+    "[" + ",".join((_RF % 9, _FW.replace("0}", "1.5}"), _SEQ % "-1.5", _REST)) + "]",
+    "[" + ",".join((_RF % 9, _FW.replace("0}", "-}"), _SEQ % "--1", _REST)) + "]",
+    "[" + ",".join((_RF % 9, _FW.replace("0}", "007}"), _SEQ % "-007", _REST)) + "]",
+    "[" + ",".join((_RF % 9, _FW.replace("0}", "1e3}"), _SEQ % "1E3", _REST)) + "]",
     "[]",
 ]
 
@@ -681,7 +689,7 @@ def test_cached_attrs_equal_plain_attrs(text):
         plain = error
     encoder = AttrEncoder()
     fast = CpuAttrs(encoder)
-    for _ in range(2):  # a cache miss, then a hit
+    for _ in range(2):  # cache misses, then hits
         got = fast(node.attrs)
         if isinstance(plain, Exception):
             assert got is None
@@ -691,6 +699,9 @@ def test_cached_attrs_equal_plain_attrs(text):
             assert len(wire.get(10, [])) == len(pb.Node.FromString(got or plain).attr)
     if text == ATTRS_TEXTS[0]:
         assert got is not None, "the usual text takes the fast path"
+        other = Raw(ATTRS_TEXTS[1].encode())  # the same op name, another rest
+        assert fast(other) == AttrEncoder().cpu_attr_bytes(EtNode(id=1, name="x", attrs=other), False)
+        assert fast(node.attrs) == plain
 
 
 IO_TEXTS = [
@@ -714,9 +725,12 @@ def test_cached_io_fields_equal_plain_ones(text):
 
     node = EtNode(id=1, name="x", inputs=Raw(text))
     plain = _io_fields(node, False)
-    fields = IoFields()
-    for _ in range(2):
-        assert fields(b"\x42", node.inputs) == plain
+    fields = IoFields(b"\x42")
+    other = Raw(b'{"values": [1], "shapes": [[9]], "types": ["Int"]}')
+    other_plain = _io_fields(EtNode(id=1, name="x", inputs=other), False)
+    for _ in range(2):  # encoded, then with the shapes/types from the cache
+        assert fields(node.inputs) == plain
+        assert fields(other) == other_plain
     message = pb.Node.FromString(plain)
     assert message.HasField("inputs")
     assert wire_decoder.decode_node(plain)[8]
