@@ -69,7 +69,9 @@ the ET+ itself (no second copy of the graph): each node message is built, writte
 Messages are encoded ``CHUNK_NODES`` at a time by ``chakra_encode.NodeFrames``: CPU ops straight to
 wire bytes, what repeats (op names, IO shapes/types, attribute combinations) encoded once and kept
 as bytes; GPU ops through protobuf (``gpu_message``). ``node_messages`` is the plain path, one node
-at a time (``chakra_encode.cpu_node_bytes``): the tests check both give the same bytes.
+at a time (``chakra_encode.cpu_node_bytes``): the tests check both give the same bytes. Chunks are
+written (and gzip-compressed) by a writer thread while the next ones are encoded (``EtWriter``'s
+``background``).
 """
 
 from __future__ import annotations
@@ -257,8 +259,8 @@ def node_frames(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummary) ->
 # ---------------------------------------------------------------------------------------------
 
 
-# Nodes encoded per chunk (one join, one write): a few MB of output.
-CHUNK_NODES = 4096
+# Nodes encoded per chunk (one join, one write): about a MB of output.
+CHUNK_NODES = 2048
 
 
 def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = ()) -> WriteSummary:
@@ -271,7 +273,7 @@ def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tupl
     plan = dependency_plan(et_plus, summary)
     frames = node_frames(et_plus, plan, summary)
     order = plan.order
-    with EtWriter(path, protected) as writer:
+    with EtWriter(path, protected, background=True) as writer:
         writer.write_metadata(metadata_message(et_plus))
         for start in range(0, len(order), CHUNK_NODES):
             chunk = order[start:start + CHUNK_NODES]
