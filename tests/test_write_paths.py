@@ -26,10 +26,11 @@ def _et_plus(et_path, kineto_path):
     return build_et_plus(link(read_execution_trace(et_path), read_kineto_trace(kineto_path)))
 
 
-PAIRS = [lambda: fixture_pair("cpu", "threads"), lambda: fixture_pair("gpu", "gpu_v111"), lambda: dlrm_pair(3)]
+PAIRS = [lambda: fixture_pair("cpu", "threads"), lambda: fixture_pair("gpu", "gpu_v111"), lambda: dlrm_pair(3),
+         lambda: fixture_pair("gpu", "gpu_v101")]
 
 
-@pytest.mark.parametrize("pair", PAIRS, ids=["cpu-threads", "gpu-v111", "dlrm-rank3"])
+@pytest.mark.parametrize("pair", PAIRS, ids=["cpu-threads", "gpu-v111", "dlrm-rank3", "gpu-v101-flat"])
 def test_chunked_et_write_equals_the_plain_path(pair, tmp_path, monkeypatch):
     """The writer's chunked encoder (``NodeFrames``: caches, inlined fields) gives the bytes and
     counts of the plain path (``node_messages``: one node at a time, GPU ops through protobuf)."""
@@ -40,6 +41,7 @@ def test_chunked_et_write_equals_the_plain_path(pair, tmp_path, monkeypatch):
     for message in write_chakra.node_messages(et_plus, plan, plain_summary):
         frames.append(message if isinstance(message, bytes) else message.SerializeToString())
     plain = b"".join(encode_varint(len(frame)) + frame for frame in frames)
+    assert plain_summary.counts_by_type["COMP_NODE"] > 0
     for chunk_nodes in (write_chakra.CHUNK_NODES, 7, 1):
         monkeypatch.setattr(write_chakra, "CHUNK_NODES", chunk_nodes)
         summary = write_chakra.write_chakra_trace(et_plus, tmp_path / f"chunks{chunk_nodes}.et")
