@@ -10,12 +10,13 @@ Two paths give the same bytes:
 - ``NodeFrames``: whole chunks of framed nodes (varint length + bytes) built with list appends and
   one join. What repeats is encoded once and kept as bytes: per op name its ``name``/``type``
   fields; per distinct IO shapes/types/strides their ``IOInfo`` fields (a training step repeats a
-  few hundred of them over hundreds of thousands of ops: only ``values`` is encoded per op); per
-  distinct attribute combination other than ``rf_id``/``seq_id`` their ``Node.attr`` fields; small
-  int attribute values per name. Nodes outside its fast layout (flat ET keys, unusual ``attrs``)
-  go through the plain path; GPU ops through a callback of the caller.
+  few hundred of them over hundreds of thousands of ops: only ``values`` is encoded per op); the
+  ``attrs`` entries after PyTorch's ``rf_id``, ``fw_parent``, ``seq_id`` (scope, tid, op schema...)
+  as ``Node.attr`` fields cached by their text, the fw_parent / seq_id entries too (``CpuAttrs``);
+  the time-split int attributes by value. The fields of flat-layout ops and of unusual ``attrs``
+  texts come from the plain path's functions; GPU ops from a callback of the caller.
 Cost: O(output bytes) plus O(1) dict look-ups per op; memory: the caches, each bounded to
-``MAX_CACHED`` entries, and one chunk of output.
+``MAX_CACHED`` entries (``MAX_CACHED_VALUES`` for per-op values), and one chunk of output.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ MAX_INT64 = (1 << 63) - 1
 MIN_INT64 = -MAX_INT64 - 1
 UINT64_MASK = (1 << 64) - 1
 MAX_CACHED = 1 << 16
+# Caches of per-op values (fw_parent / seq_id entries, durations): the first values seen, a few
+# MB at most (the write runs when the process is at its largest).
+MAX_CACHED_VALUES = 1 << 12
 _TYPE_NAMES = {value: pb.NodeType.Name(value) for value in pb.NodeType.values()}
 
 # ---------------------------------------------------------------------------------------------
@@ -357,7 +361,7 @@ class CpuAttrs:
 
     @staticmethod
     def _cache(cache: dict, text: bytes, encoded: bytes | bool) -> bytes | bool:
-        if len(cache) < MAX_CACHED:
+        if len(cache) < MAX_CACHED_VALUES:
             cache[text] = encoded
         return encoded
 
@@ -448,7 +452,7 @@ class _IntAttr:
 
     def miss(self, value: int) -> bytes:
         encoded = int64_attr(self._head, value)
-        if len(self.cache) < MAX_CACHED:
+        if len(self.cache) < MAX_CACHED_VALUES:
             self.cache[value] = encoded
         return encoded
 
