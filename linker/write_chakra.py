@@ -96,7 +96,6 @@ log = logging.getLogger("et_link")
 
 # Chakra schema version this writer targets (the ET schema suffix "chakra.0.0.4").
 CHAKRA_SCHEMA_VERSION = "0.0.4"
-MAX_INT64 = (1 << 63) - 1
 
 # ---------------------------------------------------------------------------------------------
 # Messages
