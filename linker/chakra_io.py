@@ -18,7 +18,6 @@ import contextlib
 import gzip
 import mmap
 import os
-import shutil
 import zlib
 from pathlib import Path
 from typing import IO, Any, Iterator, NamedTuple
@@ -28,7 +27,7 @@ from google.protobuf.message import DecodeError, Message
 
 from . import et_def_pb2 as pb
 from .errors import TraceInputError
-from .fileio import GZIP_MAGIC, atomic_output, open_input
+from .fileio import GZIP_MAGIC, BackgroundWriter, atomic_output, open_input
 
 GlobalMetadata = pb.GlobalMetadata
 Node = pb.Node
@@ -36,6 +35,7 @@ AttributeProto = pb.AttributeProto
 
 READ_CHUNK_BYTES = 1 << 20
 WRITE_FLUSH_BYTES = 1 << 20
+BACKGROUND_BLOCKS = 2  # blocks (about a MB each) waiting for a background writer
 MAX_VARINT_BYTES = 10
 # protobuf refuses messages of 2 GiB or more; a larger length prefix means the bytes are not a frame.
 MAX_MESSAGE_BYTES = (1 << 31) - 1
@@ -60,18 +60,19 @@ class TraceFormatError(TraceInputError):
 
 
 def encode_varint(value: int) -> bytes:
-    """Return the base-128 varint encoding of a non-negative int. Cost: O(bytes); a table lookup
-    below 2**14."""
+    """Return the base-128 varint encoding of a non-negative int. Cost: O(bytes); table lookups
+    of 14 bits at a time below 2**56."""
     if value < _SMALL_VARINTS_END:
         if value < 0:
             raise ValueError(f"varint of a negative value: {value}")
         return _SMALL_VARINTS[value]
-    return _encode_varint(value)
-
-
-def _encode_varint(value: int) -> bytes:
-    if 1 << 14 <= value < 1 << 21:  # ids of large traces: three bytes
-        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
+    if value < 1 << 28:  # ids of large traces
+        return _CONTINUED_PAIRS[value & 0x3FFF] + _SMALL_VARINTS[value >> 14]
+    if value < 1 << 42:
+        return _CONTINUED_PAIRS[value & 0x3FFF] + _CONTINUED_PAIRS[value >> 14 & 0x3FFF] + _SMALL_VARINTS[value >> 28]
+    if value < 1 << 56:  # times in µs since the epoch
+        return (_CONTINUED_PAIRS[value & 0x3FFF] + _CONTINUED_PAIRS[value >> 14 & 0x3FFF]
+                + _CONTINUED_PAIRS[value >> 28 & 0x3FFF] + _SMALL_VARINTS[value >> 42])
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -81,7 +82,12 @@ def _encode_varint(value: int) -> bytes:
 
 
 _SMALL_VARINTS_END = 1 << 14
-_SMALL_VARINTS = [_encode_varint(v) for v in range(_SMALL_VARINTS_END)]
+_SMALL_VARINTS = [bytes((v,)) if v < 0x80 else bytes((v & 0x7F | 0x80, v >> 7)) for v in range(_SMALL_VARINTS_END)]
+# The low 14 bits of a larger value: two bytes, both with the continuation bit.
+_CONTINUED_PAIRS = [bytes((v & 0x7F | 0x80, v >> 7 | 0x80)) for v in range(_SMALL_VARINTS_END)]
+# For encoders that inline the common cases: the varint of v < SMALL_VARINTS_END is
+# SMALL_VARINTS[v]; of v < 2**28, CONTINUED_PAIRS[v & 0x3FFF] + SMALL_VARINTS[v >> 14].
+SMALL_VARINTS, SMALL_VARINTS_END, CONTINUED_PAIRS = _SMALL_VARINTS, _SMALL_VARINTS_END, _CONTINUED_PAIRS
 
 
 class Frame(NamedTuple):
@@ -370,14 +376,19 @@ class EtWriter:
     an exception the temporary file is deleted and ``path`` is untouched. Ending the block without
     metadata is an error (the file would not be a Chakra trace). An empty ``GlobalMetadata`` is
     refused: its zero-length frame reads as end-of-file in the reference reader.
+    ``background=True``: blocks are written (and gzip-compressed) by a thread
+    (``fileio.BackgroundWriter``, at most ``BACKGROUND_BLOCKS`` waiting) while the caller encodes
+    the next ones; a write error is raised by a later write or at the end of the block.
     Cost: O(bytes written); output is flushed in ``WRITE_FLUSH_BYTES`` blocks.
     """
 
-    def __init__(self, path: str | os.PathLike, protected: tuple = ()):
+    def __init__(self, path: str | os.PathLike, protected: tuple = (), background: bool = False):
         self.path = Path(path)
         self._protected = protected
+        self._background = background
         self._output: contextlib.AbstractContextManager[IO[bytes]] | None = None
         self._stream: IO[bytes] | None = None
+        self._writer: BackgroundWriter | None = None
         self._pending = bytearray()
         self.metadata_written = False
         self.nodes_written = 0
@@ -385,21 +396,39 @@ class EtWriter:
     def __enter__(self) -> EtWriter:
         self._output = atomic_output(self.path, self._protected)
         self._stream = self._output.__enter__()
+        if self._background:
+            self._writer = BackgroundWriter(self._stream, depth=BACKGROUND_BLOCKS)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool | None:
         if self._output is None:
             raise ValueError("EtWriter used without 'with'")
         if exc_type is not None:
+            with contextlib.suppress(BaseException):  # the first error is the one reported
+                self._close_writer()
             return self._output.__exit__(exc_type, exc, tb)  # deletes the temporary file
         try:
             if not self.metadata_written:
                 raise ValueError(f"{self.path}: no GlobalMetadata was written; file not created")
             self._flush()
+            self._close_writer()
         except BaseException as error:
+            with contextlib.suppress(BaseException):
+                self._close_writer()
             self._output.__exit__(type(error), error, error.__traceback__)
             raise
         return self._output.__exit__(None, None, None)
+
+    def _close_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+
+    def _write(self, data: bytes) -> None:
+        if self._writer is not None:
+            self._writer.write(data)
+        else:
+            self._stream.write(data)
 
     def write_metadata(self, metadata: pb.GlobalMetadata) -> None:
         """Write the ``GlobalMetadata`` message; must come first and exactly once."""
@@ -437,7 +466,16 @@ class EtWriter:
         if not self.metadata_written:
             raise ValueError("write_metadata must be called before write_node")
         self._flush()
-        shutil.copyfileobj(source, self._stream, WRITE_FLUSH_BYTES)
+        for block in iter(lambda: source.read(WRITE_FLUSH_BYTES), b""):
+            self._write(block)
+        self.nodes_written += count
+
+    def write_frames_bytes(self, frames: bytes, count: int) -> None:
+        """Write ``count`` already framed ``Node`` messages held in ``frames``. O(bytes)."""
+        if not self.metadata_written:
+            raise ValueError("write_metadata must be called before write_node")
+        self._flush()
+        self._write(frames)
         self.nodes_written += count
 
     def _append(self, payload: bytes) -> None:
@@ -450,8 +488,8 @@ class EtWriter:
 
     def _flush(self) -> None:
         if self._pending and self._stream is not None:
-            self._stream.write(self._pending)
-            self._pending = bytearray()
+            self._write(self._pending)
+            self._pending = bytearray()  # a new one: the writer thread may still hold the old one
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import pickle
 import re
 import shutil
@@ -16,6 +18,7 @@ import pytest
 import wire_decoder
 from linker import chakra_io, et_def_pb2 as pb
 from linker.chakra_io import EtWriter, TraceFormatError, open_et, read_et
+from linker.errors import TraceInputError
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "schema" / "et_def.proto"
@@ -508,6 +511,57 @@ def test_writer_discards_output_on_exception(tmp_path):
             raise RuntimeError("boom")
     assert path.read_bytes() == b"previous content"
     assert [p.name for p in tmp_path.iterdir()] == ["out.et.gz"]
+
+
+@pytest.mark.parametrize("name", ["b.et", "b.et.gz"])
+def test_background_writer_writes_the_same_bytes(tmp_path, name, monkeypatch):
+    """A writer thread (``background=True``) gives the file a plain writer gives, through every
+    way of writing: messages, framed bytes, frames copied from a stream; small flush blocks make
+    many blocks wait for the thread."""
+    monkeypatch.setattr(chakra_io, "WRITE_FLUSH_BYTES", 64)
+    nodes = sample_nodes(200)
+    frames = b"".join(chakra_io.encode_varint(len(n.SerializeToString())) + n.SerializeToString() for n in nodes)
+    paths = []
+    for background in (False, True):
+        path = tmp_path / f"{background}{name}"
+        with EtWriter(path, background=background) as writer:
+            writer.write_metadata(sample_metadata())
+            for node in nodes:
+                writer.write_node(node)
+            writer.write_frames_bytes(frames, len(nodes))
+            writer.write_frames(io.BytesIO(frames), len(nodes))
+        assert writer.nodes_written == 3 * len(nodes)
+        paths.append(path)
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    assert len(list(read_et(paths[1]))) == 1 + 3 * len(nodes)
+
+
+def test_background_writer_error_leaves_no_file(tmp_path, monkeypatch):
+    path = tmp_path / "out.et"
+    path.write_bytes(b"previous content")
+
+    class Full(io.RawIOBase):
+        def writable(self):
+            return True
+
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+    real_output = chakra_io.atomic_output
+
+    @contextlib.contextmanager
+    def failing_output(target, protected=()):
+        with real_output(target, protected) as real:  # the temporary file, deleted on error
+            del real
+            yield Full()
+
+    monkeypatch.setattr(chakra_io, "atomic_output", failing_output)
+    with pytest.raises(TraceInputError, match="space"):
+        with EtWriter(path, background=True) as writer:
+            writer.write_metadata(sample_metadata())
+            writer.write_frames_bytes(b"\x02\x08\x01", 1)
+    assert path.read_bytes() == b"previous content"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.et"]
 
 
 def test_writer_requires_metadata_first_and_non_empty(tmp_path):

@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import wire_decoder
@@ -525,15 +526,17 @@ def test_gzip_output_holds_the_same_messages(tmp_path, synthetic_pair):
 
 def test_failure_leaves_no_file_and_keeps_an_existing_one(tmp_path, synthetic_pair, monkeypatch):
     et_plus = _link(*synthetic_pair)
-    original = write_chakra.node_messages
+    original = write_chakra.NodeFrames.chunk
+    calls = []
 
-    def failing(*args, **kwargs):
-        for count, message in enumerate(original(*args, **kwargs)):
-            if count == 5:
-                raise RuntimeError("disk full")
-            yield message
+    def failing(self, order):
+        calls.append(order)
+        if len(calls) >= 3:
+            raise RuntimeError("disk full")
+        return original(self, order)
 
-    monkeypatch.setattr(write_chakra, "node_messages", failing)
+    monkeypatch.setattr(write_chakra, "CHUNK_NODES", 2)
+    monkeypatch.setattr(write_chakra.NodeFrames, "chunk", failing)
     with pytest.raises(RuntimeError, match="disk full"):
         write_chakra_trace(et_plus, tmp_path / "new.et")
     existing = tmp_path / "old.et.gz"
@@ -625,3 +628,109 @@ def test_attr_specs():
     assert attr_spec("names", ["a"]) == ("names", "string_list", ("a",))
     assert attr_spec("mixed", [1, "a", {"k": None}]) == ("mixed", "string_val", '[1,"a",{"k":null}]')
     assert attr_spec("none", None) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The chunked encoder's caches against the plain path
+# ---------------------------------------------------------------------------------------------
+
+_RF = '{"name": "rf_id", "type": "uint64", "value": %s}'
+_SEQ = '{"name": "seq_id", "type": "int64", "value": %s}'
+_FW = '{"name": "fw_parent", "type": "uint64", "value": 0}'
+_REST = ('{"name": "scope", "type": "uint64", "value": 7},{"name": "tid", "type": "uint64", "value": 1},'
+         '{"name": "op_schema", "type": "string", "value": "aten::x(Tensor self) -> Tensor"}')
+ATTRS_TEXTS = [
+    "[" + ",".join((_RF % 5, _FW, _SEQ % -1, _REST)) + "]",  # as PyTorch writes it
+    "[" + ",".join((_RF % 6, _FW, _SEQ % 12, _REST)) + "]",
+    "[" + ",".join((_RF % 0, _FW, _SEQ % 0, _REST)) + "]",
+    "[" + ",".join((_RF % (1 << 63), _FW, _SEQ % 1, _REST)) + "]",  # rf_id past int64: uint64_val
+    "[" + ",".join((_RF % 7, _FW, _SEQ % (1 << 63), _REST)) + "]",  # seq_id past int64
+    "[" + ",".join((_RF % 7, _FW, _SEQ % "null", _REST)) + "]",
+    "[" + ",".join((_RF % 7, _FW, _SEQ % '"s"', _REST)) + "]",
+    "[" + ",".join((_RF % 7, _FW, _SEQ % "1.5", _REST)) + "]",
+    "[" + ",".join((_RF % 7, _FW, _SEQ % "true", _REST)) + "]",
+    "[" + ",".join((_RF % "1.0", _FW, _SEQ % 1, _REST)) + "]",
+    "[" + ",".join((_RF % "null", _FW, _SEQ % 1, _REST)) + "]",
+    "[" + ",".join((_RF % 8, '{"name": "s", "value": "a},{b"}', _SEQ % 1, _REST)) + "]",  # separator in a string
+    "[" + ",".join((_RF % 8, '{"name": "s", "value": "},{\\"name\\": 1},{"}', _SEQ % 1, _REST)) + "]",
+    "[" + ",".join((_RF % 9, '{"name": "seq_id", "value": 3}', _SEQ % 1, _REST)) + "]",  # a per-op id twice
+    "[" + ",".join((_RF % 9, _FW, _SEQ % 1, _REST, _RF % 10)) + "]",
+    "[" + ",".join((_RF % 9, '{"name": "is_cpu_op", "value": false}', _SEQ % 1, _REST)) + "]",
+    "[" + ",".join((_RF % 9, '{"name": "n", "value": null}', _SEQ % 1, '{"name": "l", "value": [1, 2]}')) + "]",
+    "[" + ",".join((_RF % 9, _FW, _SEQ % 1, '{"name": "m", "value": [1, "a"]}', '{"name": "f", "value": -0.0}')) + "]",
+    "[" + ",".join((_RF % 9, _FW, _SEQ % 1, '{"name": "u", "value": "h\\u00e9 \u00e9"}')) + "]",
+    "[" + ",".join((_RF % 9, _FW, _SEQ % 1, '{"name": "b", "value": true}', '{"name": "i", "value": 1}')) + "]",
+    "[" + ",".join((_RF % 9, _FW, _SEQ % 1, '{"name": "b", "value": 1}', '{"name": "i", "value": true}')) + "]",
+    "[" + ",".join((_RF % 9, _FW, _SEQ % 1)) + "]",  # nothing after seq_id
+    "[" + ",".join((_RF % 9, _FW)) + "]",
+    "[" + ", ".join((_RF % 9, _FW, _SEQ % 1, _REST)) + "]",  # other spacing
+    "[" + ",".join((_SEQ % 1, _FW, _RF % 9, _REST)) + "]",  # other order
+    "[" + ",".join((_RF % "09", _FW, _SEQ % 1, _REST)) + "]",  # not JSON: plain path decides
+    "[" + ",".join((_RF % 9, _FW.replace("0}", "-0}"), _SEQ % "-0", _REST)) + "]",
+    "[" + ",".join((_RF % 9, _FW.replace("0}", "12345678}"), _SEQ % -123456789012, _REST)) + "]",
+    "[" + ",".join((_RF % 9, _FW.replace("0}", "%d}" % (1 << 63)), _SEQ % (-1 << 63), _REST)) + "]",
+    "[" + ",".join((_RF % 9, _FW.replace("0}", "1.5}"), _SEQ % "-1.5", _REST)) + "]",
+    "[" + ",".join((_RF % 9, _FW.replace("0}", "-}"), _SEQ % "--1", _REST)) + "]",
+    "[" + ",".join((_RF % 9, _FW.replace("0}", "007}"), _SEQ % "-007", _REST)) + "]",
+    "[" + ",".join((_RF % 9, _FW.replace("0}", "1e3}"), _SEQ % "1E3", _REST)) + "]",
+    "[]",
+]
+
+
+@pytest.mark.parametrize("text", ATTRS_TEXTS)
+def test_cached_attrs_equal_plain_attrs(text):
+    from linker.chakra_encode import AttrEncoder, CpuAttrs
+    from linker.et_reader import EtNode, Raw
+
+    node = EtNode(id=1, name="x", attrs=Raw(text.encode()))
+    try:
+        plain = AttrEncoder().cpu_attr_bytes(node, False)
+    except Exception as error:  # the plain path's error: the fast path must decline the text
+        plain = error
+    encoder = AttrEncoder()
+    fast = CpuAttrs(encoder)
+    for _ in range(2):  # cache misses, then hits
+        got = fast(node.attrs)
+        if isinstance(plain, Exception):
+            assert got is None
+        else:
+            assert got is None or got == plain
+            wire = wire_decoder.decode_node(got or plain)  # the bytes are valid wire format
+            assert len(wire.get(10, [])) == len(pb.Node.FromString(got or plain).attr)
+    if text == ATTRS_TEXTS[0]:
+        assert got is not None, "the usual text takes the fast path"
+        other = Raw(ATTRS_TEXTS[1].encode())  # the same op name, another rest
+        assert fast(other) == AttrEncoder().cpu_attr_bytes(EtNode(id=1, name="x", attrs=other), False)
+        assert fast(node.attrs) == plain
+
+
+IO_TEXTS = [
+    b'{"values": [[1,2,0,4,4,"cpu"],3], "shapes": [[2,2],[]], "types": ["Tensor(float)","Int"], "strides": [[2,1],[]]}',
+    b'{"values": [[5,6,0,4,4,"cpu"],3], "shapes": [[2,2],[]], "types": ["Tensor(float)","Int"], "strides": [[2,1],[]]}',
+    b'{"values": [], "shapes": [], "types": []}',
+    b'{"values": ["h\\u00e9", "\xc3\xa9"], "shapes": [[]], "types": ["String"]}',
+    b'{"values": ["\xff\xfe"], "shapes": [[]], "types": ["Str\xe9"]}',  # not UTF-8: replaced
+    b'{"shapes": [[1]], "types": ["Int"]}',
+    b'{"values": [1]}',
+    b'{"values": [' + b"7," * 3000 + b'7], "shapes": [[]], "types": ["' + b"x" * 20000 + b'"]}',
+    b'[1, 2]',
+    b'{"values": [1], "shapes": [1] "types"}',
+]
+
+
+@pytest.mark.parametrize("text", IO_TEXTS)
+def test_cached_io_fields_equal_plain_ones(text):
+    from linker.chakra_encode import IoFields, _io_fields
+    from linker.et_reader import EtNode, Raw
+
+    node = EtNode(id=1, name="x", inputs=Raw(text))
+    plain = _io_fields(node, False)
+    fields = IoFields(b"\x42")
+    other = Raw(b'{"values": [1], "shapes": [[9]], "types": ["Int"]}')
+    other_plain = _io_fields(EtNode(id=1, name="x", inputs=other), False)
+    for _ in range(2):  # encoded, then with the shapes/types from the cache
+        assert fields(node.inputs) == plain
+        assert fields(other) == other_plain
+    message = pb.Node.FromString(plain)
+    assert message.HasField("inputs")
+    assert wire_decoder.decode_node(plain)[8]

@@ -1,8 +1,8 @@
 """The speed paths of the writers give the same bytes as the plain ones.
 
-- ``.et``: a large trace's node messages are encoded by two processes (the tail of the write order
-  in a forked child); forced here on small pairs, the file and the summary must equal the
-  one-process write, also when the child fails (the parent then encodes the tail itself).
+- ``.et``: node messages are encoded a chunk at a time with caches of what repeats
+  (``chakra_encode.NodeFrames``); the file and the summary must equal the plain path's
+  (``write_chakra.node_messages``, one node at a time), whatever the chunk size.
 - ET+ JSON: written in pieces by a writer thread; it must equal one ``msgspec`` encode of the
   whole document.
 """
@@ -14,7 +14,7 @@ import pytest
 
 from conftest import dlrm_pair, fixture_pair
 from linker import write_chakra
-from linker.chakra_io import read_et
+from linker.chakra_io import encode_varint, read_et
 from linker.et_reader import read_execution_trace
 from linker.etplus import build_et_plus
 from linker.kineto_reader import read_kineto_trace
@@ -26,24 +26,29 @@ def _et_plus(et_path, kineto_path):
     return build_et_plus(link(read_execution_trace(et_path), read_kineto_trace(kineto_path)))
 
 
-PAIRS = [lambda: fixture_pair("cpu", "threads"), lambda: fixture_pair("gpu", "gpu_v111"), lambda: dlrm_pair(3)]
+PAIRS = [lambda: fixture_pair("cpu", "threads"), lambda: fixture_pair("gpu", "gpu_v111"), lambda: dlrm_pair(3),
+         lambda: fixture_pair("gpu", "gpu_v101")]
 
 
-@pytest.mark.parametrize("pair", PAIRS, ids=["cpu-threads", "gpu-v111", "dlrm-rank3"])
-def test_two_process_et_write_equals_one_process(pair, tmp_path, monkeypatch):
+@pytest.mark.parametrize("pair", PAIRS, ids=["cpu-threads", "gpu-v111", "dlrm-rank3", "gpu-v101-flat"])
+def test_chunked_et_write_equals_the_plain_path(pair, tmp_path, monkeypatch):
+    """The writer's chunked encoder (``NodeFrames``: caches, inlined fields) gives the bytes and
+    counts of the plain path (``node_messages``: one node at a time, GPU ops through protobuf)."""
     et_plus = _et_plus(*pair())
-    serial = write_chakra.write_chakra_trace(et_plus, tmp_path / "serial.et")
-    monkeypatch.setattr(write_chakra, "PARALLEL_MIN_NODES", 2)
-    split = write_chakra.write_chakra_trace(et_plus, tmp_path / "split.et")
-    assert (tmp_path / "split.et").read_bytes() == (tmp_path / "serial.et").read_bytes()
-    assert split.nodes == serial.nodes == len(list(read_et(tmp_path / "split.et"))) - 1
-    assert split.counts_by_type == serial.counts_by_type
-    assert split.comm_unresolved == serial.comm_unresolved
-
-    monkeypatch.setattr(write_chakra._HalfInChild, "collect", lambda self: None)  # as if the child failed
-    write_chakra.write_chakra_trace(et_plus, tmp_path / "fallback.et")
-    assert (tmp_path / "fallback.et").read_bytes() == (tmp_path / "serial.et").read_bytes()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fallback.et", "serial.et", "split.et"]
+    plain_summary = write_chakra.WriteSummary("")
+    plan = write_chakra.dependency_plan(et_plus, plain_summary)
+    frames = [write_chakra.metadata_message(et_plus).SerializeToString()]
+    for message in write_chakra.node_messages(et_plus, plan, plain_summary):
+        frames.append(message if isinstance(message, bytes) else message.SerializeToString())
+    plain = b"".join(encode_varint(len(frame)) + frame for frame in frames)
+    assert plain_summary.counts_by_type["COMP_NODE"] > 0
+    for chunk_nodes in (write_chakra.CHUNK_NODES, 7, 1):
+        monkeypatch.setattr(write_chakra, "CHUNK_NODES", chunk_nodes)
+        summary = write_chakra.write_chakra_trace(et_plus, tmp_path / f"chunks{chunk_nodes}.et")
+        assert (tmp_path / f"chunks{chunk_nodes}.et").read_bytes() == plain
+        assert summary.nodes == len(frames) - 1 == len(list(read_et(tmp_path / f"chunks{chunk_nodes}.et"))) - 1
+        assert summary.counts_by_type == plain_summary.counts_by_type
+        assert summary.comm_unresolved == plain_summary.comm_unresolved
 
 
 def test_json_in_pieces_equals_one_encode(tmp_path):
