@@ -12,10 +12,11 @@ distinct unknown key), then one O(n) pass to build the columns.
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -255,32 +256,86 @@ def _int(value: Any, default: int = 0) -> int:
 
 
 def _fill_columns(et: ExecutionTrace) -> None:
-    ids, names, parent, tid, rf_id, scope, op_schema = (
-        et.ids, et.names, et.parent, et.tid, et.rf_id, et.scope, et.op_schema,
-    )
+    nodes = et.nodes
+    et.ids = [node.id for node in nodes]
+    et.names = [node.name for node in nodes]
     if et.layout == FLAT:
-        for node in et.nodes:
-            ids.append(node.id)
-            names.append(node.name)
-            parent.append(node.parent if node.parent is not UNSET else node.id)
-            tid.append(node.tid if node.tid is not UNSET else 0)
-            rf_id.append(node.rf_id if node.rf_id is not UNSET else 0)
-            scope.append(node.scope if node.scope is not UNSET else 0)
-            op_schema.append(node.op_schema if node.op_schema is not UNSET else "")
+        et.parent = [node.parent if node.parent is not UNSET else node.id for node in nodes]
+        et.tid = [node.tid if node.tid is not UNSET else 0 for node in nodes]
+        et.rf_id = [node.rf_id if node.rf_id is not UNSET else 0 for node in nodes]
+        et.scope = [node.scope if node.scope is not UNSET else 0 for node in nodes]
+        et.op_schema = [node.op_schema if node.op_schema is not UNSET else "" for node in nodes]
         return
-    for node in et.nodes:
-        ids.append(node.id)
-        names.append(node.name)
-        parent.append(node.ctrl_deps if node.ctrl_deps is not UNSET else node.id)
-    decode = _ATTR_VALUES_DECODER.decode
-    positions: dict[str, int] = {}
-    for start in range(0, len(et.nodes), _NODES_PER_BLOCK):  # blocks: the decoded attrs stay small
-        attrs = [decode(node.attrs) if node.attrs is not UNSET else []
-                 for node in et.nodes[start:start + _NODES_PER_BLOCK]]
+    et.parent = [node.ctrl_deps if node.ctrl_deps is not UNSET else node.id for node in nodes]
+    tid, rf_id, scope, op_schema = et.tid, et.rf_id, et.scope, et.op_schema
+    positional = _positional_decoder(nodes)
+    positions: dict[str, int] = dict(positional[2]) if positional else {}  # node 0's, as learned
+    for start in range(0, len(nodes), _NODES_PER_BLOCK):  # blocks: the decoded attrs stay small
+        block = nodes[start:start + _NODES_PER_BLOCK]
+        fast = _positional_columns(block, positional)
+        if fast is not None:
+            for column, values in zip((tid, rf_id, scope, op_schema), fast):
+                column.extend(values)
+            continue
+        decode = _ATTR_VALUES_DECODER.decode
+        attrs = [decode(node.attrs) if node.attrs is not UNSET else [] for node in block]
         tid.extend(_attr_column(attrs, "tid", _int, positions))
         rf_id.extend(_attr_column(attrs, "rf_id", _int, positions))
         scope.extend(_attr_column(attrs, "scope", _int, positions))
         op_schema.extend(_attr_column(attrs, "op_schema", _text, positions))
+
+
+# The attributes the columns hold, with their conversion; the order of ``_fill_columns``.
+_COLUMN_ATTRS = (("tid", _int), ("rf_id", _int), ("scope", _int), ("op_schema", None))
+
+
+def _positional_decoder(nodes: list[EtNode]):
+    """A decoder of one node's ``attrs`` laid out as the first node's (``None`` when that node lacks
+    one of the column attributes): the list as a fixed-length array of entries whose ``name`` must
+    be the one at that place (a ``Literal``: no string made), only the column attributes' ``value``
+    decoded. A node laid out otherwise fails the decode; its block then takes the general path,
+    whose positions (learned from the first node holding each name) are the same ones, so both
+    paths give the same columns."""
+    if not nodes or nodes[0].attrs is UNSET:
+        return None
+    try:
+        names = [entry.name for entry in _ATTR_VALUES_DECODER.decode(nodes[0].attrs)]
+    except msgspec.ValidationError:
+        return None
+    wanted = {name for name, _ in _COLUMN_ATTRS}
+    if not wanted <= set(names):
+        return None
+    first = {name: names.index(name) for name in wanted}
+    fields = []
+    for k, name in enumerate(names):
+        entry = [("name", Literal[name])]
+        if first.get(name) == k:
+            entry.append(("value", Any, None))
+        fields.append((f"a{k}", msgspec.defstruct(f"_Attr{k}", entry, gc=False)))
+    layout = msgspec.defstruct("_AttrLayout", fields, array_like=True, gc=False)
+    getters = [operator.attrgetter(f"a{first[name]}.value") for name, _ in _COLUMN_ATTRS]
+    return msgspec.json.Decoder(layout).decode, getters, first
+
+
+def _positional_columns(block: list[EtNode], positional) -> list[list] | None:
+    """The column attributes of ``block`` by the positional decoder, or None when a node is laid out
+    otherwise (or has no ``attrs``). O(len(block)), no per-entry objects for other attributes."""
+    if positional is None:
+        return None
+    decode, getters, _ = positional
+    try:
+        decoded = [decode(node.attrs) for node in block]
+    except (msgspec.ValidationError, msgspec.DecodeError, TypeError):
+        return None
+    columns = []
+    for (_, convert), getter in zip(_COLUMN_ATTRS, getters):
+        values = list(map(getter, decoded))
+        kinds = set(map(type, values))
+        if convert is None:  # op_schema: ``_text``, the identity on non-empty strings
+            columns.append(values if kinds <= {str} else [_text(v) for v in values])
+        else:
+            columns.append(values if kinds <= {int} else [v if type(v) is int else convert(v) for v in values])
+    return columns
 
 
 _NODES_PER_BLOCK = 16384
