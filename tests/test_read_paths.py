@@ -9,13 +9,16 @@ import json
 import zlib
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from conftest import FIXTURES, SHARED_TRACES
-from linker import et_reader
+from conftest import FIXTURES, SHARED_TRACES, fixture_pair
+from linker import et_reader, forked, kineto_ahead, pipeline
 from linker.errors import TraceInputError
 from linker.et_reader import read_execution_trace
 from linker.fileio import read_trace_bytes
+from linker.kineto_reader import FlowEnd, KinetoArgs, KinetoEvent, KinetoTrace, read_kineto_trace
+from linker.sanity import check_kineto_trace
 
 COLUMNS = ("ids", "names", "parent", "tid", "rf_id", "scope", "op_schema")
 
@@ -127,3 +130,155 @@ def test_truncated_and_corrupt_gzip_are_named(tmp_path):
     with pytest.raises(TraceInputError, match="corrupt|truncated"):
         read_trace_bytes(path)
     assert zlib  # the error is zlib's, reported against the file
+
+
+# --------------------------------------------------------------------------- Kineto in a child
+
+
+def real_pairs() -> list[tuple[Path, Path]]:
+    pairs = [(d / "et.json.gz", d / "kineto.json.gz") for d in sorted(FIXTURES.glob("*/*"))
+             if (d / "kineto.json.gz").exists()]
+    if (SHARED_TRACES / "param_dlrm").exists():
+        pairs += [(SHARED_TRACES / "param_dlrm" / f"rank{r}.et.json.gz",
+                   SHARED_TRACES / "param_dlrm" / f"rank{r}.kineto.json.gz") for r in (0, 1)]
+    return pairs
+
+
+def kineto_only_traces() -> list[Path]:
+    return sorted((SHARED_TRACES / "kineto_only").glob("*.json.gz")) if SHARED_TRACES.exists() else []
+
+
+needs_fork = pytest.mark.skipif(not forked.can_fork(), reason="no os.fork here")
+
+
+def serial_read(monkeypatch, et_path, kineto_path):
+    with monkeypatch.context() as m:
+        m.setattr(kineto_ahead, "FORK_MIN_BYTES", 1 << 62)
+        return pipeline.read_pair(et_path, kineto_path)
+
+
+def only_in_child(monkeypatch):
+    """Fork for any size, and fail the test if the parent reads the Kineto file itself."""
+    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
+
+    def parent_read(path):
+        raise AssertionError("the parent read the Kineto trace: the child's was not used")
+
+    monkeypatch.setattr(pipeline, "read_kineto_trace", parent_read)
+
+
+@needs_fork
+@pytest.mark.parametrize("pair", real_pairs(), ids=lambda p: f"{p[0].parent.name}/{p[0].name}")
+def test_kineto_read_in_a_child_is_the_serial_read(pair, monkeypatch):
+    et_path, kineto_path = pair
+    et, kineto, warnings = serial_read(monkeypatch, et_path, kineto_path)
+    only_in_child(monkeypatch)
+    et2, kineto2, warnings2 = pipeline.read_pair(et_path, kineto_path)
+    assert kineto2 == kineto and warnings2 == warnings
+    assert columns(et2) == columns(et)
+    assert [bytes(e.args.input_dims) for e in kineto2.cpu_events] == [
+        bytes(e.args.input_dims) for e in kineto.cpu_events]
+
+
+@needs_fork
+@pytest.mark.parametrize("path", kineto_only_traces(), ids=lambda p: p.name)
+def test_kineto_only_traces_through_the_wire_are_the_serial_read(path):
+    serial = read_kineto_trace(path)
+    warnings = check_kineto_trace(serial)
+    child = forked.ForkedCall(lambda: kineto_ahead._read_and_check(path))
+    assert kineto_ahead.finish(child) == (serial, warnings)
+
+
+def odd_events() -> list[KinetoEvent]:
+    return [
+        KinetoEvent(ph="X", cat="cpu_op", name="a", ts=float("nan"), dur=float("inf")),
+        KinetoEvent(ph="X", name="b", pid="host", tid=7, args=KinetoArgs(
+            external_id=3, stream_value="0x1f", input_dims=msgspec.Raw(b'[[8, 16], [], "x"]'))),
+        KinetoEvent(args=KinetoArgs(input_dims=msgspec.Raw(b"null"))),  # written, as null
+        KinetoEvent(args=KinetoArgs()),
+    ]
+
+
+def test_wire_keeps_odd_values():
+    flows = {5: [FlowEnd(1, "x", 2.5)], "s": [FlowEnd("a", 2, -1.0)]}
+    trace = KinetoTrace("k.json", 7, 0, 2, odd_events(), [], [], flows, odd_events()[1:])
+    back, warnings = kineto_ahead.from_wire(kineto_ahead.to_wire(trace, ["w"]))  # (wraps dims in place)
+    assert warnings == ["w"]
+    expected = odd_events()
+    assert [bytes(e.args.input_dims) for e in back.cpu_events] == [bytes(e.args.input_dims) for e in expected]
+    assert back.cpu_events[0].ts != back.cpu_events[0].ts and back.cpu_events[0].dur == float("inf")
+    assert back.cpu_events[1:] == expected[1:] and back.python_events == expected[1:]
+    assert back.flows == flows and list(back.flows) == [5, "s"]
+    assert (back.path, back.pid, back.rank, back.world_size) == ("k.json", 7, 0, 2)
+
+
+@needs_fork
+@pytest.mark.parametrize("content", [b"{}", b'{"traceEvents": [', b'{"nodes": []}', b"\xff\xfe"])
+def test_bad_kineto_file_fails_as_in_the_serial_read(tmp_path, monkeypatch, content):
+    et_path, _ = fixture_pair("cpu", "dataloader")
+    bad = tmp_path / "kineto.json"
+    bad.write_bytes(content)
+    with pytest.raises(TraceInputError) as serial:
+        serial_read(monkeypatch, et_path, bad)
+    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
+    with pytest.raises(TraceInputError) as forked_read:
+        pipeline.read_pair(et_path, bad)
+    assert str(forked_read.value) == str(serial.value)
+
+
+@needs_fork
+def test_bad_et_fails_first_and_the_child_is_reaped(tmp_path, monkeypatch):
+    _, kineto_path = fixture_pair("cpu", "dataloader")
+    bad = tmp_path / "et.json"
+    bad.write_bytes(b'{"nodes": 3}')
+    started = []
+    real_start = kineto_ahead.start
+    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
+    monkeypatch.setattr(kineto_ahead, "start", lambda path: started.append(real_start(path)) or started[-1])
+    with pytest.raises(TraceInputError, match="et.json"):
+        pipeline.read_pair(bad, kineto_path)
+    assert started and started[0] is not None and started[0]._pid == 0  # cancelled and reaped
+
+
+def odd_pair(tmp_path: Path, bad_times: str, et_case: str) -> tuple[Path, Path]:
+    """The dataloader pair with some Kineto times unusable and maybe an ET parent to repair."""
+    et_path, kineto_path = fixture_pair("cpu", "dataloader")
+    doc = json.loads(gzip.decompress(kineto_path.read_bytes()))
+    complete = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    victims = complete if bad_times == "all" else complete[3:9:2] if bad_times == "some" else []
+    for e in victims:
+        e["ts"] = -1
+    kineto = tmp_path / "kineto.json"
+    kineto.write_text(json.dumps(doc))
+    if et_case == "fine":
+        return et_path, kineto
+    et_doc = json.loads(gzip.decompress(et_path.read_bytes()))
+    node = et_doc["nodes"][10]
+    node["ctrl_deps"] = node["id"] if et_case == "self_parent" else -5  # -5: an id out of range
+    if et_case == "bad_id":
+        node["id"] = -5
+    et = tmp_path / "et.json"
+    et.write_text(json.dumps(et_doc))
+    return et, kineto
+
+
+@needs_fork
+@pytest.mark.parametrize("bad_times", ["none", "some", "all"])
+@pytest.mark.parametrize("et_case", ["fine", "self_parent", "bad_id"])
+def test_checks_in_the_child_give_the_serial_warnings_and_errors(tmp_path, monkeypatch, bad_times, et_case):
+    et_path, kineto_path = odd_pair(tmp_path, bad_times, et_case)
+    try:
+        expected = serial_read(monkeypatch, et_path, kineto_path)
+    except TraceInputError as err:
+        expected = str(err)
+    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
+    try:
+        got = pipeline.read_pair(et_path, kineto_path)
+    except TraceInputError as err:
+        got = str(err)
+    if isinstance(expected, str):
+        assert got == expected
+    else:
+        assert got[1:] == expected[1:] and columns(got[0]) == columns(expected[0])
+    if (bad_times, et_case) == ("some", "self_parent"):
+        assert len(expected[2]) == 2  # one warning from each check, the ET's first
