@@ -7,12 +7,12 @@ Decoding uses msgspec structs: the fields linking needs are typed, the bulky nes
 (``inputs``, ``outputs``, shapes, types, and any key this module does not know) stay raw JSON
 bytes and are written back out untouched. Unknown keys are discovered, not dropped: a decode that
 meets one adds it as a raw field and retries. Cost: one decode pass over the file (plus one per
-distinct unknown key), then one O(n) pass to build the columns.
+distinct unknown key), then one O(n) pass to build the columns (the nested layout's ``attrs``
+decoded once more, by position: ``_positional_decoder``).
 """
 
 from __future__ import annotations
 
-import operator
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -269,7 +269,7 @@ def _fill_columns(et: ExecutionTrace) -> None:
     et.parent = [node.ctrl_deps if node.ctrl_deps is not UNSET else node.id for node in nodes]
     tid, rf_id, scope, op_schema = et.tid, et.rf_id, et.scope, et.op_schema
     positional = _positional_decoder(nodes)
-    positions: dict[str, int] = dict(positional[2]) if positional else {}  # node 0's, as learned
+    positions: dict[str, int] = dict(positional[1]) if positional else {}  # node 0's, as learned
     for start in range(0, len(nodes), _NODES_PER_BLOCK):  # blocks: the decoded attrs stay small
         block = nodes[start:start + _NODES_PER_BLOCK]
         fast = _positional_columns(block, positional)
@@ -307,35 +307,37 @@ def _positional_decoder(nodes: list[EtNode]):
         return None
     first = {name: names.index(name) for name in wanted}
     fields = []
-    for k, name in enumerate(names):
+    for k, name in enumerate(names):  # a column attribute's entry is the field of its name
         entry = [("name", Literal[name])]
         if first.get(name) == k:
             entry.append(("value", Any, None))
-        fields.append((f"a{k}", msgspec.defstruct(f"_Attr{k}", entry, gc=False)))
+        field_name = name if first.get(name) == k else f"_{k}"
+        fields.append((field_name, msgspec.defstruct(f"_Attr{k}", entry, gc=False)))
     layout = msgspec.defstruct("_AttrLayout", fields, array_like=True, gc=False)
-    getters = [operator.attrgetter(f"a{first[name]}.value") for name, _ in _COLUMN_ATTRS]
-    return msgspec.json.Decoder(layout).decode, getters, first
+    return msgspec.json.Decoder(layout).decode, first
 
 
 def _positional_columns(block: list[EtNode], positional) -> list[list] | None:
     """The column attributes of ``block`` by the positional decoder, or None when a node is laid out
-    otherwise (or has no ``attrs``). O(len(block)), no per-entry objects for other attributes."""
+    otherwise (or has no ``attrs``). O(len(block)); other attributes decode to a small struct each
+    (their name matched, not made; their value skipped)."""
     if positional is None:
         return None
-    decode, getters, _ = positional
+    decode, _ = positional
     try:
         decoded = [decode(node.attrs) for node in block]
     except (msgspec.ValidationError, msgspec.DecodeError, TypeError):
         return None
-    columns = []
-    for (_, convert), getter in zip(_COLUMN_ATTRS, getters):
-        values = list(map(getter, decoded))
+    columns = ([d.tid.value for d in decoded], [d.rf_id.value for d in decoded],
+               [d.scope.value for d in decoded], [d.op_schema.value for d in decoded])  # _COLUMN_ATTRS
+    converted = []
+    for (_, convert), values in zip(_COLUMN_ATTRS, columns):
         kinds = set(map(type, values))
         if convert is None:  # op_schema: ``_text``, the identity on non-empty strings
-            columns.append(values if kinds <= {str} else [_text(v) for v in values])
+            converted.append(values if kinds <= {str} else [_text(v) for v in values])
         else:
-            columns.append(values if kinds <= {int} else [v if type(v) is int else convert(v) for v in values])
-    return columns
+            converted.append(values if kinds <= {int} else [v if type(v) is int else convert(v) for v in values])
+    return converted
 
 
 _NODES_PER_BLOCK = 16384
