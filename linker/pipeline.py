@@ -19,8 +19,8 @@ from pathlib import Path
 
 import orjson
 
-from .et_reader import read_execution_trace
 from . import kineto_ahead
+from .et_reader import read_execution_trace
 from .errors import TraceInputError
 from .etplus import EtPlus, build_et_plus
 from .fileio import atomic_output, check_output_paths, collector_paused, decoding
