@@ -5,6 +5,7 @@ trace read in a forked child (against the serial read)."""
 from __future__ import annotations
 
 import gzip
+import os
 import json
 import zlib
 from pathlib import Path
@@ -282,3 +283,20 @@ def test_checks_in_the_child_give_the_serial_warnings_and_errors(tmp_path, monke
         assert got[1:] == expected[1:] and columns(got[0]) == columns(expected[0])
     if (bad_times, et_case) == ("some", "self_parent"):
         assert len(expected[2]) == 2  # one warning from each check, the ET's first
+
+
+# --------------------------------------------------------------------------- forked: the payload
+
+
+@needs_fork
+@pytest.mark.parametrize("size", [0, 1, 1 << 20, 3 * (1 << 20) + 12345])
+def test_forked_payload_of_any_size_comes_back_whole(size):
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    back = forked.ForkedCall(lambda: payload).result()
+    assert back is not None and bytes(back) == payload
+
+
+@needs_fork
+def test_forked_child_that_cannot_send_its_result_gives_none():
+    assert forked.ForkedCall(lambda: "not bytes").result() is None
+    assert forked.ForkedCall(lambda: os._exit(0)).result() is None  # exits before sending anything
