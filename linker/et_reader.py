@@ -291,11 +291,12 @@ _COLUMN_ATTRS = (("tid", _int), ("rf_id", _int), ("scope", _int), ("op_schema", 
 
 def _positional_decoder(nodes: list[EtNode]):
     """A decoder of one node's ``attrs`` laid out as the first node's (``None`` when that node lacks
-    one of the column attributes): the list as a fixed-length array of entries whose ``name`` must
-    be the one at that place (a ``Literal``: no string made), only the column attributes' ``value``
-    decoded. A node laid out otherwise fails the decode; its block then takes the general path,
-    whose positions (learned from the first node holding each name) are the same ones, so both
-    paths give the same columns."""
+    one of the column attributes): the list as an array of entries whose ``name`` must be the one at
+    that place (a ``Literal``: no string made), only the column attributes' ``value`` decoded;
+    entries past the layout's are skipped (the by-name path too takes a value found at its place).
+    A node laid out otherwise fails the decode; its block then takes the by-name path, whose
+    positions (learned from the first node holding each name) are the same ones, so both paths give
+    the same columns."""
     if not nodes or nodes[0].attrs is UNSET:
         return None
     try:
