@@ -290,32 +290,40 @@ _COLUMN_ATTRS = (("tid", _int), ("rf_id", _int), ("scope", _int), ("op_schema", 
 
 
 def _positional_decoder(nodes: list[EtNode]):
-    """A decoder of one node's ``attrs`` laid out as the first node's (``None`` when that node lacks
-    one of the column attributes): the list as an array of entries whose ``name`` must be the one at
-    that place (a ``Literal``: no string made), only the column attributes' ``value`` decoded;
-    entries past the layout's are skipped (the by-name path too takes a value found at its place).
-    A node laid out otherwise fails the decode; its block then takes the by-name path, whose
-    positions (learned from the first node holding each name) are the same ones, so both paths give
-    the same columns."""
-    if not nodes or nodes[0].attrs is UNSET:
-        return None
+    """A decoder of one node's ``attrs`` by position, or None: the list as an array of entries whose
+    ``name`` must be the one at that place (a ``Literal``: no string made), only the column
+    attributes' ``value`` decoded, and entries past the layout's skipped (msgspec ignores them).
+
+    The positions are those the by-name path learns (the first node of the first block holding each
+    column attribute, its first place there), found among the first nodes; the layout is the
+    shortest of theirs with each column attribute at its place. A node laid out otherwise fails the
+    decode and its block takes the by-name path; a node whose list is longer is read by its first
+    entries, as the by-name path takes a value found at its place: both give the same columns."""
+    sample = nodes[:min(_LAYOUT_SAMPLE, _NODES_PER_BLOCK)]
     try:
-        names = [entry.name for entry in _ATTR_VALUES_DECODER.decode(nodes[0].attrs)]
+        layouts = [[entry.name for entry in _ATTR_VALUES_DECODER.decode(node.attrs)]
+                   for node in sample if node.attrs is not UNSET]
     except msgspec.ValidationError:
         return None
-    wanted = {name for name, _ in _COLUMN_ATTRS}
-    if not wanted <= set(names):
+    learned: dict[str, int] = {}
+    for names in layouts:
+        for name, _ in _COLUMN_ATTRS:
+            if name not in learned and name in names:
+                learned[name] = names.index(name)
+    fitting = [names for names in layouts
+               if all(len(names) > k and names[k] == name for name, k in learned.items())]
+    if len(learned) < len(_COLUMN_ATTRS) or not fitting:
         return None
-    first = {name: names.index(name) for name in wanted}
     fields = []
-    for k, name in enumerate(names):  # a column attribute's entry is the field of its name
-        entry = [("name", Literal[name])]
-        if first.get(name) == k:
-            entry.append(("value", Any, None))
-        field_name = name if first.get(name) == k else f"_{k}"
-        fields.append((field_name, msgspec.defstruct(f"_Attr{k}", entry, gc=False)))
+    for k, name in enumerate(min(fitting, key=len)):  # a column attribute's entry: the field of its name
+        column = learned.get(name) == k
+        entry = [("name", Literal[name])] + ([("value", Any, None)] if column else [])
+        fields.append((name if column else f"_{k}", msgspec.defstruct(f"_Attr{k}", entry, gc=False)))
     layout = msgspec.defstruct("_AttrLayout", fields, array_like=True, gc=False)
-    return msgspec.json.Decoder(layout).decode, first
+    return msgspec.json.Decoder(layout).decode, learned
+
+
+_LAYOUT_SAMPLE = 64  # nodes looked at for the positional layout
 
 
 def _positional_columns(block: list[EtNode], positional) -> list[list] | None:

@@ -300,3 +300,30 @@ def test_forked_payload_of_any_size_comes_back_whole(size):
 def test_forked_child_that_cannot_send_its_result_gives_none():
     assert forked.ForkedCall(lambda: "not bytes").result() is None
     assert forked.ForkedCall(lambda: os._exit(0)).result() is None  # exits before sending anything
+
+
+@pytest.mark.parametrize("case", ["first_longer", "first_without_attrs", "roots_shorter", "first_two_differ"])
+@pytest.mark.parametrize("block", [3, 16384])
+def test_et_columns_by_position_when_the_first_nodes_differ(tmp_path, monkeypatch, case, block):
+    monkeypatch.setattr(et_reader, "_NODES_PER_BLOCK", block)
+    doc = json.loads(gzip.decompress((FIXTURES / "cpu" / "dataloader" / "et.json.gz").read_bytes()))
+    nodes = doc["nodes"]
+    extra = {"name": "extra", "type": "string", "value": "x"}
+    if case == "first_longer":
+        nodes[0]["attrs"].append(extra)
+    elif case == "first_without_attrs":
+        del nodes[0]["attrs"]
+    elif case == "roots_shorter":
+        for node in nodes[:2]:
+            node["attrs"] = node["attrs"][:7]
+    else:  # node 0 lacks tid, node 1 holds it elsewhere
+        nodes[0]["attrs"] = [a for a in nodes[0]["attrs"] if a["name"] != "tid"]
+        tid = next(a for a in nodes[1]["attrs"] if a["name"] == "tid")
+        nodes[1]["attrs"] = [a for a in nodes[1]["attrs"] if a is not tid] + [tid]
+    path = tmp_path / f"{case}.json"
+    path.write_text(json.dumps(doc))
+    expected = general_columns(path, monkeypatch)
+    et = read_execution_trace(path)
+    assert columns(et) == expected
+    if case != "first_two_differ" and block > 3:
+        assert et_reader._positional_decoder(et.nodes) is not None
