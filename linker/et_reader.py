@@ -272,7 +272,7 @@ def _fill_columns(et: ExecutionTrace) -> None:
     positions: dict[str, int] = dict(positional[1]) if positional else {}  # node 0's, as learned
     for start in range(0, len(nodes), _NODES_PER_BLOCK):  # blocks: the decoded attrs stay small
         block = nodes[start:start + _NODES_PER_BLOCK]
-        fast = _positional_columns(block, positional)
+        fast = _positional_columns(block, positional, positions)
         if fast is not None:
             for column, values in zip((tid, rf_id, scope, op_schema), fast):
                 column.extend(values)
@@ -326,19 +326,28 @@ def _positional_decoder(nodes: list[EtNode]):
 _LAYOUT_SAMPLE = 64  # nodes looked at for the positional layout
 
 
-def _positional_columns(block: list[EtNode], positional) -> list[list] | None:
-    """The column attributes of ``block`` by the positional decoder, or None when a node is laid out
-    otherwise (or has no ``attrs``). O(len(block)); other attributes decode to a small struct each
-    (their name matched, not made; their value skipped)."""
+def _positional_columns(block: list[EtNode], positional, positions: dict[str, int]) -> list[list] | None:
+    """The column attributes of ``block`` by the positional decoder (None without one); a node laid
+    out otherwise (or without ``attrs``) is read by name at the same ``positions``. O(len(block));
+    other attributes decode to a small struct each (their name matched, not made; value skipped)."""
     if positional is None:
         return None
     decode, _ = positional
     try:
         decoded = [decode(node.attrs) for node in block]
-    except (msgspec.ValidationError, msgspec.DecodeError, TypeError):
-        return None
-    columns = ([d.tid.value for d in decoded], [d.rf_id.value for d in decoded],
-               [d.scope.value for d in decoded], [d.op_schema.value for d in decoded])  # _COLUMN_ATTRS
+    except _MISFIT:
+        decoded = [_decoded_or_none(decode, node.attrs) for node in block]
+    columns = [[None if d is None else d.tid.value for d in decoded],
+               [None if d is None else d.rf_id.value for d in decoded],
+               [None if d is None else d.scope.value for d in decoded],
+               [None if d is None else d.op_schema.value for d in decoded]]  # as _COLUMN_ATTRS
+    misfits = [i for i, d in enumerate(decoded) if d is None]
+    if misfits:  # read by name, as the by-name path reads them (values converted: kept as they are)
+        by_name = _ATTR_VALUES_DECODER.decode
+        attrs = [by_name(block[i].attrs) if block[i].attrs is not UNSET else [] for i in misfits]
+        for column, (name, convert) in zip(columns, _COLUMN_ATTRS):
+            for i, value in zip(misfits, _attr_column(attrs, name, convert or _text, positions)):
+                column[i] = value
     converted = []
     for (_, convert), values in zip(_COLUMN_ATTRS, columns):
         kinds = set(map(type, values))
@@ -347,6 +356,16 @@ def _positional_columns(block: list[EtNode], positional) -> list[list] | None:
         else:
             converted.append(values if kinds <= {int} else [v if type(v) is int else convert(v) for v in values])
     return converted
+
+
+_MISFIT = (msgspec.ValidationError, msgspec.DecodeError, TypeError)  # laid out otherwise, or no attrs
+
+
+def _decoded_or_none(decode, attrs):
+    try:
+        return decode(attrs)
+    except _MISFIT:
+        return None
 
 
 _NODES_PER_BLOCK = 16384

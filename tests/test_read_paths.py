@@ -327,3 +327,19 @@ def test_et_columns_by_position_when_the_first_nodes_differ(tmp_path, monkeypatc
     assert columns(et) == expected
     if case != "first_two_differ" and block > 3:
         assert et_reader._positional_decoder(et.nodes) is not None
+
+
+@pytest.mark.parametrize("block", [4, 16384])
+def test_et_attrs_that_cannot_be_read_by_name_fail_as_by_name(tmp_path, monkeypatch, block):
+    monkeypatch.setattr(et_reader, "_NODES_PER_BLOCK", block)
+    doc = json.loads(gzip.decompress((FIXTURES / "cpu" / "dataloader" / "et.json.gz").read_bytes()))
+    del doc["nodes"][30]["attrs"][2]["name"]  # an entry without a name, inside the layout
+    path = tmp_path / "nameless.json"
+    path.write_text(json.dumps(doc))
+    with monkeypatch.context() as m:
+        m.setattr(et_reader, "_positional_decoder", lambda nodes: None)
+        with pytest.raises(msgspec.ValidationError) as by_name:
+            read_execution_trace(path)
+    with pytest.raises(msgspec.ValidationError) as by_position:
+        read_execution_trace(path)
+    assert str(by_position.value) == str(by_name.value)
