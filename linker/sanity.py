@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import operator
 from itertools import count
 from dataclasses import dataclass, field
 
@@ -185,19 +184,6 @@ def usable_time(event: KinetoEvent) -> bool:
             and 0 <= ts < TIME_LIMIT_US and 0 <= dur < TIME_LIMIT_US)
 
 
-_TS, _DUR = operator.attrgetter("ts"), operator.attrgetter("dur")
-
-
-def _all_usable_times(events: list[KinetoEvent]) -> bool:
-    """True when every event passes ``usable_time``, found by C loops: each column's min and max in
-    range and its sum finite (a NaN makes it NaN, and min/max may skip one)."""
-    for get in (_TS, _DUR):
-        values = list(map(get, events))
-        if values and not (0 <= min(values) and max(values) < TIME_LIMIT_US and math.isfinite(sum(values))):
-            return False
-    return True
-
-
 def check_kineto_trace(kineto: KinetoTrace) -> list[str]:
     """Leave out events with unusable times (warning per kind of event). O(events).
 
@@ -207,8 +193,6 @@ def check_kineto_trace(kineto: KinetoTrace) -> list[str]:
     limit = TIME_LIMIT_US
     for label in ("cpu_events", "runtime_events", "gpu_events"):
         events = getattr(kineto, label)
-        if _all_usable_times(events):
-            continue
         # inline form of ``usable_time`` (NaN fails every comparison): one cheap test per event
         bad = [k for k, e in enumerate(events) if not (0 <= e.ts < limit and 0 <= e.dur < limit)]
         if not bad:
