@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import msgspec
@@ -333,15 +334,14 @@ def _positional_columns(block: list[EtNode], positional, positions: dict[str, in
     if positional is None:
         return None
     decode, _ = positional
+    misfits: list[int] = []
     try:
         decoded = [decode(node.attrs) for node in block]
     except _MISFIT:
-        decoded = [_decoded_or_none(decode, node.attrs) for node in block]
-    columns = [[None if d is None else d.tid.value for d in decoded],
-               [None if d is None else d.rf_id.value for d in decoded],
-               [None if d is None else d.scope.value for d in decoded],
-               [None if d is None else d.op_schema.value for d in decoded]]  # as _COLUMN_ATTRS
-    misfits = [i for i, d in enumerate(decoded) if d is None]
+        decoded = [_decoded_or_placeholder(decode, node.attrs) for node in block]
+        misfits = [i for i, d in enumerate(decoded) if d is _MISFIT_VALUES]
+    columns = [[d.tid.value for d in decoded], [d.rf_id.value for d in decoded],
+               [d.scope.value for d in decoded], [d.op_schema.value for d in decoded]]  # as _COLUMN_ATTRS
     if misfits:  # read by name, as the by-name path reads them (values converted: kept as they are)
         by_name = _ATTR_VALUES_DECODER.decode
         attrs = [by_name(block[i].attrs) if block[i].attrs is not UNSET else [] for i in misfits]
@@ -359,13 +359,16 @@ def _positional_columns(block: list[EtNode], positional, positions: dict[str, in
 
 
 _MISFIT = (msgspec.ValidationError, msgspec.DecodeError, TypeError)  # laid out otherwise, or no attrs
+_NO_VALUE = SimpleNamespace(value=None)
+_MISFIT_VALUES = SimpleNamespace(tid=_NO_VALUE, rf_id=_NO_VALUE, scope=_NO_VALUE, op_schema=_NO_VALUE)
 
 
-def _decoded_or_none(decode, attrs):
+def _decoded_or_placeholder(decode, attrs):
+    """The decoded ``attrs``, or ``_MISFIT_VALUES`` (placeholders) when laid out otherwise."""
     try:
         return decode(attrs)
     except _MISFIT:
-        return None
+        return _MISFIT_VALUES
 
 
 _NODES_PER_BLOCK = 16384
