@@ -7,7 +7,8 @@ Decoding uses msgspec structs: the fields linking needs are typed, the bulky nes
 (``inputs``, ``outputs``, shapes, types, and any key this module does not know) stay raw JSON
 bytes and are written back out untouched. Unknown keys are discovered, not dropped: a decode that
 meets one adds it as a raw field and retries. Cost: one decode pass over the file (plus one per
-distinct unknown key), then one O(n) pass to build the columns.
+distinct unknown key), then one O(n) pass to build the columns (the nested layout's ``attrs``
+decoded once more, by position: ``_positional_decoder``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, Literal
 
 import msgspec
 
@@ -255,32 +257,118 @@ def _int(value: Any, default: int = 0) -> int:
 
 
 def _fill_columns(et: ExecutionTrace) -> None:
-    ids, names, parent, tid, rf_id, scope, op_schema = (
-        et.ids, et.names, et.parent, et.tid, et.rf_id, et.scope, et.op_schema,
-    )
+    nodes = et.nodes
+    et.ids = [node.id for node in nodes]
+    et.names = [node.name for node in nodes]
     if et.layout == FLAT:
-        for node in et.nodes:
-            ids.append(node.id)
-            names.append(node.name)
-            parent.append(node.parent if node.parent is not UNSET else node.id)
-            tid.append(node.tid if node.tid is not UNSET else 0)
-            rf_id.append(node.rf_id if node.rf_id is not UNSET else 0)
-            scope.append(node.scope if node.scope is not UNSET else 0)
-            op_schema.append(node.op_schema if node.op_schema is not UNSET else "")
+        et.parent = [node.parent if node.parent is not UNSET else node.id for node in nodes]
+        et.tid = [node.tid if node.tid is not UNSET else 0 for node in nodes]
+        et.rf_id = [node.rf_id if node.rf_id is not UNSET else 0 for node in nodes]
+        et.scope = [node.scope if node.scope is not UNSET else 0 for node in nodes]
+        et.op_schema = [node.op_schema if node.op_schema is not UNSET else "" for node in nodes]
         return
-    for node in et.nodes:
-        ids.append(node.id)
-        names.append(node.name)
-        parent.append(node.ctrl_deps if node.ctrl_deps is not UNSET else node.id)
-    decode = _ATTR_VALUES_DECODER.decode
-    positions: dict[str, int] = {}
-    for start in range(0, len(et.nodes), _NODES_PER_BLOCK):  # blocks: the decoded attrs stay small
-        attrs = [decode(node.attrs) if node.attrs is not UNSET else []
-                 for node in et.nodes[start:start + _NODES_PER_BLOCK]]
+    et.parent = [node.ctrl_deps if node.ctrl_deps is not UNSET else node.id for node in nodes]
+    tid, rf_id, scope, op_schema = et.tid, et.rf_id, et.scope, et.op_schema
+    positional = _positional_decoder(nodes)
+    positions: dict[str, int] = dict(positional[1]) if positional else {}  # node 0's, as learned
+    for start in range(0, len(nodes), _NODES_PER_BLOCK):  # blocks: the decoded attrs stay small
+        block = nodes[start:start + _NODES_PER_BLOCK]
+        fast = _positional_columns(block, positional, positions)
+        if fast is not None:
+            for column, values in zip((tid, rf_id, scope, op_schema), fast):
+                column.extend(values)
+            continue
+        decode = _ATTR_VALUES_DECODER.decode
+        attrs = [decode(node.attrs) if node.attrs is not UNSET else [] for node in block]
         tid.extend(_attr_column(attrs, "tid", _int, positions))
         rf_id.extend(_attr_column(attrs, "rf_id", _int, positions))
         scope.extend(_attr_column(attrs, "scope", _int, positions))
         op_schema.extend(_attr_column(attrs, "op_schema", _text, positions))
+
+
+# The attributes the columns hold, with their conversion; the order of ``_fill_columns``.
+_COLUMN_ATTRS = (("tid", _int), ("rf_id", _int), ("scope", _int), ("op_schema", None))
+
+
+def _positional_decoder(nodes: list[EtNode]):
+    """A decoder of one node's ``attrs`` by position, or None: the list as an array of entries whose
+    ``name`` must be the one at that place (a ``Literal``: no string made), only the column
+    attributes' ``value`` decoded, and entries past the layout's skipped (msgspec ignores them).
+
+    The positions are those the by-name path learns (the first node of the first block holding each
+    column attribute, its first place there), found among the first nodes; the layout is the
+    shortest of theirs with each column attribute at its place. A node laid out otherwise fails the
+    decode and its block takes the by-name path; a node whose list is longer is read by its first
+    entries, as the by-name path takes a value found at its place: both give the same columns."""
+    sample = nodes[:min(_LAYOUT_SAMPLE, _NODES_PER_BLOCK)]
+    try:
+        layouts = [[entry.name for entry in _ATTR_VALUES_DECODER.decode(node.attrs)]
+                   for node in sample if node.attrs is not UNSET]
+    except msgspec.ValidationError:
+        return None
+    learned: dict[str, int] = {}
+    for names in layouts:
+        for name, _ in _COLUMN_ATTRS:
+            if name not in learned and name in names:
+                learned[name] = names.index(name)
+    fitting = [names for names in layouts
+               if all(len(names) > k and names[k] == name for name, k in learned.items())]
+    if len(learned) < len(_COLUMN_ATTRS) or not fitting:
+        return None
+    fields = []
+    for k, name in enumerate(min(fitting, key=len)):  # a column attribute's entry: the field of its name
+        column = learned.get(name) == k
+        entry = [("name", Literal[name])] + ([("value", Any, None)] if column else [])
+        fields.append((name if column else f"_{k}", msgspec.defstruct(f"_Attr{k}", entry, gc=False)))
+    layout = msgspec.defstruct("_AttrLayout", fields, array_like=True, gc=False)
+    return msgspec.json.Decoder(layout).decode, learned
+
+
+_LAYOUT_SAMPLE = 64  # nodes looked at for the positional layout
+
+
+def _positional_columns(block: list[EtNode], positional, positions: dict[str, int]) -> list[list] | None:
+    """The column attributes of ``block`` by the positional decoder (None without one); a node laid
+    out otherwise (or without ``attrs``) is read by name at the same ``positions``. O(len(block));
+    other attributes decode to a small struct each (their name matched, not made; value skipped)."""
+    if positional is None:
+        return None
+    decode, _ = positional
+    misfits: list[int] = []
+    try:
+        decoded = [decode(node.attrs) for node in block]
+    except _MISFIT:
+        decoded = [_decoded_or_placeholder(decode, node.attrs) for node in block]
+        misfits = [i for i, d in enumerate(decoded) if d is _MISFIT_VALUES]
+    columns = [[d.tid.value for d in decoded], [d.rf_id.value for d in decoded],
+               [d.scope.value for d in decoded], [d.op_schema.value for d in decoded]]  # as _COLUMN_ATTRS
+    if misfits:  # read by name, as the by-name path reads them (values converted: kept as they are)
+        by_name = _ATTR_VALUES_DECODER.decode
+        attrs = [by_name(block[i].attrs) if block[i].attrs is not UNSET else [] for i in misfits]
+        for column, (name, convert) in zip(columns, _COLUMN_ATTRS):
+            for i, value in zip(misfits, _attr_column(attrs, name, convert or _text, positions)):
+                column[i] = value
+    converted = []
+    for (_, convert), values in zip(_COLUMN_ATTRS, columns):
+        kinds = set(map(type, values))
+        if convert is None:  # op_schema: ``_text``, the identity on non-empty strings
+            converted.append(values if kinds <= {str} else [_text(v) for v in values])
+        else:
+            converted.append(values if kinds <= {int} else [v if type(v) is int else convert(v) for v in values])
+    return converted
+
+
+_MISFIT = (msgspec.ValidationError, msgspec.DecodeError, TypeError)  # laid out otherwise, or no attrs
+_NO_VALUE = SimpleNamespace(value=None)
+_MISFIT_VALUES = SimpleNamespace(tid=_NO_VALUE, rf_id=_NO_VALUE, scope=_NO_VALUE, op_schema=_NO_VALUE)
+
+
+def _decoded_or_placeholder(decode, attrs):
+    """The decoded ``attrs``, or ``_MISFIT_VALUES`` (placeholders) when laid out otherwise."""
+    try:
+        return decode(attrs)
+    except _MISFIT:
+        return _MISFIT_VALUES
 
 
 _NODES_PER_BLOCK = 16384

@@ -75,11 +75,14 @@ def _gunzip(path: Path, compressed: bytes) -> bytearray:
     rest = memoryview(compressed)
     while len(rest):  # one iteration per gzip member
         inflater = zlib.decompressobj(wbits=31)
+        feed = b""
         try:
             while not inflater.eof:
-                piece = inflater.decompress(rest, _CHUNK)
-                rest = inflater.unconsumed_tail
-                if not piece and not len(rest):
+                if not len(feed) and len(rest):  # input in slices: a tail left over is a small copy
+                    feed, rest = rest[:_FEED], rest[_FEED:]
+                piece = inflater.decompress(feed, _CHUNK)
+                feed = inflater.unconsumed_tail
+                if not piece and not len(feed) and not len(rest):
                     break
                 end = filled + len(piece)
                 if end > len(out):
@@ -90,14 +93,16 @@ def _gunzip(path: Path, compressed: bytes) -> bytearray:
             raise TraceInputError(path, f"gzip data is corrupt ({err})") from None
         if not inflater.eof:
             raise TraceInputError(path, "gzip data is truncated")
-        rest = memoryview(inflater.unused_data)
-        if not inflater.unused_data.strip(b"\x00"):
+        following = inflater.unused_data + bytes(feed) + bytes(rest)
+        if not following.strip(b"\x00"):
             break
+        rest = memoryview(following)
     del out[filled:]
     return out
 
 
-_CHUNK = 1 << 22  # inflated bytes per piece
+_CHUNK = 1 << 20  # inflated bytes per piece (small: reused by malloc, cache-warm)
+_FEED = 1 << 16  # compressed bytes per slice of input: the tail left over is copied per piece, so it stays small
 MAX_GZIP_RATIO = 1032.0  # deflate cannot do better: a larger ISIZE means a truncated/corrupt file
 
 

@@ -60,25 +60,30 @@ class ForkedCall:
             self.cancel()
             raise
 
-    def result(self) -> bytes | None:
-        """The child's bytes, once it has exited; None if it failed. Blocks until then."""
+    def result(self) -> memoryview | None:
+        """The child's bytes, once it has exited; None if it failed. Blocks until then. The payload
+        is read straight into one buffer of the size its header announces (no second copy)."""
         if not self._pid:
             return None
-        chunks = []
-        while True:
-            chunk = os.read(self._fd, _READ_SIZE)
-            if not chunk:
-                break
-            chunks.append(chunk)
+        header = self._read_into(bytearray(_HEADER))
+        payload = None if header is None else self._read_into(bytearray(int.from_bytes(header, "little")))
+        complete = payload is not None and not os.read(self._fd, 1)  # then nothing follows
         status = self._reap()
-        data = b"".join(chunks)
-        del chunks
-        if status != 0 or len(data) < _HEADER:
+        if status != 0 or not complete:
             return None
-        size = int.from_bytes(data[:_HEADER], "little")
-        if size != len(data) - _HEADER:
-            return None
-        return memoryview(data)[_HEADER:]
+        return memoryview(payload)
+
+    def _read_into(self, buffer: bytearray) -> bytearray | None:
+        """``buffer`` filled from the pipe, or None when the child closed it before."""
+        view = memoryview(buffer)
+        filled = 0
+        while filled < len(buffer):
+            n = os.readv(self._fd, [view[filled:filled + _READ_SIZE]])
+            if not n:
+                return None
+            filled += n
+        view.release()
+        return buffer
 
     def cancel(self) -> None:
         """Kill the child if it still runs and reap it; idempotent."""

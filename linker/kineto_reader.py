@@ -44,8 +44,9 @@ GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})
 PYTHON_CATEGORY = "python_function"
 
 
-class KinetoArgs(msgspec.Struct, frozen=True):
-    """The ``args`` keys et-link uses; all optional."""
+class KinetoArgs(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The ``args`` keys et-link uses; all optional. (``omit_defaults``: only for ``kineto_ahead``'s
+    compact encoding; these structs are never written to an output.)"""
 
     external_id: int | None = msgspec.field(default=None, name="External id")
     correlation: int | None = None
@@ -80,7 +81,7 @@ class KinetoArgs(msgspec.Struct, frozen=True):
 NO_ARGS = KinetoArgs()
 
 
-class KinetoEvent(msgspec.Struct):
+class KinetoEvent(msgspec.Struct, omit_defaults=True):
     """One Chrome-trace event. ``ts``/``dur`` in microseconds (floats; ns fractions kept)."""
 
     ph: str = ""
@@ -160,8 +161,11 @@ def _own_input_dims(events: list[KinetoEvent]) -> None:
             msgspec.structs.force_setattr(event.args, "input_dims", msgspec.Raw(bytes(dims)))
 
 
-def read_kineto_trace(path: str | Path) -> KinetoTrace:
-    """Load a Kineto trace file (``.json`` or gzip). Raises ``TraceInputError`` on bad input."""
+def read_kineto_trace(path: str | Path, own_dims: bool = True) -> KinetoTrace:
+    """Load a Kineto trace file (``.json`` or gzip). Raises ``TraceInputError`` on bad input.
+
+    ``own_dims=False`` leaves each ``Input Dims`` a view into the decoded file (for a caller that
+    copies them anyway: ``kineto_ahead``)."""
     path = Path(path)
     data = read_trace_bytes(path)
     try:
@@ -196,8 +200,9 @@ def read_kineto_trace(path: str | Path) -> KinetoTrace:
         raise TraceInputError(path, "not a usable Kineto trace: it has no cpu_op or user_annotation events")
     info = doc.distributedInfo if doc.distributedInfo is not UNSET else {}
     del doc, data
-    for events in (cpu, runtime, gpu):
-        _own_input_dims(events)
+    if own_dims:
+        for events in (cpu, runtime, gpu):
+            _own_input_dims(events)
     cpu.sort(key=_cpu_order)
     runtime.sort(key=_cpu_order)
     gpu.sort(key=lambda e: e.ts)

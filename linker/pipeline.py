@@ -19,6 +19,7 @@ from pathlib import Path
 
 import orjson
 
+from . import kineto_ahead
 from .et_reader import read_execution_trace
 from .errors import TraceInputError
 from .etplus import EtPlus, build_et_plus
@@ -64,22 +65,39 @@ def _report_bytes(report: LinkReport) -> bytes:
 
 
 def read_pair(et_path, kineto_path):
-    """Read both files and run the input sanity checks. Returns (et, kineto, warnings)."""
-    with decoding(et_path, "Execution Trace"):
-        et = read_execution_trace(et_path)
-    log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
-    kineto = _read_kineto(kineto_path)
-    warnings = check_execution_trace(et) + check_kineto_trace(kineto)
-    return et, kineto, warnings
+    """Read both files and run the input sanity checks. Returns (et, kineto, warnings).
+
+    A large Kineto trace is read and checked by a forked child meanwhile (``kineto_ahead``); errors
+    are those of reading and checking the files one after the other (the ET's first), whichever
+    process met them."""
+    child = kineto_ahead.start(kineto_path)
+    try:
+        with decoding(et_path, "Execution Trace"):
+            et = read_execution_trace(et_path)
+        log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
+        checked = kineto_ahead.finish(child)
+    finally:
+        if child is not None:
+            child.cancel()
+    if checked is None:
+        kineto = _read_kineto(kineto_path)
+        return et, kineto, check_execution_trace(et) + check_kineto_trace(kineto)
+    kineto, kineto_warnings = checked
+    _log_kineto(kineto_path, kineto)
+    return et, kineto, check_execution_trace(et) + kineto_warnings
 
 
 def _read_kineto(kineto_path):
     """The Kineto trace, with decode errors named against the file."""
     with decoding(kineto_path, "Kineto trace"):
         kineto = read_kineto_trace(kineto_path)
+    _log_kineto(kineto_path, kineto)
+    return kineto
+
+
+def _log_kineto(kineto_path, kineto) -> None:
     log.info("read Kineto %s: %d CPU events, %d GPU events", kineto_path,
              len(kineto.cpu_events), len(kineto.gpu_events))
-    return kineto
 
 
 def _write_et_plus(et_plus, output: Path, protected: tuple, et_path) -> None:

@@ -19,7 +19,9 @@ are never touched. Cost: O(nodes + events), no sorting.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from itertools import count
 from dataclasses import dataclass, field
 
 from .errors import TraceInputError
@@ -51,6 +53,12 @@ def _in_int64(value) -> bool:
     return type(value) is not int or INT64_MIN <= value <= INT64_MAX
 
 
+def _ints_in_int64(values: list) -> bool:
+    """True when every int among ``values`` passes ``_in_int64`` (min/max at C speed)."""
+    ints = [v for v in values if type(v) is int]
+    return not ints or (INT64_MIN <= min(ints) and max(ints) <= INT64_MAX)
+
+
 def _first_outside(column: list, low: int, high: int) -> int | None:
     """Position of the first value outside [low, high]; min/max first, so O(n) at C speed."""
     if not column or (low <= min(column) and max(column) <= high):
@@ -70,7 +78,9 @@ def check_ids(et: ExecutionTrace) -> None:
             raise TraceInputError(et.path, f"node {et.ids[i]}: {name} {column[i]} does not fit in 64 bits")
     if et.layout != FLAT:
         return  # the nested layout keeps these in ``attrs`` (read into the columns above)
-    for i, node in enumerate(et.nodes):
+    if all(_ints_in_int64([getattr(node, name, None) for node in et.nodes]) for name in INT64_NODE_FIELDS):
+        return
+    for i, node in enumerate(et.nodes):  # some value is out of range: the first, in node order
         for name in INT64_NODE_FIELDS:
             value = getattr(node, name, None)
             if not _in_int64(value):
@@ -95,23 +105,23 @@ def repair_parents(et: ExecutionTrace) -> ParentRepairs:
     """
     repairs = ParentRepairs()
     index = et.index_of_id()
-    process_root = next((i for i, name in enumerate(et.names) if name in PROCESS_ROOT_NAMES), None)
-    thread_roots: dict[int, int] = {}
-    for i, name in enumerate(et.names):
-        if name in THREAD_ROOT_NAMES:
-            thread_roots.setdefault(et.tid[i], i)
-    for i, node_id in enumerate(et.ids):
-        parent = et.parent[i]
+    process_root = _first_named(et.names, PROCESS_ROOT_NAMES)
+    # Every node but those with a usable parent (a C-speed filter; usually only the process root).
+    suspects = [i for i, parent, node_id in zip(count(), et.parent, et.ids)
+                if not (parent < node_id and parent in index)]
+    thread_roots: dict[int, int] | None = None
+    for i in suspects:
+        node_id, parent = et.ids[i], et.parent[i]
         if i == process_root:
-            if parent != node_id and not (parent in index and parent < node_id):
+            if parent != node_id:
                 repairs.missing_parent.append(node_id)
                 _set_parent(et, i, node_id)
-            continue
-        if parent in index and parent < node_id:
             continue
         kind = (repairs.self_parent if parent == node_id else
                 repairs.later_parent if parent in index else repairs.missing_parent)
         kind.append(node_id)
+        if thread_roots is None:
+            thread_roots = _thread_roots(et)
         candidates = [] if et.names[i] in THREAD_ROOT_NAMES else [thread_roots.get(et.tid[i])]
         candidates.append(process_root)
         replacement = next((c for c in candidates if c is not None and et.ids[c] < node_id), None)
@@ -122,6 +132,24 @@ def repair_parents(et: ExecutionTrace) -> ParentRepairs:
     if repairs.total() and hasattr(et, "_parent_index"):
         et._parent_index = None  # the cached parent index was built from the old parents
     return repairs
+
+
+def _first_named(names: list[str], wanted: tuple[str, ...]) -> int | None:
+    """Index of the first name in ``wanted``, or None. O(n) at C speed (``list.index``)."""
+    found = []
+    for name in wanted:
+        with contextlib.suppress(ValueError):
+            found.append(names.index(name))
+    return min(found) if found else None
+
+
+def _thread_roots(et: ExecutionTrace) -> dict[int, int]:
+    """ET thread number -> index of its first thread root node."""
+    roots: dict[int, int] = {}
+    for i, name in enumerate(et.names):
+        if name in THREAD_ROOT_NAMES:
+            roots.setdefault(et.tid[i], i)
+    return roots
 
 
 def _examples(ids: list[int]) -> str:

@@ -1,0 +1,344 @@
+"""Reading fast paths give what the general paths give: the ET columns read by position (against the
+attribute-by-name reading), gzip inflated in slices (against ``gzip.decompress``), the Kineto trace
+read and checked in a forked child (against the serial read and check, errors included), and
+``forked`` payloads of any size."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from conftest import FIXTURES, SHARED_TRACES, fixture_pair
+from linker import et_reader, forked, kineto_ahead, pipeline
+from linker.errors import TraceInputError
+from linker.et_reader import read_execution_trace
+from linker.fileio import read_trace_bytes
+from linker.kineto_reader import FlowEnd, KinetoArgs, KinetoEvent, KinetoTrace, read_kineto_trace
+from linker.sanity import check_kineto_trace
+
+COLUMNS = ("ids", "names", "parent", "tid", "rf_id", "scope", "op_schema")
+
+
+def real_ets() -> list[Path]:
+    paths = sorted(FIXTURES.glob("*/*/et.json.gz"))
+    if SHARED_TRACES.exists():
+        paths += sorted(p for p in SHARED_TRACES.glob("*/*.json.gz") if "kineto" not in p.name
+                        and p.parent.name != "kineto_only" and p.stat().st_size < 40 << 20)
+    return paths
+
+
+def columns(et) -> dict:
+    return {name: getattr(et, name) for name in COLUMNS}
+
+
+def general_columns(path, monkeypatch) -> dict:
+    with monkeypatch.context() as m:
+        m.setattr(et_reader, "_positional_decoder", lambda nodes: None)
+        return columns(read_execution_trace(path))
+
+
+@pytest.mark.parametrize("path", real_ets(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_et_columns_by_position_are_those_by_name(path, monkeypatch):
+    try:
+        expected = general_columns(path, monkeypatch)
+    except TraceInputError:
+        pytest.skip("not an ET")
+    assert columns(read_execution_trace(path)) == expected
+
+
+def odd_attrs_et(tmp_path: Path) -> Path:
+    """A nested ET whose nodes mostly share one attribute layout, and some do not."""
+    doc = json.loads(gzip.decompress((FIXTURES / "cpu" / "dataloader" / "et.json.gz").read_bytes()))
+    nodes = doc["nodes"]
+    assert len(nodes) > 40 and all(isinstance(n.get("attrs"), list) for n in nodes)
+    nodes[5]["attrs"] = list(reversed(nodes[5]["attrs"]))  # another order
+    nodes[9]["attrs"].append({"name": "tid", "type": "uint64", "value": 99})  # a duplicate, last
+    nodes[12]["attrs"].insert(0, {"name": "tid", "type": "uint64", "value": 98})  # a duplicate, first
+    del nodes[15]["attrs"]  # none at all
+    tid = next(a for a in nodes[18]["attrs"] if a["name"] == "tid")
+    tid["value"] = "17"  # a string where an int is expected
+    rf = next(a for a in nodes[21]["attrs"] if a["name"] == "rf_id")
+    del rf["value"]  # no value
+    schema = next(a for a in nodes[24]["attrs"] if a["name"] == "op_schema")
+    schema["value"] = None
+    nodes[27]["attrs"] = nodes[27]["attrs"][:3]  # shorter
+    other = next(a for a in nodes[30]["attrs"] if a["name"] not in ("tid", "rf_id", "scope", "op_schema"))
+    other["name"] = "something_else"  # another name where the layout has one not in the columns
+    path = tmp_path / "odd_attrs.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("block", [4, 7, 16384])
+def test_et_columns_by_position_when_some_nodes_are_laid_out_otherwise(tmp_path, monkeypatch, block):
+    monkeypatch.setattr(et_reader, "_NODES_PER_BLOCK", block)
+    path = odd_attrs_et(tmp_path)
+    expected = general_columns(path, monkeypatch)
+    assert expected["tid"][18] == 17 and expected["op_schema"][24] == ""
+    assert expected["tid"][9] != 99 and expected["tid"][12] != 98  # at the layout's place, else the last
+    assert columns(read_execution_trace(path)) == expected
+
+
+def test_et_whose_first_node_lacks_a_column_attribute_reads_by_name(tmp_path, monkeypatch):
+    doc = json.loads(gzip.decompress((FIXTURES / "cpu" / "dataloader" / "et.json.gz").read_bytes()))
+    doc["nodes"][0]["attrs"] = [a for a in doc["nodes"][0]["attrs"] if a["name"] != "scope"]
+    path = tmp_path / "first_without_scope.json"
+    path.write_text(json.dumps(doc))
+    assert et_reader._positional_decoder(read_execution_trace(path).nodes) is None
+    assert columns(read_execution_trace(path)) == general_columns(path, monkeypatch)
+
+
+# --------------------------------------------------------------------------- gzip
+
+
+def gz(data: bytes, level: int = 6) -> bytes:
+    return gzip.compress(data, compresslevel=level, mtime=0)
+
+
+def text(size: int) -> bytes:
+    return b"".join(b'{"id": %d, "name": "aten::op_%d"},\n' % (i, i % 97) for i in range(size))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: gz(text(200_000)),  # many slices of input, many pieces of output
+    lambda: gz(b"\x00" * (40 << 20), 9),  # a high ratio: one slice inflates to many pieces
+    lambda: gz(text(1000)) + gz(text(3000)),  # two members
+    lambda: gz(text(50_000)) + gz(b"[]"),  # two members, the trailer's size is the last's
+    lambda: gz(text(1000)) + b"\x00" * 300,  # zeros after the member (padding)
+    lambda: gz(text(1000), 0),  # stored blocks
+])
+def test_gunzip_in_slices_gives_what_gzip_gives(tmp_path, make):
+    data = make()
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(data)
+    assert bytes(read_trace_bytes(path)) == gzip.decompress(data)
+
+
+def test_truncated_and_corrupt_gzip_are_named(tmp_path):
+    data = gz(text(100_000))
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceInputError, match="truncated"):
+        read_trace_bytes(path)
+    broken = bytearray(data)
+    broken[len(data) // 3: len(data) // 3 + 64] = b"\xff" * 64
+    path.write_bytes(bytes(broken))
+    with pytest.raises(TraceInputError, match="corrupt|truncated"):
+        read_trace_bytes(path)
+
+
+# --------------------------------------------------------------------------- Kineto in a child
+
+
+def real_pairs() -> list[tuple[Path, Path]]:
+    pairs = [(d / "et.json.gz", d / "kineto.json.gz") for d in sorted(FIXTURES.glob("*/*"))
+             if (d / "kineto.json.gz").exists()]
+    if (SHARED_TRACES / "param_dlrm").exists():
+        pairs += [(SHARED_TRACES / "param_dlrm" / f"rank{r}.et.json.gz",
+                   SHARED_TRACES / "param_dlrm" / f"rank{r}.kineto.json.gz") for r in (0, 1)]
+    return pairs
+
+
+def kineto_only_traces() -> list[Path]:
+    return sorted((SHARED_TRACES / "kineto_only").glob("*.json.gz")) if SHARED_TRACES.exists() else []
+
+
+needs_fork = pytest.mark.skipif(not forked.can_fork(), reason="no os.fork here")
+
+
+def serial_read(monkeypatch, et_path, kineto_path):
+    with monkeypatch.context() as m:
+        m.setattr(kineto_ahead, "FORK_MIN_BYTES", 1 << 62)
+        return pipeline.read_pair(et_path, kineto_path)
+
+
+def only_in_child(monkeypatch):
+    """Fork for any size, and fail the test if the parent reads the Kineto file itself."""
+    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
+
+    def parent_read(path):
+        raise AssertionError("the parent read the Kineto trace: the child's was not used")
+
+    monkeypatch.setattr(pipeline, "read_kineto_trace", parent_read)
+
+
+@needs_fork
+@pytest.mark.parametrize("pair", real_pairs(), ids=lambda p: f"{p[0].parent.name}/{p[0].name}")
+def test_kineto_read_in_a_child_is_the_serial_read(pair, monkeypatch):
+    et_path, kineto_path = pair
+    et, kineto, warnings = serial_read(monkeypatch, et_path, kineto_path)
+    only_in_child(monkeypatch)
+    et2, kineto2, warnings2 = pipeline.read_pair(et_path, kineto_path)
+    assert kineto2 == kineto and warnings2 == warnings
+    assert columns(et2) == columns(et)
+    assert [bytes(e.args.input_dims) for e in kineto2.cpu_events] == [
+        bytes(e.args.input_dims) for e in kineto.cpu_events]
+
+
+@needs_fork
+@pytest.mark.parametrize("path", kineto_only_traces(), ids=lambda p: p.name)
+def test_kineto_only_traces_through_the_wire_are_the_serial_read(path):
+    serial = read_kineto_trace(path)
+    warnings = check_kineto_trace(serial)
+    child = forked.ForkedCall(lambda: kineto_ahead._read_and_check(path))
+    assert kineto_ahead.finish(child) == (serial, warnings)
+
+
+def odd_events() -> list[KinetoEvent]:
+    return [
+        KinetoEvent(ph="X", cat="cpu_op", name="a", ts=float("nan"), dur=float("inf")),
+        KinetoEvent(ph="X", name="b", pid="host", tid=7, args=KinetoArgs(
+            external_id=3, stream_value="0x1f", input_dims=msgspec.Raw(b'[[8, 16], [], "x"]'))),
+        KinetoEvent(args=KinetoArgs(input_dims=msgspec.Raw(b"null"))),  # written, as null
+        KinetoEvent(args=KinetoArgs()),
+    ]
+
+
+def test_wire_keeps_odd_values():
+    flows = {5: [FlowEnd(1, "x", 2.5)], "s": [FlowEnd("a", 2, -1.0)]}
+    trace = KinetoTrace("k.json", 7, 0, 2, odd_events(), [], [], flows, odd_events()[1:])
+    back, warnings = kineto_ahead.from_wire(kineto_ahead.to_wire(trace, ["w"]))  # (wraps dims in place)
+    assert warnings == ["w"]
+    expected = odd_events()
+    assert [bytes(e.args.input_dims) for e in back.cpu_events] == [bytes(e.args.input_dims) for e in expected]
+    assert back.cpu_events[0].ts != back.cpu_events[0].ts and back.cpu_events[0].dur == float("inf")
+    assert back.cpu_events[1:] == expected[1:] and back.python_events == expected[1:]
+    assert back.flows == flows and list(back.flows) == [5, "s"]
+    assert (back.path, back.pid, back.rank, back.world_size) == ("k.json", 7, 0, 2)
+
+
+@needs_fork
+@pytest.mark.parametrize("content", [b"{}", b'{"traceEvents": [', b'{"nodes": []}', b"\xff\xfe"])
+def test_bad_kineto_file_fails_as_in_the_serial_read(tmp_path, monkeypatch, content):
+    et_path, _ = fixture_pair("cpu", "dataloader")
+    bad = tmp_path / "kineto.json"
+    bad.write_bytes(content)
+    with pytest.raises(TraceInputError) as serial:
+        serial_read(monkeypatch, et_path, bad)
+    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
+    with pytest.raises(TraceInputError) as forked_read:
+        pipeline.read_pair(et_path, bad)
+    assert str(forked_read.value) == str(serial.value)
+
+
+@needs_fork
+def test_bad_et_fails_first_and_the_child_is_reaped(tmp_path, monkeypatch):
+    _, kineto_path = fixture_pair("cpu", "dataloader")
+    bad = tmp_path / "et.json"
+    bad.write_bytes(b'{"nodes": 3}')
+    started = []
+    real_start = kineto_ahead.start
+    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
+    monkeypatch.setattr(kineto_ahead, "start", lambda path: started.append(real_start(path)) or started[-1])
+    with pytest.raises(TraceInputError, match="et.json"):
+        pipeline.read_pair(bad, kineto_path)
+    assert started and started[0] is not None and started[0]._pid == 0  # cancelled and reaped
+
+
+def odd_pair(tmp_path: Path, bad_times: str, et_case: str) -> tuple[Path, Path]:
+    """The dataloader pair with some Kineto times unusable and maybe an ET parent to repair."""
+    et_path, kineto_path = fixture_pair("cpu", "dataloader")
+    doc = json.loads(gzip.decompress(kineto_path.read_bytes()))
+    complete = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    victims = complete if bad_times == "all" else complete[3:9:2] if bad_times == "some" else []
+    for e in victims:
+        e["ts"] = -1
+    kineto = tmp_path / "kineto.json"
+    kineto.write_text(json.dumps(doc))
+    if et_case == "fine":
+        return et_path, kineto
+    et_doc = json.loads(gzip.decompress(et_path.read_bytes()))
+    node = et_doc["nodes"][10]
+    node["ctrl_deps"] = node["id"] if et_case == "self_parent" else -5  # -5: an id out of range
+    if et_case == "bad_id":
+        node["id"] = -5
+    et = tmp_path / "et.json"
+    et.write_text(json.dumps(et_doc))
+    return et, kineto
+
+
+@needs_fork
+@pytest.mark.parametrize("bad_times", ["none", "some", "all"])
+@pytest.mark.parametrize("et_case", ["fine", "self_parent", "bad_id"])
+def test_checks_in_the_child_give_the_serial_warnings_and_errors(tmp_path, monkeypatch, bad_times, et_case):
+    et_path, kineto_path = odd_pair(tmp_path, bad_times, et_case)
+    try:
+        expected = serial_read(monkeypatch, et_path, kineto_path)
+    except TraceInputError as err:
+        expected = str(err)
+    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
+    try:
+        got = pipeline.read_pair(et_path, kineto_path)
+    except TraceInputError as err:
+        got = str(err)
+    if isinstance(expected, str):
+        assert got == expected
+    else:
+        assert got[1:] == expected[1:] and columns(got[0]) == columns(expected[0])
+    if (bad_times, et_case) == ("some", "self_parent"):
+        assert len(expected[2]) == 2  # one warning from each check, the ET's first
+
+
+# --------------------------------------------------------------------------- forked: the payload
+
+
+@needs_fork
+@pytest.mark.parametrize("size", [0, 1, 1 << 20, 3 * (1 << 20) + 12345])
+def test_forked_payload_of_any_size_comes_back_whole(size):
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    back = forked.ForkedCall(lambda: payload).result()
+    assert back is not None and bytes(back) == payload
+
+
+@needs_fork
+def test_forked_child_that_cannot_send_its_result_gives_none():
+    assert forked.ForkedCall(lambda: "not bytes").result() is None
+    assert forked.ForkedCall(lambda: os._exit(0)).result() is None  # exits before sending anything
+
+
+@pytest.mark.parametrize("case", ["first_longer", "first_without_attrs", "roots_shorter", "first_two_differ"])
+@pytest.mark.parametrize("block", [3, 16384])
+def test_et_columns_by_position_when_the_first_nodes_differ(tmp_path, monkeypatch, case, block):
+    monkeypatch.setattr(et_reader, "_NODES_PER_BLOCK", block)
+    doc = json.loads(gzip.decompress((FIXTURES / "cpu" / "dataloader" / "et.json.gz").read_bytes()))
+    nodes = doc["nodes"]
+    extra = {"name": "extra", "type": "string", "value": "x"}
+    if case == "first_longer":
+        nodes[0]["attrs"].append(extra)
+    elif case == "first_without_attrs":
+        del nodes[0]["attrs"]
+    elif case == "roots_shorter":
+        for node in nodes[:2]:
+            node["attrs"] = node["attrs"][:7]
+    else:  # node 0 lacks tid, node 1 holds it elsewhere
+        nodes[0]["attrs"] = [a for a in nodes[0]["attrs"] if a["name"] != "tid"]
+        tid = next(a for a in nodes[1]["attrs"] if a["name"] == "tid")
+        nodes[1]["attrs"] = [a for a in nodes[1]["attrs"] if a is not tid] + [tid]
+    path = tmp_path / f"{case}.json"
+    path.write_text(json.dumps(doc))
+    expected = general_columns(path, monkeypatch)
+    et = read_execution_trace(path)
+    assert columns(et) == expected
+    if case != "first_two_differ" and block > 3:
+        assert et_reader._positional_decoder(et.nodes) is not None
+
+
+@pytest.mark.parametrize("block", [4, 16384])
+def test_et_attrs_that_cannot_be_read_by_name_fail_as_by_name(tmp_path, monkeypatch, block):
+    monkeypatch.setattr(et_reader, "_NODES_PER_BLOCK", block)
+    doc = json.loads(gzip.decompress((FIXTURES / "cpu" / "dataloader" / "et.json.gz").read_bytes()))
+    del doc["nodes"][30]["attrs"][2]["name"]  # an entry without a name, inside the layout
+    path = tmp_path / "nameless.json"
+    path.write_text(json.dumps(doc))
+    with monkeypatch.context() as m:
+        m.setattr(et_reader, "_positional_decoder", lambda nodes: None)
+        with pytest.raises(msgspec.ValidationError) as by_name:
+            read_execution_trace(path)
+    with pytest.raises(msgspec.ValidationError) as by_position:
+        read_execution_trace(path)
+    assert str(by_position.value) == str(by_name.value)
