@@ -342,3 +342,24 @@ def test_et_attrs_that_cannot_be_read_by_name_fail_as_by_name(tmp_path, monkeypa
     with pytest.raises(msgspec.ValidationError) as by_position:
         read_execution_trace(path)
     assert str(by_position.value) == str(by_name.value)
+
+
+def test_batch_workers_read_without_a_child(tmp_path, monkeypatch):
+    """A batch worker reads its Kineto file itself (the ranks already fill the cores); a single pair
+    forks for it. Both write the same ET+."""
+    from linker.batch import RankTask
+    from linker.batch.link_rank import run_rank_task
+    from linker.link import LinkOptions
+
+    et_path, kineto_path = fixture_pair("cpu", "mlp_steps")
+    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
+    forks = []
+    real_start = kineto_ahead.start
+    monkeypatch.setattr(kineto_ahead, "start", lambda path: forks.append(path) or real_start(path))
+    task = RankTask(0, et_path, kineto_path, tmp_path / "batch.json", tmp_path / "batch.report.json",
+                    LinkOptions(), 0, 0)
+    result = run_rank_task(task)
+    assert result.status == "linked" and forks == []
+    pipeline.link_pair(et_path, kineto_path, tmp_path / "single.json")
+    assert forks == [kineto_path]
+    assert (tmp_path / "batch.json").read_bytes() == (tmp_path / "single.json").read_bytes()

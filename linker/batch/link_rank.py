@@ -61,7 +61,7 @@ def run_rank_task(task: RankTask) -> RankResult:
     with contextlib.suppress(OSError):
         task.report_path.unlink()
     try:
-        outcome = link_pair(task.et, task.kineto, task.output, task.options)
+        outcome = link_pair(task.et, task.kineto, task.output, task.options, read_ahead=False)
         collectives = rank_collectives(outcome.et_plus).to_record()
         outcome.et_plus = None
     except MismatchedPairError as err:
