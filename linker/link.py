@@ -13,11 +13,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from .durations import exclusive_durations
+from .durations import nest_cpu_events
 from .errors import MismatchedPairError, OptionError
 from .et_reader import PROCESS_ROOT_NAMES, ExecutionTrace
 from .gpu import GpuAttribution, adopt_before_trace, attribute_gpu_ops
-from .intervals import nesting_parents
 from .kineto_reader import KinetoTrace
 from .match import OpMatch
 from .match_exact import match_by_order
@@ -152,17 +151,22 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
     match, window, notes = choose_and_match(et, kineto, options)
     warnings += unused_option_warnings(options, match.method, window)
     events = kineto.cpu_events
-    parents = nesting_parents(events)
-    op_of_event = [-1] * len(events)
-    for i, e in enumerate(match.event_of_op):
-        if e >= 0:
-            op_of_event[e] = i
-    gpu = attribute_gpu_ops(kineto, op_of_event, parents, window)
+    nesting = nest_cpu_events(events)
+    gpu = attribute_gpu_ops(kineto, op_of_event(match.event_of_op, len(events)), nesting.parents, window)
     adopt_before_trace(gpu, process_root_index(et))
-    exclusive = exclusive_durations(events, parents)
     report = build_report(et, kineto, match, window, gpu, notes, warnings,
-                          seconds=time.perf_counter() - started)
-    return LinkResult(et, kineto, match, window, gpu, parents, exclusive, report, warnings)
+                          seconds=time.perf_counter() - started, times=(nesting.ts, nesting.end))
+    return LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, report, warnings)
+
+
+def op_of_event(event_of_op: list[int], events: int) -> list[int]:
+    """The inverse of ``event_of_op``: per Kineto CPU event, its (last) ET op or -1. O(n)
+    (a plain loop: 4x faster here than building the inverse as a dict in C)."""
+    ops = [-1] * events
+    for i, e in enumerate(event_of_op):
+        if e >= 0:
+            ops[e] = i
+    return ops
 
 
 def process_root_index(et: ExecutionTrace) -> int:
