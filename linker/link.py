@@ -54,16 +54,21 @@ class LinkResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def check_same_run(et: ExecutionTrace, kineto: KinetoTrace) -> list[str]:
-    """Problems that say the two files come from different runs (empty when they agree)."""
+def check_same_run(et: ExecutionTrace, kineto: KinetoTrace, same_name_pairs: int = 0) -> list[str]:
+    """Problems that say the two files come from different runs (empty when they agree).
+    ``same_name_pairs``: ops already paired one-to-one with same-name events (an rf_id join):
+    a lower bound of the shared names, enough when it clears the bar (the name counts, O(n),
+    are then skipped)."""
     problems = []
     if et.pid is not None and kineto.pid is not None and et.pid != kineto.pid:
         problems.append(f"process ids differ (ET pid {et.pid}, Kineto pid {kineto.pid})")
+    smaller = max(1, min(len(et.op_indices()), len(kineto.cpu_events)))
+    if same_name_pairs / smaller >= MIN_NAME_OVERLAP:
+        return problems
     names = et.names
     et_names = Counter(map(names.__getitem__, et.op_indices()))
     k_names = Counter(map(attrgetter("name"), kineto.cpu_events))
     shared = sum(min(n, k_names[name]) for name, n in et_names.items())
-    smaller = max(1, min(sum(et_names.values()), len(kineto.cpu_events)))
     if shared / smaller < MIN_NAME_OVERLAP:
         problems.append(f"op names disagree (only {shared} of {smaller} ops share a name)")
     return problems
@@ -89,13 +94,14 @@ def _unmatched_share(et: ExecutionTrace, match: OpMatch) -> float:
     return sum(1 for i in ops if match.event_of_op[i] < 0) / len(ops)
 
 
-def choose_and_match(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions):
-    """Run the requested (or automatically chosen) method. Returns (match, window, notes)."""
+def choose_and_match(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions, rf_join=None):
+    """Run the requested (or automatically chosen) method. Returns (match, window, notes).
+    ``rf_join``: ``match_by_rf_id``'s answer when the caller already has it."""
     notes: list[str] = []
     if options.method not in METHODS:
         raise ValueError(f"unknown method {options.method!r}; choose one of {', '.join(METHODS)}")
     if options.method in ("auto", "rf_id"):
-        match, check = match_by_rf_id(et, kineto)
+        match, check = rf_join or match_by_rf_id(et, kineto)
         if check.usable:
             notes.append("record-function ids validated: joined on them")
             return match, None, notes
@@ -142,13 +148,17 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
     options = options or LinkOptions()
     started = time.perf_counter()
     warnings = []
-    problems = check_same_run(et, kineto)
+    # The rf_id join (no side effects, never raises) comes first: its same-name pairs usually
+    # settle the same-run check without counting names.
+    rf_join = match_by_rf_id(et, kineto) if options.method in ("auto", "rf_id") else None
+    same_name_pairs = rf_join[1].joined - rf_join[1].name_mismatches if rf_join else 0
+    problems = check_same_run(et, kineto, same_name_pairs)
     if problems:
         message = "the ET and the Kineto trace look like different runs: " + "; ".join(problems)
         if not options.force:
             raise MismatchedPairError(message + " (use --force to link anyway)")
         warnings.append(message)
-    match, window, notes = choose_and_match(et, kineto, options)
+    match, window, notes = choose_and_match(et, kineto, options, rf_join)
     warnings += unused_option_warnings(options, match.method, window)
     events = kineto.cpu_events
     nesting = nest_cpu_events(events)
@@ -170,7 +180,13 @@ def op_of_event(event_of_op: list[int], events: int) -> list[int]:
 
 
 def process_root_index(et: ExecutionTrace) -> int:
-    """Index of the ET's process root (-1 if it has none). O(n) once."""
+    """Index of the ET's process root (-1 if it has none): the first node with a process root
+    name. Scans in C, each name only up to the best position found so far: O(n) at worst."""
     names = et.names
-    found = [names.index(root) for root in PROCESS_ROOT_NAMES if root in names]  # scans in C
-    return min(found, default=-1)
+    first = len(names)
+    for root in PROCESS_ROOT_NAMES:
+        try:
+            first = names.index(root, 0, first)
+        except ValueError:
+            pass
+    return first if first < len(names) else -1
