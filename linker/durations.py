@@ -22,12 +22,11 @@ _NEVER = float("inf")  # the end of the sweep's bottom sentinel: no event closes
 
 @dataclass
 class CpuNesting:
-    """Per Kineto CPU event: nesting parent (-1 at top level), exclusive duration, start, end
-    (``ts + dur``). The start/end columns serve later checks without reading the events again."""
+    """Per Kineto CPU event: nesting parent (-1 at top level), exclusive duration, end
+    (``ts + dur``). The end column serves later checks without reading the events again."""
 
     parents: list[int]
     exclusive: list[float]
-    ts: list[float]
     end: list[float]
 
 
@@ -37,9 +36,8 @@ def nest_cpu_events(events: Sequence[KinetoEvent]) -> CpuNesting:
     ``top``; its bottom is a sentinel never closed (times are finite: ``sanity`` sees to it)."""
     parents: list[int] = []
     exclusive: list[float] = []
-    starts: list[float] = []
     ends: list[float] = []
-    add_parent, add_exclusive, add_start, add_end = parents.append, exclusive.append, starts.append, ends.append
+    add_parent, add_exclusive, add_end = parents.append, exclusive.append, ends.append
     stack: list[tuple] = []
     push, pop = stack.append, stack.pop
     top, top_end = -1, _NEVER
@@ -58,7 +56,6 @@ def nest_cpu_events(events: Sequence[KinetoEvent]) -> CpuNesting:
             top, top_end = pop()
         add_parent(top)
         add_exclusive(dur)
-        add_start(start)
         add_end(end)
         if top >= 0:
             inside = (end if end < top_end else top_end) - start  # the child's time in its parent
@@ -68,7 +65,7 @@ def nest_cpu_events(events: Sequence[KinetoEvent]) -> CpuNesting:
         top, top_end = i, end
     if min(exclusive, default=1.0) <= 0:
         exclusive = [x if x > 0 else 0.0 for x in exclusive]
-    return CpuNesting(parents, exclusive, starts, ends)
+    return CpuNesting(parents, exclusive, ends)
 
 
 def exclusive_durations(events: Sequence[KinetoEvent], parents: Sequence[int]) -> list[float]:

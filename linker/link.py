@@ -165,7 +165,7 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
     gpu = attribute_gpu_ops(kineto, op_of_event(match.event_of_op, len(events)), nesting.parents, window)
     adopt_before_trace(gpu, process_root_index(et))
     report = build_report(et, kineto, match, window, gpu, notes, warnings,
-                          seconds=time.perf_counter() - started, times=(nesting.ts, nesting.end))
+                          seconds=time.perf_counter() - started, nesting=(nesting.parents, nesting.end))
     return LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, report, warnings)
 
 

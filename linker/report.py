@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from .et_reader import ExecutionTrace
 from .gpu import BEFORE_TRACE, REASON_WORDS, UNDER_PROCESS_ROOT, GpuAttribution
-from .intervals import NESTING_SLACK_US
+from .intervals import NESTING_SLACK_US, lies_within
 from .kineto_reader import KinetoTrace
 from .match import OpMatch
 from .windows import Window
@@ -91,19 +91,31 @@ class LinkReport:
 
 
 def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int],
-                       times: tuple[list, list] | None = None) -> int:
+                       nesting: tuple[list, list] | None = None) -> int:
     """Linked ops whose Kineto interval is not inside their linked ET parent's (``lies_within``,
-    written out over the start and end columns). ``times``: the CPU events' (ts, ts + dur)
-    columns when at hand (reading the events' fields again costs more than the check). O(n)."""
+    written out). ``nesting``: the CPU events' (nesting parents, ``ts + dur``) columns when at
+    hand: the usual pair, an op whose parent's event is its event's nesting parent, then needs
+    only the end check (that parent starts no later: ``cpu_events`` are in start order per
+    thread), read from the columns. O(n)."""
     events = kineto.cpu_events
-    ts, end = times or ([e.ts for e in events], [e.ts + e.dur for e in events])
     slack = NESTING_SLACK_US
     outer_of = [*event_of_op, -1]  # an op without a parent (-1) reads the -1 at the end
+    pairs = zip(event_of_op, map(outer_of.__getitem__, et.parent_index()))
+    if nesting is None:
+        violations = 0
+        for inner, outer in pairs:
+            if (inner | outer) >= 0:  # both linked
+                a, b = events[inner], events[outer]
+                if not (b.ts - slack <= a.ts and a.ts + a.dur <= b.ts + b.dur + slack):
+                    violations += 1
+        return violations
+    parent, end = nesting
     violations = 0
-    for inner, outer in zip(event_of_op, map(outer_of.__getitem__, et.parent_index())):
-        # (inner | outer) >= 0: both are linked (non-negative)
-        if (inner | outer) >= 0 and not (ts[outer] - slack <= ts[inner] and end[inner] <= end[outer] + slack):
-            violations += 1
+    for inner, outer in pairs:
+        # (inner | outer) >= 0: both linked; a violation at the end, or a pair to check in full.
+        if (inner | outer) >= 0 and (parent[inner] != outer or end[inner] > end[outer] + slack):
+            if parent[inner] == outer or not lies_within(events[inner], events[outer], slack):
+                violations += 1
     return violations
 
 
@@ -117,8 +129,9 @@ def _window_dict(window: Window | None) -> dict | None:
 
 def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window: Window | None,
                  gpu: GpuAttribution, notes: list[str], warnings: list[str], seconds: float,
-                 times: tuple[list, list] | None = None) -> LinkReport:
-    """The report of one link. ``times``: the CPU events' (ts, ts + dur) columns when at hand."""
+                 nesting: tuple[list, list] | None = None) -> LinkReport:
+    """The report of one link. ``nesting``: the CPU events' (nesting parents, ``ts + dur``)
+    columns when at hand."""
     ops = et.op_indices()
     event_of_op = match.event_of_op
     events = kineto.cpu_events
@@ -127,7 +140,8 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
     used = set(event_of_op)
     et_missing = [i for i in ops if event_of_op[i] < 0]
     linked = len(ops) - len(et_missing)
-    k_missing = [i for i in in_window if i not in used]
+    every_event_used = window is None and len(used) - (-1 in used) == len(events)
+    k_missing = [] if every_event_used else [i for i in in_window if i not in used]
     unmatched = {
         "et": asdict(Unmatched(len(et_missing), [
             {"id": et.ids[i], "name": et.names[i], "tid": et.tid[i]} for i in et_missing[:EXAMPLES]])),
@@ -149,7 +163,7 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
     if match.unpaired_et_threads:
         warnings.append(f"ET threads {match.unpaired_et_threads} have no Kineto counterpart "
                         "(their ops stay unlinked)")
-    violations = nesting_violations(et, kineto, match.event_of_op, times)
+    violations = nesting_violations(et, kineto, match.event_of_op, nesting)
     if violations:
         warnings.append(f"{violations} linked ops lie outside their linked parent's time interval "
                         "(a sign of wrong links)")

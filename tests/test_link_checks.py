@@ -2,11 +2,16 @@
 
 ``check_same_run`` with the rf_id join's same-name pairs as a lower bound of the shared names
 (the name counts skipped when the bound clears the bar) against the full count, on matching and
-on mismatched pairs; ``process_root_index`` against the first index of any process root name.
+on mismatched pairs; ``process_root_index`` against the first index of any process root name; ``match_by_rf_id``
+(counting skipped when every id is distinct) against a plain join, ids repeated, zero or absent.
 """
 
 from __future__ import annotations
 
+import random
+from collections import Counter
+
+import msgspec
 import pytest
 
 from conftest import fixture_pair
@@ -55,3 +60,50 @@ def test_names_of_another_run_are_still_caught():
     full = check_same_run(et, kineto)
     assert any("op names disagree" in p for p in full)
     assert check_same_run(et, kineto, _same_name_pairs(et, kineto)) == full
+
+
+def _reference_rf_join(et, kineto):
+    """The rf_id join written plainly: ids counted, each side's ids found once kept."""
+    events = kineto.cpu_events
+    ids = [e.args.rf_id for e in events]
+    k_counts = Counter(r for r in ids if r)
+    ops = et.op_indices()
+    et_counts = Counter(et.rf_id[i] for i in ops if et.rf_id[i])
+    event_of_rf = {r: e for e, r in enumerate(ids) if r and k_counts[r] == 1}
+    event_of_op = [-1] * len(et)
+    joined = mismatched = 0
+    for i in ops:
+        r = et.rf_id[i]
+        if r and et_counts[r] == 1 and r in event_of_rf:
+            joined += 1
+            e = event_of_rf[r]
+            if events[e].name == et.names[i]:
+                event_of_op[i] = e
+            else:
+                mismatched += 1
+    stats = {"joined": joined, "name_mismatches": mismatched,
+             "kineto_duplicate_ids": sum(c for c in k_counts.values() if c > 1),
+             "et_duplicate_ids": sum(c for c in et_counts.values() if c > 1),
+             "kineto_zero_ids": ids.count(0)}
+    return event_of_op, stats, len(ids) - ids.count(None)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_rf_id_join_with_repeated_zero_and_missing_ids(seed):
+    et, kineto, _ = read_pair(*fixture_pair("cpu", "threads"))
+    rng = random.Random(seed)
+    events = kineto.cpu_events
+    ops = et.op_indices()
+    for _ in range(seed % 4 * 3):  # Kineto side: ids repeated, zero, absent
+        e = rng.randrange(len(events))
+        new = rng.choice([events[rng.randrange(len(events))].args.rf_id, 0, None])
+        events[e] = msgspec.structs.replace(events[e], args=msgspec.structs.replace(events[e].args, rf_id=new))
+    for _ in range(seed // 4 * 3):  # ET side: ids repeated, zero, absent
+        i = rng.choice(ops)
+        et.rf_id[i] = rng.choice([et.rf_id[rng.choice(ops)], 0, None])
+    if seed % 5 == 4:
+        et.names[rng.choice(ops)] = "renamed"
+    match, check = match_by_rf_id(et, kineto)
+    event_of_op, stats, with_id = _reference_rf_join(et, kineto)
+    assert match.event_of_op == event_of_op
+    assert match.stats == stats and check.kineto_with_id == with_id
