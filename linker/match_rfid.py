@@ -66,29 +66,24 @@ def match_by_rf_id(et: ExecutionTrace, kineto: KinetoTrace) -> tuple[OpMatch, Rf
     if len(distinct) == len(op_rf):  # the usual case: every op's id distinct, no counting
         et_dups = 0
         et_counts = len(distinct) - (None in distinct) - (0 in distinct)  # only its truthiness is used
-        joins = zip(op_indices, op_rf)  # None and 0 are not keys of event_of_rf: they never join
+        join_ops, join_ids = op_indices, op_rf  # None and 0 are not keys of event_of_rf: they never join
     else:
         et_unique = unique_positions(op_rf, drop=(None, 0))
         et_counts = Counter(r for r in op_rf if r) if len(et_unique) < len(op_rf) - op_rf.count(0) else None
         et_dups = sum(c for c in et_counts.values() if c > 1) if et_counts is not None else 0
         if et_counts is None:
             et_counts = et_unique  # only its truthiness is used below
-        joins = zip(map(op_indices.__getitem__, et_unique.values()), et_unique)
+        join_ops, join_ids = list(map(op_indices.__getitem__, et_unique.values())), list(et_unique)
     del distinct
 
     event_of_op = [-1] * len(et)
     names = et.names
-    joined = mismatched = 0
-    get_event = event_of_rf.get
-    for i, r in joins:
-        e = get_event(r)
-        if e is None:
-            continue
-        joined += 1
-        if events[e].name == names[i]:
+    join_events = list(map(event_of_rf.get, join_ids))
+    joined = len(join_events) - join_events.count(None)
+    for i, e in zip(join_ops, join_events):  # distinct ops: the links are counted after
+        if e is not None and events[e].name == names[i]:
             event_of_op[i] = e
-        else:
-            mismatched += 1
+    mismatched = joined - (len(event_of_op) - event_of_op.count(-1))
 
     check = RfIdCheck(False, "", with_id, zero, k_dups, et_dups, joined, mismatched)
     smaller = max(1, min(len(op_indices), len(events)))
