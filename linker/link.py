@@ -1,9 +1,14 @@
 """The linking pipeline: (ET, Kineto) -> ``LinkResult``.
 
-1. same-run check (pids, op names);
+1. same-run check (pids, op names); for auto/rf_id the rf_id join runs first, and its same-name
+   pairs usually settle the name check without counting names;
 2. choose the method: rf_id when the ids validate, else order (exact) alignment, else structure;
 3. for order/structure methods, cut the Kineto events to the iteration window the ET covers;
-4. attach GPU ops, compute exclusive durations, check nesting, and fill the report.
+4. nest the Kineto CPU events and take their exclusive durations (one sweep), attach GPU ops,
+   check the links' nesting, and fill the report.
+
+Cost on the rf_id path: a few O(n) passes; each Kineto CPU event's fields are read about twice
+(rf join, nesting sweep), the rest works on plain columns.
 """
 
 from __future__ import annotations
@@ -162,10 +167,11 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
     warnings += unused_option_warnings(options, match.method, window)
     events = kineto.cpu_events
     nesting = nest_cpu_events(events)
-    gpu = attribute_gpu_ops(kineto, op_of_event(match.event_of_op, len(events)), nesting.parents, window)
+    ops = op_of_event(match.event_of_op, len(events))
+    gpu = attribute_gpu_ops(kineto, ops, nesting.parents, window)
     adopt_before_trace(gpu, process_root_index(et))
-    report = build_report(et, kineto, match, window, gpu, notes, warnings,
-                          seconds=time.perf_counter() - started, nesting=(nesting.parents, nesting.end))
+    report = build_report(et, kineto, match, window, gpu, notes, warnings, seconds=time.perf_counter() - started,
+                          nesting=(nesting.parents, nesting.end), op_of_event=ops)
     return LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, report, warnings)
 
 

@@ -127,21 +127,30 @@ def _window_dict(window: Window | None) -> dict | None:
             "candidates": window.candidates, "score": round(window.score, 4)}
 
 
+def _unlinked_events(event_of_op: list[int], in_window, events: int, op_of_event: list[int] | None) -> list[int]:
+    """The events of the window no op is linked to. O(n); none to look for when the inverse
+    (``op_of_event``) has no -1 and the window is the whole trace."""
+    if op_of_event is None:
+        used = set(event_of_op)
+        return [i for i in in_window if i not in used]
+    if len(in_window) == events and op_of_event.count(-1) == 0:
+        return []
+    return [i for i in in_window if op_of_event[i] < 0]
+
+
 def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window: Window | None,
                  gpu: GpuAttribution, notes: list[str], warnings: list[str], seconds: float,
-                 nesting: tuple[list, list] | None = None) -> LinkReport:
+                 nesting: tuple[list, list] | None = None, op_of_event: list[int] | None = None) -> LinkReport:
     """The report of one link. ``nesting``: the CPU events' (nesting parents, ``ts + dur``)
-    columns when at hand."""
+    columns, ``op_of_event`` the inverse of ``match.event_of_op``, when at hand."""
     ops = et.op_indices()
     event_of_op = match.event_of_op
     events = kineto.cpu_events
     in_window = (range(len(events)) if window is None
                  else [i for i, e in enumerate(events) if window.contains(e.ts)])
-    used = set(event_of_op)
     et_missing = [i for i in ops if event_of_op[i] < 0]
     linked = len(ops) - len(et_missing)
-    every_event_used = window is None and len(used) - (-1 in used) == len(events)
-    k_missing = [] if every_event_used else [i for i in in_window if i not in used]
+    k_missing = _unlinked_events(event_of_op, in_window, len(events), op_of_event)
     unmatched = {
         "et": asdict(Unmatched(len(et_missing), [
             {"id": et.ids[i], "name": et.names[i], "tid": et.tid[i]} for i in et_missing[:EXAMPLES]])),

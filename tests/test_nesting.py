@@ -3,8 +3,9 @@
 ``durations.nest_cpu_events`` (nesting and exclusive times in one sweep) against
 ``intervals.nesting_parents`` + ``durations.exclusive_durations`` (the general union-merging
 definition); ``report.nesting_violations`` against ``intervals.lies_within`` pair by pair;
-``link.op_of_event`` against the plain inverse. Random events with integer-µs times (ties,
-zero-length events, touching ends) and fractional ones, on several threads.
+``link.op_of_event`` against the plain inverse, and the report's unlinked events found with it.
+Random events with integer-µs times (ties, zero-length events, touching ends) and fractional
+ones, on several threads.
 """
 
 from __future__ import annotations
@@ -96,3 +97,19 @@ def test_op_of_event_inverts_event_of_op(seed):
         if e >= 0:
             expected[e] = i
     assert op_of_event(event_of_op, 50) == expected
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_unlinked_events_from_the_inverse(seed):
+    from linker.report import _unlinked_events
+
+    rng = random.Random(seed)
+    events = 40
+    event_of_op = [rng.choice([-1, rng.randrange(events)]) for _ in range(rng.randrange(0, 80))]
+    if seed == 0:
+        event_of_op = list(range(events)) + [-1]  # every event linked
+    inverse = op_of_event(event_of_op, events)
+    for window in (range(events), sorted(rng.sample(range(events), 15))):
+        expected = [i for i in window if i not in set(event_of_op)]
+        assert _unlinked_events(event_of_op, window, events, None) == expected
+        assert _unlinked_events(event_of_op, window, events, inverse) == expected
