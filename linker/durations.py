@@ -33,7 +33,7 @@ class CpuNesting:
 def nest_cpu_events(events: Sequence[KinetoEvent]) -> CpuNesting:
     """``nesting_parents(events)`` and ``exclusive_durations`` of ``events`` (sorted as
     ``cpu_events``) in one stack sweep. The stack holds (index, end) pairs below the open event
-    ``top``; its bottom is a sentinel never closed (times are finite: ``sanity`` sees to it)."""
+    ``top``; its bottom is a sentinel never closed."""
     parents: list[int] = []
     exclusive: list[float] = []
     ends: list[float] = []
@@ -52,7 +52,8 @@ def nest_cpu_events(events: Sequence[KinetoEvent]) -> CpuNesting:
             top, top_end = -1, _NEVER
         # Touching ends: with integer-µs timestamps a zero-length event at its parent's last
         # microsecond reads ts == parent end; it is a child. A longer one there is a sibling.
-        while top_end < start or (top_end == start and dur > 0):
+        # (``stack`` empty: ``top`` is the sentinel, met only by an infinite start; kept.)
+        while top_end < start or (top_end == start and dur > 0 and stack):
             top, top_end = pop()
         add_parent(top)
         add_exclusive(dur)

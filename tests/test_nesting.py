@@ -113,3 +113,10 @@ def test_unlinked_events_from_the_inverse(seed):
         expected = [i for i in window if i not in set(event_of_op)]
         assert _unlinked_events(event_of_op, window, events, None) == expected
         assert _unlinked_events(event_of_op, window, events, inverse) == expected
+
+
+def test_infinite_times_do_not_break_the_sweep():
+    inf = float("inf")
+    events = [KinetoEvent(name="a", pid=1, tid=1, ts=0.0, dur=inf), KinetoEvent(name="b", pid=1, tid=1, ts=inf, dur=1.0),
+              KinetoEvent(name="c", pid=1, tid=1, ts=inf, dur=0.0)]
+    assert nest_cpu_events(events).parents == nesting_parents(events)
