@@ -35,39 +35,56 @@ class RfIdCheck:
     name_mismatches: int = 0
 
 
-def match_by_rf_id(et: ExecutionTrace, kineto: KinetoTrace) -> tuple[OpMatch, RfIdCheck]:
-    """Join on record-function ids. The match links only name-agreeing pairs with unique ids."""
-    events = kineto.cpu_events
-    ids = [e.args.rf_id for e in events]
+def _kineto_ids(ids: list) -> tuple[dict, int, int, int]:
+    """(record-function id -> its event, for the ids found once, None and 0 left out; events with
+    an id; events with id 0; events whose id repeats). One ``dict(zip())`` in C when every id is
+    distinct (None and 0 then occur at most once: no counting), else the counts. O(n)."""
+    first = dict(zip(ids, range(len(ids))))
+    if len(first) == len(ids):
+        with_id = len(ids) - (None in first)
+        zero = 1 if 0 in first else 0
+        first.pop(None, None)
+        first.pop(0, None)
+        return first, with_id, zero, 0
     with_id = len(ids) - ids.count(None)
     zero = ids.count(0)
     event_of_rf = unique_positions(ids, drop=(None, 0))
     k_dups = sum(c for c in Counter(r for r in ids if r).values() if c > 1) if len(event_of_rf) < with_id - zero else 0
+    return event_of_rf, with_id, zero, k_dups
+
+
+def match_by_rf_id(et: ExecutionTrace, kineto: KinetoTrace) -> tuple[OpMatch, RfIdCheck]:
+    """Join on record-function ids. The match links only name-agreeing pairs with unique ids."""
+    events = kineto.cpu_events
+    ids = [e.args.rf_id for e in events]
+    event_of_rf, with_id, zero, k_dups = _kineto_ids(ids)
 
     op_indices = et.op_indices()
     rf_ids = et.rf_id
     op_rf = [rf_ids[i] for i in op_indices]
-    et_unique = unique_positions(op_rf, drop=(None, 0))
-    et_counts = Counter(r for r in op_rf if r) if len(et_unique) < len(op_rf) - op_rf.count(0) else None
-    et_dups = sum(c for c in et_counts.values() if c > 1) if et_counts is not None else 0
+    distinct = set(op_rf)
+    if len(distinct) == len(op_rf):  # the usual case: every op's id distinct, no counting
+        et_dups = 0
+        et_counts = len(distinct) - (None in distinct) - (0 in distinct)  # only its truthiness is used
+        join_ops, join_ids = op_indices, op_rf  # None and 0 are not keys of event_of_rf: they never join
+    else:
+        et_unique = unique_positions(op_rf, drop=(None, 0))
+        et_counts = Counter(r for r in op_rf if r) if len(et_unique) < len(op_rf) - op_rf.count(0) else None
+        et_dups = sum(c for c in et_counts.values() if c > 1) if et_counts is not None else 0
+        if et_counts is None:
+            et_counts = et_unique  # only its truthiness is used below
+        join_ops, join_ids = list(map(op_indices.__getitem__, et_unique.values())), list(et_unique)
+    del distinct
 
     event_of_op = [-1] * len(et)
     names = et.names
-    joined = mismatched = 0
-    get_event = event_of_rf.get
-    for r, k in et_unique.items():
-        e = get_event(r)
-        if e is None:
-            continue
-        i = op_indices[k]
-        joined += 1
-        if events[e].name == names[i]:
+    join_events = list(map(event_of_rf.get, join_ids))
+    joined = len(join_events) - join_events.count(None)
+    for i, e in zip(join_ops, join_events):  # distinct ops: the links are counted after
+        if e is not None and events[e].name == names[i]:
             event_of_op[i] = e
-        else:
-            mismatched += 1
+    mismatched = joined - (len(event_of_op) - event_of_op.count(-1))
 
-    if et_counts is None:
-        et_counts = et_unique  # only its truthiness is used below
     check = RfIdCheck(False, "", with_id, zero, k_dups, et_dups, joined, mismatched)
     smaller = max(1, min(len(op_indices), len(events)))
     if with_id == 0:

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from .et_reader import ExecutionTrace
 from .gpu import BEFORE_TRACE, REASON_WORDS, UNDER_PROCESS_ROOT, GpuAttribution
-from .intervals import NESTING_SLACK_US
+from .intervals import NESTING_SLACK_US, lies_within
 from .kineto_reader import KinetoTrace
 from .match import OpMatch
 from .windows import Window
@@ -90,15 +90,33 @@ class LinkReport:
         return "\n".join(lines)
 
 
-def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int]) -> int:
+def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int],
+                       nesting: tuple[list, list] | None = None) -> int:
     """Linked ops whose Kineto interval is not inside their linked ET parent's (``lies_within``,
-    written out over columns). O(n)."""
+    written out). ``nesting``: the CPU events' (nesting parents, ``ts + dur``) columns when at
+    hand: the usual pair, an op whose parent's event is its event's nesting parent, then needs
+    only the end check (that parent starts no later: ``cpu_events`` are in start order per
+    thread), read from the columns. O(n)."""
     events = kineto.cpu_events
-    pairs = [(events[e], events[event_of_op[p]]) for e, p in zip(event_of_op, et.parent_index())
-             if e >= 0 and p >= 0 and event_of_op[p] >= 0]
     slack = NESTING_SLACK_US
-    return sum(1 for inner, outer in pairs
-               if not (outer.ts - slack <= inner.ts and inner.ts + inner.dur <= outer.ts + outer.dur + slack))
+    outer_of = [*event_of_op, -1]  # an op without a parent (-1) reads the -1 at the end
+    pairs = zip(event_of_op, map(outer_of.__getitem__, et.parent_index()))
+    if nesting is None:
+        violations = 0
+        for inner, outer in pairs:
+            if (inner | outer) >= 0:  # both linked
+                a, b = events[inner], events[outer]
+                if not (b.ts - slack <= a.ts and a.ts + a.dur <= b.ts + b.dur + slack):
+                    violations += 1
+        return violations
+    parent, end = nesting
+    violations = 0
+    for inner, outer in pairs:
+        # (inner | outer) >= 0: both linked; a violation at the end, or a pair to check in full.
+        if (inner | outer) >= 0 and (parent[inner] != outer or end[inner] > end[outer] + slack):
+            if parent[inner] == outer or not lies_within(events[inner], events[outer], slack):
+                violations += 1
+    return violations
 
 
 def _window_dict(window: Window | None) -> dict | None:
@@ -109,17 +127,30 @@ def _window_dict(window: Window | None) -> dict | None:
             "candidates": window.candidates, "score": round(window.score, 4)}
 
 
+def _unlinked_events(event_of_op: list[int], in_window, events: int, op_of_event: list[int] | None) -> list[int]:
+    """The events of the window no op is linked to. O(n); none to look for when the inverse
+    (``op_of_event``) has no -1 and the window is the whole trace."""
+    if op_of_event is None:
+        used = set(event_of_op)
+        return [i for i in in_window if i not in used]
+    if len(in_window) == events and op_of_event.count(-1) == 0:
+        return []
+    return [i for i in in_window if op_of_event[i] < 0]
+
+
 def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window: Window | None,
-                 gpu: GpuAttribution, notes: list[str], warnings: list[str], seconds: float) -> LinkReport:
+                 gpu: GpuAttribution, notes: list[str], warnings: list[str], seconds: float,
+                 nesting: tuple[list, list] | None = None, op_of_event: list[int] | None = None) -> LinkReport:
+    """The report of one link. ``nesting``: the CPU events' (nesting parents, ``ts + dur``)
+    columns, ``op_of_event`` the inverse of ``match.event_of_op``, when at hand."""
     ops = et.op_indices()
     event_of_op = match.event_of_op
     events = kineto.cpu_events
     in_window = (range(len(events)) if window is None
                  else [i for i, e in enumerate(events) if window.contains(e.ts)])
-    used = set(event_of_op)
     et_missing = [i for i in ops if event_of_op[i] < 0]
     linked = len(ops) - len(et_missing)
-    k_missing = [i for i in in_window if i not in used]
+    k_missing = _unlinked_events(event_of_op, in_window, len(events), op_of_event)
     unmatched = {
         "et": asdict(Unmatched(len(et_missing), [
             {"id": et.ids[i], "name": et.names[i], "tid": et.tid[i]} for i in et_missing[:EXAMPLES]])),
@@ -141,7 +172,7 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
     if match.unpaired_et_threads:
         warnings.append(f"ET threads {match.unpaired_et_threads} have no Kineto counterpart "
                         "(their ops stay unlinked)")
-    violations = nesting_violations(et, kineto, match.event_of_op)
+    violations = nesting_violations(et, kineto, match.event_of_op, nesting)
     if violations:
         warnings.append(f"{violations} linked ops lie outside their linked parent's time interval "
                         "(a sign of wrong links)")
