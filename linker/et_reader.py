@@ -8,7 +8,8 @@ Decoding uses msgspec structs: the fields linking needs are typed, the bulky nes
 bytes and are written back out untouched. Unknown keys are discovered, not dropped: a decode that
 meets one adds it as a raw field and retries. Cost: one decode pass over the file (plus one per
 distinct unknown key), then one O(n) pass to build the columns (the nested layout's ``attrs``
-decoded once more, by position: ``_positional_decoder``).
+decoded once more, by position: ``_positional_decoder``). The ``op_schema`` column, which linking
+does not use, is decoded on first use (one more pass over ``attrs``).
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ class ExecutionTrace:
     tid: list[int] = field(default_factory=list)
     rf_id: list[int] = field(default_factory=list)
     scope: list[int] = field(default_factory=list)
-    op_schema: list[str] = field(default_factory=list)
+    _op_schema: list[str] | None = field(default_factory=list, repr=False)  # None: not decoded yet
     _op_indices: list[int] | None = field(default=None, repr=False)
     _index_of_id: dict[int, int] | None = field(default=None, repr=False)
     _parent_index: list[int] | None = field(default=None, repr=False)
@@ -129,6 +130,18 @@ class ExecutionTrace:
         """True for the process root and the per-thread roots (not ops: never linked)."""
         name = self.names[i]
         return name in PROCESS_ROOT_NAMES or name in THREAD_ROOT_NAMES
+
+    @property
+    def op_schema(self) -> list[str]:
+        """The ``op_schema`` of each node ("" when absent). Read from the nodes on first use (the
+        linker never needs it), O(n) then; a list that can be appended to, as the other columns."""
+        if self._op_schema is None:
+            self._op_schema = _op_schema_column(self)
+        return self._op_schema
+
+    @op_schema.setter
+    def op_schema(self, values: list[str]) -> None:
+        self._op_schema = values
 
     def op_indices(self) -> list[int]:
         """Indices of all nodes that are ops (everything but the process and thread roots).
@@ -268,14 +281,15 @@ def _fill_columns(et: ExecutionTrace) -> None:
         et.op_schema = [node.op_schema if node.op_schema is not UNSET else "" for node in nodes]
         return
     et.parent = [node.ctrl_deps if node.ctrl_deps is not UNSET else node.id for node in nodes]
-    tid, rf_id, scope, op_schema = et.tid, et.rf_id, et.scope, et.op_schema
+    et._op_schema = None  # decoded on first use: ``_op_schema_column``
+    tid, rf_id, scope = et.tid, et.rf_id, et.scope
     positional = _positional_decoder(nodes)
     positions: dict[str, int] = dict(positional[1]) if positional else {}  # node 0's, as learned
     for start in range(0, len(nodes), _NODES_PER_BLOCK):  # blocks: the decoded attrs stay small
         block = nodes[start:start + _NODES_PER_BLOCK]
         fast = _positional_columns(block, positional, positions)
         if fast is not None:
-            for column, values in zip((tid, rf_id, scope, op_schema), fast):
+            for column, values in zip((tid, rf_id, scope), fast):
                 column.extend(values)
             continue
         decode = _ATTR_VALUES_DECODER.decode
@@ -283,17 +297,30 @@ def _fill_columns(et: ExecutionTrace) -> None:
         tid.extend(_attr_column(attrs, "tid", _int, positions))
         rf_id.extend(_attr_column(attrs, "rf_id", _int, positions))
         scope.extend(_attr_column(attrs, "scope", _int, positions))
-        op_schema.extend(_attr_column(attrs, "op_schema", _text, positions))
 
 
-# The attributes the columns hold, with their conversion; the order of ``_fill_columns``.
-_COLUMN_ATTRS = (("tid", _int), ("rf_id", _int), ("scope", _int), ("op_schema", None))
+def _op_schema_column(et: ExecutionTrace) -> list[str]:
+    """The nested layout's ``op_schema`` of every node, read by name as ``_fill_columns`` reads the
+    other columns (the position where the first node holding it has it, else the last one). O(n)."""
+    column: list[str] = []
+    positions: dict[str, int] = {}
+    decode = _ATTR_VALUES_DECODER.decode
+    for start in range(0, len(et.nodes), _NODES_PER_BLOCK):
+        block = et.nodes[start:start + _NODES_PER_BLOCK]
+        attrs = [decode(node.attrs) if node.attrs is not UNSET else [] for node in block]
+        column.extend(_attr_column(attrs, "op_schema", _text, positions))
+    return column
+
+
+# The attributes the columns hold (``op_schema``: on first use), with their conversion; the order of ``_fill_columns``.
+_COLUMN_ATTRS = (("tid", _int), ("rf_id", _int), ("scope", _int))
 
 
 def _positional_decoder(nodes: list[EtNode]):
     """A decoder of one node's ``attrs`` by position, or None: the list as an array of entries whose
     ``name`` must be the one at that place (a ``Literal``: no string made), only the column
-    attributes' ``value`` decoded, and entries past the layout's skipped (msgspec ignores them).
+    attributes' ``value`` decoded (an int, 0 when absent: another value is a misfit, read by name
+    and converted there), and entries past the layout's skipped (msgspec ignores them).
 
     The positions are those the by-name path learns (the first node of the first block holding each
     column attribute, its first place there), found among the first nodes; the layout is the
@@ -318,7 +345,7 @@ def _positional_decoder(nodes: list[EtNode]):
     fields = []
     for k, name in enumerate(min(fitting, key=len)):  # a column attribute's entry: the field of its name
         column = learned.get(name) == k
-        entry = [("name", Literal[name])] + ([("value", Any, None)] if column else [])
+        entry = [("name", Literal[name])] + ([("value", int, 0)] if column else [])
         fields.append((name if column else f"_{k}", msgspec.defstruct(f"_Attr{k}", entry, gc=False)))
     layout = msgspec.defstruct("_AttrLayout", fields, array_like=True, gc=False)
     return msgspec.json.Decoder(layout).decode, learned
@@ -341,26 +368,19 @@ def _positional_columns(block: list[EtNode], positional, positions: dict[str, in
         decoded = [_decoded_or_placeholder(decode, node.attrs) for node in block]
         misfits = [i for i, d in enumerate(decoded) if d is _MISFIT_VALUES]
     columns = [[d.tid.value for d in decoded], [d.rf_id.value for d in decoded],
-               [d.scope.value for d in decoded], [d.op_schema.value for d in decoded]]  # as _COLUMN_ATTRS
-    if misfits:  # read by name, as the by-name path reads them (values converted: kept as they are)
+               [d.scope.value for d in decoded]]  # as _COLUMN_ATTRS
+    if misfits:  # read by name and converted, as the by-name path reads them
         by_name = _ATTR_VALUES_DECODER.decode
         attrs = [by_name(block[i].attrs) if block[i].attrs is not UNSET else [] for i in misfits]
         for column, (name, convert) in zip(columns, _COLUMN_ATTRS):
-            for i, value in zip(misfits, _attr_column(attrs, name, convert or _text, positions)):
+            for i, value in zip(misfits, _attr_column(attrs, name, convert, positions)):
                 column[i] = value
-    converted = []
-    for (_, convert), values in zip(_COLUMN_ATTRS, columns):
-        kinds = set(map(type, values))
-        if convert is None:  # op_schema: ``_text``, the identity on non-empty strings
-            converted.append(values if kinds <= {str} else [_text(v) for v in values])
-        else:
-            converted.append(values if kinds <= {int} else [v if type(v) is int else convert(v) for v in values])
-    return converted
+    return columns
 
 
 _MISFIT = (msgspec.ValidationError, msgspec.DecodeError, TypeError)  # laid out otherwise, or no attrs
 _NO_VALUE = SimpleNamespace(value=None)
-_MISFIT_VALUES = SimpleNamespace(tid=_NO_VALUE, rf_id=_NO_VALUE, scope=_NO_VALUE, op_schema=_NO_VALUE)
+_MISFIT_VALUES = SimpleNamespace(tid=_NO_VALUE, rf_id=_NO_VALUE, scope=_NO_VALUE)
 
 
 def _decoded_or_placeholder(decode, attrs):

@@ -84,6 +84,29 @@ def test_et_columns_by_position_when_some_nodes_are_laid_out_otherwise(tmp_path,
     assert columns(read_execution_trace(path)) == expected
 
 
+def plain_op_schema(doc: dict) -> list[str]:
+    """Each node's ``op_schema`` as plain JSON has it: the flat key, or the attrs entry ("" if none)."""
+    if doc["nodes"] and "attrs" not in doc["nodes"][0] and "parent" in doc["nodes"][0]:
+        return [node.get("op_schema") or "" for node in doc["nodes"]]
+    return [str(next((a.get("value") for a in node.get("attrs", []) if a["name"] == "op_schema"), "") or "")
+            for node in doc["nodes"]]
+
+
+@pytest.mark.parametrize("path", real_ets()[:6], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_et_op_schema_is_read_on_first_use(path):
+    """The linker never reads ``op_schema``: the column is decoded when first asked for, and then
+    holds what the file says."""
+    try:
+        et = read_execution_trace(path)
+    except TraceInputError:
+        pytest.skip("not an ET")
+    doc = json.loads(read_trace_bytes(path))
+    if et.layout == et_reader.NESTED:
+        assert et._op_schema is None
+    assert et.op_schema == plain_op_schema(doc) and et.op_schema is et.op_schema
+    assert any(et.op_schema)
+
+
 def test_et_whose_first_node_lacks_a_column_attribute_reads_by_name(tmp_path, monkeypatch):
     doc = json.loads(gzip.decompress((FIXTURES / "cpu" / "dataloader" / "et.json.gz").read_bytes()))
     doc["nodes"][0]["attrs"] = [a for a in doc["nodes"][0]["attrs"] if a["name"] != "scope"]
