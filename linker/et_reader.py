@@ -320,13 +320,14 @@ def _positional_decoder(nodes: list[EtNode]):
     """A decoder of one node's ``attrs`` by position, or None: the list as an array of entries whose
     ``name`` must be the one at that place (a ``Literal``: no string made), only the column
     attributes' ``value`` decoded (an int, 0 when absent: another value is a misfit, read by name
-    and converted there), and entries past the layout's skipped (msgspec ignores them).
+    and converted there), and the entries after the last column attribute skipped (msgspec ignores
+    trailing array items: not decoded, so not checked either; they stay raw and are written back).
 
     The positions are those the by-name path learns (the first node of the first block holding each
     column attribute, its first place there), found among the first nodes; the layout is the
-    shortest of theirs with each column attribute at its place. A node laid out otherwise fails the
-    decode and its block takes the by-name path; a node whose list is longer is read by its first
-    entries, as the by-name path takes a value found at its place: both give the same columns."""
+    shortest of theirs with each column attribute at its place, cut after the last of them. A node
+    laid out otherwise fails the decode and is read by name; a node whose list is longer is read by
+    its first entries, as the by-name path takes a value found at its place: same columns."""
     sample = nodes[:min(_LAYOUT_SAMPLE, _NODES_PER_BLOCK)]
     try:
         layouts = [[entry.name for entry in _ATTR_VALUES_DECODER.decode(node.attrs)]
@@ -343,7 +344,8 @@ def _positional_decoder(nodes: list[EtNode]):
     if len(learned) < len(_COLUMN_ATTRS) or not fitting:
         return None
     fields = []
-    for k, name in enumerate(min(fitting, key=len)):  # a column attribute's entry: the field of its name
+    last = max(learned.values())  # entries after the last column attribute: skipped, not decoded
+    for k, name in enumerate(min(fitting, key=len)[:last + 1]):  # a column attribute's entry: the field of its name
         column = learned.get(name) == k
         entry = [("name", Literal[name])] + ([("value", int, 0)] if column else [])
         fields.append((name if column else f"_{k}", msgspec.defstruct(f"_Attr{k}", entry, gc=False)))

@@ -107,6 +107,21 @@ def test_et_op_schema_is_read_on_first_use(path):
     assert any(et.op_schema)
 
 
+def test_et_attrs_after_the_last_column_attribute_are_not_decoded(tmp_path):
+    """The positional layout stops at the last column attribute: what follows it in a node's list
+    is skipped (kept raw, written back as read), even an entry the by-name path could not read."""
+    doc = json.loads(gzip.decompress((FIXTURES / "cpu" / "dataloader" / "et.json.gz").read_bytes()))
+    expected = columns(read_execution_trace(FIXTURES / "cpu" / "dataloader" / "et.json.gz"))
+    assert len(doc["nodes"]) > et_reader._LAYOUT_SAMPLE  # a node after those the layout is learned from
+    doc["nodes"][-1]["attrs"][-1] = {"not": "an attribute"}
+    path = tmp_path / "odd_tail.json"
+    path.write_text(json.dumps(doc))
+    et = read_execution_trace(path)
+    assert {name: getattr(et, name) for name in COLUMNS if name != "op_schema"} == \
+        {name: value for name, value in expected.items() if name != "op_schema"}
+    assert json.loads(bytes(et.nodes[-1].attrs))[-1] == {"not": "an attribute"}
+
+
 def test_et_whose_first_node_lacks_a_column_attribute_reads_by_name(tmp_path, monkeypatch):
     doc = json.loads(gzip.decompress((FIXTURES / "cpu" / "dataloader" / "et.json.gz").read_bytes()))
     doc["nodes"][0]["attrs"] = [a for a in doc["nodes"][0]["attrs"] if a["name"] != "scope"]
