@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import eq
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -171,11 +173,10 @@ class ExecutionTrace:
         """Index of each node's parent, or -1 (missing parent, or the process root's own id).
         Computed once, O(n); do not modify."""
         if self._parent_index is None:
-            index = self.index_of_id()
-            self._parent_index = [index.get(p, -1) for p in self.parent]
-            for i, p in enumerate(self._parent_index):
-                if p == i:
-                    self._parent_index[i] = -1
+            parent = list(map(self.index_of_id().get, self.parent, repeat(-1)))  # C passes
+            for i in compress(range(len(parent)), map(eq, parent, range(len(parent)))):
+                parent[i] = -1
+            self._parent_index = parent
         return self._parent_index
 
     def threads(self) -> dict[int, list[int]]:

@@ -401,3 +401,19 @@ def test_batch_workers_read_without_a_child(tmp_path, monkeypatch):
     pipeline.link_pair(et_path, kineto_path, tmp_path / "single.json")
     assert forks == [kineto_path]
     assert (tmp_path / "batch.json").read_bytes() == (tmp_path / "single.json").read_bytes()
+
+
+def test_et_parent_index_marks_missing_and_own_parents(tmp_path):
+    """parent_index: the parent's index, -1 for a missing parent and for a node that is its own
+    parent (the process root); the same as a plain lookup per node."""
+    nodes = [{"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 1},
+             {"id": 2, "name": "[pytorch|profiler|execution_trace|thread]", "ctrl_deps": 1},
+             {"id": 5, "name": "a", "ctrl_deps": 2}, {"id": 3, "name": "b", "ctrl_deps": 5},
+             {"id": 4, "name": "c", "ctrl_deps": 99}, {"id": 6, "name": "d", "ctrl_deps": 6}]
+    path = tmp_path / "parents.json"
+    path.write_text(json.dumps({"schema": "1.0.2", "nodes": nodes}))
+    et = read_execution_trace(path)
+    assert et.parent_index() == [-1, 0, 1, 2, -1, -1]
+    index = {node["id"]: i for i, node in enumerate(nodes)}
+    assert et.parent_index() == [-1 if index.get(n["ctrl_deps"], -1) == i else index.get(n["ctrl_deps"], -1)
+                                 for i, n in enumerate(nodes)]
