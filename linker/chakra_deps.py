@@ -24,7 +24,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import accumulate, compress, repeat
-from operator import countOf, eq, lt
+from operator import countOf, eq, lt, ne
 from typing import Any
 
 import msgspec
@@ -245,10 +245,17 @@ def _gpu_placement(et_plus: EtPlus) -> GpuPlacement:
     return GpuPlacement(stream_key, issue_ts, issue_thread)
 
 
-def _time_keys(et_plus: EtPlus, placement: GpuPlacement) -> list[float]:
+def _time_keys(et_plus: EtPlus, placement: GpuPlacement, starts: list[float] | None = None) -> list[float]:
     """Priority of each node in the write order: linked start (CPU) or issue time (GPU);
-    -inf for unlinked CPU ops (written as soon as their dependencies are)."""
-    keys = [node.ts if node.ts is not msgspec.UNSET else -math.inf for node in et_plus.et.nodes]
+    -inf for unlinked CPU ops (written as soon as their dependencies are). ``starts``: the CPU
+    nodes' start column the build gathered (``EtPlus.op_times``, NaN when unlinked), the same
+    numbers as their ``ts`` (which has integral values as int) without a pass over the nodes."""
+    if starts is not None:
+        keys = list(starts)
+        for i in compress(range(len(keys)), map(ne, keys, keys)):  # NaN: unlinked
+            keys[i] = -math.inf
+    else:
+        keys = [node.ts if node.ts is not msgspec.UNSET else -math.inf for node in et_plus.et.nodes]
     keys += placement.issue_ts
     return keys
 
@@ -413,8 +420,10 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
         key = placement.stream_key[k]
         prev[n + k] = last_on_stream.get(key, NO_NODE)
         last_on_stream[key] = n + k
-    busy = compute_busy(et_plus, _exclusive_of_ops(et_plus), preorder)
-    et_plus.op_times = None  # only the busy times needed them
+    exclusive = et_plus.op_exclusive if et_plus.op_exclusive is not None else _exclusive_of_ops(et_plus)
+    starts = et_plus.op_times[0] if et_plus.op_times is not None else None
+    busy = compute_busy(et_plus, exclusive, preorder)
+    et_plus.op_times = et_plus.op_exclusive = None  # only the busy times needed them
     extra: dict[int, list[tuple[int, str]]] = {}
     for source, target, cause in busy.cross:
         if source != target and source != prev[target] and source != ctrl[target]:
@@ -423,7 +432,7 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
                           frozenset(n + k for k, link in enumerate(et_plus.gpu_links) if link.before_trace))
     _collective_order(plan, placement, extra)
     ids = et.ids + [node.id for node in gpu_nodes]
-    keys = _time_keys(et_plus, placement)
+    keys = _time_keys(et_plus, placement, starts)
     plan.order, plan.position = _write_order(ctrl, prev, keys, ids, extra, by_id, preorder)
     add_wait_edges(et_plus, plan, placement, summary)
     _count_causes(plan, summary.dependency_causes)

@@ -5,8 +5,9 @@ every attributed kernel/memcpy/memset becomes a node whose parent (``ctrl_deps``
 the layout has it) is its launching CPU node, carrying ``cat, name, ph, ts, dur, inclusive_dur,
 exclusive_dur, stream, device, correlation`` (and ``pg_name`` when the trace names the process
 group). New ids continue after the largest existing id. Each linked node's Kineto start and end
-are gathered on the way (``EtPlus.op_times``) for the plan's busy times, which drops them once
-used. Cost O(n + g).
+and its exclusive time, raw and as written, are gathered on the way (``EtPlus.op_times``,
+``op_exclusive``, ``exclusive_us``) for the plan's busy times and the simulation fields, which
+drop them once used. Cost O(n + g).
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ class EtPlus:
     # Per ET node: its linked Kineto event's start and end (µs, NaN when unlinked), gathered by
     # ``build_et_plus`` for the plan (``busy``), which drops them once used.
     op_times: tuple[list[float], list[float]] | None = None
+    # Per ET node: its exclusive µs (0.0 when unlinked), for the plan's busy times (dropped there),
+    # and ``exclusive_dur`` as written, integral values as int (0 when unlinked), for
+    # ``sim_fields`` (dropped there).
+    op_exclusive: list[float] | None = None
+    exclusive_us: list[float | int] | None = None
 
     @property
     def et(self) -> ExecutionTrace:
@@ -96,15 +102,20 @@ def build_et_plus(result: LinkResult) -> EtPlus:
     et, events, exclusive = result.et, result.kineto.cpu_events, result.exclusive
     nodes = et.nodes
     starts, ends = [math.nan] * len(nodes), [math.nan] * len(nodes)
+    op_exclusive, exclusive_us = [0.0] * len(nodes), [0] * len(nodes)
     for i, e in enumerate(result.match.event_of_op):
         if e < 0:
             continue
         node, event = nodes[i], events[e]
         ts, dur, excl = event.ts, event.dur, exclusive[e]
-        starts[i], ends[i] = ts, ts + dur
+        starts[i], ends[i], op_exclusive[i] = ts, ts + dur, excl
         node.ts = int(ts) if ts.is_integer() else ts
         node.dur = node.inclusive_dur = int(dur) if dur.is_integer() else dur
-        node.exclusive_dur = int(excl) if excl.is_integer() else round(excl, 3)
+        if excl.is_integer():
+            node.exclusive_dur = exclusive_us[i] = int(excl)
+        else:
+            rounded = node.exclusive_dur = round(excl, 3)
+            exclusive_us[i] = int(rounded) if rounded.is_integer() else rounded
     next_id = max(et.ids) + 1
     flat = et.layout == FLAT
     gpu_nodes, gpu_links = [], []
@@ -134,7 +145,8 @@ def build_et_plus(result: LinkResult) -> EtPlus:
         gpu_nodes.append(node)
         gpu_links.append(link)
         next_id += 1
-    return EtPlus(result, gpu_nodes, gpu_links, op_times=(starts, ends))
+    return EtPlus(result, gpu_nodes, gpu_links, op_times=(starts, ends), op_exclusive=op_exclusive,
+                  exclusive_us=exclusive_us)
 
 
 def _int_or_none(value) -> int | None:

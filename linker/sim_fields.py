@@ -40,18 +40,23 @@ def _us(value: float) -> float | int:
 def _sim_us_column(et_plus: EtPlus, busy) -> list[float | int]:
     """``_us(sim)`` of every ET node. A linked node with no blocked time and no host gap has
     sim = its exclusive time, whose ``_us`` is the ``exclusive_dur`` just written (as a number:
-    rounded to 3 digits, integral as int): read off the nodes with C passes; the other nodes (non-zero
-    times, unlinked) are converted one by one. O(n)."""
+    rounded to 3 digits, integral as int): ``EtPlus.exclusive_us`` as the build gathered it (used
+    once: dropped), else read off the nodes with C passes; the other nodes (non-zero times,
+    unlinked) are converted one by one. O(n)."""
     nodes, sim = et_plus.et.nodes, busy.sim
-    column = list(map(attrgetter("exclusive_dur"), nodes))
-    n = len(column)
+    gathered, et_plus.exclusive_us = et_plus.exclusive_us, None
+    n = len(nodes)
     others = set(compress(range(n), busy.blocked))
     others.update(compress(range(n), busy.host_gap),
                   compress(range(n), map((0).__gt__, et_plus.result.match.event_of_op)))
-    for i in others:
-        column[i] = 0
-    for i in compress(range(n), map(eq, column, map(int, column))):
-        column[i] = int(column[i])
+    if gathered is not None and len(gathered) == n:
+        column = gathered
+    else:
+        column = list(map(attrgetter("exclusive_dur"), nodes))
+        for i in others:
+            column[i] = 0
+        for i in compress(range(n), map(eq, column, map(int, column))):
+            column[i] = int(column[i])
     for i in others:
         column[i] = _us(sim[i])
     return column

@@ -149,3 +149,26 @@ def test_busy_times_do_not_depend_on_the_order_hint(name):
     et_plus.op_times = None  # the columns gathered again from the events
     without = compute_busy(et_plus, exclusive)
     assert with_hint == without
+
+
+@pytest.mark.parametrize("name", ["cpu/autograd_threads", "gpu/gpu_v111", "dlrm_rank0"])
+def test_columns_gathered_by_the_build_give_what_the_nodes_give(name):
+    """The plan and the simulation fields from the columns ``build_et_plus`` gathers (starts, ends,
+    exclusive times; used once, then dropped) equal those read again from the nodes and events."""
+    import msgspec
+
+    from linker.sim_fields import annotate_et_plus
+
+    gathered, again = _et_plus(name), _et_plus(name)
+    assert gathered.op_exclusive is not None and gathered.exclusive_us is not None
+    placement = chakra_deps._gpu_placement(gathered)
+    assert chakra_deps._time_keys(gathered, placement, gathered.op_times[0]) == \
+        chakra_deps._time_keys(gathered, placement)
+    again.op_times = again.op_exclusive = again.exclusive_us = None
+    assert chakra_deps._exclusive_of_ops(gathered) == gathered.op_exclusive
+    annotate_et_plus(gathered)
+    annotate_et_plus(again)
+    assert gathered.op_exclusive is None and gathered.exclusive_us is None
+    assert gathered.plan.busy == again.plan.busy
+    assert gathered.plan.order == again.plan.order and gathered.plan.position == again.plan.position
+    assert msgspec.json.encode(gathered.all_nodes()) == msgspec.json.encode(again.all_nodes())
