@@ -293,11 +293,25 @@ def _fill_columns(et: ExecutionTrace) -> None:
             for column, values in zip((tid, rf_id, scope), fast):
                 column.extend(values)
             continue
-        decode = _ATTR_VALUES_DECODER.decode
-        attrs = [decode(node.attrs) if node.attrs is not UNSET else [] for node in block]
+        attrs = _decoded_attrs(block, et.path)
         tid.extend(_attr_column(attrs, "tid", _int, positions))
         rf_id.extend(_attr_column(attrs, "rf_id", _int, positions))
         scope.extend(_attr_column(attrs, "scope", _int, positions))
+
+
+def _decoded_attrs(block: list, path: str) -> list[list]:
+    """Each node's ``attrs`` decoded by name (name/value only). A malformed entry (no name, not an
+    object) is the file's fault: ``TraceInputError`` naming the node."""
+    decode = _ATTR_VALUES_DECODER.decode
+    try:
+        return [decode(node.attrs) if node.attrs is not UNSET else [] for node in block]
+    except msgspec.DecodeError:
+        for node in block:  # only on failure: which node
+            try:
+                decode(node.attrs) if node.attrs is not UNSET else None
+            except msgspec.DecodeError as err:
+                raise TraceInputError(path, f"not a valid Execution Trace: node {node.id}'s attrs: {err}") from None
+        raise
 
 
 def _op_schema_column(et: ExecutionTrace) -> list[str]:
@@ -305,10 +319,9 @@ def _op_schema_column(et: ExecutionTrace) -> list[str]:
     other columns (the position where the first node holding it has it, else the last one). O(n)."""
     column: list[str] = []
     positions: dict[str, int] = {}
-    decode = _ATTR_VALUES_DECODER.decode
     for start in range(0, len(et.nodes), _NODES_PER_BLOCK):
         block = et.nodes[start:start + _NODES_PER_BLOCK]
-        attrs = [decode(node.attrs) if node.attrs is not UNSET else [] for node in block]
+        attrs = _decoded_attrs(block, et.path)
         column.extend(_attr_column(attrs, "op_schema", _text, positions))
     return column
 

@@ -154,6 +154,25 @@ def test_flat_tid_beyond_64_bits_is_refused(dirs):
     assert "tid" in stderr
 
 
+@pytest.mark.parametrize("where", [1, 6, "appended"])
+@pytest.mark.parametrize("suffix", [".json", ".et"])
+def test_attrs_entry_without_a_name_is_refused(dirs, where, suffix):
+    """Before the linked columns (1), after them (6: the positional read stops at tid) or after the
+    usual entries: a one-line error naming the ET and the node, nothing written."""
+    inputs, outputs = dirs
+    doc = load(NESTED_ET)
+    node = next(n for n in op_nodes(doc) if len(n.get("attrs", [])) > 6)
+    if where == "appended":
+        node["attrs"].append({"type": "int", "value": 3})
+    else:
+        del node["attrs"][where]["name"]
+    et = save(doc, inputs / "et.json")
+    before = {et: digest(et), NESTED_KINETO: digest(NESTED_KINETO)}
+    code, stderr = invoke("--et-file", et, "--kineto-file", NESTED_KINETO, "-o", outputs / f"out{suffix}")
+    assert_clean_failure(code, stderr, cli.EXIT_INPUT, et, outputs, before)
+    assert f"node {node['id']}'s attrs" in stderr
+
+
 def _invalid_utf8(path: Path, source: Path) -> Path:
     data = gzip.decompress(source.read_bytes())
     at = data.index(b'"name": "') + len(b'"name": "')
