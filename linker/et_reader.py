@@ -288,7 +288,7 @@ def _fill_columns(et: ExecutionTrace) -> None:
     positions: dict[str, int] = dict(positional[1]) if positional else {}  # node 0's, as learned
     for start in range(0, len(nodes), _NODES_PER_BLOCK):  # blocks: the decoded attrs stay small
         block = nodes[start:start + _NODES_PER_BLOCK]
-        fast = _positional_columns(block, positional, positions)
+        fast = _positional_columns(block, positional, positions, et.path)
         if fast is not None:
             for column, values in zip((tid, rf_id, scope), fast):
                 column.extend(values)
@@ -370,7 +370,8 @@ def _positional_decoder(nodes: list[EtNode]):
 _LAYOUT_SAMPLE = 64  # nodes looked at for the positional layout
 
 
-def _positional_columns(block: list[EtNode], positional, positions: dict[str, int]) -> list[list] | None:
+def _positional_columns(block: list[EtNode], positional, positions: dict[str, int],
+                        path: str) -> list[list] | None:
     """The column attributes of ``block`` by the positional decoder (None without one); a node laid
     out otherwise (or without ``attrs``) is read by name at the same ``positions``. O(len(block));
     other attributes decode to a small struct each (their name matched, not made; value skipped)."""
@@ -386,8 +387,7 @@ def _positional_columns(block: list[EtNode], positional, positions: dict[str, in
     columns = [[d.tid.value for d in decoded], [d.rf_id.value for d in decoded],
                [d.scope.value for d in decoded]]  # as _COLUMN_ATTRS
     if misfits:  # read by name and converted, as the by-name path reads them
-        by_name = _ATTR_VALUES_DECODER.decode
-        attrs = [by_name(block[i].attrs) if block[i].attrs is not UNSET else [] for i in misfits]
+        attrs = _decoded_attrs([block[i] for i in misfits], path)
         for column, (name, convert) in zip(columns, _COLUMN_ATTRS):
             for i, value in zip(misfits, _attr_column(attrs, name, convert, positions)):
                 column[i] = value

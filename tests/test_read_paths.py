@@ -375,11 +375,12 @@ def test_et_attrs_that_cannot_be_read_by_name_fail_as_by_name(tmp_path, monkeypa
     path.write_text(json.dumps(doc))
     with monkeypatch.context() as m:
         m.setattr(et_reader, "_positional_decoder", lambda nodes: None)
-        with pytest.raises(msgspec.ValidationError) as by_name:
+        with pytest.raises(TraceInputError) as by_name:
             read_execution_trace(path)
-    with pytest.raises(msgspec.ValidationError) as by_position:
+    with pytest.raises(TraceInputError) as by_position:
         read_execution_trace(path)
     assert str(by_position.value) == str(by_name.value)
+    assert "node 51's attrs: Object missing required field `name`" in str(by_name.value)
 
 
 def test_batch_workers_read_without_a_child(tmp_path, monkeypatch):
