@@ -10,7 +10,7 @@ of the pipeline (GPU attribution, durations, ``EtPlus``, both writers) runs unch
 - a process root and one thread root per Kineto (pid, tid), numbered 1, 2, ... in (pid, tid)
   order (the ``tid`` attr is that number, as in an ET);
 - ids in start order per thread (ET ids are given at op start), parents from interval nesting on
-  the thread (``intervals.nesting_parents``), a top-level event under its thread root;
+  the thread (``durations.nest_cpu_events``, which gives the exclusive durations in the same sweep), a top-level event under its thread root;
 - inputs' shapes from ``Input Dims`` where the trace recorded them (values and types are not
   written);
 - attrs ``rf_id`` (the Kineto ``Record function id``; 0 = unknown), ``tid``, and the usual
@@ -29,12 +29,11 @@ from dataclasses import dataclass
 
 import msgspec
 
-from .durations import exclusive_durations
+from .durations import CpuNesting, nest_cpu_events
 from .et_reader import NESTED, PROCESS_ROOT_NAMES, THREAD_ROOT_NAMES, EtNode, ExecutionTrace
 from .gpu import adopt_before_trace, attribute_gpu_ops, innermost_python_functions, uncovered_launch_points
-from .intervals import nesting_parents
 from .kineto_reader import KinetoEvent, KinetoTrace, cpu_event_order
-from .link import LinkResult
+from .link import LinkResult, op_of_event
 from .match import OpMatch
 from .report import build_report
 
@@ -61,13 +60,13 @@ class KinetoGraph:
 
     ``kineto`` is the input trace with the chosen ``python_function`` events added to its CPU events
     (re-sorted); ``event_of_op[i]`` is the CPU event node ``i`` stands for (-1 for the roots);
-    ``parents`` the nesting parents of those CPU events.
+    ``nesting`` the nesting parents, exclusive durations and ends of those CPU events (one sweep).
     """
 
     et: ExecutionTrace
     kineto: KinetoTrace
     event_of_op: list[int]
-    parents: list[int]
+    nesting: CpuNesting
     python_nodes: int
 
 
@@ -109,7 +108,8 @@ def build_host_graph(kineto: KinetoTrace) -> KinetoGraph:
     """The host graph of ``kineto`` as an ``ExecutionTrace`` (nested layout). O(n log n)."""
     kineto, python_nodes = _with_python_events(kineto)
     events = kineto.cpu_events
-    parents = nesting_parents(events)
+    nesting = nest_cpu_events(events)
+    parents = nesting.parents
     thread_number: dict[tuple, int] = {}
     for e in events:
         thread_number.setdefault((e.pid, e.tid), len(thread_number) + 1)
@@ -140,7 +140,7 @@ def build_host_graph(kineto: KinetoTrace) -> KinetoGraph:
         et.op_schema.append("")
     et.tid = [0] + list(thread_number.values()) + [thread_number[(e.pid, e.tid)] for e in events]
     et.rf_id = [0] * (len(thread_number) + 1) + [e.args.rf_id or 0 for e in events]
-    return KinetoGraph(et, kineto, event_of_op, parents, python_nodes)
+    return KinetoGraph(et, kineto, event_of_op, nesting, python_nodes)
 
 
 def link_kineto_only(kineto: KinetoTrace) -> LinkResult:
@@ -148,13 +148,10 @@ def link_kineto_only(kineto: KinetoTrace) -> LinkResult:
     started = time.perf_counter()
     graph = build_host_graph(kineto)
     events = graph.kineto.cpu_events
-    op_of_event = [-1] * len(events)
-    for i, e in enumerate(graph.event_of_op):
-        if e >= 0:
-            op_of_event[e] = i
-    gpu = attribute_gpu_ops(graph.kineto, op_of_event, graph.parents)
+    nesting = graph.nesting
+    ops = op_of_event(graph.event_of_op, len(events))
+    gpu = attribute_gpu_ops(graph.kineto, ops, nesting.parents)
     adopt_before_trace(gpu, 0)  # node 0 is the process root
-    exclusive = exclusive_durations(events, graph.parents)
     threads = len(set(graph.et.tid)) - 1
     note = (f"no Execution Trace: the host graph was built from the Kineto trace alone "
             f"({len(events) - graph.python_nodes} CPU ops and annotations on {threads} "
@@ -163,7 +160,8 @@ def link_kineto_only(kineto: KinetoTrace) -> LinkResult:
              if graph.python_nodes else ")")
     match = OpMatch(METHOD, graph.event_of_op, notes=[note])
     report = build_report(graph.et, graph.kineto, match, None, gpu, [], [],
-                          seconds=time.perf_counter() - started)
+                          seconds=time.perf_counter() - started,
+                          nesting=(nesting.parents, nesting.end), op_of_event=ops)
     report.et_file = None
     report.host_graph = HOST_GRAPH_SOURCE
-    return LinkResult(graph.et, graph.kineto, match, None, gpu, graph.parents, exclusive, report)
+    return LinkResult(graph.et, graph.kineto, match, None, gpu, nesting.parents, nesting.exclusive, report)
