@@ -5,16 +5,18 @@ independent until matching).
 pays no copy-on-write for what it then builds. The child runs ``read_kineto_trace`` and the input
 check ``sanity.check_kineto_trace``, and hands back the checked ``KinetoTrace`` and the check's
 warnings encoded with msgpack (``to_wire``): the events as compact maps (default fields
-left out), each ``Input Dims`` (raw JSON bytes, which msgpack would otherwise splice in as msgpack)
-carried as a msgpack binary inside its ``Raw``. ``finish(child)`` decodes that in C (``from_wire``)
-and turns each ``Input Dims`` back into its own JSON bytes: the same trace and warnings the serial
-read and check give (tests/test_read_paths.py). When there is no child (a small file, no ``fork``)
+left out), their ``Input Dims`` (raw JSON bytes, which msgpack would otherwise splice in as msgpack)
+taken out into one JSON array per event list, carried as a msgpack binary with the events'
+positions. ``finish(child)`` decodes that in C (``from_wire``), splits each array with one JSON
+decode and puts each ``Input Dims`` back in its event as a view into that array (which holds only
+dims): the same trace and warnings the serial read and check give (tests/test_read_paths.py). When there is no child (a small file, no ``fork``)
 or it failed for any reason (a bad file, a trace the check refuses), ``finish`` gives None and the
 caller reads and checks the file itself, so a bad file fails with the same ``TraceInputError``, in
 the same order, as without a child.
 
 Cost, for n events: the child reads as the serial path does, plus one O(n) pass and the encode;
-the parent decodes the msgpack and makes one O(n) pass (about a third of reading the JSON).
+the parent decodes the msgpack and puts the dims back with C loops (about a quarter of reading
+the JSON).
 """
 
 from __future__ import annotations
@@ -50,9 +52,13 @@ class _Wire(msgspec.Struct, array_like=True):
     flows: dict[int | str, list[FlowEnd]]
     python_events: list[KinetoEvent]
     warnings: list[str]  # of ``sanity.check_kineto_trace``, run by the child too
+    # Per event list (cpu, runtime, gpu, python): the positions of the events with ``Input Dims``,
+    # and those dims (raw JSON values) in one JSON array, carried as a msgpack binary.
+    dims_at: list[list[int]]
+    dims: list[bytes]
 
 
-_BINARY = msgspec.msgpack.Decoder(bytes)
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 def start(path: str | os.PathLike) -> ForkedCall | None:
@@ -92,31 +98,35 @@ def _lists(trace) -> tuple:
 
 
 def to_wire(trace: KinetoTrace, warnings: list[str]) -> bytes:
-    """The trace and its check's warnings as msgpack bytes (each ``Input Dims`` replaced in place
-    by its wrapped form)."""
-    encode = msgspec.msgpack.encode
+    """The trace and its check's warnings as msgpack bytes. Each ``Input Dims`` leaves its event
+    (reset in place to the default, so the event's map omits it) for one JSON array per event
+    list, beside the positions of the events they belong to."""
+    at, dims = [], []
     for events in _lists(trace):
-        for event in events:
-            dims = event.args.input_dims
-            if dims is not _NO_DIMS:
-                force_setattr(event.args, "input_dims", msgspec.Raw(encode(bytes(dims))))
+        args = list(map(_ARGS, events))
+        positions = [i for i, d in enumerate(map(_INPUT_DIMS, args)) if d is not _NO_DIMS]
+        carried = list(map(args.__getitem__, positions))
+        at.append(positions)
+        dims.append(b"[" + b",".join(map(_INPUT_DIMS, carried)) + b"]")
+        deque(map(force_setattr, carried, repeat("input_dims"), repeat(_NO_DIMS)), maxlen=0)
     return msgspec.msgpack.encode(_Wire(
         trace.path, trace.pid, trace.rank, trace.world_size, trace.cpu_events, trace.runtime_events,
-        trace.gpu_events, trace.flows, trace.python_events, warnings))
+        trace.gpu_events, trace.flows, trace.python_events, warnings, at, dims))
 
 
 def from_wire(data) -> tuple[KinetoTrace, list[str]]:
-    """The trace and warnings ``to_wire`` encoded, each ``Input Dims`` its own JSON bytes again."""
+    """The trace and warnings ``to_wire`` encoded, each ``Input Dims`` back in its event: a view
+    into its list's JSON array (which holds only dims), split in C by one JSON decode and put back
+    by C loops, no Python per event."""
     wire = msgspec.msgpack.decode(data, type=_Wire)
-    for events in _lists(wire):
-        args = [event.args for event in events]
-        wrapped = [a for a in args if a.input_dims is not _NO_DIMS]
-        dims = map(msgspec.Raw, map(_BINARY.decode, map(_INPUT_DIMS, wrapped)))
-        deque(map(force_setattr, wrapped, repeat("input_dims"), dims), maxlen=0)  # a C loop
+    for events, at, dims in zip(_lists(wire), wire.dims_at, wire.dims):
+        args = map(_ARGS, map(events.__getitem__, at))
+        deque(map(force_setattr, args, repeat("input_dims"), _RAW_LIST.decode(dims)), maxlen=0)
     trace = KinetoTrace(path=wire.path, pid=wire.pid, rank=wire.rank, world_size=wire.world_size,
                         cpu_events=wire.cpu_events, runtime_events=wire.runtime_events,
                         gpu_events=wire.gpu_events, flows=wire.flows, python_events=wire.python_events)
     return trace, wire.warnings
 
 
+_ARGS = operator.attrgetter("args")
 _INPUT_DIMS = operator.attrgetter("input_dims")

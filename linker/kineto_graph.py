@@ -10,7 +10,7 @@ of the pipeline (GPU attribution, durations, ``EtPlus``, both writers) runs unch
 - a process root and one thread root per Kineto (pid, tid), numbered 1, 2, ... in (pid, tid)
   order (the ``tid`` attr is that number, as in an ET);
 - ids in start order per thread (ET ids are given at op start), parents from interval nesting on
-  the thread (``intervals.nesting_parents``), a top-level event under its thread root;
+  the thread (``durations.nest_cpu_events``, which gives the exclusive durations in the same sweep), a top-level event under its thread root;
 - inputs' shapes from ``Input Dims`` where the trace recorded them (values and types are not
   written);
 - attrs ``rf_id`` (the Kineto ``Record function id``; 0 = unknown), ``tid``, and the usual
@@ -26,15 +26,15 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from operator import attrgetter
 
 import msgspec
 
-from .durations import exclusive_durations
+from .durations import CpuNesting, nest_cpu_events
 from .et_reader import NESTED, PROCESS_ROOT_NAMES, THREAD_ROOT_NAMES, EtNode, ExecutionTrace
 from .gpu import adopt_before_trace, attribute_gpu_ops, innermost_python_functions, uncovered_launch_points
-from .intervals import nesting_parents
 from .kineto_reader import KinetoEvent, KinetoTrace, cpu_event_order
-from .link import LinkResult
+from .link import LinkResult, op_of_event
 from .match import OpMatch
 from .report import build_report
 
@@ -43,6 +43,7 @@ HOST_GRAPH_SOURCE = "kineto"
 METHOD = "kineto_only"
 PROCESS_ROOT_ID = 1
 
+_ID, _NAME, _CTRL_DEPS = attrgetter("id"), attrgetter("name"), attrgetter("ctrl_deps")
 _EMPTY_IO = msgspec.Raw(b'{"values":[],"shapes":[],"types":[],"strides":[]}')
 
 
@@ -61,26 +62,36 @@ class KinetoGraph:
 
     ``kineto`` is the input trace with the chosen ``python_function`` events added to its CPU events
     (re-sorted); ``event_of_op[i]`` is the CPU event node ``i`` stands for (-1 for the roots);
-    ``parents`` the nesting parents of those CPU events.
+    ``nesting`` the nesting parents, exclusive durations and ends of those CPU events (one sweep).
     """
 
     et: ExecutionTrace
     kineto: KinetoTrace
     event_of_op: list[int]
-    parents: list[int]
+    nesting: CpuNesting
     python_nodes: int
 
 
+# ``msgspec.json.encode`` of the attrs list below, with the two numbers left as ``%d`` (bytes
+# formatting: one C call per node instead of seven dicts and an encode; tests check both agree).
+_ATTRS = (b'[{"name":"rf_id","type":"uint64","value":%d},'
+          b'{"name":"fw_parent","type":"uint64","value":0},'
+          b'{"name":"seq_id","type":"int64","value":-1},'
+          b'{"name":"scope","type":"uint64","value":0},'
+          b'{"name":"tid","type":"uint64","value":%d},'
+          b'{"name":"fw_tid","type":"uint64","value":0},'
+          b'{"name":"op_schema","type":"string","value":""}]')
+
+
 def _attrs(rf_id: int, thread: int) -> msgspec.Raw:
-    return msgspec.Raw(msgspec.json.encode([
-        {"name": "rf_id", "type": "uint64", "value": rf_id},
-        {"name": "fw_parent", "type": "uint64", "value": 0},
-        {"name": "seq_id", "type": "int64", "value": -1},
-        {"name": "scope", "type": "uint64", "value": 0},
-        {"name": "tid", "type": "uint64", "value": thread},
-        {"name": "fw_tid", "type": "uint64", "value": 0},
-        {"name": "op_schema", "type": "string", "value": ""},
-    ]))
+    """The attrs ``[rf_id, fw_parent, seq_id, scope, tid, fw_tid, op_schema]`` of one node (the
+    unknown values but ``rf_id`` and ``tid``), as JSON."""
+    return msgspec.Raw(_ATTRS % (rf_id, thread))
+
+
+_SHAPES_HEAD = b'{"values":[],"shapes":'
+_SHAPES_TAIL = b',"types":[],"strides":[]}'
+_LIST_START = ord("[")
 
 
 def _inputs(event: KinetoEvent) -> msgspec.Raw:
@@ -88,10 +99,12 @@ def _inputs(event: KinetoEvent) -> msgspec.Raw:
 
     Types are not read: a decoded ``Input type`` would be one more raw view (or string list) per
     event kept alive on large traces, and nothing downstream needs it."""
-    dims = bytes(event.args.input_dims)
-    if not dims.lstrip()[:1] == b"[":  # a JSON list (the decoder validated the value): no decode
-        return _EMPTY_IO
-    return msgspec.Raw(b'{"values":[],"shapes":' + dims + b',"types":[],"strides":[]}')
+    dims = event.args.input_dims
+    view = memoryview(dims)
+    if not view or view[0] != _LIST_START:  # a decoded value starts at its first byte
+        if not bytes(dims).lstrip()[:1] == b"[":  # a JSON list (the decoder validated the value)
+            return _EMPTY_IO
+    return msgspec.Raw(b"".join((_SHAPES_HEAD, view, _SHAPES_TAIL)))
 
 
 def _with_python_events(kineto: KinetoTrace) -> tuple[KinetoTrace, int]:
@@ -109,38 +122,36 @@ def build_host_graph(kineto: KinetoTrace) -> KinetoGraph:
     """The host graph of ``kineto`` as an ``ExecutionTrace`` (nested layout). O(n log n)."""
     kineto, python_nodes = _with_python_events(kineto)
     events = kineto.cpu_events
-    parents = nesting_parents(events)
+    nesting = nest_cpu_events(events)
+    parents = nesting.parents
     thread_number: dict[tuple, int] = {}
-    for e in events:
-        thread_number.setdefault((e.pid, e.tid), len(thread_number) + 1)
+    thread_of = [thread_number.setdefault((e.pid, e.tid), len(thread_number) + 1) for e in events]
+    rf_ids = [e.args.rf_id or 0 for e in events]
     nodes = [EtNode(id=PROCESS_ROOT_ID, name=PROCESS_ROOT_NAMES[0], ctrl_deps=PROCESS_ROOT_ID,
                     inputs=_EMPTY_IO, outputs=_EMPTY_IO, attrs=_attrs(0, 0))]
-    root_of_thread = {}
-    for key, number in thread_number.items():
-        root_of_thread[key] = PROCESS_ROOT_ID + number
+    for number in thread_number.values():  # thread roots: ids PROCESS_ROOT_ID + number
         nodes.append(EtNode(id=PROCESS_ROOT_ID + number, name=THREAD_ROOT_NAMES[0],
                             ctrl_deps=PROCESS_ROOT_ID, inputs=_EMPTY_IO, outputs=_EMPTY_IO,
                             attrs=_attrs(0, number)))
-    first_op_id = PROCESS_ROOT_ID + len(thread_number) + 1
-    event_of_op = [-1] * len(nodes)
-    for i, e in enumerate(events):
-        key = (e.pid, e.tid)
-        parent = first_op_id + parents[i] if parents[i] >= 0 else root_of_thread[key]
-        nodes.append(EtNode(id=first_op_id + i, name=e.name, ctrl_deps=parent, inputs=_inputs(e),
-                            outputs=_EMPTY_IO, attrs=_attrs(e.args.rf_id or 0, thread_number[key])))
-        event_of_op.append(i)
+    roots = len(nodes)
+    first_op_id = PROCESS_ROOT_ID + roots
+    add = nodes.append
+    for i, (e, p, thread, rf_id) in enumerate(zip(events, parents, thread_of, rf_ids)):
+        parent = first_op_id + p if p >= 0 else PROCESS_ROOT_ID + thread
+        add(EtNode(id=first_op_id + i, name=e.name, ctrl_deps=parent, inputs=_inputs(e),
+                   outputs=_EMPTY_IO, attrs=msgspec.Raw(_ATTRS % (rf_id, thread))))
+    event_of_op = [-1] * roots + list(range(len(events)))
     doc = KinetoOnlyDocument(schema=SCHEMA, nodes=nodes,
                              pid=kineto.pid if kineto.pid is not None else msgspec.UNSET)
     et = ExecutionTrace(path="", layout=NESTED, schema=SCHEMA, pid=kineto.pid, header=doc, nodes=nodes)
-    for node in nodes:
-        et.ids.append(node.id)
-        et.names.append(node.name)
-        et.parent.append(node.ctrl_deps)
-        et.scope.append(0)
-        et.op_schema.append("")
-    et.tid = [0] + list(thread_number.values()) + [thread_number[(e.pid, e.tid)] for e in events]
-    et.rf_id = [0] * (len(thread_number) + 1) + [e.args.rf_id or 0 for e in events]
-    return KinetoGraph(et, kineto, event_of_op, parents, python_nodes)
+    et.ids = list(map(_ID, nodes))
+    et.names = list(map(_NAME, nodes))
+    et.parent = list(map(_CTRL_DEPS, nodes))
+    et.scope = [0] * len(nodes)
+    et.op_schema = [""] * len(nodes)
+    et.tid = [0, *thread_number.values(), *thread_of]
+    et.rf_id = [0] * roots + rf_ids
+    return KinetoGraph(et, kineto, event_of_op, nesting, python_nodes)
 
 
 def link_kineto_only(kineto: KinetoTrace) -> LinkResult:
@@ -148,13 +159,10 @@ def link_kineto_only(kineto: KinetoTrace) -> LinkResult:
     started = time.perf_counter()
     graph = build_host_graph(kineto)
     events = graph.kineto.cpu_events
-    op_of_event = [-1] * len(events)
-    for i, e in enumerate(graph.event_of_op):
-        if e >= 0:
-            op_of_event[e] = i
-    gpu = attribute_gpu_ops(graph.kineto, op_of_event, graph.parents)
+    nesting = graph.nesting
+    ops = op_of_event(graph.event_of_op, len(events))
+    gpu = attribute_gpu_ops(graph.kineto, ops, nesting.parents)
     adopt_before_trace(gpu, 0)  # node 0 is the process root
-    exclusive = exclusive_durations(events, graph.parents)
     threads = len(set(graph.et.tid)) - 1
     note = (f"no Execution Trace: the host graph was built from the Kineto trace alone "
             f"({len(events) - graph.python_nodes} CPU ops and annotations on {threads} "
@@ -163,7 +171,8 @@ def link_kineto_only(kineto: KinetoTrace) -> LinkResult:
              if graph.python_nodes else ")")
     match = OpMatch(METHOD, graph.event_of_op, notes=[note])
     report = build_report(graph.et, graph.kineto, match, None, gpu, [], [],
-                          seconds=time.perf_counter() - started)
+                          seconds=time.perf_counter() - started,
+                          nesting=(nesting.parents, nesting.end), op_of_event=ops)
     report.et_file = None
     report.host_graph = HOST_GRAPH_SOURCE
-    return LinkResult(graph.et, graph.kineto, match, None, gpu, graph.parents, exclusive, report)
+    return LinkResult(graph.et, graph.kineto, match, None, gpu, nesting.parents, nesting.exclusive, report)

@@ -263,3 +263,38 @@ def test_reader_drops_python_functions_when_every_launch_is_covered():
     path = shared_trace("kineto_only", "cudagraph_tracelens_mi300_vllm_graph_exec.json.gz")
     raw = [e for e in load_trace(path)["traceEvents"] if e.get("cat") == "python_function"]
     assert len(raw) > 0 and read_kineto_trace(path).python_events == []
+
+
+@pytest.mark.parametrize("rf_id, thread", [(0, 0), (1, 1), (123456789, 3), (2**64 - 1, 7)])
+def test_host_graph_attrs_are_the_json_of_the_attr_list(rf_id, thread):
+    import msgspec
+
+    from linker.kineto_graph import _attrs
+
+    expected = msgspec.json.encode([
+        {"name": "rf_id", "type": "uint64", "value": rf_id},
+        {"name": "fw_parent", "type": "uint64", "value": 0},
+        {"name": "seq_id", "type": "int64", "value": -1},
+        {"name": "scope", "type": "uint64", "value": 0},
+        {"name": "tid", "type": "uint64", "value": thread},
+        {"name": "fw_tid", "type": "uint64", "value": 0},
+        {"name": "op_schema", "type": "string", "value": ""},
+    ])
+    assert bytes(_attrs(rf_id, thread)) == expected
+    assert msgspec.json.decode(bytes(_attrs(rf_id, thread)))[0]["value"] == rf_id
+
+
+@pytest.mark.parametrize("dims, shapes", [
+    (None, None), (b"[]", b"[]"), (b"[[1,2],[]]", b"[[1,2],[]]"), (b" \n[[3]]", b" \n[[3]]"),
+    (b"null", None), (b"", None), (b'"x"', None), (b"[ ]", b"[ ]"),
+])
+def test_host_graph_inputs_carry_the_input_dims_as_shapes(dims, shapes):
+    import msgspec
+
+    from linker.kineto_graph import _inputs
+    from linker.kineto_reader import KinetoArgs, KinetoEvent
+
+    args = KinetoArgs() if dims is None else KinetoArgs(input_dims=msgspec.Raw(dims))
+    got = bytes(_inputs(KinetoEvent(args=args)))
+    shapes = b"[]" if shapes is None else shapes
+    assert got == b'{"values":[],"shapes":' + shapes + b',"types":[],"strides":[]}'

@@ -18,7 +18,7 @@ from linker import et_reader, forked, kineto_ahead, pipeline
 from linker.errors import TraceInputError
 from linker.et_reader import read_execution_trace
 from linker.fileio import read_trace_bytes
-from linker.kineto_reader import FlowEnd, KinetoArgs, KinetoEvent, KinetoTrace, read_kineto_trace
+from linker.kineto_reader import NO_ARGS, FlowEnd, KinetoArgs, KinetoEvent, KinetoTrace, read_kineto_trace
 from linker.sanity import check_kineto_trace
 
 COLUMNS = ("ids", "names", "parent", "tid", "rf_id", "scope", "op_schema")
@@ -240,7 +240,7 @@ def odd_events() -> list[KinetoEvent]:
 def test_wire_keeps_odd_values():
     flows = {5: [FlowEnd(1, "x", 2.5)], "s": [FlowEnd("a", 2, -1.0)]}
     trace = KinetoTrace("k.json", 7, 0, 2, odd_events(), [], [], flows, odd_events()[1:])
-    back, warnings = kineto_ahead.from_wire(kineto_ahead.to_wire(trace, ["w"]))  # (wraps dims in place)
+    back, warnings = kineto_ahead.from_wire(kineto_ahead.to_wire(trace, ["w"]))  # (takes dims out in place)
     assert warnings == ["w"]
     expected = odd_events()
     assert [bytes(e.args.input_dims) for e in back.cpu_events] == [bytes(e.args.input_dims) for e in expected]
@@ -248,6 +248,20 @@ def test_wire_keeps_odd_values():
     assert back.cpu_events[1:] == expected[1:] and back.python_events == expected[1:]
     assert back.flows == flows and list(back.flows) == [5, "s"]
     assert (back.path, back.pid, back.rank, back.world_size) == ("k.json", 7, 0, 2)
+
+
+def test_wire_puts_each_lists_dims_back_in_its_own_events():
+    def events(tag: str) -> list[KinetoEvent]:
+        return [KinetoEvent(name=f"{tag}{i}", args=KinetoArgs(external_id=i, input_dims=msgspec.Raw(
+            f'[[{i}], "{tag}"]'.encode()))) if i % 2 else KinetoEvent(name=f"{tag}{i}") for i in range(5)]
+
+    lists = [events(tag) for tag in "crgp"]
+    trace = KinetoTrace("k.json", 1, None, None, *lists[:3], {}, lists[3])
+    back, _ = kineto_ahead.from_wire(kineto_ahead.to_wire(trace, []))
+    for got, tag in zip((back.cpu_events, back.runtime_events, back.gpu_events, back.python_events), "crgp"):
+        assert got == events(tag)
+        assert [bytes(e.args.input_dims) for e in got] == [bytes(e.args.input_dims) for e in events(tag)]
+        assert all(e.args.input_dims is NO_ARGS.input_dims for e in got[::2])  # no dims: the default
 
 
 @needs_fork
