@@ -28,6 +28,7 @@ import orjson
 
 from . import et_def_pb2 as pb
 from .chakra_comm import PROCESS_GROUP_INIT, _IOParts, _is_int
+from .chakra_deps import PARENT, THREAD_ORDER
 from .chakra_io import CONTINUED_PAIRS, SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, make_attr
 from .et_reader import FLAT, UNSET, EtNode, decode_attr_values
 
@@ -479,6 +480,8 @@ class NodeFrames:
         et, plan, busy = self._et_plus.et, self._plan, self._plan.busy
         nodes, ids, n, gpu_nodes = et.nodes, et.ids, plan.cpu_count, self._et_plus.gpu_nodes
         ctrl_of, data_deps, sim, blocked, host_gap = plan.ctrl, plan.data_deps, busy.sim, busy.blocked, busy.host_gap
+        prev, waits = plan.prev, plan.waits
+        parent_cause, order_cause = self._cause(PARENT), self._cause(THREAD_ORDER)
         heads, causes_of, cpu_attrs, plain_attrs = self._heads, self._causes, self._cpu_attrs, self.attrs.cpu_attr_bytes
         inputs, outputs = self._inputs, self._outputs
         inclusive, exclusive, blocked_attr, gap_attr = self._ints
@@ -498,20 +501,22 @@ class NodeFrames:
                     parts = [b"\x08", i, head]
                 else:
                     parts = [head]
-                c = ctrl_of[u]
-                if c >= 0:
-                    c = ids[c]
+                p = ctrl_of[u]
+                if p >= 0:
+                    c = ids[p]
                     c = small[c] if 0 <= c < end else pairs[c & 0x3FFF] + small[c >> 14] if 0 < c < 1 << 28 else varint(c)
                     parts += (b"\x22", small[len(c)], c)
-                deps = data_deps(u)
-                if len(deps) == 1:
-                    d, cause = deps[0]
+                d = prev[u]
+                if u in waits:  # several data dependencies (``plan.data_deps``)
+                    deps = data_deps(u)
+                    d, cause = deps[0] if len(deps) == 1 else (-1, None)
+                    causes = causes_of.get(cause) or self._cause(cause) if d >= 0 else self._many_deps(deps, parts) if deps else b""
+                else:  # the thread's previous op or none: ``plan.data_deps`` inlined
+                    causes = (parent_cause if d == p else order_cause) if d >= 0 else b""
+                if d >= 0:
                     d = ids[d] if d < n else gpu_nodes[d - n].id
                     d = small[d] if 0 <= d < end else pairs[d & 0x3FFF] + small[d >> 14] if 0 < d < 1 << 28 else varint(d)
                     parts += (b"\x2a", small[len(d)], d)
-                    causes = causes_of.get(cause) or self._cause(cause)
-                else:
-                    causes = self._many_deps(deps, parts) if deps else b""
                 ts = node.ts
                 if ts is not UNSET and ts is not None:
                     t = round(ts)
