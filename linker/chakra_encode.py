@@ -309,6 +309,7 @@ _RF_ID_ENTRY = b'[{"name": "rf_id", "type": "uint64", "value": '  # + digits: wh
 _FW_PARENT_ENTRY = b'"name": "fw_parent", "type": "uint64", "value": '
 _SEQ_ID_ENTRY = b'"name": "seq_id", "type": "int64", "value": '
 _RF_ID_HEAD = int64_head("rf_id")  # rf_id: unique per op, never cached
+_FW_PARENT_HEAD, _SEQ_ID_HEAD = int64_head("fw_parent"), int64_head("seq_id")
 _NOT_FAST = False  # cached for a text the fast path does not take
 
 
@@ -328,6 +329,9 @@ class CpuAttrs:
         self._second: dict[bytes, bytes | bool] = {}
         self._seq_id: dict[bytes, bytes | bool] = {}
         self._rest: dict[bytes, bytes | bool] = {}
+        # is_cpu_op, then the rf_id attribute's tag, length and head, by the length of its varint
+        self._rf_id_heads = [attrs.is_cpu_op + b"\x52" + SMALL_VARINTS[len(_RF_ID_HEAD) + size] + _RF_ID_HEAD
+                             for size in range(11)]
 
     def __call__(self, raw: Any) -> bytes | None:
         pieces = bytes(raw).split(_ENTRY_SEPARATOR, 3)
@@ -357,27 +361,28 @@ class CpuAttrs:
             value = CONTINUED_PAIRS[rf_id & 0x3FFF] + SMALL_VARINTS[rf_id >> 14]
         else:
             value = encode_varint(rf_id)
-        return b"".join((self._attrs.is_cpu_op, b"\x52", SMALL_VARINTS[len(_RF_ID_HEAD) + len(value)], _RF_ID_HEAD,
-                         value, seq_id, shared, rest_bytes))
+        return b"".join((self._rf_id_heads[len(value)], value, seq_id, shared, rest_bytes))
 
     @staticmethod
     def _cache(cache: dict, text: bytes, encoded: bytes | bool) -> bytes | bool:
-        if len(cache) < MAX_CACHED_VALUES:
-            cache[text] = encoded
+        """Keeps the recent texts: emptied when full (seq_id / fw_parent values move on with time)."""
+        if len(cache) >= MAX_CACHED_VALUES:
+            cache.clear()
+        cache[text] = encoded
         return encoded
 
     def _second_of(self, text: bytes) -> bytes | bool:
         if text.startswith(_FW_PARENT_ENTRY):  # what PyTorch writes: no decoding
             value = _int_literal(text[len(_FW_PARENT_ENTRY):])
             if value is not None and MIN_INT64 <= value <= MAX_INT64:
-                return self._attrs.int64_attrs([("fw_parent", value)])
+                return int64_attr(_FW_PARENT_HEAD, value)
         return self._shared_of(b"[{" + text + b"}]")
 
     def _seq_id_of(self, text: bytes) -> bytes | bool:
         if text.startswith(_SEQ_ID_ENTRY):  # what PyTorch writes: no decoding
             value = _int_literal(text[len(_SEQ_ID_ENTRY):])
             if value is not None and MIN_INT64 <= value <= MAX_INT64:
-                return self._attrs.int64_attrs([("seq_id", value)])
+                return int64_attr(_SEQ_ID_HEAD, value)
         try:
             entry = _ENTRY_DECODER.decode(b"{" + text + b"}")
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -452,7 +457,8 @@ class _IntAttr:
         self.cache: dict[int, bytes] = {}
 
     def miss(self, value: int) -> bytes:
-        encoded = int64_attr(self._head, value)
+        """The attribute of ``value`` (0 for a negative one), cached under ``value``."""
+        encoded = int64_attr(self._head, value if value > 0 else 0)
         if len(self.cache) < MAX_CACHED_VALUES:
             self.cache[value] = encoded
         return encoded
@@ -485,6 +491,7 @@ class NodeFrames:
         heads, causes_of, cpu_attrs, plain_attrs = self._heads, self._causes, self._cpu_attrs, self.attrs.cpu_attr_bytes
         inputs, outputs = self._inputs, self._outputs
         inclusive, exclusive, blocked_attr, gap_attr = self._ints
+        inclusive_get, exclusive_get, blocked_get = inclusive.cache.get, exclusive.cache.get, blocked_attr.cache.get
         flat, small, end, varint, pairs = et.layout == FLAT, SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, CONTINUED_PAIRS
         # Node ids: the varint inlined below 2**28 (see ``chakra_io.CONTINUED_PAIRS``).
         out: list[bytes] = []
@@ -533,16 +540,10 @@ class NodeFrames:
                     if node.outputs is not UNSET and node.outputs is not None:
                         parts.append(outputs(node.outputs))
                     parts.append((node.attrs is not UNSET and cpu_attrs(node.attrs)) or plain_attrs(node, False))
-                if ts is not UNSET:
-                    t = round(node.dur)
-                    t = t if t > 0 else 0
-                    parts.append(inclusive.cache.get(t) or inclusive.miss(t))
-                    t = round(node.exclusive_dur)
-                    t = t if t > 0 else 0
-                    parts.append(exclusive.cache.get(t) or exclusive.miss(t))
-                    t = round(blocked[u])
-                    t = t if t > 0 else 0
-                    parts.append(blocked_attr.cache.get(t) or blocked_attr.miss(t))
+                if ts is not UNSET:  # the caches hold negative values too (written as 0)
+                    t, e, b = round(node.dur), round(node.exclusive_dur), round(blocked[u])
+                    parts += (inclusive_get(t) or inclusive.miss(t), exclusive_get(e) or exclusive.miss(e),
+                              blocked_get(b) or blocked_attr.miss(b))
                 gap = host_gap[u]
                 if gap > 0:
                     t = round(gap)
