@@ -36,8 +36,9 @@ MAX_INT64 = (1 << 63) - 1
 MIN_INT64 = -MAX_INT64 - 1
 UINT64_MASK = (1 << 64) - 1
 MAX_CACHED = 1 << 16
-# Caches of per-op values (fw_parent / seq_id entries, durations): the first values seen, a few
-# MB at most (the write runs when the process is at its largest).
+# Caches of per-op values (fw_parent / seq_id entries, durations): a few MB at most (the write runs
+# when the process is at its largest); the attrs pieces' caches keep the recent values (emptied when
+# full), the durations' the first values seen.
 MAX_CACHED_VALUES = 1 << 12
 _TYPE_NAMES = {value: pb.NodeType.Name(value) for value in pb.NodeType.values()}
 
@@ -517,7 +518,10 @@ class NodeFrames:
                 if u in waits:  # several data dependencies (``plan.data_deps``)
                     deps = data_deps(u)
                     d, cause = deps[0] if len(deps) == 1 else (-1, None)
-                    causes = causes_of.get(cause) or self._cause(cause) if d >= 0 else self._many_deps(deps, parts) if deps else b""
+                    if d >= 0:
+                        causes = causes_of.get(cause) or self._cause(cause)
+                    else:
+                        causes = self._many_deps(deps, parts) if deps else b""
                 else:  # the thread's previous op or none: ``plan.data_deps`` inlined
                     causes = (parent_cause if d == p else order_cause) if d >= 0 else b""
                 if d >= 0:
