@@ -28,6 +28,7 @@ import orjson
 
 from . import et_def_pb2 as pb
 from .chakra_comm import PROCESS_GROUP_INIT, _IOParts, _is_int
+from .chakra_deps import PARENT, THREAD_ORDER
 from .chakra_io import CONTINUED_PAIRS, SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, make_attr
 from .et_reader import FLAT, UNSET, EtNode, decode_attr_values
 
@@ -35,8 +36,9 @@ MAX_INT64 = (1 << 63) - 1
 MIN_INT64 = -MAX_INT64 - 1
 UINT64_MASK = (1 << 64) - 1
 MAX_CACHED = 1 << 16
-# Caches of per-op values (fw_parent / seq_id entries, durations): the first values seen, a few
-# MB at most (the write runs when the process is at its largest).
+# Caches of per-op values (fw_parent / seq_id entries, durations): a few MB at most (the write runs
+# when the process is at its largest); the attrs pieces' caches keep the recent values (emptied when
+# full), the durations' the first values seen.
 MAX_CACHED_VALUES = 1 << 12
 _TYPE_NAMES = {value: pb.NodeType.Name(value) for value in pb.NodeType.values()}
 
@@ -308,6 +310,7 @@ _RF_ID_ENTRY = b'[{"name": "rf_id", "type": "uint64", "value": '  # + digits: wh
 _FW_PARENT_ENTRY = b'"name": "fw_parent", "type": "uint64", "value": '
 _SEQ_ID_ENTRY = b'"name": "seq_id", "type": "int64", "value": '
 _RF_ID_HEAD = int64_head("rf_id")  # rf_id: unique per op, never cached
+_FW_PARENT_HEAD, _SEQ_ID_HEAD = int64_head("fw_parent"), int64_head("seq_id")
 _NOT_FAST = False  # cached for a text the fast path does not take
 
 
@@ -327,6 +330,9 @@ class CpuAttrs:
         self._second: dict[bytes, bytes | bool] = {}
         self._seq_id: dict[bytes, bytes | bool] = {}
         self._rest: dict[bytes, bytes | bool] = {}
+        # is_cpu_op, then the rf_id attribute's tag, length and head, by the length of its varint
+        self._rf_id_heads = [attrs.is_cpu_op + b"\x52" + SMALL_VARINTS[len(_RF_ID_HEAD) + size] + _RF_ID_HEAD
+                             for size in range(11)]
 
     def __call__(self, raw: Any) -> bytes | None:
         pieces = bytes(raw).split(_ENTRY_SEPARATOR, 3)
@@ -356,27 +362,28 @@ class CpuAttrs:
             value = CONTINUED_PAIRS[rf_id & 0x3FFF] + SMALL_VARINTS[rf_id >> 14]
         else:
             value = encode_varint(rf_id)
-        return b"".join((self._attrs.is_cpu_op, b"\x52", SMALL_VARINTS[len(_RF_ID_HEAD) + len(value)], _RF_ID_HEAD,
-                         value, seq_id, shared, rest_bytes))
+        return b"".join((self._rf_id_heads[len(value)], value, seq_id, shared, rest_bytes))
 
     @staticmethod
     def _cache(cache: dict, text: bytes, encoded: bytes | bool) -> bytes | bool:
-        if len(cache) < MAX_CACHED_VALUES:
-            cache[text] = encoded
+        """Keeps the recent texts: emptied when full (seq_id / fw_parent values move on with time)."""
+        if len(cache) >= MAX_CACHED_VALUES:
+            cache.clear()
+        cache[text] = encoded
         return encoded
 
     def _second_of(self, text: bytes) -> bytes | bool:
         if text.startswith(_FW_PARENT_ENTRY):  # what PyTorch writes: no decoding
             value = _int_literal(text[len(_FW_PARENT_ENTRY):])
             if value is not None and MIN_INT64 <= value <= MAX_INT64:
-                return self._attrs.int64_attrs([("fw_parent", value)])
+                return int64_attr(_FW_PARENT_HEAD, value)
         return self._shared_of(b"[{" + text + b"}]")
 
     def _seq_id_of(self, text: bytes) -> bytes | bool:
         if text.startswith(_SEQ_ID_ENTRY):  # what PyTorch writes: no decoding
             value = _int_literal(text[len(_SEQ_ID_ENTRY):])
             if value is not None and MIN_INT64 <= value <= MAX_INT64:
-                return self._attrs.int64_attrs([("seq_id", value)])
+                return int64_attr(_SEQ_ID_HEAD, value)
         try:
             entry = _ENTRY_DECODER.decode(b"{" + text + b"}")
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -451,7 +458,8 @@ class _IntAttr:
         self.cache: dict[int, bytes] = {}
 
     def miss(self, value: int) -> bytes:
-        encoded = int64_attr(self._head, value)
+        """The attribute of ``value`` (0 for a negative one), cached under ``value``."""
+        encoded = int64_attr(self._head, value if value > 0 else 0)
         if len(self.cache) < MAX_CACHED_VALUES:
             self.cache[value] = encoded
         return encoded
@@ -479,9 +487,12 @@ class NodeFrames:
         et, plan, busy = self._et_plus.et, self._plan, self._plan.busy
         nodes, ids, n, gpu_nodes = et.nodes, et.ids, plan.cpu_count, self._et_plus.gpu_nodes
         ctrl_of, data_deps, sim, blocked, host_gap = plan.ctrl, plan.data_deps, busy.sim, busy.blocked, busy.host_gap
+        prev, waits = plan.prev, plan.waits
+        parent_cause, order_cause = self._cause(PARENT), self._cause(THREAD_ORDER)
         heads, causes_of, cpu_attrs, plain_attrs = self._heads, self._causes, self._cpu_attrs, self.attrs.cpu_attr_bytes
         inputs, outputs = self._inputs, self._outputs
         inclusive, exclusive, blocked_attr, gap_attr = self._ints
+        inclusive_get, exclusive_get, blocked_get = inclusive.cache.get, exclusive.cache.get, blocked_attr.cache.get
         flat, small, end, varint, pairs = et.layout == FLAT, SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, CONTINUED_PAIRS
         # Node ids: the varint inlined below 2**28 (see ``chakra_io.CONTINUED_PAIRS``).
         out: list[bytes] = []
@@ -498,20 +509,25 @@ class NodeFrames:
                     parts = [b"\x08", i, head]
                 else:
                     parts = [head]
-                c = ctrl_of[u]
-                if c >= 0:
-                    c = ids[c]
+                p = ctrl_of[u]
+                if p >= 0:
+                    c = ids[p]
                     c = small[c] if 0 <= c < end else pairs[c & 0x3FFF] + small[c >> 14] if 0 < c < 1 << 28 else varint(c)
                     parts += (b"\x22", small[len(c)], c)
-                deps = data_deps(u)
-                if len(deps) == 1:
-                    d, cause = deps[0]
+                d = prev[u]
+                if u in waits:  # several data dependencies (``plan.data_deps``)
+                    deps = data_deps(u)
+                    d, cause = deps[0] if len(deps) == 1 else (-1, None)
+                    if d >= 0:
+                        causes = causes_of.get(cause) or self._cause(cause)
+                    else:
+                        causes = self._many_deps(deps, parts) if deps else b""
+                else:  # the thread's previous op or none: ``plan.data_deps`` inlined
+                    causes = (parent_cause if d == p else order_cause) if d >= 0 else b""
+                if d >= 0:
                     d = ids[d] if d < n else gpu_nodes[d - n].id
                     d = small[d] if 0 <= d < end else pairs[d & 0x3FFF] + small[d >> 14] if 0 < d < 1 << 28 else varint(d)
                     parts += (b"\x2a", small[len(d)], d)
-                    causes = causes_of.get(cause) or self._cause(cause)
-                else:
-                    causes = self._many_deps(deps, parts) if deps else b""
                 ts = node.ts
                 if ts is not UNSET and ts is not None:
                     t = round(ts)
@@ -528,16 +544,10 @@ class NodeFrames:
                     if node.outputs is not UNSET and node.outputs is not None:
                         parts.append(outputs(node.outputs))
                     parts.append((node.attrs is not UNSET and cpu_attrs(node.attrs)) or plain_attrs(node, False))
-                if ts is not UNSET:
-                    t = round(node.dur)
-                    t = t if t > 0 else 0
-                    parts.append(inclusive.cache.get(t) or inclusive.miss(t))
-                    t = round(node.exclusive_dur)
-                    t = t if t > 0 else 0
-                    parts.append(exclusive.cache.get(t) or exclusive.miss(t))
-                    t = round(blocked[u])
-                    t = t if t > 0 else 0
-                    parts.append(blocked_attr.cache.get(t) or blocked_attr.miss(t))
+                if ts is not UNSET:  # the caches hold negative values too (written as 0)
+                    t, e, b = round(node.dur), round(node.exclusive_dur), round(blocked[u])
+                    parts += (inclusive_get(t) or inclusive.miss(t), exclusive_get(e) or exclusive.miss(e),
+                              blocked_get(b) or blocked_attr.miss(b))
                 gap = host_gap[u]
                 if gap > 0:
                     t = round(gap)

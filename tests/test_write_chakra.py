@@ -734,3 +734,29 @@ def test_cached_io_fields_equal_plain_ones(text):
     message = pb.Node.FromString(plain)
     assert message.HasField("inputs")
     assert wire_decoder.decode_node(plain)[8]
+
+
+def test_cached_attrs_stay_equal_when_their_caches_fill(monkeypatch):
+    """The per-op value caches are emptied when full: texts seen before, after and across an
+    emptying give the plain path's bytes."""
+    from linker import chakra_encode
+    from linker.chakra_encode import AttrEncoder, CpuAttrs
+    from linker.et_reader import EtNode, Raw
+
+    monkeypatch.setattr(chakra_encode, "MAX_CACHED_VALUES", 3)
+    fast = CpuAttrs(AttrEncoder())
+    texts = ["[" + ",".join((_RF % (100 + k), _FW.replace("0}", "%d}" % (k % 5)), _SEQ % (k % 7), _REST)) + "]"
+             for k in range(40)]
+    for text in texts + texts[::-1]:
+        node = EtNode(id=1, name="x", attrs=Raw(text.encode()))
+        got = fast(node.attrs)
+        assert got is not None and got == AttrEncoder().cpu_attr_bytes(node, False)
+
+
+def test_time_split_attribute_of_a_negative_value_is_zero():
+    """``_IntAttr`` caches a rounded value as it comes; a negative one is written as 0."""
+    from linker.chakra_encode import _IntAttr, int64_attr, int64_head
+
+    attr = _IntAttr("blocked_micros")
+    assert attr.miss(-2) == attr.cache[-2] == int64_attr(int64_head("blocked_micros"), 0)
+    assert attr.miss(5) == int64_attr(int64_head("blocked_micros"), 5)
