@@ -32,7 +32,7 @@ import msgspec
 from msgspec.structs import force_setattr
 
 from .forked import ForkedCall, can_fork
-from .kineto_reader import NO_ARGS, FlowEnd, KinetoEvent, KinetoTrace, read_kineto_trace
+from .kineto_reader import NO_ARGS, KinetoTrace, read_kineto_trace
 from .sanity import check_kineto_trace
 
 # Below this size on disk (about a 30 MB gzip-compressed trace's JSON) the serial read is quick.
@@ -42,15 +42,7 @@ _NO_DIMS = NO_ARGS.input_dims
 
 
 class _Wire(msgspec.Struct, array_like=True):
-    path: str
-    pid: int | None
-    rank: int | None
-    world_size: int | None
-    cpu_events: list[KinetoEvent]
-    runtime_events: list[KinetoEvent]
-    gpu_events: list[KinetoEvent]
-    flows: dict[int | str, list[FlowEnd]]
-    python_events: list[KinetoEvent]
+    trace: KinetoTrace  # its event lists without their ``Input Dims`` (carried below)
     warnings: list[str]  # of ``sanity.check_kineto_trace``, run by the child too
     # Per event list (cpu, runtime, gpu, python): the positions of the events with ``Input Dims``,
     # and those dims (raw JSON values) in one JSON array, carried as a msgpack binary.
@@ -109,9 +101,7 @@ def to_wire(trace: KinetoTrace, warnings: list[str]) -> bytes:
         at.append(positions)
         dims.append(b"[" + b",".join(map(_INPUT_DIMS, carried)) + b"]")
         deque(map(force_setattr, carried, repeat("input_dims"), repeat(_NO_DIMS)), maxlen=0)
-    return msgspec.msgpack.encode(_Wire(
-        trace.path, trace.pid, trace.rank, trace.world_size, trace.cpu_events, trace.runtime_events,
-        trace.gpu_events, trace.flows, trace.python_events, warnings, at, dims))
+    return msgspec.msgpack.encode(_Wire(trace, warnings, at, dims))
 
 
 def from_wire(data) -> tuple[KinetoTrace, list[str]]:
@@ -119,13 +109,10 @@ def from_wire(data) -> tuple[KinetoTrace, list[str]]:
     into its list's JSON array (which holds only dims), split in C by one JSON decode and put back
     by C loops, no Python per event."""
     wire = msgspec.msgpack.decode(data, type=_Wire)
-    for events, at, dims in zip(_lists(wire), wire.dims_at, wire.dims):
+    for events, at, dims in zip(_lists(wire.trace), wire.dims_at, wire.dims):
         args = map(_ARGS, map(events.__getitem__, at))
         deque(map(force_setattr, args, repeat("input_dims"), _RAW_LIST.decode(dims)), maxlen=0)
-    trace = KinetoTrace(path=wire.path, pid=wire.pid, rank=wire.rank, world_size=wire.world_size,
-                        cpu_events=wire.cpu_events, runtime_events=wire.runtime_events,
-                        gpu_events=wire.gpu_events, flows=wire.flows, python_events=wire.python_events)
-    return trace, wire.warnings
+    return wire.trace, wire.warnings
 
 
 _ARGS = operator.attrgetter("args")
