@@ -129,7 +129,7 @@ class OpIO:
     types: list
 
 
-class _IOParts(msgspec.Struct):
+class IOParts(msgspec.Struct):
     """The nested-layout ``inputs``/``outputs`` object, its parts kept as raw JSON text."""
 
     values: msgspec.Raw = msgspec.Raw(b"[]")
@@ -163,17 +163,17 @@ def op_inputs(node: EtNode, layout: str) -> OpIO:
     return OpIO(*(parsed.get(key) if isinstance(parsed.get(key), list) else [] for key in ("values", "shapes", "types")))
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def tensor_bytes(value: Any, shape: Any, dtype: str | None) -> int | None:
     """Bytes of one ET tensor: numel × element size from its value tuple
     ``[tensor_id, storage_id, offset, numel, elem_bytes, device]``, else shape × dtype size."""
-    if isinstance(value, list) and len(value) >= 5 and _is_int(value[3]) and _is_int(value[4]):
+    if isinstance(value, list) and len(value) >= 5 and is_int(value[3]) and is_int(value[4]):
         return value[3] * value[4]
     size = DTYPE_BYTES.get((dtype or "").strip().lower())
-    if size is None or not isinstance(shape, list) or not all(_is_int(d) for d in shape):
+    if size is None or not isinstance(shape, list) or not all(is_int(d) for d in shape):
         return None
     return math.prod(shape) * size
 
@@ -246,12 +246,12 @@ def _group_ranks(entry: dict) -> list[int] | None:
     """A ``process_group:init`` entry's global ranks. PyTorch writes ``ranks: []`` for a group
     of all ranks, with its size in ``group_size`` (``pg_size`` in some versions)."""
     ranks = entry.get("ranks")
-    if not isinstance(ranks, list) or not all(_is_int(r) for r in ranks):
+    if not isinstance(ranks, list) or not all(is_int(r) for r in ranks):
         return None
     if ranks:
         return ranks
     size = entry.get("group_size", entry.get("pg_size"))
-    return list(range(size)) if _is_int(size) and size > 0 else None
+    return list(range(size)) if is_int(size) and size > 0 else None
 
 
 def read_process_groups(et_plus: EtPlus) -> ProcessGroups:
@@ -481,7 +481,7 @@ def _peer_rank(io: OpIO | None, group_ranks: list[int] | None) -> int | None:
     if io is None:
         return None
     position = _collective_name_position(io)
-    if position < 1 or not _is_int(io.values[position - 1]):
+    if position < 1 or not is_int(io.values[position - 1]):
         return None
     peer = io.values[position - 1]
     if group_ranks and 0 <= peer < len(group_ranks):
@@ -491,6 +491,6 @@ def _peer_rank(io: OpIO | None, group_ranks: list[int] | None) -> int | None:
 
 def _last_int(io: OpIO) -> int | None:
     for value in reversed(io.values):
-        if _is_int(value):
+        if is_int(value):
             return value
     return None

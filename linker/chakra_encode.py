@@ -27,7 +27,7 @@ import msgspec
 import orjson
 
 from . import et_def_pb2 as pb
-from .chakra_comm import PROCESS_GROUP_INIT, _IOParts, _is_int
+from .chakra_comm import PROCESS_GROUP_INIT, IOParts, is_int
 from .chakra_deps import PARENT, THREAD_ORDER
 from .chakra_io import CONTINUED_PAIRS, SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, make_attr
 from .et_reader import FLAT, UNSET, EtNode, decode_attr_values
@@ -63,7 +63,7 @@ def attr_spec(name: str, value: Any) -> AttrSpec | None:
     if isinstance(value, str):
         return name, "string_val", value
     if isinstance(value, list) and value:
-        if all(_is_int(v) and MIN_INT64 <= v <= MAX_INT64 for v in value):
+        if all(is_int(v) and MIN_INT64 <= v <= MAX_INT64 for v in value):
             return name, "int64_list", tuple(value)
         if all(isinstance(v, str) for v in value):
             return name, "string_list", tuple(value)
@@ -230,7 +230,7 @@ def io_bytes(values: Any, shapes: Any, types: Any, strides: Any = None) -> bytes
     return out
 
 
-IO_DECODER = msgspec.json.Decoder(_IOParts)
+IO_DECODER = msgspec.json.Decoder(IOParts)
 
 
 def _io_fields(node: EtNode, flat: bool) -> bytes:

@@ -451,25 +451,6 @@ class EtWriter:
         self._append(payload)
         self.nodes_written += 1
 
-    def write_frame(self, frame: bytes) -> None:
-        """Write one ``Node`` already framed (varint length + non-empty message bytes)."""
-        if not self.metadata_written:
-            raise ValueError("write_metadata must be called before write_node")
-        self._pending += frame
-        if len(self._pending) >= WRITE_FLUSH_BYTES:
-            self._flush()
-        self.nodes_written += 1
-
-    def write_frames(self, source: IO[bytes], count: int) -> None:
-        """Copy ``count`` already framed ``Node`` messages (length prefix + bytes each, as
-        ``write_node`` writes them) from ``source`` to the output. O(bytes)."""
-        if not self.metadata_written:
-            raise ValueError("write_metadata must be called before write_node")
-        self._flush()
-        for block in iter(lambda: source.read(WRITE_FLUSH_BYTES), b""):
-            self._write(block)
-        self.nodes_written += count
-
     def write_frames_bytes(self, frames: bytes, count: int) -> None:
         """Write ``count`` already framed ``Node`` messages held in ``frames``. O(bytes)."""
         if not self.metadata_written:

@@ -31,7 +31,7 @@ class CpuNesting:
 
 
 def nest_cpu_events(events: Sequence[KinetoEvent]) -> CpuNesting:
-    """``nesting_parents(events)`` and ``exclusive_durations`` of ``events`` (sorted as
+    """``nesting_parents(events)`` and the exclusive durations of ``events`` (sorted as
     ``cpu_events``) in one stack sweep. The stack holds (index, end) pairs below the open event
     ``top``; its bottom is a sentinel never closed."""
     parents: list[int] = []
@@ -67,21 +67,3 @@ def nest_cpu_events(events: Sequence[KinetoEvent]) -> CpuNesting:
     if min(exclusive, default=1.0) <= 0:
         exclusive = [x if x > 0 else 0.0 for x in exclusive]
     return CpuNesting(parents, exclusive, ends)
-
-
-def exclusive_durations(events: Sequence[KinetoEvent], parents: Sequence[int]) -> list[float]:
-    """Per event: ``dur`` less the union of its children's time inside it (>= 0), for any
-    ``parents`` (children in start order). One pass, O(n)."""
-    exclusive = [e.dur for e in events]
-    covered_until = [e.ts for e in events]  # per parent: end of the children's union so far
-    for i, event in enumerate(events):
-        p = parents[i]
-        if p < 0:
-            continue
-        parent = events[p]
-        start = max(event.ts, covered_until[p])
-        end = min(event.ts + event.dur, parent.ts + parent.dur)
-        if end > start:
-            exclusive[p] -= end - start
-            covered_until[p] = end
-    return [x if x > 0 else 0.0 for x in exclusive]

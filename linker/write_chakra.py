@@ -84,7 +84,7 @@ from typing import Any, Iterator
 import msgspec
 
 from . import et_def_pb2 as pb
-from .chakra_comm import WORLD_GROUP_ID, CommAttrs, _IOParts, _is_int
+from .chakra_comm import WORLD_GROUP_ID, CommAttrs, IOParts, is_int
 from .chakra_deps import DependencyPlan, WriteSummary, dependency_plan
 from .chakra_encode import (_TYPE_NAMES, AttrEncoder, AttrSpec, NodeFrames, attr_spec,  # noqa: F401 (attr_spec: API)
                             busy_attrs, cpu_node_bytes, cpu_node_type)
@@ -111,7 +111,7 @@ def metadata_message(et_plus: EtPlus) -> pb.GlobalMetadata:
         value = getattr(header, name, msgspec.UNSET)
         if value is msgspec.UNSET or value is None:
             continue
-        if kind == "uint64_val" and (not _is_int(value) or value < 0):
+        if kind == "uint64_val" and (not is_int(value) or value < 0):
             metadata.attr.append(make_attr(name, str(value), "string_val"))
         else:
             metadata.attr.append(make_attr(name, value, kind))
@@ -133,7 +133,7 @@ def _io_info(target: pb.IOInfo, values: Any, shapes: Any, types: Any, strides: A
         target.strides = _text(strides)
 
 
-_IO_DECODER = msgspec.json.Decoder(_IOParts)
+_IO_DECODER = msgspec.json.Decoder(IOParts)
 
 
 def fill_io(message: pb.Node, node: EtNode | GpuNode, flat: bool) -> None:
@@ -169,7 +169,7 @@ def gpu_attrs(node: GpuNode, tid: int, comm: CommAttrs | None) -> Iterator[AttrS
     yield "tid", "int64_val", tid
     for name in ("stream", "device", "correlation"):
         value = getattr(node, name)
-        if _is_int(value):
+        if is_int(value):
             yield name, "int64_val", value
     if comm is None or comm.node_type == pb.COMP_NODE:
         return

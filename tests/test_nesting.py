@@ -1,8 +1,8 @@
 """The link stage's column passes give what the per-event definitions give.
 
 ``durations.nest_cpu_events`` (nesting and exclusive times in one sweep) against
-``intervals.nesting_parents`` + ``durations.exclusive_durations`` (the general union-merging
-definition); ``report.nesting_violations`` against ``intervals.lies_within`` pair by pair;
+``intervals.nesting_parents`` + ``exclusive_durations`` below (the general union-merging
+definition, for any parents); ``report.nesting_violations`` against ``intervals.lies_within`` pair by pair;
 ``link.op_of_event`` against the plain inverse, and the report's unlinked events found with it.
 Random events with integer-µs times (ties, zero-length events, touching ends) and fractional
 ones, on several threads.
@@ -14,11 +14,29 @@ import random
 
 import pytest
 
-from linker.durations import exclusive_durations, nest_cpu_events
+from linker.durations import nest_cpu_events
 from linker.intervals import lies_within, nesting_parents
 from linker.kineto_reader import KinetoEvent, cpu_event_order
 from linker.link import op_of_event
 from linker.report import nesting_violations
+
+
+def exclusive_durations(events: list[KinetoEvent], parents: list[int]) -> list[float]:
+    """Per event: ``dur`` less the union of its children's time inside it (>= 0), for any
+    ``parents`` (children in start order). One pass, O(n)."""
+    exclusive = [e.dur for e in events]
+    covered_until = [e.ts for e in events]  # per parent: end of the children's union so far
+    for i, event in enumerate(events):
+        p = parents[i]
+        if p < 0:
+            continue
+        parent = events[p]
+        start = max(event.ts, covered_until[p])
+        end = min(event.ts + event.dur, parent.ts + parent.dur)
+        if end > start:
+            exclusive[p] -= end - start
+            covered_until[p] = end
+    return [x if x > 0 else 0.0 for x in exclusive]
 
 
 def random_events(rng: random.Random, n: int, integer: bool) -> list[KinetoEvent]:
