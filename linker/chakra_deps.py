@@ -23,7 +23,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import accumulate, compress, repeat
+from itertools import accumulate, compress
 from operator import countOf, eq, lt, ne
 from typing import Any
 
@@ -31,7 +31,7 @@ import msgspec
 
 from .busy import DEVICE_SYNC, STREAM_SYNC, STREAM_WAIT_EVENT, WAIT_CALLS, BusyTimes, compute_busy, ops_covering
 from .chakra_comm import CommAttrs, CommResolver, is_comm_kernel
-from .et_reader import PROCESS_ROOT_NAMES
+from .et_reader import PROCESS_ROOT_NAMES, parent_positions
 from .etplus import EtPlus
 
 NO_NODE = -1
@@ -152,13 +152,10 @@ class DependencyPlan:
 
 
 def _parent_indices(et, index_of_id: dict[int, int]) -> list[int]:
-    """Index of each node's parent (-1: missing, or the node's own id), in C passes. O(n)."""
+    """Index of each node's parent (-1: missing, or the node's own id). O(n)."""
     if index_of_id is et.index_of_id():
         return et.parent_index()
-    parent = list(map(index_of_id.get, et.parent, repeat(NO_NODE)))
-    for i in compress(range(len(parent)), map(eq, parent, range(len(parent)))):
-        parent[i] = NO_NODE
-    return parent
+    return parent_positions(et.parent, index_of_id)
 
 
 def _id_order_is_preorder(by_id: list[int], parent: list[int]) -> bool:

@@ -99,6 +99,15 @@ class _ShapesOnly(msgspec.Struct):
 _UNKNOWN_FIELD = re.compile(r"unknown field `(?P<key>[^`]*)`(?: - at `(?P<where>[^`]*)`)?")
 
 
+def parent_positions(parent_ids: list[int], index_of_id: dict[int, int]) -> list[int]:
+    """Index of each node's parent by ``index_of_id``, -1 for a missing parent or the node's own
+    id. Two C passes, O(n)."""
+    parent = list(map(index_of_id.get, parent_ids, repeat(-1)))
+    for i in compress(range(len(parent)), map(eq, parent, range(len(parent)))):
+        parent[i] = -1
+    return parent
+
+
 @dataclass
 class ExecutionTrace:
     """An ET: its header, its decoded nodes, and columns over them (index = position in ``nodes``).
@@ -173,10 +182,7 @@ class ExecutionTrace:
         """Index of each node's parent, or -1 (missing parent, or the process root's own id).
         Computed once, O(n); do not modify."""
         if self._parent_index is None:
-            parent = list(map(self.index_of_id().get, self.parent, repeat(-1)))  # C passes
-            for i in compress(range(len(parent)), map(eq, parent, range(len(parent)))):
-                parent[i] = -1
-            self._parent_index = parent
+            self._parent_index = parent_positions(self.parent, self.index_of_id())
         return self._parent_index
 
     def threads(self) -> dict[int, list[int]]:
