@@ -373,17 +373,12 @@ class CpuAttrs:
         return encoded
 
     def _second_of(self, text: bytes) -> bytes | bool:
-        if text.startswith(_FW_PARENT_ENTRY):  # what PyTorch writes: no decoding
-            value = _int_literal(text[len(_FW_PARENT_ENTRY):])
-            if value is not None and MIN_INT64 <= value <= MAX_INT64:
-                return int64_attr(_FW_PARENT_HEAD, value)
-        return self._shared_of(b"[{" + text + b"}]")
+        return _written_int64(text, _FW_PARENT_ENTRY, _FW_PARENT_HEAD) or self._shared_of(b"[{" + text + b"}]")
 
     def _seq_id_of(self, text: bytes) -> bytes | bool:
-        if text.startswith(_SEQ_ID_ENTRY):  # what PyTorch writes: no decoding
-            value = _int_literal(text[len(_SEQ_ID_ENTRY):])
-            if value is not None and MIN_INT64 <= value <= MAX_INT64:
-                return int64_attr(_SEQ_ID_HEAD, value)
+        encoded = _written_int64(text, _SEQ_ID_ENTRY, _SEQ_ID_HEAD)
+        if encoded:
+            return encoded
         try:
             entry = _ENTRY_DECODER.decode(b"{" + text + b"}")
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -402,6 +397,16 @@ class CpuAttrs:
         if any(name in PER_OP_ATTRS for name, _ in pairs):
             return _NOT_FAST
         return self._attrs.encode_all(_specs_of(pairs))
+
+
+def _written_int64(text: bytes, entry: bytes, head: bytes) -> bytes | None:
+    """The int64 attribute ``head`` of an entry written exactly as PyTorch writes it (``entry``
+    then an int64 literal), without decoding; None for any other text."""
+    if text.startswith(entry):
+        value = _int_literal(text[len(entry):])
+        if value is not None and MIN_INT64 <= value <= MAX_INT64:
+            return int64_attr(head, value)
+    return None
 
 
 def _int_literal(text: bytes) -> int | None:
