@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from . import __version__
+from . import __version__, process_exit
 from .errors import MismatchedPairError, OptionError, TraceInputError
 from .exit_status import (
     EXIT_BELOW_MIN_LINKED,
@@ -171,6 +171,7 @@ def main_command(
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force,
                           max_depth=max_depth)
     outcome = _run_pair(et_file, kineto_file, output_file, options, report)
+    process_exit.keep_until_exit(outcome)
     try:
         _finish_pair(outcome, et_file, kineto_file, quiet, min_linked)
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM after the outputs were complete: they are kept
@@ -295,6 +296,7 @@ def batch_command(
     table and write summary.json (and comm_groups.json with --format et)."""
     from .batch import BatchConfig, BatchSetupError, PairingError, format_table, parse_bytes, run_batch
 
+    process_exit.disable()  # many pairs in this process and its forked workers: free and collect as usual
     terminate_as_interrupt()
     _setup_logging(log_level)
     method = _chosen_method(exact_match, approximate, match)
@@ -363,7 +365,14 @@ def simulate_command(
 
 
 def main() -> None:
-    app()
+    """The ``et-link`` entry point: one command, then the process ends (``process_exit``)."""
+    process_exit.enable()
+    try:
+        app()
+    except SystemExit as stop:
+        if process_exit.kept_anything() and isinstance(stop.code, (int, type(None))):
+            process_exit.exit_now(stop.code or 0)
+        raise
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import zlib
 from pathlib import Path
 from typing import IO, Iterator
 
+from . import process_exit
 from .errors import TraceInputError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -293,5 +294,5 @@ def collector_paused():
     try:
         yield
     finally:
-        if was_enabled:
+        if was_enabled and not process_exit.one_shot():  # a one-shot CLI run exits without collecting
             gc.enable()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 
+from .. import process_exit
 from ..errors import TraceInputError
 from ..fileio import collector_paused
 from .engine import MODELS, Scale, measured_release, replay
@@ -70,4 +71,5 @@ def _run_simulate(options: SimulateOptions) -> tuple[str, bool]:
     if options.trace_out is not None:
         write_trace(result, options.trace_out, tuple(path for path, _ in inputs.files))
     text = orjson.dumps(report.to_json()).decode() if options.json_output else format_text(report)
+    process_exit.keep_until_exit(graphs, result)  # a one-shot run exits without freeing them
     return text, report.finished
