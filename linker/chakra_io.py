@@ -27,7 +27,7 @@ from google.protobuf.message import DecodeError, Message
 
 from . import et_def_pb2 as pb
 from .errors import TraceInputError
-from .fileio import GZIP_MAGIC, BackgroundWriter, atomic_output, open_input
+from .fileio import GZIP_MAGIC, BackgroundWriter, atomic_output, open_input, reserve_space
 
 GlobalMetadata = pb.GlobalMetadata
 Node = pb.Node
@@ -450,6 +450,11 @@ class EtWriter:
             raise ValueError("empty Node (every field default): readers would take it for end-of-file")
         self._append(payload)
         self.nodes_written += 1
+
+    def reserve(self, size: int) -> None:
+        """Have the file's first ``size`` bytes allocated now (``fileio.reserve_space``: best effort;
+        the file still ends where the writing does)."""
+        reserve_space(self._stream, size)
 
     def write_frames_bytes(self, frames: bytes, count: int) -> None:
         """Write ``count`` already framed ``Node`` messages held in ``frames``. O(bytes)."""

