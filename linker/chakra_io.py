@@ -27,7 +27,8 @@ from google.protobuf.message import DecodeError, Message
 
 from . import et_def_pb2 as pb
 from .errors import TraceInputError
-from .fileio import GZIP_MAGIC, BackgroundWriter, atomic_output, open_input, reserve_space
+from .fileio import GZIP_MAGIC, BackgroundWriter, atomic_output, open_input
+from .output_space import reserve_space
 
 GlobalMetadata = pb.GlobalMetadata
 Node = pb.Node
@@ -452,7 +453,7 @@ class EtWriter:
         self.nodes_written += 1
 
     def reserve(self, size: int) -> None:
-        """Have the file's first ``size`` bytes allocated now (``fileio.reserve_space``: best effort;
+        """Have the file's first ``size`` bytes allocated now (``output_space.reserve_space``: best effort;
         the file still ends where the writing does)."""
         reserve_space(self._stream, size)
 

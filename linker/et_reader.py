@@ -123,6 +123,7 @@ class ExecutionTrace:
     pid: int | None
     header: Any  # the decoded document struct, nodes included; written back by writers
     nodes: list[EtNode]
+    text_bytes: int = 0  # size of the JSON text read (decompressed): a guess of the ET+ JSON's size
     ids: list[int] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     parent: list[int] = field(default_factory=list)
@@ -469,6 +470,7 @@ def read_execution_trace(path: str | Path) -> ExecutionTrace:
         pid=doc.pid if doc.pid is not UNSET else None,
         header=doc,
         nodes=doc.nodes,
+        text_bytes=len(data),
     )
     _fill_columns(et)
     if len(set(et.ids)) != len(et.ids):

@@ -13,18 +13,15 @@ from __future__ import annotations
 import contextlib
 import gc
 import errno
-import functools
 import gzip
 import os
 import signal
 import stat
-import sys
-import tempfile
 import zlib
 from pathlib import Path
 from typing import IO, Iterator
 
-from . import process_exit
+from . import output_space, process_exit
 from .errors import TraceInputError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -213,15 +210,15 @@ def _write_problem(err: OSError) -> str:
 def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO[bytes]]:
     """Open a binary stream that becomes ``path`` only if the block finishes without an exception.
 
-    Data goes to a temporary file in the same directory, renamed over ``path`` at the end, so a
-    reader never sees a half-written output. ``.gz`` paths are gzip-compressed. Writing to any of
+    Data goes to a temporary file in the same directory (the one ``output_space.prefilled`` has
+    been filling, if any), renamed over ``path`` at the end, so a reader never sees a half-written
+    output; the file ends where the writing did (room reserved or prefilled beyond is given back). ``.gz`` paths are gzip-compressed. Writing to any of
     the ``protected`` paths (the inputs) is refused with ``TraceInputError``.
     """
     out = Path(path)
     check_output_paths([out], protected)
-    directory = out.parent if str(out.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=directory)
+        fd, tmp = output_space.take_prefilled(out) or output_space.hidden_temporary(out)
     except OSError as err:
         raise TraceInputError(out, _write_problem(err)) from None
     try:
@@ -232,7 +229,7 @@ def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO
                     yield gz
             else:
                 yield raw
-                raw.truncate()  # the file ends where the writing did: a ``reserve_space`` beyond is given back
+                raw.truncate()
         os.replace(tmp, out)
     except OSError as err:
         with contextlib.suppress(OSError):
@@ -242,40 +239,6 @@ def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-
-
-def reserve_space(stream: IO[bytes], size: int) -> None:
-    """Ask the file system to allocate the first ``size`` bytes of the plain output file behind
-    ``stream`` (one of ``atomic_output``'s) now, in one call, instead of block by block as the writes
-    come: on ext4 this halved the system time of writing a 400 MB ET+ (its delayed allocation no
-    longer runs per written page). Best effort: Linux ``fallocate(2)`` only (never glibc's emulation,
-    which writes zeros), nothing for gzip streams or when the call is refused (no support, no space:
-    the real write then reports it). ``atomic_output`` cuts the file where the writing ended, so a
-    guess too large costs nothing on disk. O(1) calls."""
-    if size <= 0 or isinstance(stream, gzip.GzipFile):
-        return
-    allocate = _fallocate()
-    if allocate is None:
-        return
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        allocate(stream.fileno(), 0, 0, size)
-
-
-@functools.lru_cache(maxsize=None)
-def _fallocate():
-    """libc's ``fallocate`` (64-bit offsets) as a Python callable, or None off Linux / without it."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        function = getattr(libc, "fallocate64", None) or libc.fallocate
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    function.restype = ctypes.c_int
-    return function
 
 
 class BackgroundWriter:

@@ -6,7 +6,7 @@ produced in pieces: the header once, then the nodes a few thousand at a time, ea
 a writer thread (``fileio.BackgroundWriter``, at most ``WRITE_QUEUE_PIECES`` waiting) while the next is encoded. Memory: a few pieces, not
 a second copy of the document. ``.gz`` paths are gzip-compressed (in the writer thread). The file
 appears only when complete (``fileio.atomic_output``); its blocks are reserved at once from the size
-the first piece suggests (``fileio.reserve_space``). Cost: O(output bytes).
+the first piece suggests (``output_space.reserve_space``). Cost: O(output bytes).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Iterator
 import msgspec
 
 from .etplus import EtPlus
-from .fileio import BackgroundWriter, atomic_output, reserve_space
+from .fileio import BackgroundWriter, atomic_output
+from .output_space import reserve_space
 
 NODES_PER_PIECE = 4096
 WRITE_QUEUE_PIECES = 3  # pieces (~4.5 MB each on large traces) waiting for the writer: gzip is the slow side

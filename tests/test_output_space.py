@@ -1,4 +1,4 @@
-"""Output blocks reserved up front (``fileio.reserve_space``): the file still ends where the writing
+"""Output blocks reserved up front (``output_space.reserve_space``): the file still ends where the writing
 did, gzip outputs are left alone, and the writers' size guesses are close to what they write."""
 
 from __future__ import annotations
@@ -9,19 +9,19 @@ import os
 import pytest
 
 from conftest import fixture_pair
-from linker import chakra_io, fileio, write_json
+from linker import chakra_io, fileio, output_space, write_json
 from linker.pipeline import link_pair
 
 RESERVED = 64 << 20
 
 
 def test_a_reservation_beyond_the_writing_is_given_back(tmp_path):
-    if fileio._fallocate() is None:
+    if output_space._fallocate() is None:
         pytest.skip("no fallocate(2) here")
     path, data = tmp_path / "out.json", os.urandom(10_000)
     with fileio.atomic_output(path) as out:
         out.write(data)
-        fileio.reserve_space(out, RESERVED)
+        output_space.reserve_space(out, RESERVED)
         out.flush()
         if os.fstat(out.fileno()).st_size < RESERVED:
             pytest.skip("this file system refuses fallocate")
@@ -33,7 +33,7 @@ def test_gzip_outputs_are_not_reserved(tmp_path):
     path = tmp_path / "out.json.gz"
     with fileio.atomic_output(path) as out:
         out.write(b'{"nodes": []}')
-        fileio.reserve_space(out, RESERVED)
+        output_space.reserve_space(out, RESERVED)
     assert gzip.decompress(path.read_bytes()) == b'{"nodes": []}'
     assert path.stat().st_size < 1000
 
@@ -43,7 +43,7 @@ def test_gzip_outputs_are_not_reserved(tmp_path):
 def test_writers_reserve_about_what_they_write_and_write_the_same_bytes(tmp_path, monkeypatch, suffix, fixture):
     et, kineto = fixture_pair(*fixture)
     plain = tmp_path / f"plain{suffix}"
-    monkeypatch.setattr(fileio, "_fallocate", lambda: None)  # reserve_space does nothing
+    monkeypatch.setattr(output_space, "_fallocate", lambda: None)  # reserve_space does nothing
     link_pair(et, kineto, plain)
     monkeypatch.undo()
     asked: list[int] = []
@@ -51,7 +51,7 @@ def test_writers_reserve_about_what_they_write_and_write_the_same_bytes(tmp_path
 
     def spy(stream, size):
         asked.append(size)
-        fileio.reserve_space(stream, size)
+        output_space.reserve_space(stream, size)
 
     monkeypatch.setattr(module, "reserve_space", spy)
     reserved = tmp_path / f"reserved{suffix}"
@@ -59,3 +59,62 @@ def test_writers_reserve_about_what_they_write_and_write_the_same_bytes(tmp_path
     assert reserved.read_bytes() == plain.read_bytes()
     size = plain.stat().st_size
     assert len(asked) == 1 and size / 2 <= asked[0] <= 2 * size + (1 << 16), (asked, size)
+
+
+def _listing(directory) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_atomic_output_writes_into_the_prefilled_file_and_cuts_it(tmp_path):
+    path, data = tmp_path / "out.json", os.urandom(100_000)
+    with output_space.prefilled(path, 3 * output_space._PREFILL_PIECE):
+        hidden = [p for p in tmp_path.iterdir() if p.name.startswith(".out.json.")]
+        assert len(hidden) == 1  # the temporary file is made (and being filled) before any write
+        with fileio.atomic_output(path) as out:
+            out.write(data)
+        assert not hidden[0].exists()  # it became the output
+    assert _listing(tmp_path) == ["out.json"] and path.read_bytes() == data
+
+
+def test_a_prefill_never_written_to_is_removed(tmp_path):
+    path = tmp_path / "out.json"
+    with pytest.raises(KeyboardInterrupt):
+        with output_space.prefilled(path, 2 * output_space._PREFILL_PIECE):
+            raise KeyboardInterrupt
+    with output_space.prefilled(path, 2 * output_space._PREFILL_PIECE):
+        pass  # an output that was not written in the end (a refused pair)
+    assert _listing(tmp_path) == []
+
+
+def test_pipeline_prefills_a_json_output_only_with_a_spare_core(tmp_path, monkeypatch):
+    from linker import pipeline
+
+    et, kineto = fixture_pair("cpu", "mlp_steps")
+    plain = tmp_path / "plain" / "o.json"
+    plain.parent.mkdir()
+    link_pair(et, kineto, plain)
+    monkeypatch.setattr(pipeline, "PREFILL_MIN_BYTES", 0)
+    sizes: list[int] = []
+    real = output_space.prefilled
+
+    def spy(path, size):
+        sizes.append(size)
+        return real(path, size)
+
+    monkeypatch.setattr(output_space, "prefilled", spy)
+    out = tmp_path / "prefilled" / "o.json"
+    out.parent.mkdir()
+    link_pair(et, kineto, out)
+    assert sizes[-1] >= out.stat().st_size // 2  # the guess was used
+    assert out.read_bytes() == plain.read_bytes() and _listing(out.parent) == ["o.json"]
+    link_pair(et, kineto, out.with_suffix(".et"))
+    link_pair(et, kineto, out, read_ahead=False)  # batch workers: no core to spare
+    assert sizes[-2:] == [0, 0]
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "link", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        link_pair(et, kineto, tmp_path / "prefilled" / "new.json")
+    assert sizes[-1] > 0 and _listing(out.parent) == ["o.et", "o.json"]
