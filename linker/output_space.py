@@ -102,7 +102,7 @@ def prefilled(path: str | os.PathLike, size: int) -> Iterator[None]:
     """Prefill the temporary file of output ``path`` with ``size`` bytes while the block runs
     (nothing when ``size`` <= 0 or the file cannot be made: ``atomic_output`` then makes its own)."""
     key = os.path.abspath(path)
-    if size <= 0 or key in _prefilled:
+    if size <= 0 or key in _prefilled or not hasattr(os, "pwrite"):
         yield
         return
     try:
