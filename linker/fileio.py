@@ -212,8 +212,9 @@ def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO
 
     Data goes to a temporary file in the same directory (the one ``output_space.prefilled`` has
     been filling, if any), renamed over ``path`` at the end, so a reader never sees a half-written
-    output; the file ends where the writing did (room reserved or prefilled beyond is given back). ``.gz`` paths are gzip-compressed. Writing to any of
-    the ``protected`` paths (the inputs) is refused with ``TraceInputError``.
+    output; the file ends where the writing did (room reserved or prefilled beyond it is given
+    back). ``.gz`` paths are gzip-compressed. Writing to any of the ``protected`` paths (the
+    inputs) is refused with ``TraceInputError``.
     """
     out = Path(path)
     check_output_paths([out], protected)
