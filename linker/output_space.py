@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gzip
 import os
 import sys
 import tempfile
@@ -44,8 +45,6 @@ def reserve_space(stream: IO[bytes], size: int) -> None:
     """Have the file system allocate the first ``size`` bytes of the plain output file behind
     ``stream`` (one of ``atomic_output``'s) now, in one call. Nothing for gzip streams or when the
     call is refused (no support, no space: the real write then reports it). O(1)."""
-    import gzip
-
     if size > 0 and not isinstance(stream, gzip.GzipFile):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             _allocate(stream.fileno(), size)
