@@ -455,6 +455,28 @@ class IoFields:
         return b"".join((self._tag, total_bytes, b"\x0a", size_bytes, values, tail))
 
 
+class EtOnlyFields:
+    """The part of a nested-layout CPU op's ``Node`` that comes from the ET alone: its ``inputs``
+    (field 8), ``outputs`` (9) and own attributes (``is_cpu_op``, then the ``attrs`` entries),
+    as ``NodeFrames`` writes them between the op's times and its time split. ``node`` needs only
+    ``inputs``, ``outputs`` and ``attrs`` (``chakra_ahead`` calls it on a leaner struct). O(size of
+    the three raw texts) per op; memory: the caches of ``IoFields``, ``CpuAttrs``, ``attrs``."""
+
+    def __init__(self, attrs: AttrEncoder):
+        self._plain_attrs = attrs.cpu_attr_bytes
+        self.cpu_attrs = CpuAttrs(attrs)
+        self.inputs, self.outputs = IoFields(b"\x42"), IoFields(b"\x4a")
+
+    def __call__(self, node) -> bytes:
+        inputs, outputs, attrs = node.inputs, node.outputs, node.attrs
+        head = b""
+        if inputs is not UNSET and inputs is not None:
+            head = self.inputs(inputs)
+        if outputs is not UNSET and outputs is not None:
+            head += self.outputs(outputs)
+        return head + ((attrs is not UNSET and self.cpu_attrs(attrs)) or self._plain_attrs(node, False))
+
+
 class _IntAttr:
     """One int64 attribute's ``Node.attr`` bytes, cached by value (small values repeat)."""
 
@@ -474,15 +496,18 @@ class NodeFrames:
     """Framed ``Node`` bytes of ET ops and GPU ops, a chunk of the write order at a time.
 
     CPU ops are encoded here (duration: the busy time; then the op's own attributes, its time
-    split and its dependency causes), GPU ops by ``gpu_payload(u, attrs)``. The bytes equal the
-    plain path's (``node_bytes``). Counts written node types into ``summary``."""
+    split and its dependency causes), GPU ops by ``gpu_payload(u, attrs)``. A nested-layout op's
+    ``EtOnlyFields`` are ``pre_encoded(u)`` when that gives them (``chakra_ahead.PreEncoded``:
+    encoded by a child while the parent linked; ``refresh()`` is called once per chunk). The bytes
+    equal the plain path's (``node_bytes``). Counts written node types into ``summary``."""
 
-    def __init__(self, et_plus, plan, summary, gpu_payload: Callable[[int, AttrEncoder], bytes]):
+    def __init__(self, et_plus, plan, summary, gpu_payload: Callable[[int, AttrEncoder], bytes],
+                 pre_encoded=None):
         self._et_plus, self._plan, self._summary = et_plus, plan, summary
         self._gpu_payload = gpu_payload
         self.attrs = AttrEncoder()
-        self._cpu_attrs = CpuAttrs(self.attrs)
-        self._inputs, self._outputs = IoFields(b"\x42"), IoFields(b"\x4a")
+        self._et_fields = EtOnlyFields(self.attrs)
+        self._pre_encoded = pre_encoded
         self._heads: dict[str, bytes] = {}  # op name -> its name and type fields
         self._ints = [_IntAttr(name) for name in _BUSY_ATTRS]
         self._causes: dict[str, bytes] = {}  # a single dependency's cause -> its attribute
@@ -494,8 +519,10 @@ class NodeFrames:
         ctrl_of, data_deps, sim, blocked, host_gap = plan.ctrl, plan.data_deps, busy.sim, busy.blocked, busy.host_gap
         prev, waits = plan.prev, plan.waits
         parent_cause, order_cause = self._cause(PARENT), self._cause(THREAD_ORDER)
-        heads, causes_of, cpu_attrs, plain_attrs = self._heads, self._causes, self._cpu_attrs, self.attrs.cpu_attr_bytes
-        inputs, outputs = self._inputs, self._outputs
+        heads, causes_of, plain_attrs, pre_encoded = self._heads, self._causes, self.attrs.cpu_attr_bytes, self._pre_encoded
+        if pre_encoded is not None:
+            pre_encoded.refresh()
+        cpu_attrs, inputs, outputs = self._et_fields.cpu_attrs, self._et_fields.inputs, self._et_fields.outputs
         inclusive, exclusive, blocked_attr, gap_attr = self._ints
         inclusive_get, exclusive_get, blocked_get = inclusive.cache.get, exclusive.cache.get, blocked_attr.cache.get
         flat, small, end, varint, pairs = et.layout == FLAT, SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, CONTINUED_PAIRS
@@ -543,7 +570,9 @@ class NodeFrames:
                     parts += (b"\x38", small[t] if t < end else varint(t))
                 if flat:
                     parts += (_io_fields(node, True), plain_attrs(node, True))
-                else:
+                elif pre_encoded is not None and (fields := pre_encoded(u)) is not None:
+                    parts.append(fields)
+                else:  # ``EtOnlyFields`` inlined
                     if node.inputs is not UNSET and node.inputs is not None:
                         parts.append(inputs(node.inputs))
                     if node.outputs is not UNSET and node.outputs is not None:

@@ -455,10 +455,11 @@ def _find(attrs: list[_AttrValue], name: str) -> Any:
     return None
 
 
-def read_execution_trace(path: str | Path) -> ExecutionTrace:
-    """Load an ET file (``.json`` or gzip). Raises ``TraceInputError`` with a one-line reason."""
+def read_execution_trace(path: str | Path, inflate_into=None) -> ExecutionTrace:
+    """Load an ET file (``.json`` or gzip). Raises ``TraceInputError`` with a one-line reason.
+    ``inflate_into``: see ``fileio.read_trace_bytes``."""
     path = Path(path)
-    data = read_trace_bytes(path)
+    data = read_trace_bytes(path, inflate_into)
     doc = _decode(path, data)
     if not doc.nodes:
         raise TraceInputError(path, "not an Execution Trace: no 'nodes' (or an empty list)")

@@ -19,7 +19,7 @@ import signal
 import stat
 import zlib
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Callable, Iterator
 
 from . import output_space, process_exit
 from .errors import TraceInputError
@@ -43,12 +43,17 @@ def open_input(path: str | os.PathLike) -> IO[bytes]:
         raise TraceInputError(p, f"cannot read: {err.strerror or err}") from None
 
 
-def read_trace_bytes(path: str | os.PathLike) -> bytes | bytearray:
+def read_trace_bytes(path: str | os.PathLike, inflate_into: Callable[[int], Any] | None = None
+                     ) -> bytes | bytearray | memoryview:
     """Return the decompressed bytes of a trace file; gzip is detected by its magic bytes.
 
     Gzip is inflated in pieces into one buffer sized from the gzip trailer, so peak memory stays
-    near the size of the result (``gzip.decompress`` holds about twice that). Raises ``TraceInputError`` for a missing,
-    unreadable, empty or truncated file. Cost: one read, one pass of inflation.
+    near the size of the result (``gzip.decompress`` holds about twice that). That buffer is
+    ``inflate_into(size)`` when given and not None (a writable buffer of exactly ``size`` bytes:
+    ``chakra_ahead``'s shared text); the result is then a memoryview of it, unless the text did not
+    fit (several gzip members: the trailer gives the last one's size), when it goes on in a private
+    buffer. Raises ``TraceInputError`` for a missing, unreadable, empty or truncated file. Cost: one
+    read, one pass of inflation.
     """
     p = Path(path)
     with open_input(p) as stream:
@@ -57,20 +62,25 @@ def read_trace_bytes(path: str | os.PathLike) -> bytes | bytearray:
         except OSError as err:
             raise TraceInputError(p, f"cannot read: {err.strerror or err}") from None
     if data[:2] == GZIP_MAGIC:
-        data = _gunzip(p, data)
-    if not data or (len(data) < (1 << 20) and not data.strip()):
+        data = _gunzip(p, data, inflate_into)
+    if not len(data) or (len(data) < (1 << 20) and not bytes(data).strip()):
         raise TraceInputError(p, "file is empty")
     return data
 
 
-def _gunzip(path: Path, compressed: bytes) -> bytearray:
+def _gunzip(path: Path, compressed: bytes, inflate_into=None) -> bytearray | memoryview:
     """Inflate every gzip member into one buffer sized from the gzip trailer (ISIZE, the last
     member's size mod 2**32) when that size is possible for the file (a truncated file ends in
     arbitrary bytes: ``plausible_gzip_size``), grown if that was short, trimmed at the end. Output
     comes in bounded pieces (``max_length``), each copied once into place: no regrowth copies, no
-    second full-size buffer."""
+    second full-size buffer. The buffer is ``inflate_into(size)`` if that gives one (a fixed
+    buffer: a view of its filled part is returned; if it turns out short, the text is copied into a
+    private buffer, which grows)."""
     isize = int.from_bytes(compressed[-4:], "little") if len(compressed) >= 18 else 0
-    out = bytearray(isize if plausible_gzip_size(len(compressed), isize) else 0)
+    size = isize if plausible_gzip_size(len(compressed), isize) else 0
+    out = inflate_into(size) if inflate_into is not None and size else None
+    if out is None:
+        out = bytearray(size)
     filled = 0
     rest = memoryview(compressed)
     while len(rest):  # one iteration per gzip member
@@ -86,6 +96,8 @@ def _gunzip(path: Path, compressed: bytes) -> bytearray:
                     break
                 end = filled + len(piece)
                 if end > len(out):
+                    if not isinstance(out, bytearray):  # the fixed buffer is short
+                        out = bytearray(memoryview(out)[:filled])
                     out.extend(bytes(max(end - len(out), len(out) // 2)))
                 out[filled:end] = piece
                 filled = end
@@ -97,6 +109,8 @@ def _gunzip(path: Path, compressed: bytes) -> bytearray:
         if not following.strip(b"\x00"):
             break
         rest = memoryview(following)
+    if not isinstance(out, bytearray):
+        return memoryview(out)[:filled]
     del out[filled:]
     return out
 

@@ -27,6 +27,7 @@ import os
 from collections import deque
 from itertools import repeat
 from pathlib import Path
+from typing import Callable
 
 import msgspec
 from msgspec.structs import force_setattr
@@ -72,12 +73,15 @@ def _read_and_check(path) -> bytes:
     return to_wire(trace, check_kineto_trace(trace))
 
 
-def finish(child: ForkedCall | None) -> tuple[KinetoTrace, list[str]] | None:
+def finish(child: ForkedCall | None, received: Callable[[], None] | None = None
+           ) -> tuple[KinetoTrace, list[str]] | None:
     """The child's trace, checked, with the warnings of the check; or None (no child, or it failed
-    (a bad file, a trace the check refuses): the caller reads and checks the file itself)."""
-    if child is None:
-        return None
-    data = child.result()
+    (a bad file, a trace the check refuses): the caller reads and checks the file itself).
+    ``received()`` is called once the child has exited (its core is free), before its bytes are
+    decoded; at once when there is no child."""
+    data = child.result() if child is not None else None
+    if received is not None:
+        received()
     if data is None:
         return None
     with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):

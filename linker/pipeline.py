@@ -64,19 +64,21 @@ def _report_bytes(report: LinkReport) -> bytes:
     return orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2)
 
 
-def read_pair(et_path, kineto_path, read_ahead: bool = True):
+def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None):
     """Read both files and run the input sanity checks. Returns (et, kineto, warnings).
 
     With ``read_ahead`` a large Kineto trace is read and checked by a forked child meanwhile
     (``kineto_ahead``: faster when a core is free, about 0.7 s more CPU on a 400k-event trace, so
     batch workers, which already fill the cores, turn it off); errors are those of reading and
-    checking the files one after the other (the ET's first), whichever process met them."""
+    checking the files one after the other (the ET's first), whichever process met them.
+    ``fields`` (a ``chakra_ahead.FieldsAhead``): the ET is inflated into its shared text, and its
+    child told to go once the ET is read and the Kineto child has exited (a core is free)."""
     child = kineto_ahead.start(kineto_path) if read_ahead else None
     try:
         with decoding(et_path, "Execution Trace"):
-            et = read_execution_trace(et_path)
+            et = read_execution_trace(et_path, fields.inflate_into if fields is not None else None)
         log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
-        checked = kineto_ahead.finish(child)
+        checked = kineto_ahead.finish(child, (lambda: fields.go(et)) if fields is not None else None)
     finally:
         if child is not None:
             child.cancel()
@@ -101,12 +103,13 @@ def _log_kineto(kineto_path, kineto) -> None:
              len(kineto.cpu_events), len(kineto.gpu_events))
 
 
-def _write_et_plus(et_plus, output: Path, protected: tuple, et_path) -> None:
+def _write_et_plus(et_plus, output: Path, protected: tuple, et_path, fields=None) -> None:
     try:
         if output_format(output) == "et":
             from .write_chakra import write_et_plus_chakra
 
-            write_et_plus_chakra(et_plus, output, protected)
+            pre_encoded = fields.take(et_plus.et) if fields is not None else None
+            write_et_plus_chakra(et_plus, output, protected, pre_encoded)
         else:
             from .write_json import write_et_plus_json
 
@@ -181,11 +184,26 @@ def _link_pair(et_path, kineto_path, output, options, report_path, read_ahead) -
         raise
     if et_path is None:
         return _link_and_write(_link_kineto_alone(kineto_path), output, report_path, protected, beside, started)
-    et, kineto, input_warnings = read_pair(et_path, kineto_path, read_ahead)
-    with output_space.prefilled(output, _prefill_bytes(output, et, kineto) if read_ahead else 0):
-        result = link(et, kineto, options)
-        result.report.warnings[:0] = input_warnings
-        return _link_and_write(result, output, report_path, protected, beside, started)
+    fields = _fields_ahead(et_path, output) if read_ahead else None
+    try:
+        et, kineto, input_warnings = read_pair(et_path, kineto_path, read_ahead, fields)
+        with output_space.prefilled(output, _prefill_bytes(output, et, kineto) if read_ahead else 0):
+            result = link(et, kineto, options)
+            result.report.warnings[:0] = input_warnings
+            return _link_and_write(result, output, report_path, protected, beside, started, fields)
+    finally:
+        if fields is not None:
+            fields.cancel()
+
+
+def _fields_ahead(et_path, output: Path):
+    """For a ``.et`` output: the child encoding the ET's own fields of its ops meanwhile
+    (``chakra_ahead``; None for a small ET or where it cannot run)."""
+    if output_format(output) != "et":
+        return None
+    from . import chakra_ahead
+
+    return chakra_ahead.start(et_path)
 
 
 PREFILL_MIN_BYTES = 64 << 20  # smaller outputs are written quickly enough as they come
@@ -201,8 +219,10 @@ def _prefill_bytes(output: Path, et, kineto) -> int:
     return guess if guess >= PREFILL_MIN_BYTES else 0
 
 
-def _link_and_write(result, output: Path, report_path, protected: tuple, beside, started: float) -> PairOutcome:
-    """Build the ET+ of ``result``, plan it, write the report and the ET+."""
+def _link_and_write(result, output: Path, report_path, protected: tuple, beside, started: float,
+                    fields=None) -> PairOutcome:
+    """Build the ET+ of ``result``, plan it, write the report and the ET+ (``fields``: see
+    ``_fields_ahead``)."""
     et_plus = build_et_plus(result)
     plan_simulation(et_plus, output, result.report)
     report_output = atomic_output(report_path, protected) if report_path else contextlib.nullcontext()
@@ -210,7 +230,7 @@ def _link_and_write(result, output: Path, report_path, protected: tuple, beside,
         if report_stream is not None:
             report_stream.write(_report_bytes(result.report))
             report_stream.flush()  # a full disk shows here, before the ET+ is written
-        _write_et_plus(et_plus, output, protected, beside)
+        _write_et_plus(et_plus, output, protected, beside, fields)
     return PairOutcome(result.report, output, Path(report_path) if report_path else None,
                        time.perf_counter() - started, et_plus)
 

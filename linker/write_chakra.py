@@ -243,14 +243,15 @@ def node_messages(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummary,
         yield cpu_node_bytes(node, node_type, ctrl, data, plan.busy.sim[u], flat, attrs, extra)
 
 
-def node_frames(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummary) -> NodeFrames:
-    """The chunked encoder of ``et_plus``'s nodes (GPU ops through ``gpu_message``)."""
+def node_frames(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummary, pre_encoded=None) -> NodeFrames:
+    """The chunked encoder of ``et_plus``'s nodes (GPU ops through ``gpu_message``; the ET's own
+    fields from ``pre_encoded`` when given: ``chakra_ahead``)."""
     ids = _Ids(et_plus)
 
     def gpu_payload(u: int, attrs: AttrEncoder) -> bytes:
         return gpu_message(et_plus, plan, summary, u, ids, attrs).SerializeToString()
 
-    return NodeFrames(et_plus, plan, summary, gpu_payload)
+    return NodeFrames(et_plus, plan, summary, gpu_payload, pre_encoded)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,15 +263,17 @@ def node_frames(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummary) ->
 CHUNK_NODES = 2048
 
 
-def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = ()) -> WriteSummary:
+def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = (),
+                       pre_encoded=None) -> WriteSummary:
     """Write ``et_plus`` to ``path`` as a Chakra trace (gzip when it ends in ``.gz``) and return
     what was written. Atomic: on any error no file appears and an existing ``path`` is kept;
-    ``protected`` paths (the inputs) are refused. Nodes are encoded ``CHUNK_NODES`` at a time.
+    ``protected`` paths (the inputs) are refused. Nodes are encoded ``CHUNK_NODES`` at a time;
+    ``pre_encoded``: the ET's own fields of each op, already encoded (``chakra_ahead.PreEncoded``).
     Cost: see the module docstring."""
     started = time.perf_counter()
     summary = WriteSummary(str(path))
     plan = dependency_plan(et_plus, summary)
-    frames = node_frames(et_plus, plan, summary)
+    frames = node_frames(et_plus, plan, summary, pre_encoded)
     order = plan.order
     with EtWriter(path, protected, background=True) as writer:
         writer.write_metadata(metadata_message(et_plus))
@@ -285,9 +288,10 @@ def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tupl
     return summary
 
 
-def write_et_plus_chakra(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = ()) -> None:
+def write_et_plus_chakra(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = (),
+                         pre_encoded=None) -> None:
     """Pipeline entry point: ``write_chakra_trace`` and log its summary."""
-    summary = write_chakra_trace(et_plus, path, protected)
+    summary = write_chakra_trace(et_plus, path, protected, pre_encoded)
     types = ", ".join(f"{name} {count}" for name, count in sorted(summary.counts_by_type.items()))
     log.info("wrote Chakra trace %s: %d nodes (%s) in %.2fs", path, summary.nodes, types, summary.seconds)
     log.info("waits: %d edges (%d moved past the launching op), skipped %s",
