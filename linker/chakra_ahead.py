@@ -36,6 +36,7 @@ import contextlib
 import mmap
 import os
 from array import array
+from collections import Counter
 from pathlib import Path
 
 import msgspec
@@ -71,7 +72,7 @@ class FieldsAhead:
     """The child encoding an ET's fields, and the shared mappings it works in (``start``).
 
     The child writes, in node order, each node's fields into ``area`` and where they end into
-    ``index`` (after the nodes' ids), and reports through a pipe: first the number of nodes (the ids
+    ``index`` (after the nodes' ids and a 0), and reports through a pipe: first the number of nodes (the ids
     are written), then after each ``BATCH`` nodes how many are done. A pipe write and read order
     the two processes' memory, so what the parent has been told is done is there to read."""
 
@@ -80,7 +81,7 @@ class FieldsAhead:
         self._text = mmap.mmap(-1, text_size) if gzipped else None
         self._area = mmap.mmap(-1, text_size)  # the fields are smaller than their JSON text
         # ids then ends, int64 each: a node's JSON text takes at least 18 bytes ({"id":0,"name":""})
-        self._index = mmap.mmap(-1, 16 * (text_size // 18 + 1))
+        self._index = mmap.mmap(-1, 8 * (2 * (text_size // 18) + 3))
         self._inflated = False
         self.ended = False  # the child's progress pipe is closed: nothing more will be reported
         self._child: ForkedCall | None = None
@@ -181,9 +182,10 @@ class FieldsAhead:
         nodes = _DECODER.decode(self._text_view(length)).nodes
         n = len(nodes)
         index = memoryview(self._index).cast("q")
-        if 2 * n > len(index):
+        if 2 * n + 1 > len(index):
             raise RuntimeError("more nodes than expected")
         index[:n] = array("q", [node.id for node in nodes])
+        index[n] = 0  # then node u's fields end at index[n + 1 + u]
         _write_count(progress, n)
         fields = EtOnlyFields(AttrEncoder())
         area = self._area
@@ -194,7 +196,7 @@ class FieldsAhead:
             encoded = fields(node)
             end = at + len(encoded)
             area[at:end] = encoded  # past the end: IndexError (the parent encodes the rest)
-            index[n + u] = at = end
+            index[n + 1 + u] = at = end
             if u % BATCH == BATCH - 1:
                 _write_count(progress, u + 1)
         _write_count(progress, n)
@@ -210,34 +212,36 @@ class FieldsAhead:
 
 
 class PreEncoded:
-    """The fields the child has encoded so far: ``pre(u)`` is node ``u``'s bytes, or None when
-    the child has not reported it done (the caller then encodes it itself). Each node is asked for
-    once. ``refresh`` takes the child's progress, and gives back to the system the part of the area
-    holding a ``BATCH`` of nodes once they have all been asked for (the write order keeps a handful
-    of batches open at a time on the traces we have: 5 of 177 on the large pair), so the fields
-    never sit in memory whole."""
+    """The fields the child has encoded so far, a chunk of the write order at a time: ``chunk``
+    gives each op's bytes, or None where the child has not reported them done (the caller then
+    encodes them itself). Each op comes in one chunk only. ``chunk`` takes the child's progress
+    first, and gives back to the system the part of the area holding a ``BATCH`` of nodes once they
+    have all been in chunks (the write order keeps a handful of batches open at a time on the traces
+    we have: 5 of 177 on the large pair), so the fields never sit in memory whole."""
 
-    __slots__ = ("_ahead", "_area", "_ends", "_done", "_left", "_asked", "_released")
+    __slots__ = ("_ahead", "_area", "_bounds", "_done", "_left", "_asked", "_released")
 
     def __init__(self, ahead: FieldsAhead, n: int):
         self._ahead, self._area = ahead, ahead._area
-        self._ends = memoryview(ahead._index).cast("q")[n:2 * n]
+        self._bounds = memoryview(ahead._index).cast("q")[n:2 * n + 1]  # node u: bounds[u]:bounds[u + 1]
         self._done = 0
-        self._left = [BATCH] * (n // BATCH) + ([n % BATCH] if n % BATCH else [])  # not yet asked for
-        self._asked: list[int] = []  # batches all asked for, their area still held
+        self._left = [BATCH] * (n // BATCH) + ([n % BATCH] if n % BATCH else [])  # not yet in a chunk
+        self._asked: list[int] = []  # batches all in chunks, their area still held
         self._released = 0  # bytes given back
 
-    def __call__(self, u: int) -> bytes | None:
-        b = u // BATCH
-        left = self._left[b] - 1
-        self._left[b] = left
-        if not left:
-            self._asked.append(b)
-        if u >= self._done:
-            return None
-        return self._area[self._ends[u - 1] if u else 0:self._ends[u]]
+    def chunk(self, order) -> list[bytes | None]:
+        """The fields of each node of ``order`` (None: not done yet, or not an ET op). O(len(order))."""
+        self._refresh()
+        area, bounds, done = self._area, self._bounds, self._done
+        fields = [area[bounds[u]:bounds[u + 1]] if u < done else None for u in order]
+        left, asked, n = self._left, self._asked, len(bounds) - 1
+        for b, count in Counter([u // BATCH for u in order if u < n]).items():
+            left[b] -= count
+            if not left[b]:
+                asked.append(b)
+        return fields
 
-    def refresh(self) -> None:
+    def _refresh(self) -> None:
         """Take the child's latest progress; give back the batches all asked for and written by the
         child. O(messages waiting + batches held)."""
         done = self._ahead.done()
@@ -246,9 +250,9 @@ class PreEncoded:
         if self._asked:
             kept = []
             for b in self._asked:
-                last = min((b + 1) * BATCH, len(self._ends)) - 1
-                if last < self._done:  # else the child has still to write it
-                    self._release(self._ends[b * BATCH - 1] if b else 0, self._ends[last])
+                last = min((b + 1) * BATCH, len(self._bounds) - 1)
+                if last <= self._done:  # else the child has still to write it
+                    self._release(self._bounds[b * BATCH], self._bounds[last])
                 else:
                     kept.append(b)
             self._asked = kept

@@ -21,6 +21,7 @@ Cost: O(output bytes) plus O(1) dict look-ups per op; memory: the caches, each b
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any, Callable, Iterator
 
 import msgspec
@@ -497,8 +498,8 @@ class NodeFrames:
 
     CPU ops are encoded here (duration: the busy time; then the op's own attributes, its time
     split and its dependency causes), GPU ops by ``gpu_payload(u, attrs)``. A nested-layout op's
-    ``EtOnlyFields`` are ``pre_encoded(u)`` when that gives them (``chakra_ahead.PreEncoded``:
-    encoded by a child while the parent linked; ``refresh()`` is called once per chunk). The bytes
+    ``EtOnlyFields`` come from ``pre_encoded.chunk(order)`` when given (``chakra_ahead.PreEncoded``:
+    encoded by a child while the parent linked; None where they are not there yet). The bytes
     equal the plain path's (``node_bytes``). Counts written node types into ``summary``."""
 
     def __init__(self, et_plus, plan, summary, gpu_payload: Callable[[int, AttrEncoder], bytes],
@@ -520,16 +521,19 @@ class NodeFrames:
         prev, waits = plan.prev, plan.waits
         parent_cause, order_cause = self._cause(PARENT), self._cause(THREAD_ORDER)
         heads, causes_of, plain_attrs, pre_encoded = self._heads, self._causes, self.attrs.cpu_attr_bytes, self._pre_encoded
-        if pre_encoded is not None:
-            pre_encoded.refresh()
+        # The ET's own fields of each op of the chunk, from the child where it has encoded them.
+        fields_of = pre_encoded.chunk(order) if pre_encoded is not None else repeat(None)
         cpu_attrs, inputs, outputs = self._et_fields.cpu_attrs, self._et_fields.inputs, self._et_fields.outputs
         inclusive, exclusive, blocked_attr, gap_attr = self._ints
         inclusive_get, exclusive_get, blocked_get = inclusive.cache.get, exclusive.cache.get, blocked_attr.cache.get
         flat, small, end, varint, pairs = et.layout == FLAT, SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, CONTINUED_PAIRS
-        # Node ids: the varint inlined below 2**28 (see ``chakra_io.CONTINUED_PAIRS``).
+        # Node ids: the varint inlined below 2**28 (see ``chakra_io.CONTINUED_PAIRS``). Start times
+        # (µs since the epoch, >= 2**28): the varint of the bits above the low 14 kept from the
+        # last op (the same for 16 ms), as ``encode_varint`` would write them.
+        ts_high, ts_tail = None, b""
         out: list[bytes] = []
         append = out.append
-        for u in order:
+        for u, fields in zip(order, fields_of):
             if u >= n:
                 payload = self._gpu_payload(u, self.attrs)
             else:
@@ -563,14 +567,19 @@ class NodeFrames:
                 ts = node.ts
                 if ts is not UNSET and ts is not None:
                     t = round(ts)
-                    if t > 0:
+                    if t >> 14 == ts_high:  # the usual start time: the same high bits as the last one
+                        parts += (b"\x30", pairs[t & 0x3FFF] + ts_tail)
+                    elif t > 0:
                         parts += (b"\x30", small[t] if t < end else varint(t))
+                        if t >= 1 << 28:
+                            ts_high = t >> 14
+                            ts_tail = pairs[ts_high & 0x3FFF] + varint(t >> 28)
                 t = round(sim[u])
                 if t > 0:
                     parts += (b"\x38", small[t] if t < end else varint(t))
                 if flat:
                     parts += (_io_fields(node, True), plain_attrs(node, True))
-                elif pre_encoded is not None and (fields := pre_encoded(u)) is not None:
+                elif fields is not None:
                     parts.append(fields)
                 else:  # ``EtOnlyFields`` inlined
                     if node.inputs is not UNSET and node.inputs is not None:

@@ -31,12 +31,12 @@ def _no_child_left() -> bool:
 
 
 class Spy:
-    """Records what ``take`` gave and, per node asked for, whether the child's bytes were used."""
+    """Records what ``take`` gave and, per ET op written, whether the child's bytes were used."""
 
     def __init__(self, monkeypatch, wait_for_child: bool):
         self.taken: list = []
         self.from_child = self.from_parent = 0
-        real_take, real_call = chakra_ahead.FieldsAhead.take, chakra_ahead.PreEncoded.__call__
+        real_take, real_chunk = chakra_ahead.FieldsAhead.take, chakra_ahead.PreEncoded.chunk
         spy = self
 
         def take(ahead, et):
@@ -44,22 +44,21 @@ class Spy:
             if pre is not None and wait_for_child:  # every node done before the write starts
                 deadline = time.monotonic() + 60
                 while pre._done < len(et.nodes) and not ahead.ended and time.monotonic() < deadline:
-                    pre.refresh()
+                    pre._refresh()
                     time.sleep(0.005)
             spy.taken.append(pre)
             return pre
 
-        def call(pre, u):
-            fields = real_call(pre, u)
-            if fields is None:
-                spy.from_parent += 1
-            else:
-                spy.from_child += 1
+        def chunk(pre, order):
+            fields = real_chunk(pre, order)
+            ops = [f for u, f in zip(order, fields) if u < len(pre._bounds) - 1]
+            spy.from_child += sum(f is not None for f in ops)
+            spy.from_parent += sum(f is None for f in ops)
             return fields
 
         monkeypatch.setattr(chakra_ahead, "MIN_BYTES", 0)
         monkeypatch.setattr(chakra_ahead.FieldsAhead, "take", take)
-        monkeypatch.setattr(chakra_ahead.PreEncoded, "__call__", call)
+        monkeypatch.setattr(chakra_ahead.PreEncoded, "chunk", chunk)
 
 
 def _plain_copy(path: Path, tmp_path: Path) -> Path:

@@ -70,3 +70,24 @@ def test_json_in_pieces_equals_one_encode(tmp_path):
             doc.nodes = original
         assert (tmp_path / f"pieces{per_piece}.json").read_bytes() == whole
     assert et_plus.gpu_nodes, "the pair must have GPU nodes, so the pieces cross from ET to GPU nodes"
+
+
+def test_chunked_et_write_of_odd_start_times_equals_the_plain_path(tmp_path, monkeypatch):
+    """Start times of every size and sign (the chunked encoder keeps the high bits of the last
+    large one: crossing 2**14 and 2**28 boundaries, going back, negative and tiny ones)."""
+    et_plus = _et_plus(*fixture_pair("cpu", "threads"))
+    odd = [-20000.4, -1.0, 0.2, 3.0, 16383.0, 16384.0, (1 << 28) - 1, 1 << 28, (1 << 28) + 16383, (1 << 28) + 16384,
+           1_700_000_000_123_456.0, 1_700_000_000_123_456.0 + 16384, 1_700_000_000_000_000.0, (1 << 56) + 5.0]
+    timed = [node for node in et_plus.et.nodes if node.ts is not msgspec.UNSET]
+    for k, node in enumerate(timed):
+        node.ts = odd[k % len(odd)]
+    plain_summary = write_chakra.WriteSummary("")
+    plan = write_chakra.dependency_plan(et_plus, plain_summary)
+    frames = [write_chakra.metadata_message(et_plus).SerializeToString()]
+    for message in write_chakra.node_messages(et_plus, plan, plain_summary):
+        frames.append(message if isinstance(message, bytes) else message.SerializeToString())
+    plain = b"".join(encode_varint(len(frame)) + frame for frame in frames)
+    for chunk_nodes in (write_chakra.CHUNK_NODES, 1):  # 1: each op first of its chunk
+        monkeypatch.setattr(write_chakra, "CHUNK_NODES", chunk_nodes)
+        write_chakra.write_chakra_trace(et_plus, tmp_path / f"odd{chunk_nodes}.et")
+        assert (tmp_path / f"odd{chunk_nodes}.et").read_bytes() == plain
