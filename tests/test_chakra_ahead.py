@@ -197,3 +197,16 @@ def test_gunzip_into_a_fixed_buffer(tmp_path):
     data = read_trace_bytes(two, into)
     assert len(buffers[1]) == len(text) - 1000 and isinstance(data, bytearray) and bytes(data) == text
     assert read_trace_bytes(two, lambda size: None) == text
+
+
+def test_an_et_that_does_not_fit_its_trailers_size_stops_the_child(tmp_path, monkeypatch):
+    """Two gzip members: the trailer gives the last one's size, the text goes on in a private
+    buffer, and the child (which would decode the shared one) is stopped."""
+    et_path, kineto_path = fixture_pair("cpu", "threads")
+    text = gzip.decompress(et_path.read_bytes())
+    two = tmp_path / "et.json.gz"
+    two.write_bytes(gzip.compress(text[:1000]) + gzip.compress(text[1000:]))
+    spy = Spy(monkeypatch, wait_for_child=False)
+    ahead, alone = _link_both(two, kineto_path, tmp_path)
+    assert ahead == alone
+    assert spy.taken == [None] and _no_child_left()
