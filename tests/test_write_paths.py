@@ -26,6 +26,17 @@ def _et_plus(et_path, kineto_path):
     return build_et_plus(link(read_execution_trace(et_path), read_kineto_trace(kineto_path)))
 
 
+def _plain_et(et_plus):
+    """The ``.et`` bytes of the plain path (``node_messages``: one node at a time, GPU ops through
+    protobuf), its frames (metadata first) and its summary."""
+    summary = write_chakra.WriteSummary("")
+    plan = write_chakra.dependency_plan(et_plus, summary)
+    frames = [write_chakra.metadata_message(et_plus).SerializeToString()]
+    for message in write_chakra.node_messages(et_plus, plan, summary):
+        frames.append(message if isinstance(message, bytes) else message.SerializeToString())
+    return b"".join(encode_varint(len(frame)) + frame for frame in frames), frames, summary
+
+
 PAIRS = [lambda: fixture_pair("cpu", "threads"), lambda: fixture_pair("gpu", "gpu_v111"), lambda: dlrm_pair(3),
          lambda: fixture_pair("gpu", "gpu_v101")]
 
@@ -35,12 +46,7 @@ def test_chunked_et_write_equals_the_plain_path(pair, tmp_path, monkeypatch):
     """The writer's chunked encoder (``NodeFrames``: caches, inlined fields) gives the bytes and
     counts of the plain path (``node_messages``: one node at a time, GPU ops through protobuf)."""
     et_plus = _et_plus(*pair())
-    plain_summary = write_chakra.WriteSummary("")
-    plan = write_chakra.dependency_plan(et_plus, plain_summary)
-    frames = [write_chakra.metadata_message(et_plus).SerializeToString()]
-    for message in write_chakra.node_messages(et_plus, plan, plain_summary):
-        frames.append(message if isinstance(message, bytes) else message.SerializeToString())
-    plain = b"".join(encode_varint(len(frame)) + frame for frame in frames)
+    plain, frames, plain_summary = _plain_et(et_plus)
     assert plain_summary.counts_by_type["COMP_NODE"] > 0
     for chunk_nodes in (write_chakra.CHUNK_NODES, 7, 1):
         monkeypatch.setattr(write_chakra, "CHUNK_NODES", chunk_nodes)
@@ -81,12 +87,7 @@ def test_chunked_et_write_of_odd_start_times_equals_the_plain_path(tmp_path, mon
     timed = [node for node in et_plus.et.nodes if node.ts is not msgspec.UNSET]
     for k, node in enumerate(timed):
         node.ts = odd[k % len(odd)]
-    plain_summary = write_chakra.WriteSummary("")
-    plan = write_chakra.dependency_plan(et_plus, plain_summary)
-    frames = [write_chakra.metadata_message(et_plus).SerializeToString()]
-    for message in write_chakra.node_messages(et_plus, plan, plain_summary):
-        frames.append(message if isinstance(message, bytes) else message.SerializeToString())
-    plain = b"".join(encode_varint(len(frame)) + frame for frame in frames)
+    plain = _plain_et(et_plus)[0]
     for chunk_nodes in (write_chakra.CHUNK_NODES, 1):  # 1: each op first of its chunk
         monkeypatch.setattr(write_chakra, "CHUNK_NODES", chunk_nodes)
         write_chakra.write_chakra_trace(et_plus, tmp_path / f"odd{chunk_nodes}.et")
