@@ -45,7 +45,7 @@ import msgspec
 from .chakra_encode import AttrEncoder, EtOnlyFields
 from .et_reader import FLAT
 from .fileio import GZIP_MAGIC, plausible_gzip_size
-from .forked import ForkedCall, can_fork
+from .forked import ForkedCall, can_fork, spare_core
 
 # Below this size on disk the encoder is quick enough where it is (and the fork is not free).
 MIN_BYTES = 2 << 20
@@ -289,8 +289,9 @@ def _read_count(fd: int) -> int:
 
 def start(et_path) -> FieldsAhead | None:
     """A child to encode the fields of the ET at ``et_path`` (gzip or plain JSON of ``MIN_BYTES``
-    or more), or None (a small or unreadable file, an implausible gzip trailer, no ``fork``)."""
-    if not can_fork() or not hasattr(mmap, "PROT_READ"):
+    or more), or None (a small or unreadable file, an implausible gzip trailer, no ``fork``, a
+    single core)."""
+    if not can_fork() or not spare_core() or not hasattr(mmap, "PROT_READ"):
         return None
     path = Path(et_path)
     try:

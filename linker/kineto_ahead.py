@@ -32,7 +32,7 @@ from typing import Callable
 import msgspec
 from msgspec.structs import force_setattr
 
-from .forked import ForkedCall, can_fork
+from .forked import ForkedCall, can_fork, spare_core
 from .kineto_reader import NO_ARGS, KinetoTrace, read_kineto_trace
 from .sanity import check_kineto_trace
 
@@ -55,12 +55,13 @@ _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 def start(path: str | os.PathLike) -> ForkedCall | None:
-    """A child reading the Kineto trace at ``path``, or None (small or unreadable file, no fork)."""
+    """A child reading the Kineto trace at ``path``, or None (small or unreadable file, no fork, a
+    single core)."""
     try:
         big = Path(path).stat().st_size >= FORK_MIN_BYTES
     except OSError:
         return None
-    if not big or not can_fork():
+    if not big or not can_fork() or not spare_core():
         return None
     try:
         return ForkedCall(lambda: _read_and_check(path))

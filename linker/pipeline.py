@@ -24,6 +24,7 @@ from .et_reader import read_execution_trace
 from .errors import TraceInputError
 from .etplus import EtPlus, build_et_plus
 from .fileio import atomic_output, check_output_paths, collector_paused, decoding
+from .forked import spare_core
 from .kineto_reader import read_kineto_trace
 from .link import LinkOptions, link
 from .report import LinkReport
@@ -187,7 +188,8 @@ def _link_pair(et_path, kineto_path, output, options, report_path, read_ahead) -
     fields = _fields_ahead(et_path, output) if read_ahead else None
     try:
         et, kineto, input_warnings = read_pair(et_path, kineto_path, read_ahead, fields)
-        with output_space.prefilled(output, _prefill_bytes(output, et, kineto) if read_ahead else 0):
+        prefill = _prefill_bytes(output, et, kineto) if read_ahead and spare_core() else 0
+        with output_space.prefilled(output, prefill):
             result = link(et, kineto, options)
             result.report.warnings[:0] = input_warnings
             return _link_and_write(result, output, report_path, protected, beside, started, fields)

@@ -210,3 +210,21 @@ def test_an_et_that_does_not_fit_its_trailers_size_stops_the_child(tmp_path, mon
     ahead, alone = _link_both(two, kineto_path, tmp_path)
     assert ahead == alone
     assert spy.taken == [None] and _no_child_left()
+
+
+def test_no_child_on_a_single_core(monkeypatch):
+    """On one core a child would only take the parent's time: neither read-ahead child starts."""
+    from linker import forked, kineto_ahead
+
+    et_path, kineto_path = fixture_pair("cpu", "threads")
+    monkeypatch.setattr(chakra_ahead, "MIN_BYTES", 0)
+    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
+    monkeypatch.setattr(forked.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert not forked.spare_core()
+    assert chakra_ahead.start(et_path) is None and kineto_ahead.start(kineto_path) is None
+    monkeypatch.setattr(forked.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    ahead, child = chakra_ahead.start(et_path), kineto_ahead.start(kineto_path)
+    assert ahead is not None and child is not None
+    ahead.cancel()
+    child.cancel()
+    assert _no_child_left()

@@ -110,6 +110,12 @@ def test_pipeline_prefills_a_json_output_only_with_a_spare_core(tmp_path, monkey
     link_pair(et, kineto, out.with_suffix(".et"))
     link_pair(et, kineto, out, read_ahead=False)  # batch workers: no core to spare
     assert sizes[-2:] == [0, 0]
+    with monkeypatch.context() as single:
+        from linker import forked
+
+        single.setattr(forked.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+        link_pair(et, kineto, out)  # one core: the filling thread would only slow the link
+    assert sizes[-1] == 0
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
