@@ -78,7 +78,7 @@ class FieldsAhead:
     order the two processes' memory, so what the parent has been told is done is there to read."""
 
     def __init__(self, path: Path, gzipped: bool, text_size: int):
-        self._path, self._gzipped, self._file_size = path, gzipped, 0 if gzipped else text_size
+        self._path, self._gzipped = path, gzipped
         self._text = mmap.mmap(-1, text_size) if gzipped else None
         self._area = mmap.mmap(-1, text_size)  # the fields are smaller than their JSON text
         # ids then ends, int64 each: a node's JSON text takes at least 18 bytes ({"id":0,"name":""})
@@ -113,7 +113,7 @@ class FieldsAhead:
             length = -1
         elif self._gzipped and not (self._inflated and length <= len(self._text)):
             length = -1
-        elif not self._gzipped and length != self._file_size:
+        elif not self._gzipped and length != len(self._area):  # the area has the file's size
             length = -1
         self._send(length)
         if length < 0:
@@ -123,7 +123,7 @@ class FieldsAhead:
         """The fields of ``et``'s nodes as the child encodes them (``PreEncoded``), once it has
         decoded the text (blocks until then); None when it failed or its nodes are not ``et``'s
         (ids compared in order). O(nodes)."""
-        if self._child is None or self._progress == -1 or self._go != -1:  # (never told to go)
+        if self._child is None or self._go != -1:  # stopped, or never told to go
             self.cancel()
             return None
         n = _read_count(self._progress)
