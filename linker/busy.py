@@ -57,7 +57,7 @@ from itertools import accumulate, compress
 from operator import add, attrgetter, eq, gt, lt, not_
 
 from .et_reader import PROCESS_ROOT_NAMES, THREAD_ROOT_NAMES
-from .intervals import TimePoint, innermost_covering
+from .intervals import TimePoint, cpu_cover_index, innermost_covering
 
 FORK, JOIN = "fork", "join"
 ROOT_NAMES = frozenset(PROCESS_ROOT_NAMES + THREAD_ROOT_NAMES)
@@ -146,7 +146,7 @@ def ops_covering(et_plus, calls: list) -> list[int]:
             op_of_event[e] = i
     points = [TimePoint(call.pid, call.tid, call.ts) for call in calls]
     covering = []
-    for e in innermost_covering(events, points):
+    for e in innermost_covering(events, points, cpu_cover_index(result.kineto)):
         while e >= 0 and op_of_event[e] < 0:
             e = result.parents[e]
         covering.append(op_of_event[e] if e >= 0 else -1)

@@ -23,15 +23,15 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import accumulate, compress
-from operator import countOf, eq, lt, ne
+from itertools import accumulate, compress, repeat
+from operator import attrgetter, countOf, eq, is_not, lt, ne
 from typing import Any
 
 import msgspec
 
 from .busy import DEVICE_SYNC, STREAM_SYNC, STREAM_WAIT_EVENT, WAIT_CALLS, BusyTimes, compute_busy, ops_covering
 from .chakra_comm import CommAttrs, CommResolver, is_comm_kernel
-from .et_reader import PROCESS_ROOT_NAMES, parent_positions
+from .et_reader import PROCESS_ROOT_NAMES, ROOT_NAMES, parent_positions
 from .etplus import EtPlus
 
 NO_NODE = -1
@@ -70,7 +70,7 @@ class IssueIndex:
                 grouped.setdefault(key, []).append(k)
         index = IssueIndex()
         for key, members in grouped.items():
-            members.sort(key=lambda k: (issue_ts[k], k))
+            members.sort(key=issue_ts.__getitem__)  # stable: by (issue time, k), members come by k
             index.nodes[key] = members
             index.times[key] = [issue_ts[k] for k in members]
         return index
@@ -512,13 +512,16 @@ def _wait_context(et_plus: EtPlus, placement: GpuPlacement) -> WaitContext:
     for pair in set(p for p in pairs if p is not None):
         thread_streams.setdefault(pair[0], []).append(pair[1])
     linked: dict[int, list[int]] = {}
-    for i, node in enumerate(et.nodes):
-        if node.ts is not msgspec.UNSET and not et.is_root(i):
-            linked.setdefault(et.tid[i], []).append(i)
+    ts = list(map(attrgetter("ts"), et.nodes))
+    names, tids, roots = et.names, et.tid, ROOT_NAMES
+    for i in compress(range(len(ts)), map(is_not, ts, repeat(msgspec.UNSET))):
+        if names[i] not in roots:  # ``et.is_root`` inlined
+            linked.setdefault(tids[i], []).append(i)
     starts = {}
     for tid, ops in linked.items():
-        ops.sort(key=lambda i: (et.nodes[i].ts, et.ids[i]))
-        starts[tid] = [et.nodes[i].ts for i in ops]
+        ops.sort(key=et.ids.__getitem__)
+        ops.sort(key=ts.__getitem__)  # stable: by (start, id), as ops came by index
+        starts[tid] = list(map(ts.__getitem__, ops))
     return WaitContext(
         placement,
         IssueIndex.build(placement.stream_key, placement.issue_ts),

@@ -40,7 +40,7 @@ THREAD_ROOT_NAMES = (
     "[pytorch|profiler|execution_graph|thread]",
 )
 
-_ROOT_NAMES = frozenset(PROCESS_ROOT_NAMES + THREAD_ROOT_NAMES)
+ROOT_NAMES = frozenset(PROCESS_ROOT_NAMES + THREAD_ROOT_NAMES)
 
 # Layout names, as reported.
 FLAT = "flat"  # schema 1.0.1: "parent", flat rf_id/tid/... keys
@@ -140,8 +140,7 @@ class ExecutionTrace:
 
     def is_root(self, i: int) -> bool:
         """True for the process root and the per-thread roots (not ops: never linked)."""
-        name = self.names[i]
-        return name in PROCESS_ROOT_NAMES or name in THREAD_ROOT_NAMES
+        return self.names[i] in ROOT_NAMES
 
     @property
     def op_schema(self) -> list[str]:
@@ -159,7 +158,7 @@ class ExecutionTrace:
         """Indices of all nodes that are ops (everything but the process and thread roots).
         Computed once (O(n)); do not modify the returned list."""
         if self._op_indices is None:
-            roots = _ROOT_NAMES
+            roots = ROOT_NAMES
             self._op_indices = [i for i, name in enumerate(self.names) if name not in roots]
         return self._op_indices
 

@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .columns import unique_positions
-from .intervals import TimePoint, innermost_covering
+from .intervals import TimePoint, cpu_cover_index, innermost_covering
 from .kineto_reader import GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, KinetoEvent, KinetoTrace
 
 # How a GPU op found its launch.
@@ -215,7 +215,7 @@ def uncovered_launch_points(kineto: KinetoTrace) -> list[TimePoint]:
         if point is not None and point not in seen:
             seen.add(point)
             points.append(point)
-    covering = innermost_covering(kineto.cpu_events, points)
+    covering = innermost_covering(kineto.cpu_events, points, cpu_cover_index(kineto))
     return [p for p, e in zip(points, covering) if e < 0]
 
 
@@ -252,7 +252,7 @@ def attribute_gpu_ops(
         result.links.append(link)
     result.graph_launches = len(graph_correlations)
 
-    for q, e in zip(point_of_link, innermost_covering(kineto.cpu_events, points)):
+    for q, e in zip(point_of_link, innermost_covering(kineto.cpu_events, points, cpu_cover_index(kineto))):
         result.links[q].cpu_event = e
     _look_up_python_functions(kineto, result.links, points, point_of_link)
     for link in result.links:

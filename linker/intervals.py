@@ -5,6 +5,7 @@ All functions take ``cpu_events`` sorted as ``KinetoTrace`` keeps them: by (pid,
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -66,12 +67,89 @@ class TimePoint:
     ts: float
 
 
-def innermost_covering(events: Sequence[KinetoEvent], points: Sequence[TimePoint]) -> list[int]:
+@dataclass
+class CoverIndex:
+    """What ``innermost_covering`` sweeps, kept: each thread's span of positions in the events
+    (threads contiguous, starts ascending within one), every event's start and end, and
+    ``below[e]``: the event under ``e`` on the sweep's stack when ``e`` was pushed (-1: none).
+    The stack right after pushing ``e`` is then ``e, below[e], below[below[e]], ...``."""
+
+    spans: dict[ThreadKey, tuple[int, int]]
+    starts: list[float]
+    ends: list[float]
+    below: list[int]
+
+
+def cover_index(events: Sequence[KinetoEvent]) -> CoverIndex | None:
+    """The ``CoverIndex`` of ``events`` (sorted per thread by start, as ``cpu_events``), or None
+    when a thread's events are not contiguous (pid 1 and "1" sorted together). One sweep: O(n)."""
+    spans: dict[ThreadKey, tuple[int, int]] = {}
+    starts = [event.ts for event in events]
+    ends = [event.ts + event.dur for event in events]
+    below = [-1] * len(events)
+    key, first = None, 0
+    stack: list[int] = []
+    push, pop = stack.append, stack.pop
+    for i, event in enumerate(events):
+        if (event.pid, event.tid) != key:
+            if key is not None:
+                spans[key] = (first, i)
+            key, first = (event.pid, event.tid), i
+            if key in spans:
+                return None
+            stack.clear()
+        start = starts[i]
+        while stack and ends[stack[-1]] <= start:
+            pop()
+        if stack:
+            below[i] = stack[-1]
+        push(i)
+    if key is not None:
+        spans[key] = (first, len(events))
+    return CoverIndex(spans, starts, ends, below)
+
+
+def cpu_cover_index(kineto) -> CoverIndex | None:
+    """``cover_index`` of ``kineto.cpu_events``, built once per trace (kept on the trace, for the
+    same event list only)."""
+    cached = kineto.cpu_cover
+    if cached is None or cached[0] is not kineto.cpu_events:
+        cached = kineto.cpu_cover = (kineto.cpu_events, cover_index(kineto.cpu_events))
+    return cached[1]
+
+
+def innermost_covering(events: Sequence[KinetoEvent], points: Sequence[TimePoint],
+                       index: CoverIndex | None = None) -> list[int]:
     """For each point, the innermost event on its thread with ``ts <= point.ts <= ts + dur``, or -1.
 
-    Points and events are swept together per thread in time order (an event starting at the
-    point's time covers it). O((n + q) log(n + q)).
+    With an ``index`` of ``events`` (``cover_index``): per point a bisection among its thread's
+    starts, then down the stack the sweep would hold until an event still running: O(q log n)
+    plus the stack depths. Without: points and events are swept together per thread in time order
+    (an event starting at the point's time covers it), O((n + q) log(n + q)).
     """
+    if index is not None:
+        return _covering_from_index(index, points)
+    return _covering_by_sweep(events, points)
+
+
+def _covering_from_index(index: CoverIndex, points: Sequence[TimePoint]) -> list[int]:
+    spans, starts, ends, below = index.spans, index.starts, index.ends, index.below
+    answer = []
+    for point in points:
+        span = spans.get((point.pid, point.tid))
+        e = -1
+        if span is not None:
+            t = point.ts
+            e = bisect_right(starts, t, span[0], span[1]) - 1
+            if e < span[0]:
+                e = -1
+            while e >= 0 and ends[e] < t:
+                e = below[e]
+        answer.append(e)
+    return answer
+
+
+def _covering_by_sweep(events: Sequence[KinetoEvent], points: Sequence[TimePoint]) -> list[int]:
     by_thread: dict[ThreadKey, list[int]] = {}
     for q, point in enumerate(points):
         by_thread.setdefault((point.pid, point.tid), []).append(q)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the hand-written GPU trace fixtures (ET + Kineto + ground truth), deterministically.
 
-Usage:  python scripts/make_gpu_fixtures.py [--out tests/fixtures/gpu] [--seed 7]
+Usage:  python scripts/make_gpu_fixtures.py [--out tests/fixtures/gpu] [--seed 7] [--steps 1]
 
 One synthetic training step of a small two-rank data-parallel model on one GPU is laid out on a
 timeline (``build_workload``), then emitted in two dialects that follow docs/FORMATS.md:
@@ -362,8 +362,8 @@ def _collective(tl: Timeline, thread: int, wrapper: str, annotation: str, comm: 
                                  args=_kernel_args(tl.rng, [2, 1, 1], [640, 1, 1]))
 
 
-def build_workload(seed: int, start_ns: int) -> Workload:
-    """Lay out one training step (see module docstring). Deterministic in ``seed``."""
+def build_workload(seed: int, start_ns: int, steps: int = 1) -> Workload:
+    """Lay out ``steps`` training steps (see module docstring). Deterministic in ``seed``."""
     rng = random.Random(seed)
     tl = Timeline(rng, start_ns)
     batch, width, classes = 32, 64, 16
@@ -379,73 +379,74 @@ def build_workload(seed: int, start_ns: int) -> Workload:
     tl.gpu_op("kernel", KERNEL_STRAGGLER, COMPUTE_STREAM, tl.now[1] + 2000, next(tl.correlations), "none",
               _kernel_args(rng, [1, 1, 1], [128, 1, 1]))
 
-    with tl.op(1, "ProfilerStep#3", cat="user_annotation", scope=7, in_et=False):
-        with tl.op(1, "## zero_grad ##", cat="user_annotation", scope=7):
-            for grad in (g1, g2):
-                with tl.op(1, "aten::zero_", inputs=[tensor(grad)], outputs=[tensor(grad)], op_schema=SCHEMA_ZERO):
-                    with tl.op(1, "aten::fill_", inputs=[tensor(grad), scalar("Int", 0)], outputs=[tensor(grad)],
+    for step in range(steps):
+        with tl.op(1, f"ProfilerStep#{3 + step}", cat="user_annotation", scope=7, in_et=False):
+            with tl.op(1, "## zero_grad ##", cat="user_annotation", scope=7):
+                for grad in (g1, g2):
+                    with tl.op(1, "aten::zero_", inputs=[tensor(grad)], outputs=[tensor(grad)], op_schema=SCHEMA_ZERO):
+                        with tl.op(1, "aten::fill_", inputs=[tensor(grad), scalar("Int", 0)], outputs=[tensor(grad)],
+                                   op_schema=SCHEMA_FILL):
+                            _kernel(tl, 1, KERNEL_FILL, 8)
+            with tl.op(1, "## copy_batch_to_gpu ##", cat="user_annotation", scope=7):
+                with tl.op(1, "aten::to", inputs=[tensor(host_x), scalar("Device", "cuda:0"), scalar("Bool", True)],
+                           outputs=[tensor(x)]):
+                    with tl.op(1, "aten::_to_copy", inputs=[tensor(host_x)], outputs=[tensor(x)]):
+                        tl.leaf(1, "aten::empty_strided", inputs=[int_list(list(x.shape)), int_list([width, 1])],
+                                outputs=[tensor(x)])
+                        with tl.op(1, "aten::copy_", inputs=[tensor(x), tensor(host_x), scalar("Bool", True)],
+                                   outputs=[tensor(x)]):
+                            tl.launch(1, "cudaMemcpyAsync", "gpu_memcpy", MEMCPY_H2D,
+                                      args={"bytes": x.numel * 4, "memory bandwidth (GB/s)": 3.7})
+                with tl.op(1, "aten::zeros", inputs=[int_list(list(target.shape))], outputs=[tensor(target)]):
+                    tl.leaf(1, "aten::empty", inputs=[int_list(list(target.shape))], outputs=[tensor(target)])
+                    with tl.op(1, "aten::zero_", inputs=[tensor(target)], outputs=[tensor(target)], op_schema=SCHEMA_ZERO):
+                        tl.launch(1, "cudaMemsetAsync", "gpu_memset", MEMSET,
+                                  args={"bytes": target.numel * 4, "memory bandwidth (GB/s)": 1.9})
+            with tl.op(1, "## forward ##", cat="user_annotation", scope=7):
+                hidden, _ = _linear(tl, x, w1, b1, "cudaLaunchKernelExC", KERNEL_SGEMM, seq_id=40)
+                activated = Tensor(hidden.shape)
+                with tl.op(1, "aten::relu", inputs=[tensor(hidden)], outputs=[tensor(activated)], seq_id=42):
+                    with tl.op(1, "aten::clamp_min", inputs=[tensor(hidden), scalar("Int", 0)],
+                               outputs=[tensor(activated)]):
+                        tl.launch(1, "cuLaunchKernel", "kernel", KERNEL_CLAMP,
+                                  args=_kernel_args(rng, [16, 1, 1], [128, 1, 1]))
+                exchanged = Tensor(activated.shape)
+                with tl.op(1, "## alltoall_fwd ##", cat="user_annotation", scope=7):
+                    _collective(tl, 1, "c10d::alltoall_base_", "nccl:all_to_all",
+                                CommInfo("all_to_allv", activated.numel, [batch // 2] * 2, [batch // 2] * 2),
+                                activated, KERNEL_SEND_RECV, wait_event=True)
+                logits, addmm = _linear(tl, exchanged, w2, b2, "cudaLaunchKernel", KERNEL_SGEMM_NN, seq_id=43)
+                scaled = Tensor(logits.shape)
+                with tl.op(1, "aten::mul", inputs=[tensor(logits), scalar("Double", 0.5)], outputs=[tensor(scaled)],
+                           seq_id=45) as mul:
+                    _kernel(tl, 1, KERNEL_MUL, 4, link="external_id")
+                loss, diff = Tensor(()), Tensor(scaled.shape)
+                with tl.op(1, "aten::mse_loss", inputs=[tensor(scaled), tensor(target), scalar("Int", 1)],
+                           outputs=[tensor(loss)], seq_id=46) as mse:
+                    with tl.op(1, "aten::sub", inputs=[tensor(scaled), tensor(target)], outputs=[tensor(diff)]):
+                        _kernel(tl, 1, KERNEL_SUB, 4)
+                    with tl.op(1, "aten::pow", inputs=[tensor(diff), scalar("Int", 2)], outputs=[tensor(diff)]):
+                        _kernel(tl, 1, KERNEL_POW, 4)
+                    with tl.op(1, "aten::mean", inputs=[tensor(diff)], outputs=[tensor(loss)]):
+                        tl.launch(1, "cudaLaunchKernel", "kernel", KERNEL_MEAN, link="ac2g",
+                                  args=_kernel_args(rng, [1, 1, 1], [512, 1, 1]))
+            with tl.op(1, "## backward ##", cat="user_annotation", scope=7) as backward:
+                grad_loss = Tensor(())
+                with tl.op(1, "aten::ones_like", inputs=[tensor(loss)], outputs=[tensor(grad_loss)]):
+                    tl.leaf(1, "aten::empty_like", inputs=[tensor(loss)], outputs=[tensor(grad_loss)])
+                    with tl.op(1, "aten::fill_", inputs=[tensor(grad_loss), scalar("Int", 1)], outputs=[tensor(grad_loss)],
                                op_schema=SCHEMA_FILL):
-                        _kernel(tl, 1, KERNEL_FILL, 8)
-        with tl.op(1, "## copy_batch_to_gpu ##", cat="user_annotation", scope=7):
-            with tl.op(1, "aten::to", inputs=[tensor(host_x), scalar("Device", "cuda:0"), scalar("Bool", True)],
-                       outputs=[tensor(x)]):
-                with tl.op(1, "aten::_to_copy", inputs=[tensor(host_x)], outputs=[tensor(x)]):
-                    tl.leaf(1, "aten::empty_strided", inputs=[int_list(list(x.shape)), int_list([width, 1])],
-                            outputs=[tensor(x)])
-                    with tl.op(1, "aten::copy_", inputs=[tensor(x), tensor(host_x), scalar("Bool", True)],
-                               outputs=[tensor(x)]):
-                        tl.launch(1, "cudaMemcpyAsync", "gpu_memcpy", MEMCPY_H2D,
-                                  args={"bytes": x.numel * 4, "memory bandwidth (GB/s)": 3.7})
-            with tl.op(1, "aten::zeros", inputs=[int_list(list(target.shape))], outputs=[tensor(target)]):
-                tl.leaf(1, "aten::empty", inputs=[int_list(list(target.shape))], outputs=[tensor(target)])
-                with tl.op(1, "aten::zero_", inputs=[tensor(target)], outputs=[tensor(target)], op_schema=SCHEMA_ZERO):
-                    tl.launch(1, "cudaMemsetAsync", "gpu_memset", MEMSET,
-                              args={"bytes": target.numel * 4, "memory bandwidth (GB/s)": 1.9})
-        with tl.op(1, "## forward ##", cat="user_annotation", scope=7):
-            hidden, _ = _linear(tl, x, w1, b1, "cudaLaunchKernelExC", KERNEL_SGEMM, seq_id=40)
-            activated = Tensor(hidden.shape)
-            with tl.op(1, "aten::relu", inputs=[tensor(hidden)], outputs=[tensor(activated)], seq_id=42):
-                with tl.op(1, "aten::clamp_min", inputs=[tensor(hidden), scalar("Int", 0)],
-                           outputs=[tensor(activated)]):
-                    tl.launch(1, "cuLaunchKernel", "kernel", KERNEL_CLAMP,
-                              args=_kernel_args(rng, [16, 1, 1], [128, 1, 1]))
-            exchanged = Tensor(activated.shape)
-            with tl.op(1, "## alltoall_fwd ##", cat="user_annotation", scope=7):
-                _collective(tl, 1, "c10d::alltoall_base_", "nccl:all_to_all",
-                            CommInfo("all_to_allv", activated.numel, [batch // 2] * 2, [batch // 2] * 2),
-                            activated, KERNEL_SEND_RECV, wait_event=True)
-            logits, addmm = _linear(tl, exchanged, w2, b2, "cudaLaunchKernel", KERNEL_SGEMM_NN, seq_id=43)
-            scaled = Tensor(logits.shape)
-            with tl.op(1, "aten::mul", inputs=[tensor(logits), scalar("Double", 0.5)], outputs=[tensor(scaled)],
-                       seq_id=45) as mul:
-                _kernel(tl, 1, KERNEL_MUL, 4, link="external_id")
-            loss, diff = Tensor(()), Tensor(scaled.shape)
-            with tl.op(1, "aten::mse_loss", inputs=[tensor(scaled), tensor(target), scalar("Int", 1)],
-                       outputs=[tensor(loss)], seq_id=46) as mse:
-                with tl.op(1, "aten::sub", inputs=[tensor(scaled), tensor(target)], outputs=[tensor(diff)]):
-                    _kernel(tl, 1, KERNEL_SUB, 4)
-                with tl.op(1, "aten::pow", inputs=[tensor(diff), scalar("Int", 2)], outputs=[tensor(diff)]):
-                    _kernel(tl, 1, KERNEL_POW, 4)
-                with tl.op(1, "aten::mean", inputs=[tensor(diff)], outputs=[tensor(loss)]):
-                    tl.launch(1, "cudaLaunchKernel", "kernel", KERNEL_MEAN, link="ac2g",
-                              args=_kernel_args(rng, [1, 1, 1], [512, 1, 1]))
-        with tl.op(1, "## backward ##", cat="user_annotation", scope=7) as backward:
-            grad_loss = Tensor(())
-            with tl.op(1, "aten::ones_like", inputs=[tensor(loss)], outputs=[tensor(grad_loss)]):
-                tl.leaf(1, "aten::empty_like", inputs=[tensor(loss)], outputs=[tensor(grad_loss)])
-                with tl.op(1, "aten::fill_", inputs=[tensor(grad_loss), scalar("Int", 1)], outputs=[tensor(grad_loss)],
-                           op_schema=SCHEMA_FILL):
-                    _kernel(tl, 1, KERNEL_FILL, 1)
-            tl.fork(2, 1)
-            _backward_thread(tl, backward, (mse, mul, addmm), grads=(g1, g2), diff=diff)
-            tl.join(1, 2)
-            tl.runtime_call(1, "cudaEventQuery")
-        with tl.op(1, "## optimizer ##", cat="user_annotation", scope=7):
-            with tl.op(1, "Optimizer.step#SGD.step", cat="user_annotation", scope=7):
-                for weight, grad in ((w1, g1), (w2, g2)):
-                    with tl.op(1, "aten::add_", inputs=[tensor(weight), tensor(grad), scalar("Double", -0.01)],
-                               outputs=[tensor(weight)], op_schema=SCHEMA_ADD_):
-                        _kernel(tl, 1, KERNEL_ADD, 8)
+                        _kernel(tl, 1, KERNEL_FILL, 1)
+                tl.fork(2, 1)
+                _backward_thread(tl, backward, (mse, mul, addmm), grads=(g1, g2), diff=diff)
+                tl.join(1, 2)
+                tl.runtime_call(1, "cudaEventQuery")
+            with tl.op(1, "## optimizer ##", cat="user_annotation", scope=7):
+                with tl.op(1, "Optimizer.step#SGD.step", cat="user_annotation", scope=7):
+                    for weight, grad in ((w1, g1), (w2, g2)):
+                        with tl.op(1, "aten::add_", inputs=[tensor(weight), tensor(grad), scalar("Double", -0.01)],
+                                   outputs=[tensor(weight)], op_schema=SCHEMA_ADD_):
+                            _kernel(tl, 1, KERNEL_ADD, 8)
     end_ns = max(max(op.ts_ns + op.dur_ns for op in tl.ops), max(g.ts_ns + g.dur_ns for g in tl.gpu_ops))
     return Workload(ops=tl.ops, calls=tl.calls, gpu_ops=tl.gpu_ops, start_ns=start_ns, end_ns=end_ns)
 
@@ -894,9 +895,9 @@ def write_json_gz(obj: dict, path: Path) -> None:
         handle.write(data)
 
 
-def make_pair(dialect: Dialect, seed: int) -> tuple[dict, dict, dict]:
+def make_pair(dialect: Dialect, seed: int, steps: int = 1) -> tuple[dict, dict, dict]:
     """Build the workload for one dialect and return (et, kineto, truth)."""
-    workload = build_workload(seed, dialect.start_ns)
+    workload = build_workload(seed, dialect.start_ns, steps)
     assign_ids(workload)
     et, kineto = make_et(workload, dialect), make_kineto(workload, dialect)
     return et, kineto, make_truth(workload, dialect, et, kineto)
@@ -906,9 +907,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gpu")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=1,
+                        help="training steps (the fixtures have 1; many make a large GPU pair for benchmarks)")
     args = parser.parse_args(argv)
     for dialect in DIALECTS:
-        et, kineto, truth = make_pair(dialect, args.seed)
+        et, kineto, truth = make_pair(dialect, args.seed, args.steps)
         out = args.out / dialect.name
         out.mkdir(parents=True, exist_ok=True)
         write_json_gz(et, out / "et.json.gz")
