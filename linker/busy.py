@@ -56,11 +56,11 @@ from dataclasses import dataclass, field
 from itertools import accumulate, compress
 from operator import add, attrgetter, eq, gt, lt, not_
 
-from .et_reader import PROCESS_ROOT_NAMES, THREAD_ROOT_NAMES
+from .et_reader import ROOT_NAMES
 from .intervals import TimePoint, cpu_cover_index, innermost_covering
+from .link import op_of_event
 
 FORK, JOIN = "fork", "join"
-ROOT_NAMES = frozenset(PROCESS_ROOT_NAMES + THREAD_ROOT_NAMES)
 
 # Runtime calls that wait for GPU work, by kind: the synchronizes block the calling thread; a
 # stream-wait-event makes a stream wait (the CPU goes on). ``chakra_deps`` turns them into edges.
@@ -135,21 +135,18 @@ def blocking_calls(et_plus) -> list:
 
 def ops_covering(et_plus, calls: list) -> list[int]:
     """For each runtime call, the innermost linked ET op covering it (-1 if none).
-    O((n + w) log(n + w)) for w calls."""
+    O(n + w log n) for w calls (the trace's cover index is built once: ``cpu_cover_index``)."""
     if not calls:
         return []
     result = et_plus.result
     events = result.kineto.cpu_events
-    op_of_event = [-1] * len(events)
-    for i, e in enumerate(result.match.event_of_op):
-        if e >= 0:
-            op_of_event[e] = i
+    op_of = op_of_event(result.match.event_of_op, len(events))
     points = [TimePoint(call.pid, call.tid, call.ts) for call in calls]
     covering = []
     for e in innermost_covering(events, points, cpu_cover_index(result.kineto)):
-        while e >= 0 and op_of_event[e] < 0:
+        while e >= 0 and op_of[e] < 0:
             e = result.parents[e]
-        covering.append(op_of_event[e] if e >= 0 else -1)
+        covering.append(op_of[e] if e >= 0 else -1)
     return covering
 
 

@@ -23,15 +23,15 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import accumulate, compress, repeat
-from operator import attrgetter, countOf, eq, is_not, lt, ne
+from itertools import accumulate, compress
+from operator import attrgetter, countOf, eq, lt, ne
 from typing import Any
 
 import msgspec
 
 from .busy import DEVICE_SYNC, STREAM_SYNC, STREAM_WAIT_EVENT, WAIT_CALLS, BusyTimes, compute_busy, ops_covering
 from .chakra_comm import CommAttrs, CommResolver, is_comm_kernel
-from .et_reader import PROCESS_ROOT_NAMES, ROOT_NAMES, parent_positions
+from .et_reader import PROCESS_ROOT_NAMES, parent_positions
 from .etplus import EtPlus
 
 NO_NODE = -1
@@ -513,9 +513,9 @@ def _wait_context(et_plus: EtPlus, placement: GpuPlacement) -> WaitContext:
         thread_streams.setdefault(pair[0], []).append(pair[1])
     linked: dict[int, list[int]] = {}
     ts = list(map(attrgetter("ts"), et.nodes))
-    names, tids, roots = et.names, et.tid, ROOT_NAMES
-    for i in compress(range(len(ts)), map(is_not, ts, repeat(msgspec.UNSET))):
-        if names[i] not in roots:  # ``et.is_root`` inlined
+    tids, unset = et.tid, msgspec.UNSET
+    for i in et.op_indices():
+        if ts[i] is not unset:
             linked.setdefault(tids[i], []).append(i)
     starts = {}
     for tid, ops in linked.items():
