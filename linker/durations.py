@@ -8,10 +8,14 @@ exclusive durations together, reading each event's fields once: on a large trace
 reads of a few hundred thousand events are most of the cost. With those parents the direct
 children of one event never overlap (a child starting inside an earlier sibling would be that
 sibling's child), so each child's clipped length is subtracted as it comes. O(n).
+
+``cpu_nesting(kineto)`` is the same for a whole trace, computed once and kept on it (the Kineto
+read-ahead child computes it beside the read and hands it over: ``kineto_ahead``).
 """
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -23,11 +27,21 @@ _NEVER = float("inf")  # the end of the sweep's bottom sentinel: no event closes
 @dataclass
 class CpuNesting:
     """Per Kineto CPU event: nesting parent (-1 at top level), exclusive duration, end
-    (``ts + dur``). The end column serves later checks without reading the events again."""
+    (``ts + dur``). The end column serves later checks without reading the events again; it is a
+    machine array (8 bytes an event: the nesting is kept with its trace, the end read once)."""
 
     parents: list[int]
     exclusive: list[float]
-    end: list[float]
+    end: array
+
+
+def cpu_nesting(kineto) -> CpuNesting:
+    """``nest_cpu_events(kineto.cpu_events)``, computed once per trace (kept on the trace, for the
+    same event list only)."""
+    cached = kineto.cpu_nesting
+    if cached is None or cached[0] is not kineto.cpu_events:
+        cached = kineto.cpu_nesting = (kineto.cpu_events, nest_cpu_events(kineto.cpu_events))
+    return cached[1]
 
 
 def nest_cpu_events(events: Sequence[KinetoEvent]) -> CpuNesting:
@@ -66,4 +80,4 @@ def nest_cpu_events(events: Sequence[KinetoEvent]) -> CpuNesting:
         top, top_end = i, end
     if min(exclusive, default=1.0) <= 0:
         exclusive = [x if x > 0 else 0.0 for x in exclusive]
-    return CpuNesting(parents, exclusive, ends)
+    return CpuNesting(parents, exclusive, array("d", ends))

@@ -5,7 +5,9 @@ fork, copy-on-write: no pickling of inputs) and writes the returned bytes to a p
 with ``os._exit`` (no atexit handlers, no buffered output flushed twice). ``result()`` reads them
 and reaps the child; it returns None when the child failed for any reason (an exception, a signal,
 an incomplete payload): the caller then does the work itself, so that any error surfaces exactly as
-it would without a child. ``cancel()`` kills and reaps a child still running (Ctrl-C, an error in
+it would without a child. An ``fn`` that returns an iterator (a generator) sends each of its byte
+strings as it is made, and ``parts()`` gives them to the parent as they come: the parent can work
+on the first while the child makes the next. ``cancel()`` kills and reaps a child still running (Ctrl-C, an error in
 the parent). No temporary file is used; a reaped child leaves no zombie.
 
 Ctrl-C and SIGTERM are blocked in the parent around ``fork`` so that a signal arriving then is taken
@@ -21,6 +23,7 @@ import gc
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Callable
 
 _HEADER = 8  # payload length, little-endian
@@ -44,9 +47,10 @@ def spare_core() -> bool:
 
 
 class ForkedCall:
-    """``fn()`` (returning bytes) running in a forked child; see the module docstring."""
+    """``fn()`` (returning bytes, or an iterator of bytes) running in a forked child; see the
+    module docstring."""
 
-    def __init__(self, fn: Callable[[], bytes]):
+    def __init__(self, fn: Callable[[], bytes | Iterator[bytes]]):
         """Fork and start ``fn`` in the child. Raises ``OSError`` when no process can be made."""
         self._pid = 0
         self._fd = -1
@@ -81,6 +85,19 @@ class ForkedCall:
         if status != 0 or not complete:
             return None
         return memoryview(payload)
+
+    def parts(self) -> Iterator[memoryview]:
+        """Each byte string the child sends (``fn`` returned an iterator), as it comes; they stop
+        at the end, or at the first that does not come whole (the child failed: those before it
+        came whole, so they stand). The child is reaped once they have stopped; a caller that stops
+        taking them early calls ``cancel()``."""
+        while self._pid:
+            header = self._read_into(bytearray(_HEADER))
+            payload = None if header is None else self._read_into(bytearray(int.from_bytes(header, "little")))
+            if payload is None:
+                break
+            yield memoryview(payload)
+        self._reap()
 
     def _read_into(self, buffer: bytearray) -> bytearray | None:
         """``buffer`` filled from the pipe, or None when the child closed it before."""
@@ -117,15 +134,16 @@ class ForkedCall:
         return os.waitstatus_to_exitcode(status)
 
 
-def _run_child(fn: Callable[[], bytes], read_end: int, write_end: int, mask) -> None:
+def _run_child(fn: Callable[[], bytes | Iterator[bytes]], read_end: int, write_end: int, mask) -> None:
     status = 1
     try:
         os.close(read_end)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         gc.disable()  # a collection would touch (hence copy) every object shared with the parent
-        payload = fn()
-        _write_all(write_end, len(payload).to_bytes(_HEADER, "little"))
-        _write_all(write_end, payload)
+        returned = fn()
+        for payload in returned if isinstance(returned, Iterator) else (returned,):
+            _write_all(write_end, len(payload).to_bytes(_HEADER, "little"))
+            _write_all(write_end, payload)
         status = 0
     except BaseException:  # the parent sees the failure and does the work itself
         pass

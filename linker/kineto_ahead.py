@@ -9,14 +9,19 @@ left out), their ``Input Dims`` (raw JSON bytes, which msgpack would otherwise s
 taken out into one JSON array per event list, carried as a msgpack binary with the events'
 positions. ``finish(child)`` decodes that in C (``from_wire``), splits each array with one JSON
 decode and puts each ``Input Dims`` back in its event as a view into that array (which holds only
-dims): the same trace and warnings the serial read and check give (tests/test_read_paths.py). When there is no child (a small file, no ``fork``)
+dims): the same trace and warnings the serial read and check give (tests/test_read_paths.py).
+
+Then, while the parent decodes that, the child nests the CPU events (``durations.cpu_nesting``,
+which linking needs and which needs nothing but this trace) and sends the nesting's three columns
+as machine arrays (``nesting_to_wire``); ``finish`` puts them on the trace (C conversions), or
+leaves the nesting to be computed where it is needed if they do not come. When there is no child (a small file, no ``fork``)
 or it failed for any reason (a bad file, a trace the check refuses), ``finish`` gives None and the
 caller reads and checks the file itself, so a bad file fails with the same ``TraceInputError``, in
 the same order, as without a child.
 
-Cost, for n events: the child reads as the serial path does, plus one O(n) pass and the encode;
-the parent decodes the msgpack and puts the dims back with C loops (about a quarter of reading
-the JSON).
+Cost, for n events: the child reads as the serial path does, plus one O(n) pass and the encode,
+then the nesting sweep; the parent decodes the msgpack and puts the dims back with C loops (about a
+quarter of reading the JSON), and takes the nesting's columns with three C conversions.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from __future__ import annotations
 import contextlib
 import operator
 import os
+from array import array
 from collections import deque
+from collections.abc import Iterator
 from itertools import repeat
 from pathlib import Path
 from typing import Callable
@@ -32,6 +39,7 @@ from typing import Callable
 import msgspec
 from msgspec.structs import force_setattr
 
+from .durations import CpuNesting, nest_cpu_events
 from .forked import ForkedCall, can_fork, spare_core
 from .kineto_reader import NO_ARGS, KinetoTrace, read_kineto_trace
 from .sanity import check_kineto_trace
@@ -69,25 +77,35 @@ def start(path: str | os.PathLike) -> ForkedCall | None:
         return None
 
 
-def _read_and_check(path) -> bytes:
+def _read_and_check(path) -> Iterator[bytes]:
+    """The child's work: the checked trace (``to_wire``), then its CPU events' nesting."""
     trace = read_kineto_trace(path, own_dims=False)
-    return to_wire(trace, check_kineto_trace(trace))
+    yield to_wire(trace, check_kineto_trace(trace))
+    yield nesting_to_wire(nest_cpu_events(trace.cpu_events))
 
 
 def finish(child: ForkedCall | None, received: Callable[[], None] | None = None
            ) -> tuple[KinetoTrace, list[str]] | None:
-    """The child's trace, checked, with the warnings of the check; or None (no child, or it failed
-    (a bad file, a trace the check refuses): the caller reads and checks the file itself).
-    ``received()`` is called once the child has exited (its core is free), before its bytes are
-    decoded; at once when there is no child."""
-    data = child.result() if child is not None else None
+    """The child's trace, checked, with the warnings of the check and, when it came, its CPU
+    events' nesting (``KinetoTrace.cpu_nesting``); or None (no child, or it failed (a bad file, a
+    trace the check refuses): the caller reads and checks the file itself). ``received()`` is
+    called once the child has exited (its core is free); at once when there is no child."""
+    parts = child.parts() if child is not None else iter(())
+    data = next(parts, None)
+    checked = None
+    if data is not None:
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            checked = from_wire(data)
+    del data
+    nesting = next(parts, None) if checked is not None else None
+    if child is not None:
+        child.cancel()
     if received is not None:
         received()
-    if data is None:
-        return None
-    with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-        return from_wire(data)
-    return None
+    if nesting is not None:
+        with contextlib.suppress(ValueError):
+            nesting_from_wire(checked[0], nesting)
+    return checked
 
 
 def _lists(trace) -> tuple:
@@ -118,6 +136,31 @@ def from_wire(data) -> tuple[KinetoTrace, list[str]]:
         args = map(_ARGS, map(events.__getitem__, at))
         deque(map(force_setattr, args, repeat("input_dims"), _RAW_LIST.decode(dims)), maxlen=0)
     return wire.trace, wire.warnings
+
+
+def nesting_to_wire(nesting: CpuNesting) -> bytes:
+    """The nesting's three columns as machine arrays, one after the other: parents (int64), then
+    exclusive durations and ends (float64), all of one length."""
+    return b"".join((array("q", nesting.parents).tobytes(), array("d", nesting.exclusive).tobytes(),
+                     nesting.end.tobytes()))
+
+
+def nesting_from_wire(trace: KinetoTrace, data) -> None:
+    """Put ``nesting_to_wire``'s columns on ``trace`` as its ``cpu_nesting`` (for its present
+    ``cpu_events``: the values bit for bit). Raises ``ValueError`` when they are not of its length."""
+    n = len(trace.cpu_events)
+    if len(data) != 24 * n:
+        raise ValueError(f"{len(data)} bytes of nesting for {n} CPU events")
+    view = memoryview(data)
+    parents, exclusive, ends = array("q"), array("d"), array("d")
+    for k, column in enumerate((parents, exclusive, ends)):
+        column.frombytes(view[8 * n * k:8 * n * (k + 1)])
+    # The parents as ``nest_cpu_events`` makes them, one int object per parent, not one per event.
+    ints = list(range(n))
+    ints.append(-1)  # ints[-1]: the top level's -1
+    parents = list(map(ints.__getitem__, parents))
+    del ints
+    trace.cpu_nesting = (trace.cpu_events, CpuNesting(parents, exclusive.tolist(), ends))
 
 
 _ARGS = operator.attrgetter("args")

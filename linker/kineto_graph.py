@@ -10,7 +10,7 @@ of the pipeline (GPU attribution, durations, ``EtPlus``, both writers) runs unch
 - a process root and one thread root per Kineto (pid, tid), numbered 1, 2, ... in (pid, tid)
   order (the ``tid`` attr is that number, as in an ET);
 - ids in start order per thread (ET ids are given at op start), parents from interval nesting on
-  the thread (``durations.nest_cpu_events``, which gives the exclusive durations in the same sweep), a top-level event under its thread root;
+  the thread (``durations.cpu_nesting``, which gives the exclusive durations in the same sweep), a top-level event under its thread root;
 - inputs' shapes from ``Input Dims`` where the trace recorded them (values and types are not
   written);
 - attrs ``rf_id`` (the Kineto ``Record function id``; 0 = unknown), ``tid``, and the usual
@@ -30,7 +30,7 @@ from operator import attrgetter
 
 import msgspec
 
-from .durations import CpuNesting, nest_cpu_events
+from .durations import CpuNesting, cpu_nesting
 from .et_reader import NESTED, PROCESS_ROOT_NAMES, THREAD_ROOT_NAMES, EtNode, ExecutionTrace
 from .gpu import adopt_before_trace, attribute_gpu_ops, innermost_python_functions, uncovered_launch_points
 from .kineto_reader import KinetoEvent, KinetoTrace, cpu_event_order
@@ -122,7 +122,7 @@ def build_host_graph(kineto: KinetoTrace) -> KinetoGraph:
     """The host graph of ``kineto`` as an ``ExecutionTrace`` (nested layout). O(n log n)."""
     kineto, python_nodes = _with_python_events(kineto)
     events = kineto.cpu_events
-    nesting = nest_cpu_events(events)
+    nesting = cpu_nesting(kineto)
     parents = nesting.parents
     thread_number: dict[tuple, int] = {}
     thread_of = [thread_number.setdefault((e.pid, e.tid), len(thread_number) + 1) for e in events]

@@ -140,6 +140,8 @@ class KinetoTrace:
     python_events: list[KinetoEvent] = field(default_factory=list)
     # ``intervals.cpu_cover_index``'s cache: (the cpu_events list it indexes, its ``CoverIndex``).
     cpu_cover: Any = field(default=None, repr=False, compare=False)
+    # ``durations.cpu_nesting``'s cache: (the cpu_events list it nests, its ``CpuNesting``).
+    cpu_nesting: Any = field(default=None, repr=False, compare=False)
 
     def has_record_function_ids(self) -> bool:
         """True when some CPU event has a non-zero ``Record function id`` (0 means unknown)."""

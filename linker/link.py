@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from .durations import nest_cpu_events
+from .durations import cpu_nesting
 from .errors import MismatchedPairError, OptionError
 from .et_reader import PROCESS_ROOT_NAMES, ExecutionTrace
 from .gpu import GpuAttribution, adopt_before_trace, attribute_gpu_ops
@@ -166,7 +166,7 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
     match, window, notes = choose_and_match(et, kineto, options, rf_join)
     warnings += unused_option_warnings(options, match.method, window)
     events = kineto.cpu_events
-    nesting = nest_cpu_events(events)
+    nesting = cpu_nesting(kineto)
     ops = op_of_event(match.event_of_op, len(events))
     gpu = attribute_gpu_ops(kineto, ops, nesting.parents, window)
     adopt_before_trace(gpu, process_root_index(et))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import asdict, dataclass, field
 
 from .et_reader import ExecutionTrace
@@ -93,7 +94,8 @@ class LinkReport:
 def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int],
                        nesting: tuple[list, list] | None = None) -> int:
     """Linked ops whose Kineto interval is not inside their linked ET parent's (``lies_within``,
-    written out). ``nesting``: the CPU events' (nesting parents, ``ts + dur``) columns when at
+    written out). ``nesting``: the CPU events' (nesting parents, ``ts + dur``) columns (the ends
+    a list or an ``array('d')``) when at
     hand: the usual pair, an op whose parent's event is its event's nesting parent, then needs
     only the end check (that parent starts no later: ``cpu_events`` are in start order per
     thread), read from the columns. O(n)."""
@@ -110,6 +112,7 @@ def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: lis
                     violations += 1
         return violations
     parent, end = nesting
+    end = end.tolist() if isinstance(end, array) else end  # read twice per op: floats made once
     violations = 0
     for inner, outer in pairs:
         # (inner | outer) >= 0: both linked; a violation at the end, or a pair to check in full.

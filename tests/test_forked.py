@@ -49,6 +49,35 @@ def test_forked_call_cancelled_leaves_no_child_behind():
         os.waitpid(pid, os.WNOHANG)
 
 
+def test_forked_call_sends_an_iterators_parts_as_they_are_made(tmp_path):
+    ready = tmp_path / "first part read"
+
+    def two_parts():
+        yield b"first" * 100_000
+        while not ready.exists():  # the parent has the first part before the second is made
+            time.sleep(0.01)
+        yield os.getpid().to_bytes(8, "little")
+
+    child = forked.ForkedCall(two_parts)
+    pid = child._pid
+    parts = child.parts()
+    assert bytes(next(parts)) == b"first" * 100_000
+    ready.touch()
+    assert int.from_bytes(next(parts), "little") == pid
+    assert next(parts, None) is None
+    with pytest.raises(ChildProcessError):  # reaped once its parts have ended
+        os.waitpid(pid, os.WNOHANG)
+
+
+def test_forked_parts_stop_at_a_failure_and_keep_those_that_came_whole():
+    def fails_after_one():
+        yield b"kept"
+        raise TraceInputError("some/trace.json", "broken")
+
+    assert [bytes(p) for p in forked.ForkedCall(fails_after_one).parts()] == [b"kept"]
+    assert forked.ForkedCall(fails_after_one).result() is None  # one payload was asked for: not whole
+
+
 def _graph_fields(graph) -> dict:
     fields = {f.name: getattr(graph, f.name) for f in dataclasses.fields(graph)}
     # NaN != NaN: compare the start column by its bytes

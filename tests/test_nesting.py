@@ -57,7 +57,7 @@ def test_one_sweep_gives_the_nesting_and_exclusive_times(seed):
     nesting = nest_cpu_events(events)
     assert nesting.parents == nesting_parents(events)
     assert nesting.exclusive == exclusive_durations(events, nesting.parents)
-    assert nesting.end == [e.ts + e.dur for e in events]
+    assert nesting.end.tolist() == [e.ts + e.dur for e in events]
 
 
 def test_touching_ends_and_clipped_children():

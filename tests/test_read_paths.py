@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from array import array
 from pathlib import Path
 
 import msgspec
@@ -15,6 +16,7 @@ import pytest
 
 from conftest import FIXTURES, SHARED_TRACES, fixture_pair
 from linker import et_reader, forked, kineto_ahead, pipeline
+from linker.durations import cpu_nesting, nest_cpu_events
 from linker.errors import TraceInputError
 from linker.et_reader import read_execution_trace
 from linker.fileio import read_trace_bytes
@@ -216,6 +218,10 @@ def test_kineto_read_in_a_child_is_the_serial_read(pair, monkeypatch):
     assert columns(et2) == columns(et)
     assert [bytes(e.args.input_dims) for e in kineto2.cpu_events] == [
         bytes(e.args.input_dims) for e in kineto.cpu_events]
+    # The child's nesting came along, for these very events, and is the one linking takes.
+    assert kineto.cpu_nesting is None and kineto2.cpu_nesting[0] is kineto2.cpu_events
+    assert cpu_nesting(kineto2) is kineto2.cpu_nesting[1]
+    assert cpu_nesting(kineto2) == nest_cpu_events(kineto.cpu_events)
 
 
 @needs_fork
@@ -248,6 +254,46 @@ def test_wire_keeps_odd_values():
     assert back.cpu_events[1:] == expected[1:] and back.python_events == expected[1:]
     assert back.flows == flows and list(back.flows) == [5, "s"]
     assert (back.path, back.pid, back.rank, back.world_size) == ("k.json", 7, 0, 2)
+
+
+def test_nesting_through_the_wire_is_bit_for_bit():
+    events = odd_events()[:1] + [KinetoEvent(ph="X", cat="cpu_op", name=n, ts=t, dur=d) for n, t, d in
+                                 (("p", 10.0, 5.0), ("c", 11.0, 7.5), ("z", 12.0, 0.0), ("q", 0.1 + 0.2, -0.0))]
+    nesting = nest_cpu_events(events)
+    trace = KinetoTrace("k.json", 1, None, None, events, [], [])
+    kineto_ahead.nesting_from_wire(trace, memoryview(kineto_ahead.nesting_to_wire(nesting)))
+    got = trace.cpu_nesting[1]
+    assert trace.cpu_nesting[0] is events and got.parents == nesting.parents and cpu_nesting(trace) is got
+    for column in ("exclusive", "end"):
+        assert array("d", getattr(got, column)).tobytes() == array("d", getattr(nesting, column)).tobytes()
+    with pytest.raises(ValueError):  # not for these events
+        kineto_ahead.nesting_from_wire(trace, kineto_ahead.nesting_to_wire(nest_cpu_events(events[:-1])))
+
+
+@needs_fork
+def test_a_child_that_fails_after_sending_the_trace_leaves_the_nesting_to_the_parent(tmp_path, monkeypatch):
+    et_path, kineto_path = fixture_pair("gpu", "gpu_v111")
+    serial = read_kineto_trace(kineto_path)
+
+    def trace_then_fail(path):
+        trace = read_kineto_trace(path, own_dims=False)
+        yield kineto_ahead.to_wire(trace, check_kineto_trace(trace))
+        raise RuntimeError("no nesting")
+
+    monkeypatch.setattr(kineto_ahead, "_read_and_check", trace_then_fail)
+    trace, _ = kineto_ahead.finish(forked.ForkedCall(lambda: kineto_ahead._read_and_check(kineto_path)))
+    assert trace == serial and trace.cpu_nesting is None
+    assert cpu_nesting(trace) == nest_cpu_events(serial.cpu_events)
+
+
+def test_cpu_nesting_is_kept_for_its_event_list_only():
+    events = [KinetoEvent(ph="X", cat="cpu_op", name="a", ts=1.0, dur=4.0),
+              KinetoEvent(ph="X", cat="cpu_op", name="b", ts=2.0, dur=1.0)]
+    trace = KinetoTrace("k.json", 1, None, None, events, [], [])
+    first = cpu_nesting(trace)
+    assert first.parents == [-1, 0] and first.exclusive == [3.0, 1.0] and cpu_nesting(trace) is first
+    trace.cpu_events = events[1:]  # another list: nested again
+    assert cpu_nesting(trace).parents == [-1] and cpu_nesting(trace) is not first
 
 
 def test_wire_puts_each_lists_dims_back_in_its_own_events():
