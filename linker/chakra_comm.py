@@ -19,6 +19,7 @@ Cost: per kernel O(depth of the launching ops) plus one parse of their inputs.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -81,6 +82,9 @@ class CommKind:
     comm_type: int | None = None
 
 
+_NAMES_CACHED = 4096  # distinct op / kernel names whose kind is remembered
+
+
 def is_comm_kernel(node: GpuNode) -> bool:
     """True for NCCL / RCCL kernels (by name). O(len(name))."""
     if node.cat != "kernel":
@@ -89,9 +93,11 @@ def is_comm_kernel(node: GpuNode) -> bool:
     return "nccl" in name or "rccl" in name
 
 
+@functools.lru_cache(maxsize=_NAMES_CACHED)
 def kind_from_name(name: str) -> CommKind | None:
     """The collective an op or collective name denotes ("nccl:all_to_all", "all_to_allv",
-    "_allgather_base", "send", "c10d::recv_"...), or None. Send+recv together is ambiguous: None."""
+    "_allgather_base", "send", "c10d::recv_"...), or None. Send+recv together is ambiguous: None.
+    Remembered per name (a trace repeats a few names thousands of times)."""
     base = name.split(":")[-1] if name.startswith(("nccl:", "rccl:", "gloo:")) else name
     letters = re.sub(r"[^a-z]", "", base.lower())
     has_send, has_recv = "send" in letters, "recv" in letters
@@ -105,9 +111,11 @@ def kind_from_name(name: str) -> CommKind | None:
     return None
 
 
+@functools.lru_cache(maxsize=_NAMES_CACHED)
 def kind_from_kernel(name: str) -> CommKind | None:
     """The collective named by an NCCL kernel ("ncclKernel_AllReduce_RING_LL_Sum_float" ->
-    ALL_REDUCE); None for SendRecv / generic kernels, whose meaning is the launching op's."""
+    ALL_REDUCE); None for SendRecv / generic kernels, whose meaning is the launching op's.
+    Remembered per name."""
     match = _KERNEL_TOKEN.search(name)
     if match is None:
         return None
@@ -323,6 +331,14 @@ class CommResolver:
         self.rank = et_plus.result.kineto.rank
         self._event_of_op = et_plus.result.match.event_of_op
         self._cpu_events = et_plus.result.kineto.cpu_events
+        self._inputs: dict[int, OpIO] = {}  # ET index -> its decoded inputs (ops asked for twice)
+
+    def inputs(self, i: int) -> OpIO:
+        """``op_inputs`` of ET node ``i``, decoded once per resolver (do not modify)."""
+        io = self._inputs.get(i)
+        if io is None:
+            io = self._inputs[i] = op_inputs(self.et.nodes[i], self.et.layout)
+        return io
 
     def comm_ops(self, launcher: int) -> CommOps:
         """Find the nccl:* / record_param_comms / c10d:: ops at or above the launching op."""
@@ -349,7 +365,7 @@ class CommResolver:
         return self._cpu_events[event].args if event >= 0 else None
 
     def _param_inputs(self, ops: CommOps) -> OpIO | None:
-        return op_inputs(self.et.nodes[ops.param], self.et.layout) if ops.param >= 0 else None
+        return self.inputs(ops.param) if ops.param >= 0 else None
 
     def kind(self, gpu: GpuNode, gpu_args, ops: CommOps, param_io: OpIO | None) -> CommKind | None:
         """Kernel name first (explicit collectives), then the launching ops' names, then Kineto."""
@@ -376,7 +392,7 @@ class CommResolver:
         """Bytes moved: the collective op's input tensors, else record_param_comms' tensor
         inputs, else Kineto "In msg nelems" × dtype size (kernel's args, then the ops')."""
         if ops.collective >= 0:
-            size = tensors_bytes(op_inputs(self.et.nodes[ops.collective], self.et.layout))
+            size = tensors_bytes(self.inputs(ops.collective))
             if size:
                 return size
         if param_io is not None:
@@ -393,7 +409,7 @@ class CommResolver:
     def dtype(self, ops: CommOps, param_io: OpIO | None, gpu_args) -> str | None:
         """Element type: the collective op's (else record_param_comms') first tensor type, else
         Kineto's "dtype" (kernel's args, then the ops'); None when nobody says."""
-        for io in (op_inputs(self.et.nodes[ops.collective], self.et.layout) if ops.collective >= 0 else None,
+        for io in (self.inputs(ops.collective) if ops.collective >= 0 else None,
                    param_io):
             for type_name in io.types if io is not None else ():
                 found = _TENSOR_DTYPE.findall(type_name) if isinstance(type_name, str) else []
@@ -446,7 +462,7 @@ class CommResolver:
         else:
             attrs.comm_src, attrs.comm_dst = peer, self.rank
         if ops.c10d >= 0:
-            attrs.comm_tag = _last_int(op_inputs(self.et.nodes[ops.c10d], self.et.layout))
+            attrs.comm_tag = _last_int(self.inputs(ops.c10d))
         return attrs
 
 

@@ -373,10 +373,19 @@ def _exclusive_of_ops(et_plus: EtPlus) -> list[float]:
 
 
 def _comm_attrs(et_plus: EtPlus, resolver: CommResolver | None, summary: WriteSummary) -> list[CommAttrs | None]:
-    """Communication attributes of every GPU node (None for other kernels), resolved once."""
+    """Communication attributes of every GPU node (None for other kernels), resolved once
+    (whether a kernel communicates: once per kernel name and category)."""
     comm: list[CommAttrs | None] = []
+    is_comm: dict[tuple[str, str], bool] = {}
     for node, link in zip(et_plus.gpu_nodes, et_plus.gpu_links):
-        attrs = resolver.resolve(node, link.event.args, link.et_index) if resolver and is_comm_kernel(node) else None
+        attrs = None
+        if resolver:
+            kind = (node.cat, node.name)
+            communicates = is_comm.get(kind)
+            if communicates is None:
+                communicates = is_comm[kind] = is_comm_kernel(node)
+            if communicates:
+                attrs = resolver.resolve(node, link.event.args, link.et_index)
         if attrs is not None and attrs.problem:
             summary.comm_unresolved[attrs.problem] += 1
         comm.append(attrs)
