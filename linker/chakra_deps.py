@@ -380,10 +380,10 @@ def _comm_attrs(et_plus: EtPlus, resolver: CommResolver | None, summary: WriteSu
     for node, link in zip(et_plus.gpu_nodes, et_plus.gpu_links):
         attrs = None
         if resolver:
-            kind = (node.cat, node.name)
-            communicates = is_comm.get(kind)
+            name = (node.cat, node.name)
+            communicates = is_comm.get(name)
             if communicates is None:
-                communicates = is_comm[kind] = is_comm_kernel(node)
+                communicates = is_comm[name] = is_comm_kernel(node)
             if communicates:
                 attrs = resolver.resolve(node, link.event.args, link.et_index)
         if attrs is not None and attrs.problem:
