@@ -27,8 +27,9 @@ _NEVER = float("inf")  # the end of the sweep's bottom sentinel: no event closes
 @dataclass
 class CpuNesting:
     """Per Kineto CPU event: nesting parent (-1 at top level), exclusive duration, end
-    (``ts + dur``). The end column serves later checks without reading the events again; it is a
-    machine array (8 bytes an event: the nesting is kept with its trace, the end read once)."""
+    (``ts + dur``). The end column serves later checks (the link's nesting check, the cover index)
+    without reading the events again; it is a machine array (8 bytes an event: the nesting is kept
+    with its trace)."""
 
     parents: list[int]
     exclusive: list[float]

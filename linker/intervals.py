@@ -9,6 +9,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Sequence
 
+from .durations import cpu_nesting
 from .kineto_reader import KinetoEvent
 
 ThreadKey = tuple  # (pid, tid) of a Kineto thread
@@ -76,16 +77,18 @@ class CoverIndex:
 
     spans: dict[ThreadKey, tuple[int, int]]
     starts: list[float]
-    ends: list[float]
+    ends: Sequence[float]
     below: list[int]
 
 
-def cover_index(events: Sequence[KinetoEvent]) -> CoverIndex | None:
+def cover_index(events: Sequence[KinetoEvent], ends: Sequence[float] | None = None) -> CoverIndex | None:
     """The ``CoverIndex`` of ``events`` (sorted per thread by start, as ``cpu_events``), or None
-    when a thread's events are not contiguous (pid 1 and "1" sorted together). One sweep: O(n)."""
+    when a thread's events are not contiguous (pid 1 and "1" sorted together). ``ends``: each
+    event's ``ts + dur`` when already at hand (kept, not copied). One sweep: O(n)."""
     spans: dict[ThreadKey, tuple[int, int]] = {}
     starts = [event.ts for event in events]
-    ends = [event.ts + event.dur for event in events]
+    if ends is None:
+        ends = [event.ts + event.dur for event in events]
     below = [-1] * len(events)
     key, first = None, 0
     stack: list[int] = []
@@ -111,10 +114,12 @@ def cover_index(events: Sequence[KinetoEvent]) -> CoverIndex | None:
 
 def cpu_cover_index(kineto) -> CoverIndex | None:
     """``cover_index`` of ``kineto.cpu_events``, built once per trace (kept on the trace, for the
-    same event list only)."""
+    same event list only), on the ends of the trace's nesting (``durations.cpu_nesting``: linking
+    has it already)."""
     cached = kineto.cpu_cover
     if cached is None or cached[0] is not kineto.cpu_events:
-        cached = kineto.cpu_cover = (kineto.cpu_events, cover_index(kineto.cpu_events))
+        events = kineto.cpu_events
+        cached = kineto.cpu_cover = (events, cover_index(events, cpu_nesting(kineto).end))
     return cached[1]
 
 

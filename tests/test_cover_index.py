@@ -82,3 +82,5 @@ def test_the_trace_keeps_one_index_per_event_list():
     trace.cpu_events = events[:10]  # another list: a new index
     again = cpu_cover_index(trace)
     assert again is not first and again.spans[(1, 1)] == (0, 10)
+    assert list(again.ends) == [e.ts + e.dur for e in events[:10]]  # the trace's nesting's ends
+    assert cover_index(events[:10]).below == again.below
