@@ -14,6 +14,9 @@ from the child's own resource usage (``os.wait4``), as ``/usr/bin/time -v`` repo
 - ``decode floor``: the least any linker must do: a small msgspec decode of both files (gzip
   inflated with ``gzip.decompress``) that materialises only nodes' id/name/parent and events'
   ph/cat/name/ts/dur/tid, everything else left as ``msgspec.Raw`` (not et-link's reader);
+- ``floor, ISA-L inflate``: the same decode with gzip inflated by ISA-L, as et-link inflates when
+  ``isal`` is installed (only then); after the table, each output's ratio to it (``x floor`` stays
+  the ratio to the issue's floor);
 - ``et-link -> X``: the whole command writing the ET+ as JSON, gzip JSON and Chakra ``.et``;
 - ``simulate .et``: ``et-link simulate`` on that ``.et`` (when this et-link has the command).
 
@@ -70,6 +73,9 @@ class Event(msgspec.Struct):
 
 class KinetoDocument(msgspec.Struct):
     traceEvents: list[Event]
+
+if sys.argv[3:] == ["isal"]:  # the same decode, gzip inflated by ISA-L (as et-link does)
+    from isal import igzip as gzip
 
 def read(path):
     with open(path, "rb") as f:
@@ -133,13 +139,28 @@ def has_simulate() -> bool:
     return (ROOT / "linker" / "sim").is_dir()
 
 
+ISAL_FLOOR = "floor, ISA-L inflate"
+
+
+def has_isal() -> bool:
+    """True when ISA-L's inflate is installed (et-link then inflates with it: ``fileio.inflating``)."""
+    try:
+        import isal  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def performance_lines(args, work: Path) -> list[tuple[str, list[str], tuple[int, ...], Path | None]]:
     """(label, command, accepted exit codes, output file) of the measured lines, the floor first.
     The output file is removed before each run: every round writes a new file, as the first does
     (replacing the previous round's output would time the unlinking of hundreds of MB)."""
     et_link = [sys.executable, "-m", "linker.cli"]
     pair = ["--et-file", str(args.et), "--kineto-file", str(args.kineto), "-q"]
-    lines = [("decode floor", [sys.executable, "-c", DECODE_FLOOR, str(args.et), str(args.kineto)], (0,), None)]
+    floor = [sys.executable, "-c", DECODE_FLOOR, str(args.et), str(args.kineto)]
+    lines = [("decode floor", floor, (0,), None)]
+    if has_isal():
+        lines.append((ISAL_FLOOR, floor + ["isal"], (0,), None))
     for label, name in (("et-link -> JSON", "plus.json"), ("et-link -> JSON.gz", "plus.json.gz"),
                         ("et-link -> .et", "plus.et")):
         lines.append((label, et_link + pair + ["-o", str(work / name)], (0,), work / name))
@@ -172,6 +193,11 @@ def run_performance(args, work: Path) -> None:
               f"{statistics.median(ratios[label]):8.2f}", flush=True)
     if not has_simulate():
         print("simulate .et: skipped (this et-link has no `simulate` command)")
+    if ISAL_FLOOR in walls:  # the ratios to the floor that inflates as et-link does
+        isal_ratios = ", ".join(
+            f"{label.removeprefix('et-link -> ')} {statistics.median(w / f for w, f in zip(walls[label], walls[ISAL_FLOOR])):.2f}"
+            for label, _, _, output in lines if output is not None)
+        print(f"x {ISAL_FLOOR}: {isal_ratios}")
 
 
 def run_methods(args, work: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zlib
 from array import array
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import msgspec
 import pytest
 
 from conftest import FIXTURES, SHARED_TRACES, fixture_pair
-from linker import et_reader, forked, kineto_ahead, pipeline
+from linker import et_reader, fileio, forked, kineto_ahead, pipeline
 from linker.durations import cpu_nesting, nest_cpu_events
 from linker.errors import TraceInputError
 from linker.et_reader import read_execution_trace
@@ -152,14 +153,30 @@ def text(size: int) -> bytes:
     lambda: gz(text(1000)) + b"\x00" * 300,  # zeros after the member (padding)
     lambda: gz(text(1000), 0),  # stored blocks
 ])
-def test_gunzip_in_slices_gives_what_gzip_gives(tmp_path, make):
+@pytest.mark.parametrize("into", [False, True], ids=["own buffer", "given buffer"])
+def test_gunzip_gives_what_gzip_gives(tmp_path, make, inflater, into):
+    """Each inflater (ISA-L's, zlib's), into a buffer of its own or into the one ``inflate_into``
+    gives (``chakra_ahead``'s shared text: in slices, copied out when short)."""
     data = make()
     path = tmp_path / "t.json.gz"
     path.write_bytes(data)
-    assert bytes(read_trace_bytes(path)) == gzip.decompress(data)
+    given = []
+    read = read_trace_bytes(path, (lambda size: given.append(bytearray(size)) or given[-1]) if into else None)
+    assert bytes(read) == gzip.decompress(data)
+    plausible = fileio.plausible_gzip_size(len(data), int.from_bytes(data[-4:], "little"))
+    assert len(given) == (into and plausible)  # asked only for a size the trailer can be right about
 
 
-def test_truncated_and_corrupt_gzip_are_named(tmp_path):
+@pytest.fixture(params=["isal", "zlib"])
+def inflater(request, monkeypatch):
+    if request.param == "isal":
+        assert fileio.inflating is pytest.importorskip("isal.isal_zlib")
+    else:
+        monkeypatch.setattr(fileio, "inflating", zlib)
+    return request.param
+
+
+def test_truncated_and_corrupt_gzip_are_named(tmp_path, inflater):
     data = gz(text(100_000))
     path = tmp_path / "t.json.gz"
     path.write_bytes(data[: len(data) // 2])
@@ -169,6 +186,9 @@ def test_truncated_and_corrupt_gzip_are_named(tmp_path):
     broken[len(data) // 3: len(data) // 3 + 64] = b"\xff" * 64
     path.write_bytes(bytes(broken))
     with pytest.raises(TraceInputError, match="corrupt|truncated"):
+        read_trace_bytes(path)
+    path.write_bytes(data + b"not gzip")  # something after the member
+    with pytest.raises(TraceInputError, match="corrupt"):
         read_trace_bytes(path)
 
 
