@@ -6,8 +6,9 @@ with ``os._exit`` (no atexit handlers, no buffered output flushed twice). ``resu
 and reaps the child; it returns None when the child failed for any reason (an exception, a signal,
 an incomplete payload): the caller then does the work itself, so that any error surfaces exactly as
 it would without a child. An ``fn`` that returns an iterator (a generator) sends each of its byte
-strings as it is made, and ``parts()`` gives them to the parent as they come: the parent can work
-on the first while the child makes the next. ``cancel()`` kills and reaps a child still running (Ctrl-C, an error in
+strings as it is made (from a writer thread: making the next does not wait for the parent to read
+this one), and ``parts()`` gives them to the parent as they come: the parent can work on the first
+while the child makes the next. ``cancel()`` kills and reaps a child still running (Ctrl-C, an error in
 the parent). No temporary file is used; a reaped child leaves no zombie.
 
 Ctrl-C and SIGTERM are blocked in the parent around ``fork`` so that a signal arriving then is taken
@@ -24,6 +25,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from queue import SimpleQueue
 from typing import Callable
 
 _HEADER = 8  # payload length, little-endian
@@ -141,14 +143,50 @@ def _run_child(fn: Callable[[], bytes | Iterator[bytes]], read_end: int, write_e
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         gc.disable()  # a collection would touch (hence copy) every object shared with the parent
         returned = fn()
-        for payload in returned if isinstance(returned, Iterator) else (returned,):
-            _write_all(write_end, len(payload).to_bytes(_HEADER, "little"))
-            _write_all(write_end, payload)
+        if isinstance(returned, Iterator):
+            _send_parts(write_end, returned)
+        else:
+            _send(write_end, returned)
         status = 0
     except BaseException:  # the parent sees the failure and does the work itself
         pass
     finally:
         os._exit(status)
+
+
+def _send(fd: int, payload) -> None:
+    _write_all(fd, len(payload).to_bytes(_HEADER, "little"))
+    _write_all(fd, payload)
+
+
+def _send_parts(fd: int, parts: Iterator) -> None:
+    """Send each part from a writer thread, so that the child makes the next part while the parent
+    has yet to read this one (a pipe holds 64 KB: a write waits for the reader). The parts made
+    before a failure of ``parts`` are sent whole, then the failure is raised; a failed write (the
+    parent has gone) stops the parts."""
+    queue: SimpleQueue = SimpleQueue()
+    failed: list[OSError] = []
+
+    def write() -> None:
+        while (payload := queue.get()) is not None:
+            try:
+                _send(fd, payload)
+            except OSError as err:
+                failed.append(err)
+                return
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        for payload in parts:
+            if failed:
+                break
+            queue.put(payload)
+    finally:
+        queue.put(None)
+        writer.join()
+    if failed:
+        raise failed[0]
 
 
 def _write_all(fd: int, data) -> None:

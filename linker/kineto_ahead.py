@@ -4,12 +4,14 @@ independent until matching).
 ``start(path)`` forks (``forked.ForkedCall``) while the process is still small, so the parent
 pays no copy-on-write for what it then builds. The child runs ``read_kineto_trace`` and the input
 check ``sanity.check_kineto_trace``, and hands back the checked ``KinetoTrace`` and the check's
-warnings encoded with msgpack (``to_wire``): the events as compact maps (default fields
-left out), their ``Input Dims`` (raw JSON bytes, which msgpack would otherwise splice in as msgpack)
-taken out into one JSON array per event list, carried as a msgpack binary with the events'
-positions. ``finish(child)`` decodes that in C (``from_wire``), splits each array with one JSON
-decode and puts each ``Input Dims`` back in its event as a view into that array (which holds only
-dims): the same trace and warnings the serial read and check give (tests/test_read_paths.py).
+warnings encoded with msgpack (``to_wire``), in parts: the trace without its events, then the
+events ``CHUNK_EVENTS`` at a time, as compact maps (default fields left out), their ``Input Dims``
+(raw JSON bytes, which msgpack would otherwise splice in as msgpack) taken out into one JSON array
+per chunk, carried as a msgpack binary with the events' positions. ``finish(child)`` decodes each
+part in C as it comes (``from_wire``: the child encodes the next meanwhile), splits each array with
+one JSON decode and puts each ``Input Dims`` back in its event as a view into that array (which
+holds only dims): the same trace and warnings the serial read and check give
+(tests/test_read_paths.py).
 
 Then, while the parent decodes that, the child nests the CPU events (``durations.cpu_nesting``,
 which linking needs and which needs nothing but this trace) and sends the nesting's three columns
@@ -27,6 +29,7 @@ quarter of reading the JSON), and takes the nesting's columns with three C conve
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import operator
 import os
 from array import array
@@ -41,7 +44,7 @@ from msgspec.structs import force_setattr
 
 from .durations import CpuNesting, nest_cpu_events
 from .forked import ForkedCall, can_fork, spare_core
-from .kineto_reader import NO_ARGS, KinetoTrace, read_kineto_trace
+from .kineto_reader import NO_ARGS, KinetoEvent, KinetoTrace, read_kineto_trace
 from .sanity import check_kineto_trace
 
 # Below this size on disk (about a 30 MB gzip-compressed trace's JSON) the serial read is quick.
@@ -50,15 +53,22 @@ FORK_MIN_BYTES = 2 << 20
 _NO_DIMS = NO_ARGS.input_dims
 
 
-class _Wire(msgspec.Struct, array_like=True):
-    trace: KinetoTrace  # its event lists without their ``Input Dims`` (carried below)
+class _Head(msgspec.Struct, array_like=True):
+    trace: KinetoTrace  # without its events: they follow in chunks
     warnings: list[str]  # of ``sanity.check_kineto_trace``, run by the child too
-    # Per event list (cpu, runtime, gpu, python): the positions of the events with ``Input Dims``,
-    # and those dims (raw JSON values) in one JSON array, carried as a msgpack binary.
-    dims_at: list[list[int]]
-    dims: list[bytes]
+    sizes: list[int]  # events per list (cpu, runtime, gpu, python)
 
 
+class _Chunk(msgspec.Struct, array_like=True):
+    events: list[KinetoEvent]  # without their ``Input Dims`` (carried below)
+    # The positions (in the chunk) of the events with ``Input Dims``, and those dims (raw JSON
+    # values) in one JSON array, carried as a msgpack binary.
+    dims_at: list[int]
+    dims: bytes
+
+
+_HEAD, _CHUNK = msgspec.msgpack.Decoder(_Head), msgspec.msgpack.Decoder(_Chunk)
+CHUNK_EVENTS = 1 << 15  # events per part: the parent decodes one while the child encodes the next
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 
 
@@ -78,9 +88,9 @@ def start(path: str | os.PathLike) -> ForkedCall | None:
 
 
 def _read_and_check(path) -> Iterator[bytes]:
-    """The child's work: the checked trace (``to_wire``), then its CPU events' nesting."""
+    """The child's work: the checked trace (``to_wire``'s parts), then its CPU events' nesting."""
     trace = read_kineto_trace(path, own_dims=False)
-    yield to_wire(trace, check_kineto_trace(trace))
+    yield from to_wire(trace, check_kineto_trace(trace))
     yield nesting_to_wire(nest_cpu_events(trace.cpu_events))
 
 
@@ -91,12 +101,9 @@ def finish(child: ForkedCall | None, received: Callable[[], None] | None = None
     trace the check refuses): the caller reads and checks the file itself). ``received()`` is
     called once the child has exited (its core is free); at once when there is no child."""
     parts = child.parts() if child is not None else iter(())
-    data = next(parts, None)
     checked = None
-    if data is not None:
-        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-            checked = from_wire(data)
-    del data
+    with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError, StopIteration):
+        checked = from_wire(parts)
     nesting = next(parts, None) if checked is not None else None
     if child is not None:
         child.cancel()
@@ -112,30 +119,41 @@ def _lists(trace) -> tuple:
     return trace.cpu_events, trace.runtime_events, trace.gpu_events, trace.python_events
 
 
-def to_wire(trace: KinetoTrace, warnings: list[str]) -> bytes:
-    """The trace and its check's warnings as msgpack bytes. Each ``Input Dims`` leaves its event
-    (reset in place to the default, so the event's map omits it) for one JSON array per event
-    list, beside the positions of the events they belong to."""
-    at, dims = [], []
-    for events in _lists(trace):
-        args = list(map(_ARGS, events))
-        positions = [i for i, d in enumerate(map(_INPUT_DIMS, args)) if d is not _NO_DIMS]
-        carried = list(map(args.__getitem__, positions))
-        at.append(positions)
-        dims.append(b"[" + b",".join(map(_INPUT_DIMS, carried)) + b"]")
-        deque(map(force_setattr, carried, repeat("input_dims"), repeat(_NO_DIMS)), maxlen=0)
-    return msgspec.msgpack.encode(_Wire(trace, warnings, at, dims))
+def to_wire(trace: KinetoTrace, warnings: list[str]) -> Iterator[bytes]:
+    """The trace and its check's warnings as msgpack parts: the trace without its events (``_Head``),
+    then each event list in chunks of ``CHUNK_EVENTS`` (``_Chunk``). Each ``Input Dims`` leaves its
+    event (reset in place to the default, so the event's map omits it) for one JSON array per chunk,
+    beside the positions of the events they belong to."""
+    lists = _lists(trace)
+    bare = dataclasses.replace(trace, cpu_events=[], runtime_events=[], gpu_events=[], python_events=[])
+    yield msgspec.msgpack.encode(_Head(bare, warnings, [len(events) for events in lists]))
+    encode = msgspec.msgpack.Encoder().encode
+    for events in lists:
+        for start in range(0, len(events), CHUNK_EVENTS):
+            chunk = events[start:start + CHUNK_EVENTS]
+            args = list(map(_ARGS, chunk))
+            positions = [i for i, d in enumerate(map(_INPUT_DIMS, args)) if d is not _NO_DIMS]
+            carried = list(map(args.__getitem__, positions))
+            dims = b"[" + b",".join(map(_INPUT_DIMS, carried)) + b"]"
+            deque(map(force_setattr, carried, repeat("input_dims"), repeat(_NO_DIMS)), maxlen=0)
+            yield encode(_Chunk(chunk, positions, dims))
 
 
-def from_wire(data) -> tuple[KinetoTrace, list[str]]:
-    """The trace and warnings ``to_wire`` encoded, each ``Input Dims`` back in its event: a view
-    into its list's JSON array (which holds only dims), split in C by one JSON decode and put back
-    by C loops, no Python per event."""
-    wire = msgspec.msgpack.decode(data, type=_Wire)
-    for events, at, dims in zip(_lists(wire.trace), wire.dims_at, wire.dims):
-        args = map(_ARGS, map(events.__getitem__, at))
-        deque(map(force_setattr, args, repeat("input_dims"), _RAW_LIST.decode(dims)), maxlen=0)
-    return wire.trace, wire.warnings
+def from_wire(parts: Iterator) -> tuple[KinetoTrace, list[str]]:
+    """The trace and warnings ``to_wire`` encoded, taken from ``parts`` (the parts after them are
+    left there), each ``Input Dims`` back in its event: a view into its chunk's JSON array (which
+    holds only dims), split in C by one JSON decode and put back by C loops, no Python per event.
+    Raises ``StopIteration`` when the parts end early."""
+    head = _HEAD.decode(next(parts))
+    for events, size in zip(_lists(head.trace), head.sizes):
+        while len(events) < size:
+            chunk = _CHUNK.decode(next(parts))
+            args = map(_ARGS, map(chunk.events.__getitem__, chunk.dims_at))
+            deque(map(force_setattr, args, repeat("input_dims"), _RAW_LIST.decode(chunk.dims)), maxlen=0)
+            events += chunk.events
+        if len(events) != size:
+            raise msgspec.ValidationError(f"{len(events)} events for {size}")
+    return head.trace, head.warnings
 
 
 def nesting_to_wire(nesting: CpuNesting) -> bytes:

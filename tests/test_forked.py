@@ -69,12 +69,37 @@ def test_forked_call_sends_an_iterators_parts_as_they_are_made(tmp_path):
         os.waitpid(pid, os.WNOHANG)
 
 
+def test_forked_call_makes_the_next_part_while_the_parent_has_not_read_this_one(tmp_path):
+    """Parts far larger than a pipe holds: the child goes on making them before the parent reads."""
+    made = tmp_path / "all parts made"
+
+    def three_parts():
+        for k in range(3):
+            yield bytes([k]) * (4 << 20)
+        made.touch()
+        yield b"end"
+
+    child = forked.ForkedCall(three_parts)
+    deadline = time.monotonic() + 30
+    while not made.exists() and time.monotonic() < deadline:  # nothing read yet
+        time.sleep(0.01)
+    assert made.exists()
+    assert [bytes(p) for p in child.parts()] == [bytes([k]) * (4 << 20) for k in range(3)] + [b"end"]
+
+
 def test_forked_parts_stop_at_a_failure_and_keep_those_that_came_whole():
     def fails_after_one():
         yield b"kept"
         raise TraceInputError("some/trace.json", "broken")
 
     assert [bytes(p) for p in forked.ForkedCall(fails_after_one).parts()] == [b"kept"]
+
+    def fails_after_large_ones():  # parts still waiting for the parent when the failure comes
+        yield b"a" * (2 << 20)
+        yield b"b" * (2 << 20)
+        raise TraceInputError("some/trace.json", "broken")
+
+    assert [bytes(p) for p in forked.ForkedCall(fails_after_large_ones).parts()] == [b"a" * (2 << 20), b"b" * (2 << 20)]
     assert forked.ForkedCall(fails_after_one).result() is None  # one payload was asked for: not whole
 
 

@@ -297,13 +297,48 @@ def test_a_child_that_fails_after_sending_the_trace_leaves_the_nesting_to_the_pa
 
     def trace_then_fail(path):
         trace = read_kineto_trace(path, own_dims=False)
-        yield kineto_ahead.to_wire(trace, check_kineto_trace(trace))
+        yield from kineto_ahead.to_wire(trace, check_kineto_trace(trace))
         raise RuntimeError("no nesting")
 
     monkeypatch.setattr(kineto_ahead, "_read_and_check", trace_then_fail)
     trace, _ = kineto_ahead.finish(forked.ForkedCall(lambda: kineto_ahead._read_and_check(kineto_path)))
     assert trace == serial and trace.cpu_nesting is None
     assert cpu_nesting(trace) == nest_cpu_events(serial.cpu_events)
+
+
+@needs_fork
+@pytest.mark.parametrize("sent", [0, 1, 3], ids=lambda k: f"{k} parts sent")
+def test_a_child_that_fails_before_the_whole_trace_is_sent_leaves_the_read_to_the_parent(monkeypatch, sent):
+    et_path, kineto_path = fixture_pair("gpu", "gpu_v111")
+    monkeypatch.setattr(kineto_ahead, "CHUNK_EVENTS", 100)
+
+    def some_parts_then_fail(path):
+        trace = read_kineto_trace(path, own_dims=False)
+        parts = kineto_ahead.to_wire(trace, check_kineto_trace(trace))
+        for _ in range(sent):
+            yield next(parts)
+        raise RuntimeError("cut short")
+
+    monkeypatch.setattr(kineto_ahead, "_read_and_check", some_parts_then_fail)
+    assert kineto_ahead.finish(forked.ForkedCall(lambda: kineto_ahead._read_and_check(kineto_path))) is None
+
+
+@needs_fork
+def test_the_trace_comes_in_many_parts(monkeypatch):
+    """Chunks of a few events: every list split, its parts in order, each chunk's dims its own."""
+    et_path, kineto_path = fixture_pair("gpu", "gpu_v111")
+    serial = read_kineto_trace(kineto_path)
+    monkeypatch.setattr(kineto_ahead, "CHUNK_EVENTS", 7)
+    trace = read_kineto_trace(kineto_path, own_dims=False)
+    parts = list(kineto_ahead.to_wire(trace, ["w"]))
+    sizes = [len(events) for events in kineto_ahead._lists(serial)]
+    assert min(sizes[:3]) > 7 and len(parts) == 1 + sum(-(-size // 7) for size in sizes)
+    back, warnings = kineto_ahead.from_wire(iter(parts))
+    assert back == serial and warnings == ["w"]
+    assert [bytes(e.args.input_dims) for e in back.cpu_events] == [bytes(e.args.input_dims) for e in serial.cpu_events]
+    child = forked.ForkedCall(lambda: kineto_ahead._read_and_check(kineto_path))
+    trace, _ = kineto_ahead.finish(child)
+    assert trace == serial and cpu_nesting(trace) is trace.cpu_nesting[1]
 
 
 def test_cpu_nesting_is_kept_for_its_event_list_only():
