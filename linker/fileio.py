@@ -78,14 +78,14 @@ def _gunzip(path: Path, compressed: bytes, inflate_into=None) -> bytes | bytearr
 
     The trailer gives the last member's size (ISIZE, mod 2**32); when that size is possible for the
     file (a truncated file ends in arbitrary bytes: ``plausible_gzip_size``) and ``inflate_into``
-    gives a buffer of it, the text is inflated into that buffer (``_gunzip_into``); so it is with
-    zlib, into a buffer of its own. Otherwise (ISA-L) each member is inflated in one call, which
-    sizes its result as it goes (one buffer of the text's size, never a second: measured) for the
-    usual single member; several are joined."""
+    gives a buffer of it, the text is inflated into that buffer (``_gunzip_into``). zlib inflates
+    the same way into a bytearray of that size (its one call would hold the text twice while
+    joining). ISA-L inflates each member in one call, which sizes its result as it goes (one
+    buffer of the text's size, never a second: measured); several members are joined."""
     isize = int.from_bytes(compressed[-4:], "little") if len(compressed) >= 18 else 0
     size = isize if plausible_gzip_size(len(compressed), isize) else 0
     out = inflate_into(size) if inflate_into is not None and size else None
-    if out is None and inflating is zlib:  # zlib's one call would hold the text twice while joining
+    if out is None and inflating is zlib:
         out = bytearray(size)
     if out is not None:
         return _gunzip_into(path, compressed, out)
