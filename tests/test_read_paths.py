@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import mmap
 import os
 import zlib
 from array import array
@@ -155,13 +156,14 @@ def text(size: int) -> bytes:
 ])
 @pytest.mark.parametrize("into", [False, True], ids=["own buffer", "given buffer"])
 def test_gunzip_gives_what_gzip_gives(tmp_path, make, inflater, into):
-    """Each inflater (ISA-L's, zlib's), into a buffer of its own or into the one ``inflate_into``
-    gives (``chakra_ahead``'s shared text: in slices, copied out when short)."""
+    """Each inflater (ISA-L's, zlib's), into a buffer of its own or into the fixed one
+    ``inflate_into`` gives (a mapping, as ``chakra_ahead``'s shared text: in slices, the text copied
+    out into a private buffer when it is short)."""
     data = make()
     path = tmp_path / "t.json.gz"
     path.write_bytes(data)
     given = []
-    read = read_trace_bytes(path, (lambda size: given.append(bytearray(size)) or given[-1]) if into else None)
+    read = read_trace_bytes(path, (lambda size: given.append(mmap.mmap(-1, size)) or given[-1]) if into else None)
     assert bytes(read) == gzip.decompress(data)
     plausible = fileio.plausible_gzip_size(len(data), int.from_bytes(data[-4:], "little"))
     assert len(given) == (into and plausible)  # asked only for a size the trailer can be right about
