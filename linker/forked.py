@@ -8,7 +8,9 @@ an incomplete payload): the caller then does the work itself, so that any error 
 it would without a child. An ``fn`` that returns an iterator (a generator) sends each of its byte
 strings as it is made (from a writer thread: making the next does not wait for the parent to read
 this one), and ``parts()`` gives them to the parent as they come: the parent can work on the first
-while the child makes the next. ``cancel()`` kills and reaps a child still running (Ctrl-C, an error in
+while the child makes the next. ``made()`` tells the parent, without reading, that the child has
+made all it will send (its core is free, though its last parts may still be in the pipe): a byte
+of shared memory the child sets. ``cancel()`` kills and reaps a child still running (Ctrl-C, an error in
 the parent). No temporary file is used; a reaped child leaves no zombie.
 
 Ctrl-C and SIGTERM are blocked in the parent around ``fork`` so that a signal arriving then is taken
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import mmap
 import os
 import signal
 import threading
@@ -56,6 +59,7 @@ class ForkedCall:
         """Fork and start ``fn`` in the child. Raises ``OSError`` when no process can be made."""
         self._pid = 0
         self._fd = -1
+        self._made = mmap.mmap(-1, 1)  # shared with the child: 1 once it has made its payload
         read_end, write_end = os.pipe()
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
         try:
@@ -66,7 +70,7 @@ class ForkedCall:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
             raise
         if pid == 0:
-            _run_child(fn, read_end, write_end, previous)  # never returns
+            _run_child(fn, read_end, write_end, previous, self._made)  # never returns
         os.close(write_end)
         self._pid, self._fd = pid, read_end
         try:
@@ -74,6 +78,11 @@ class ForkedCall:
         except BaseException:
             self.cancel()
             raise
+
+    def made(self) -> bool:
+        """True once the child has made its whole payload (returned its bytes, or its iterator
+        ended), sent or not; a child that fails never says so. O(1), never blocks."""
+        return self._made[0] == 1
 
     def result(self) -> memoryview | None:
         """The child's bytes, once it has exited; None if it failed. Blocks until then. The payload
@@ -136,7 +145,8 @@ class ForkedCall:
         return os.waitstatus_to_exitcode(status)
 
 
-def _run_child(fn: Callable[[], bytes | Iterator[bytes]], read_end: int, write_end: int, mask) -> None:
+def _run_child(fn: Callable[[], bytes | Iterator[bytes]], read_end: int, write_end: int, mask,
+               made: mmap.mmap) -> None:
     status = 1
     try:
         os.close(read_end)
@@ -144,8 +154,9 @@ def _run_child(fn: Callable[[], bytes | Iterator[bytes]], read_end: int, write_e
         gc.disable()  # a collection would touch (hence copy) every object shared with the parent
         returned = fn()
         if isinstance(returned, Iterator):
-            _send_parts(write_end, returned)
+            _send_parts(write_end, returned, made)
         else:
+            made[0] = 1
             _send(write_end, returned)
         status = 0
     except BaseException:  # the parent sees the failure and does the work itself
@@ -159,11 +170,12 @@ def _send(fd: int, payload) -> None:
     _write_all(fd, payload)
 
 
-def _send_parts(fd: int, parts: Iterator) -> None:
+def _send_parts(fd: int, parts: Iterator, made: mmap.mmap) -> None:
     """Send each part from a writer thread, so that the child makes the next part while the parent
-    has yet to read this one (a pipe holds 64 KB: a write waits for the reader). The parts made
-    before a failure of ``parts`` are sent whole, then the failure is raised; a failed write (the
-    parent has gone) stops the parts."""
+    has yet to read this one (a pipe holds 64 KB: a write waits for the reader). ``made`` is set
+    once ``parts`` has ended, before the last parts are written. The parts made before a failure of
+    ``parts`` are sent whole, then the failure is raised; a failed write (the parent has gone)
+    stops the parts."""
     queue: SimpleQueue = SimpleQueue()
     failed: list[OSError] = []
 
@@ -182,6 +194,8 @@ def _send_parts(fd: int, parts: Iterator) -> None:
             if failed:
                 break
             queue.put(payload)
+        else:
+            made[0] = 1
     finally:
         queue.put(None)
         writer.join()

@@ -73,7 +73,7 @@ def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None):
     batch workers, which already fill the cores, turn it off); errors are those of reading and
     checking the files one after the other (the ET's first), whichever process met them.
     ``fields`` (a ``chakra_ahead.FieldsAhead``): the ET is inflated into its shared text, and its
-    child told to go once the ET is read and the Kineto child has exited (a core is free)."""
+    child told to go once the ET is read and the Kineto child has made all its parts (a core is free)."""
     child = kineto_ahead.start(kineto_path) if read_ahead else None
     try:
         with decoding(et_path, "Execution Trace"):
