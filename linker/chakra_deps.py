@@ -218,6 +218,34 @@ def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary,
     return order, parent
 
 
+@dataclass
+class TreeOrder:
+    """What of the plan comes from the ET alone: its node indices by id, the tree pre-order with
+    each node's ctrl parent (``_preorder``) and how many parents that dropped, and each node's
+    previous node on its thread (``_thread_chains``, ET nodes only)."""
+
+    by_id: list[int]
+    preorder: list[int]
+    parent: array
+    dropped: int
+    chains: array
+
+
+def tree_order(et) -> TreeOrder:
+    """``et``'s ``TreeOrder``, computed once and kept on it (``ExecutionTrace.tree_order``; its
+    columns must not change afterwards). ``pipeline.read_pair`` has it computed while the Kineto
+    child is still at work; the plan takes it. O(n log n), one sort and stack sweeps when the id
+    order is the pre-order."""
+    if et.tree_order is None:
+        n = len(et.nodes)
+        by_id = sorted(range(n), key=et.ids.__getitem__)
+        counts = WriteSummary(et.path)
+        preorder, parent = _preorder(et, et.index_of_id(), counts, by_id)
+        et.tree_order = TreeOrder(by_id, preorder, parent, counts.ctrl_deps_dropped,
+                                  _thread_chains(preorder, et.tid, n))
+    return et.tree_order
+
+
 def _thread_chains(order: list[int], tid: list[int], total: int) -> array:
     """``prev`` of the CPU nodes: the previous node of the same thread in ``order`` (-1 for a
     thread's first), for ``total`` nodes (the rest -1). A stable sort by thread, then one scatter."""
@@ -413,10 +441,16 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
     order, then the waits; every data dependency with its cause (counted in ``summary``)."""
     et = et_plus.et
     n, g = len(et.nodes), len(et_plus.gpu_nodes)
-    by_id = sorted(range(n), key=et.ids.__getitem__)
-    preorder, parent = _preorder(et, index_of_id, summary, by_id)
+    if index_of_id is et.index_of_id():
+        tree = tree_order(et)
+        by_id, preorder, parent = tree.by_id, tree.preorder, tree.parent
+        summary.ctrl_deps_dropped += tree.dropped
+        prev = tree.chains + array("q", [NO_NODE]) * g
+    else:
+        by_id = sorted(range(n), key=et.ids.__getitem__)
+        preorder, parent = _preorder(et, index_of_id, summary, by_id)
+        prev = _thread_chains(preorder, et.tid, n + g)
     ctrl = array("q", parent) + array("q", [NO_NODE]) * g
-    prev = _thread_chains(preorder, et.tid, n + g)
     placement = _gpu_placement(et_plus)
     for k, link in enumerate(et_plus.gpu_links):
         ctrl[n + k] = link.et_index

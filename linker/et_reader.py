@@ -134,6 +134,7 @@ class ExecutionTrace:
     _op_indices: list[int] | None = field(default=None, repr=False)
     _index_of_id: dict[int, int] | None = field(default=None, repr=False)
     _parent_index: list[int] | None = field(default=None, repr=False)
+    tree_order: Any = field(default=None, repr=False)  # ``chakra_deps.tree_order``, once computed
 
     def __len__(self) -> int:
         return len(self.nodes)

@@ -16,6 +16,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import orjson
 
@@ -73,22 +74,72 @@ def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None):
     batch workers, which already fill the cores, turn it off); errors are those of reading and
     checking the files one after the other (the ET's first), whichever process met them.
     ``fields`` (a ``chakra_ahead.FieldsAhead``): the ET is inflated into its shared text, and its
-    child told to go once the ET is read and the Kineto child has made all its parts (a core is free)."""
+    child told to go once the ET is read and the Kineto child has made all its parts (a core is free).
+    While the Kineto child is still at work when the ET is read (a Kineto trace larger than its ET,
+    as GPU runs have), the parent does the ET's own work meanwhile (``_EtAhead``)."""
     child = kineto_ahead.start(kineto_path) if read_ahead else None
+    ahead = None
     try:
         with decoding(et_path, "Execution Trace"):
             et = read_execution_trace(et_path, fields.inflate_into if fields is not None else None)
         log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
-        checked = kineto_ahead.finish(child, (lambda: fields.go(et)) if fields is not None else None)
+        go = _Once((lambda: fields.go(et)) if fields is not None else None)
+        if child is not None and not child.made():
+            ahead = _EtAhead(et, lambda: child.made() and go())
+        checked = kineto_ahead.finish(child, go)
     finally:
         if child is not None:
             child.cancel()
     if checked is None:
         kineto = _read_kineto(kineto_path)
-        return et, kineto, check_execution_trace(et) + check_kineto_trace(kineto)
+        return et, kineto, _et_warnings(et, ahead) + check_kineto_trace(kineto)
     kineto, kineto_warnings = checked
     _log_kineto(kineto_path, kineto)
-    return et, kineto, check_execution_trace(et) + kineto_warnings
+    return et, kineto, _et_warnings(et, ahead) + kineto_warnings
+
+
+class _EtAhead:
+    """The ET's input check and the plan's part that needs only the ET (``chakra_deps.tree_order``,
+    kept on the ET), run while the parent would wait for the Kineto child: the check's outcome,
+    warnings or refusal, is kept and given where reading the files one after the other has it
+    (``_et_warnings``: after the Kineto file is read, so a bad Kineto file is still named first).
+    The tree order waits for a check that passed: a repair may change the columns. ``between()``
+    is called between the two (the ``.et`` fields child's go, if the Kineto child is done by then)."""
+
+    def __init__(self, et, between: Callable[[], object]):
+        self.warnings: list[str] = []
+        self.refusal: TraceInputError | None = None
+        try:
+            self.warnings = check_execution_trace(et)
+        except TraceInputError as err:
+            self.refusal = err
+            return
+        between()
+        from .chakra_deps import tree_order
+
+        tree_order(et)
+
+
+class _Once:
+    """``call`` (or nothing, when None) the first time this is called; later calls do nothing."""
+
+    def __init__(self, call: Callable[[], None] | None):
+        self._call = call
+
+    def __call__(self) -> None:
+        call, self._call = self._call, None
+        if call is not None:
+            call()
+
+
+def _et_warnings(et, ahead: _EtAhead | None) -> list[str]:
+    """The ET input check's warnings (``check_execution_trace``), or its refusal raised; from
+    ``ahead`` when it ran there."""
+    if ahead is None:
+        return check_execution_trace(et)
+    if ahead.refusal is not None:
+        raise ahead.refusal
+    return ahead.warnings
 
 
 def _read_kineto(kineto_path):

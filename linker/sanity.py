@@ -131,6 +131,7 @@ def repair_parents(et: ExecutionTrace) -> ParentRepairs:
         _set_parent(et, i, et.ids[replacement])
     if repairs.total() and hasattr(et, "_parent_index"):
         et._parent_index = None  # the cached parent index was built from the old parents
+        et.tree_order = None  # so was a tree order (``chakra_deps.tree_order``)
     return repairs
 
 

@@ -323,6 +323,90 @@ def test_the_parent_is_told_once_the_child_has_made_its_parts_not_when_it_has_re
     assert kineto_ahead.finish(None, lambda: told.append("no child")) is None and told == ["go", "no child"]
 
 
+def slow_child(monkeypatch, seconds: float = 0.5):
+    """A Kineto child still at work when the parent has read the ET (any size forks)."""
+    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
+    real = kineto_ahead._read_and_check
+
+    def slow(path):
+        time.sleep(seconds)
+        yield from real(path)
+
+    monkeypatch.setattr(kineto_ahead, "_read_and_check", slow)
+
+
+def spied_et_work_ahead(monkeypatch) -> list:
+    ran = []
+
+    class Spied(pipeline._EtAhead):
+        def __init__(self, et, between):
+            ran.append(et)
+            super().__init__(et, between)
+
+    monkeypatch.setattr(pipeline, "_EtAhead", Spied)
+    return ran
+
+
+@needs_fork
+@pytest.mark.parametrize("case", [("cpu", "threads"), ("gpu", "gpu_v111"), ("cpu", "repaired")],
+                         ids=lambda c: "/".join(c))
+def test_the_ets_own_work_is_done_while_the_kineto_child_works(monkeypatch, tmp_path, case):
+    """Input check and tree order while the parent would wait: same read, same warnings, the tree
+    order kept on the ET is the one the plan computes, and the same ET+."""
+    from linker import chakra_deps
+
+    if case[1] == "repaired":  # a node whose parent is missing: the check re-attaches it
+        et_path, kineto_path = fixture_pair("cpu", "threads")
+        document = json.loads(gzip.decompress(et_path.read_bytes()))
+        document["nodes"][5]["ctrl_deps"] = 987654321
+        et_path = tmp_path / "et.json"
+        et_path.write_text(json.dumps(document))
+    else:
+        et_path, kineto_path = fixture_pair(*case)
+    et, kineto, warnings = serial_read(monkeypatch, et_path, kineto_path)
+    assert et.tree_order is None and (case[1] != "repaired" or "re-attached" in " ".join(warnings))
+    slow_child(monkeypatch)
+    ran = spied_et_work_ahead(monkeypatch)
+    et2, kineto2, warnings2 = pipeline.read_pair(et_path, kineto_path)
+    assert ran == [et2] and kineto2 == kineto and warnings2 == warnings and columns(et2) == columns(et)
+    early = et2.tree_order
+    assert early is not None and chakra_deps.tree_order(et2) is early
+    et2.tree_order = None
+    fresh = chakra_deps.tree_order(et2)
+    assert (early.by_id, early.preorder, early.parent, early.dropped, early.chains) == (
+        fresh.by_id, fresh.preorder, fresh.parent, fresh.dropped, fresh.chains)
+    pipeline.link_pair(et_path, kineto_path, tmp_path / "ahead.et")
+    monkeypatch.undo()
+    pipeline.link_pair(et_path, kineto_path, tmp_path / "serial.et", read_ahead=False)
+    assert (tmp_path / "ahead.et").read_bytes() == (tmp_path / "serial.et").read_bytes()
+
+
+@needs_fork
+def test_an_et_refused_while_the_kineto_child_works_is_named_where_a_serial_read_names_it(monkeypatch, tmp_path):
+    """A refused ET: its refusal comes after the Kineto file is read, so a bad Kineto file is
+    still the one named (as when reading the two one after the other)."""
+    et_path, kineto_path = fixture_pair("cpu", "threads")
+    document = json.loads(gzip.decompress(et_path.read_bytes()))
+    document["nodes"][3]["id"] = -5
+    bad_et = tmp_path / "et.json"
+    bad_et.write_text(json.dumps(document))
+    cut_kineto = tmp_path / "kineto.json.gz"
+    cut_kineto.write_bytes(kineto_path.read_bytes()[:-100])
+    serial = []
+    for kineto in (kineto_path, cut_kineto):
+        with pytest.raises(TraceInputError) as err:
+            serial_read(monkeypatch, bad_et, kineto)
+        serial.append(str(err.value))
+    assert "out of range" in serial[0] and str(bad_et) in serial[0] and str(cut_kineto) in serial[1]
+    slow_child(monkeypatch)
+    ran = spied_et_work_ahead(monkeypatch)
+    for kineto, expected in zip((kineto_path, cut_kineto), serial):
+        with pytest.raises(TraceInputError) as err:
+            pipeline.read_pair(bad_et, kineto)
+        assert str(err.value) == expected
+    assert len(ran) == 2
+
+
 @needs_fork
 def test_a_child_that_fails_after_sending_the_trace_leaves_the_nesting_to_the_parent(tmp_path, monkeypatch):
     et_path, kineto_path = fixture_pair("gpu", "gpu_v111")
