@@ -234,8 +234,8 @@ class TreeOrder:
 def tree_order(et) -> TreeOrder:
     """``et``'s ``TreeOrder``, computed once and kept on it (``ExecutionTrace.tree_order``; its
     columns must not change afterwards). ``pipeline.read_pair`` has it computed while the Kineto
-    child is still at work; the plan takes it. O(n log n), one sort and stack sweeps when the id
-    order is the pre-order."""
+    child is still at work; the plan takes it and drops it (a later plan computes it again).
+    O(n log n), one sort and stack sweeps when the id order is the pre-order."""
     if et.tree_order is None:
         n = len(et.nodes)
         by_id = sorted(range(n), key=et.ids.__getitem__)
@@ -442,7 +442,7 @@ def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: Wri
     et = et_plus.et
     n, g = len(et.nodes), len(et_plus.gpu_nodes)
     if index_of_id is et.index_of_id():
-        tree = tree_order(et)
+        tree, et.tree_order = tree_order(et), None  # used once: not held through the write
         by_id, preorder, parent = tree.by_id, tree.preorder, tree.parent
         summary.ctrl_deps_dropped += tree.dropped
         prev = tree.chains + array("q", [NO_NODE]) * g
