@@ -435,22 +435,17 @@ def _collective_order(plan: DependencyPlan, placement: GpuPlacement, extra: dict
         last_of_group[group] = k
 
 
-def plan_dependencies(et_plus: EtPlus, index_of_id: dict[int, int], summary: WriteSummary,
+def plan_dependencies(et_plus: EtPlus, summary: WriteSummary,
                       resolver: CommResolver | None = None) -> DependencyPlan:
     """ctrl / thread-chain / launcher / stream / fork-join / collective dependencies, the write
     order, then the waits; every data dependency with its cause (counted in ``summary``)."""
     et = et_plus.et
     n, g = len(et.nodes), len(et_plus.gpu_nodes)
-    if index_of_id is et.index_of_id():
-        tree, et.tree_order = tree_order(et), None  # used once: not held through the write
-        by_id, preorder, parent = tree.by_id, tree.preorder, tree.parent
-        summary.ctrl_deps_dropped += tree.dropped
-        prev = tree.chains + array("q", [NO_NODE]) * g
-    else:
-        by_id = sorted(range(n), key=et.ids.__getitem__)
-        preorder, parent = _preorder(et, index_of_id, summary, by_id)
-        prev = _thread_chains(preorder, et.tid, n + g)
-    ctrl = array("q", parent) + array("q", [NO_NODE]) * g
+    tree, et.tree_order = tree_order(et), None  # used once: not held through the write
+    by_id, preorder = tree.by_id, tree.preorder
+    summary.ctrl_deps_dropped += tree.dropped
+    ctrl = tree.parent + array("q", [NO_NODE]) * g
+    prev = tree.chains + array("q", [NO_NODE]) * g
     placement = _gpu_placement(et_plus)
     for k, link in enumerate(et_plus.gpu_links):
         ctrl[n + k] = link.et_index
@@ -511,9 +506,8 @@ def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None) -> Dep
     """The plan of ``et_plus`` (durations, dependencies with causes), computed once and kept on it."""
     if et_plus.plan is None:
         summary = summary if summary is not None else WriteSummary("")
-        index_of_id = et_plus.et.index_of_id()
-        resolver = CommResolver(et_plus, index_of_id) if et_plus.gpu_nodes else None  # GPU nodes only
-        et_plus.plan = plan_dependencies(et_plus, index_of_id, summary, resolver)
+        resolver = CommResolver(et_plus, et_plus.et.index_of_id()) if et_plus.gpu_nodes else None  # GPU nodes only
+        et_plus.plan = plan_dependencies(et_plus, summary, resolver)
         et_plus.plan_summary = summary
     elif summary is not None and summary is not et_plus.plan_summary:
         _copy_plan_counts(et_plus.plan_summary, summary)
