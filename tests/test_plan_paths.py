@@ -9,6 +9,7 @@ fixtures and on hand-made cases where the fast path does not apply.
 
 from __future__ import annotations
 
+import math
 import random
 from types import SimpleNamespace
 
@@ -117,6 +118,44 @@ def test_write_order_falls_back_when_the_time_order_has_a_backward_edge():
     extra = {0: [(3, "join")]}
     with pytest.raises(RuntimeError):
         _write_order(ctrl, prev, keys, ids, extra)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_write_order_with_late_nodes_is_kahns_order(seed):
+    # Random DAGs whose time order puts many edges backward (and ties in key and id): the walk
+    # that holds the late nodes gives Kahn's order exactly.
+    rng = random.Random(seed)
+    n = rng.randrange(2, 400)
+    rank = list(range(n))
+    rng.shuffle(rank)  # a topological order of the DAG: edges go from earlier to later in it
+    node_at = {r: u for u, r in enumerate(rank)}
+
+    def earlier(u, chance):
+        return node_at[rng.randrange(rank[u])] if rank[u] and rng.random() < chance else NO_NODE
+
+    ctrl = chakra_deps.array("q", [earlier(u, 0.8) for u in range(n)])
+    prev = chakra_deps.array("q", [earlier(u, 0.6) for u in range(n)])
+    extra = {}
+    for u in rng.sample(range(n), n // 10):
+        sources = [d for d in (earlier(u, 1.0) for _ in range(rng.randrange(1, 4))) if d >= 0]
+        if sources:
+            extra[u] = [(d, "join") for d in sources]
+    # keys: mostly following the DAG (as times do), a share at random; a few unlinked (-inf)
+    spread = rng.choice([0.0, 0.1, 0.5, 1.0])
+    keys = [float(rank[u] // 3) if rng.random() >= spread else float(rng.randrange(n // 3 + 1)) for u in range(n)]
+    for u in rng.sample(range(n), n // 20):
+        keys[u] = -math.inf
+    ids = [rng.randrange(n // 2 + 1) for _ in range(n)]
+    order, position = _write_order(ctrl, prev, keys, ids, extra)
+    assert order == _topological_order(ctrl, prev, keys, ids, extra)
+    assert [position[u] for u in order] == list(range(n))
+
+
+def test_write_order_with_late_nodes_finds_a_cycle():
+    ctrl = chakra_deps.array("q", [NO_NODE, 2, 1, NO_NODE])  # 1 and 2 wait for each other
+    prev = chakra_deps.array("q", [NO_NODE] * 4)
+    with pytest.raises(RuntimeError):
+        _write_order(ctrl, prev, [0.0, 1.0, 2.0, 3.0], [0, 1, 2, 3], {})
 
 
 def test_start_order_is_the_sort_by_start_then_longest_then_id_then_index():
