@@ -382,22 +382,22 @@ def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
     pair: 5,136 of them, 0.04 s, where Kahn's heap over every node took 0.6 s). Keys with a NaN:
     Kahn's algorithm itself."""
     total = len(ctrl)
-    if not any(map(math.isnan, keys)):
-        order = _id_order(ids, cpu_by_id)
-        order.sort(key=keys.__getitem__)
-        position = _inverse(order)
-        at = position.tolist() + [NO_NODE]  # at[-1]: no edge
-        first = 0  # nodes from here on get their ctrl / prev edges checked
-        if preorder is not None and _keeps_preorder(order, preorder):
-            first = len(preorder)
-        late = set(compress(range(first, total), map(gt, map(at.__getitem__, ctrl[first:]), position[first:])))
-        late.update(compress(range(first, total), map(gt, map(at.__getitem__, prev[first:]), position[first:])))
-        late.update(u for u, sources in extra.items() if any(position[d] > position[u] for d, _ in sources))
-        if not late:
-            return order, position
-        order = _late_walk(order, at, late, ctrl, prev, keys, ids, extra)
+    if any(map(math.isnan, keys)):
+        order = _topological_order(ctrl, prev, keys, ids, extra)
         return order, _inverse(order)
-    order = _topological_order(ctrl, prev, keys, ids, extra)
+    order = _id_order(ids, cpu_by_id)
+    order.sort(key=keys.__getitem__)
+    position = _inverse(order)
+    at = position.tolist() + [NO_NODE]  # at[-1]: no edge
+    first = 0  # nodes from here on get their ctrl / prev edges checked
+    if preorder is not None and _keeps_preorder(order, preorder):
+        first = len(preorder)
+    late = set(compress(range(first, total), map(gt, map(at.__getitem__, ctrl[first:]), position[first:])))
+    late.update(compress(range(first, total), map(gt, map(at.__getitem__, prev[first:]), position[first:])))
+    late.update(u for u, sources in extra.items() if any(position[d] > position[u] for d, _ in sources))
+    if not late:
+        return order, position
+    order = _late_walk(order, at, late, ctrl, prev, keys, ids, extra)
     return order, _inverse(order)
 
 
