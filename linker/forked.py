@@ -10,8 +10,9 @@ strings as it is made (from a writer thread: making the next does not wait for t
 this one), and ``parts()`` gives them to the parent as they come: the parent can work on the first
 while the child makes the next. ``made()`` tells the parent, without reading, that the child has
 made all it will send (its core is free, though its last parts may still be in the pipe): a byte
-of shared memory the child sets. ``cancel()`` kills and reaps a child still running (Ctrl-C, an error in
-the parent). No temporary file is used; a reaped child leaves no zombie.
+of shared memory the child sets; ``sending()`` also says so once the child has sent bytes the parent
+has yet to read (a zero-timeout ``select``: its work is nearly done). ``cancel()`` kills and reaps
+a child still running (Ctrl-C, an error in the parent). No temporary file is used; a reaped child leaves no zombie.
 
 Ctrl-C and SIGTERM are blocked in the parent around ``fork`` so that a signal arriving then is taken
 by the parent after the child is registered (and cancelled), never by the child running the
@@ -25,6 +26,7 @@ import contextlib
 import gc
 import mmap
 import os
+import select
 import signal
 import threading
 from collections.abc import Iterator
@@ -83,6 +85,16 @@ class ForkedCall:
         """True once the child has made its whole payload (returned its bytes, or its iterator
         ended), sent or not; a child that fails never says so. O(1), never blocks."""
         return self._made[0] == 1
+
+    def sending(self) -> bool:
+        """True when the child has made its payload, or has sent bytes the parent has yet to read
+        (or has closed the pipe): its work is done or about to be. O(1), never blocks."""
+        if self.made():
+            return True
+        if not self._pid:
+            return False
+        readable, _, _ = select.select([self._fd], [], [], 0)
+        return bool(readable)
 
     def result(self) -> memoryview | None:
         """The child's bytes, once it has exited; None if it failed. Blocks until then. The payload
