@@ -5,14 +5,18 @@ When the Kineto child (``kineto_ahead``) has made everything by the time the ET 
 still has to decode the child's parts, while the ET's own work waits behind it: the input check
 (``sanity.check_execution_trace``) and the plan's tree order (``chakra_deps.tree_order``), about
 0.2 s on a 360k-node ET. ``start(et)`` forks a child that does both on its copy-on-write view of the
-ET and sends back the tree order's columns as machine arrays; ``finish(child, et)`` puts them on the
-ET. Only a clean check counts: a check that repairs parents (the repair must change the parent's
-columns) or refuses the ET makes the child fail, and so does anything else going wrong; ``finish``
-then says so and the caller runs the check itself, so its warnings or its refusal come exactly as
-without a child, in the same place.
+ET and sends back the tree order's columns, and the parents' positions (``parent_index``, which
+the tree order makes on the way and linking uses), as machine arrays; ``finish(child, et)`` puts
+them on the ET, whose map of ids (``index_of_id``) the parent then need not build. Only a clean
+check counts: a check that repairs parents (the repair must change the parent's columns) or
+refuses the ET makes the child fail, and so does anything else going wrong; ``finish`` then says
+so and the caller runs the check itself, so its warnings or its refusal come exactly as without a
+child, in the same place.
 
-Cost: the fork (the ET's page tables), the check and the tree order in the child, then in the
-parent five C conversions of n-element columns.
+Cost: the fork (the ET's page tables), the check and the tree order in the child (slower than in
+the parent: its first touch of each shared page copies it), then in the parent five C conversions
+of n-element columns; after the fork, the parent's first write to each page it shared takes a
+fault.
 """
 
 from __future__ import annotations
@@ -31,13 +35,15 @@ FORK_MIN_NODES = 50_000
 
 
 class _Wire(msgspec.Struct, array_like=True):
-    """``TreeOrder``'s columns as int64 machine arrays, and its count of dropped parents."""
+    """``TreeOrder``'s columns as int64 machine arrays, and its count of dropped parents; the ET's
+    ``parent_index`` (which the tree order computes on the way and linking uses) likewise."""
 
     by_id: bytes
     preorder: bytes
     parent: bytes
     chains: bytes
     dropped: int
+    parent_index: bytes
 
 
 _DECODE = msgspec.msgpack.Decoder(_Wire).decode
@@ -66,7 +72,8 @@ def _check_and_order(et: ExecutionTrace) -> bytes:
         raise RepairNeeded
     order = tree_order(et)
     return msgspec.msgpack.encode(_Wire(array("q", order.by_id).tobytes(), array("q", order.preorder).tobytes(),
-                                        order.parent.tobytes(), order.chains.tobytes(), order.dropped))
+                                        order.parent.tobytes(), order.chains.tobytes(), order.dropped,
+                                        array("q", et.parent_index()).tobytes()))
 
 
 def finish(child: ForkedCall | None, et: ExecutionTrace) -> bool:
@@ -83,13 +90,13 @@ def finish(child: ForkedCall | None, et: ExecutionTrace) -> bool:
     from .chakra_deps import TreeOrder
 
     columns = []
-    for data in (wire.by_id, wire.preorder, wire.parent, wire.chains):
+    for data in (wire.by_id, wire.preorder, wire.parent, wire.chains, wire.parent_index):
         column = array("q")
         column.frombytes(data)
         columns.append(column)
-    by_id, preorder, parent, chains = columns
-    n = len(et.nodes)
-    if not (len(by_id) == len(preorder) == len(parent) == len(chains) == n):
+    if any(len(column) != len(et.nodes) for column in columns):
         return False
+    by_id, preorder, parent, chains, parent_index = columns
     et.tree_order = TreeOrder(by_id.tolist(), preorder.tolist(), parent, wire.dropped, chains)
+    et.adopt_parent_index(parent_index.tolist())
     return True

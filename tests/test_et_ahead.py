@@ -13,7 +13,7 @@ import pytest
 from conftest import dlrm_pair, fixture_pair
 from linker import chakra_deps, et_ahead, forked, kineto_ahead, pipeline
 from linker.errors import TraceInputError
-from linker.et_reader import read_execution_trace
+from linker.et_reader import parent_positions, read_execution_trace
 
 needs_fork = pytest.mark.skipif(not forked.can_fork(), reason="no os.fork here")
 
@@ -99,10 +99,13 @@ def test_the_ets_work_in_a_child_is_the_parents(monkeypatch, tmp_path, case):
     assert outcomes == [clean]
     assert kineto2 == kineto and warnings2 == warnings
     assert (et2.ids, et2.names, et2.parent, et2.tid) == (et.ids, et.names, et.parent, et.tid)
-    if clean:  # the child's tree order is on the ET, as the parent computes it
-        early = et2.tree_order
+    if clean:  # the child's tree order and parent positions are on the ET, as the parent computes them
+        # The positions came with the child's columns: taken as they are, no id map made here.
+        assert et2._parent_index is not None and et2._index_of_id is None
+        early, taken = et2.tree_order, et2.parent_index()
         et2.tree_order = None
         assert early is not None and same_tree_order(early, chakra_deps.tree_order(et2))
+        assert taken == parent_positions(et2.parent, et2.index_of_id())
     else:
         assert "re-attached" in " ".join(warnings2) and et2.tree_order is None
     pipeline.link_pair(et_path, kineto_path, tmp_path / "ahead.json")
