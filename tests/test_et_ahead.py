@@ -11,6 +11,7 @@ import time
 import pytest
 
 from conftest import dlrm_pair, fixture_pair
+from test_read_paths import refused_et_and_serial_errors, serial_read
 from linker import chakra_deps, et_ahead, forked, kineto_ahead, pipeline
 from linker.errors import TraceInputError
 from linker.et_reader import parent_positions, read_execution_trace
@@ -34,12 +35,6 @@ def pair_of(case: str, tmp_path) -> tuple:
     if case == "dlrm":
         return dlrm_pair(0)
     return fixture_pair(*case.split("/"))
-
-
-def serial_read(monkeypatch, et_path, kineto_path):
-    with monkeypatch.context() as m:
-        m.setattr(kineto_ahead, "FORK_MIN_BYTES", 1 << 62)
-        return pipeline.read_pair(et_path, kineto_path)
 
 
 def kineto_done_first(monkeypatch) -> list:
@@ -119,17 +114,9 @@ def test_the_ets_work_in_a_child_is_the_parents(monkeypatch, tmp_path, case):
 def test_a_refused_et_is_named_where_a_serial_read_names_it(monkeypatch, tmp_path):
     """The child's check refuses: the parent checks again after the Kineto file is read, so the
     refusal is the serial read's, and a bad Kineto file is still the one named first."""
-    bad_et, kineto_path = edited_et(tmp_path, lambda nodes: nodes[3].update(id=-5))
-    cut_kineto = tmp_path / "kineto.json.gz"
-    cut_kineto.write_bytes(kineto_path.read_bytes()[:-100])
-    serial = []
-    for kineto in (kineto_path, cut_kineto):
-        with pytest.raises(TraceInputError) as err:
-            serial_read(monkeypatch, bad_et, kineto)
-        serial.append(str(err.value))
-    assert "out of range" in serial[0] and str(cut_kineto) in serial[1]
+    bad_et, serial = refused_et_and_serial_errors(monkeypatch, tmp_path)
     outcomes = kineto_done_first(monkeypatch)
-    for kineto, expected in zip((kineto_path, cut_kineto), serial):
+    for kineto, expected in serial:
         with pytest.raises(TraceInputError) as err:
             pipeline.read_pair(bad_et, kineto)
         assert str(err.value) == expected

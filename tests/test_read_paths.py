@@ -381,10 +381,9 @@ def test_the_ets_own_work_is_done_while_the_kineto_child_works(monkeypatch, tmp_
     assert (tmp_path / "ahead.et").read_bytes() == (tmp_path / "serial.et").read_bytes()
 
 
-@needs_fork
-def test_an_et_refused_while_the_kineto_child_works_is_named_where_a_serial_read_names_it(monkeypatch, tmp_path):
-    """A refused ET: its refusal comes after the Kineto file is read, so a bad Kineto file is
-    still the one named (as when reading the two one after the other)."""
+def refused_et_and_serial_errors(monkeypatch, tmp_path) -> tuple[Path, list[tuple[Path, str]]]:
+    """The threads pair's ET with an id out of range, and for its intact Kineto file and a cut one,
+    the error the serial read gives: (ET, [(Kineto file, error)])."""
     et_path, kineto_path = fixture_pair("cpu", "threads")
     document = json.loads(gzip.decompress(et_path.read_bytes()))
     document["nodes"][3]["id"] = -5
@@ -396,11 +395,19 @@ def test_an_et_refused_while_the_kineto_child_works_is_named_where_a_serial_read
     for kineto in (kineto_path, cut_kineto):
         with pytest.raises(TraceInputError) as err:
             serial_read(monkeypatch, bad_et, kineto)
-        serial.append(str(err.value))
-    assert "out of range" in serial[0] and str(bad_et) in serial[0] and str(cut_kineto) in serial[1]
+        serial.append((kineto, str(err.value)))
+    assert "out of range" in serial[0][1] and str(bad_et) in serial[0][1] and str(cut_kineto) in serial[1][1]
+    return bad_et, serial
+
+
+@needs_fork
+def test_an_et_refused_while_the_kineto_child_works_is_named_where_a_serial_read_names_it(monkeypatch, tmp_path):
+    """A refused ET: its refusal comes after the Kineto file is read, so a bad Kineto file is
+    still the one named (as when reading the two one after the other)."""
+    bad_et, serial = refused_et_and_serial_errors(monkeypatch, tmp_path)
     slow_child(monkeypatch)
     ran = spied_et_work_ahead(monkeypatch)
-    for kineto, expected in zip((kineto_path, cut_kineto), serial):
+    for kineto, expected in serial:
         with pytest.raises(TraceInputError) as err:
             pipeline.read_pair(bad_et, kineto)
         assert str(err.value) == expected
