@@ -49,7 +49,7 @@ class _Wire(msgspec.Struct, array_like=True):
 _DECODE = msgspec.msgpack.Decoder(_Wire).decode
 
 
-class RepairNeeded(Exception):
+class _RepairNeeded(Exception):
     """The child's check repaired parents: the parent must repair its own columns."""
 
 
@@ -69,17 +69,19 @@ def _check_and_order(et: ExecutionTrace) -> bytes:
     from .chakra_deps import tree_order  # with the protobuf runtime: imported where it is used
 
     if check_execution_trace(et):
-        raise RepairNeeded
+        raise _RepairNeeded
     order = tree_order(et)
-    return msgspec.msgpack.encode(_Wire(array("q", order.by_id).tobytes(), array("q", order.preorder).tobytes(),
-                                        order.parent.tobytes(), order.chains.tobytes(), order.dropped,
-                                        array("q", et.parent_index()).tobytes()))
+    by_id, preorder, parent_index = (array("q", column).tobytes()
+                                     for column in (order.by_id, order.preorder, et.parent_index()))
+    wire = _Wire(by_id, preorder, order.parent.tobytes(), order.chains.tobytes(), order.dropped, parent_index)
+    return msgspec.msgpack.encode(wire)
 
 
 def finish(child: ForkedCall | None, et: ExecutionTrace) -> bool:
-    """True when ``child`` found the ET clean (no warning, no refusal) and its tree order is now
-    ``et.tree_order``; False otherwise (no child, a repair, a refusal, a failure): the caller
-    checks the ET itself. Blocks until the child has exited."""
+    """True when ``child`` found the ET clean (no warning, no refusal) and its tree order and parent
+    positions are now ``et``'s (``tree_order``, ``parent_index()``); False otherwise (no child, a
+    repair, a refusal, a failure): the caller checks the ET itself. Blocks until the child has
+    exited."""
     payload = child.result() if child is not None else None
     if payload is None:
         return False

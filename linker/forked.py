@@ -12,7 +12,8 @@ while the child makes the next. ``made()`` tells the parent, without reading, th
 made all it will send (its core is free, though its last parts may still be in the pipe): a byte
 of shared memory the child sets; ``sending()`` also says so once the child has sent bytes the parent
 has yet to read (a zero-timeout ``select``: its work is nearly done). ``cancel()`` kills and reaps
-a child still running (Ctrl-C, an error in the parent). No temporary file is used; a reaped child leaves no zombie.
+a child still running (Ctrl-C, an error in the parent). No temporary file is used; a reaped child
+leaves no zombie.
 
 Ctrl-C and SIGTERM are blocked in the parent around ``fork`` so that a signal arriving then is taken
 by the parent after the child is registered (and cancelled), never by the child running the
