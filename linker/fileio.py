@@ -291,7 +291,11 @@ class BackgroundWriter:
 
     ``write`` queues a chunk (at most ``depth`` wait; then it blocks); ``close`` waits for every
     chunk to be written and raises the first write error, if any (``write`` raises it too, early).
-    Cost: one thread, at most ``depth`` chunks of memory."""
+    A caller that encodes into buffers (``msgspec``'s ``encode_into``) takes one with ``buffer()``
+    and queues a slice of it with ``write_buffer``; the thread hands it back for reuse once written,
+    so each chunk is encoded into memory already touched, without a new ``bytes`` grown to its size
+    (on the large CPU pair's JSON, 0.32 -> 0.19 s of encoding). Cost: one thread, at most
+    ``depth`` chunks of memory (``depth + 1`` buffers of a chunk's size)."""
 
     def __init__(self, stream: IO[bytes], depth: int = 8):
         import queue
@@ -299,6 +303,8 @@ class BackgroundWriter:
 
         self._stream = stream
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._free: queue.Queue = queue.Queue()  # buffers written, to be filled again
+        self._buffers = depth + 1  # made at most: one being filled while ``depth`` wait
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="write-output", daemon=True)
         self._thread.start()
@@ -308,16 +314,38 @@ class BackgroundWriter:
             chunk = self._queue.get()
             if chunk is None:
                 return
+            buffer = None
+            if isinstance(chunk, tuple):  # (buffer, start, end) of ``write_buffer``
+                buffer, start, end = chunk
+                chunk = memoryview(buffer)[start:end]
             if self._error is None:
                 try:
                     self._stream.write(chunk)
                 except BaseException as err:  # raised in the caller's thread
                     self._error = err
+            if buffer is not None:
+                chunk.release()  # the buffer may be resized again
+                self._free.put(buffer)
 
     def write(self, chunk: bytes) -> None:
         if self._error is not None:
             raise self._error
         self._queue.put(chunk)
+
+    def buffer(self) -> bytearray:
+        """A buffer to fill and queue with ``write_buffer``: a new one while fewer than ``depth + 1``
+        were made, else the next one written (waiting for it)."""
+        if self._free.empty() and self._buffers > 0:
+            self._buffers -= 1
+            return bytearray()
+        return self._free.get()
+
+    def write_buffer(self, buffer: bytearray, start: int, end: int) -> None:
+        """Queue ``buffer[start:end]`` (a buffer of ``buffer()``, not to be touched until it comes
+        back from ``buffer()``)."""
+        if self._error is not None:
+            raise self._error
+        self._queue.put((buffer, start, end))
 
     def close(self) -> None:
         self._queue.put(None)

@@ -3,11 +3,15 @@
 - ``.et``: node messages are encoded a chunk at a time with caches of what repeats
   (``chakra_encode.NodeFrames``); the file and the summary must equal the plain path's
   (``write_chakra.node_messages``, one node at a time), whatever the chunk size.
-- ET+ JSON: written in pieces by a writer thread; it must equal one ``msgspec`` encode of the
+- ET+ JSON: written in pieces by a writer thread, each encoded into a buffer the thread hands back
+  once written (``fileio.BackgroundWriter.buffer``); it must equal one ``msgspec`` encode of the
   whole document.
 """
 
 from __future__ import annotations
+
+import threading
+import time
 
 import msgspec
 import pytest
@@ -16,6 +20,7 @@ from conftest import dlrm_pair, fixture_pair
 from linker import write_chakra
 from linker.chakra_io import encode_varint, read_et
 from linker.et_reader import read_execution_trace
+from linker.fileio import BackgroundWriter
 from linker.etplus import build_et_plus
 from linker.kineto_reader import read_kineto_trace
 from linker.link import link
@@ -92,3 +97,63 @@ def test_chunked_et_write_of_odd_start_times_equals_the_plain_path(tmp_path, mon
         monkeypatch.setattr(write_chakra, "CHUNK_NODES", chunk_nodes)
         write_chakra.write_chakra_trace(et_plus, tmp_path / f"odd{chunk_nodes}.et")
         assert (tmp_path / f"odd{chunk_nodes}.et").read_bytes() == plain
+
+
+class _SlowRecorder:
+    """A stream that takes its time over each write and copies the bytes only then, so a buffer
+    handed back (and filled again) before its write ended would show in what it recorded."""
+
+    def __init__(self, pause: float, fail_at: int | None = None):
+        self.pause, self.fail_at = pause, fail_at
+        self.chunks: list[bytes] = []
+
+    def write(self, data) -> int:
+        if self.fail_at is not None and len(self.chunks) == self.fail_at:
+            raise OSError(28, "No space left on device")
+        time.sleep(self.pause)
+        self.chunks.append(bytes(data))
+        return len(data)
+
+
+def test_background_writer_reuses_a_buffer_only_once_written():
+    """``buffer()`` / ``write_buffer``: the slices are written in order, whole, from at most
+    ``depth + 1`` buffers, and no buffer is given back while the thread still writes it."""
+    depth, stream = 2, _SlowRecorder(pause=0.002)
+    writer = BackgroundWriter(stream, depth=depth)
+    expected, seen = [], set()
+    for k in range(40):
+        buffer = writer.buffer()
+        seen.add(id(buffer))
+        buffer[:] = bytes([k]) * (100 + 37 * k)  # resized each time: the thread must have let go
+        writer.write_buffer(buffer, k % 3, len(buffer) - 1)
+        expected.append(bytes(buffer[k % 3:len(buffer) - 1]))
+        writer.write(b"|")
+        expected.append(b"|")
+    writer.close()
+    assert stream.chunks == expected
+    assert 2 <= len(seen) <= depth + 1  # 40 slices from a few buffers, filled again and again
+
+
+def test_background_writer_error_reaches_a_caller_filling_buffers():
+    """A write that fails is raised by a later ``write_buffer`` (or ``close``), and the caller
+    waiting for a buffer is never left waiting."""
+    stream = _SlowRecorder(pause=0, fail_at=3)
+    writer = BackgroundWriter(stream, depth=1)
+    outcome: list[BaseException] = []
+
+    def fill() -> None:
+        try:
+            for _ in range(100):
+                buffer = writer.buffer()
+                buffer[:] = b"x" * 1000
+                writer.write_buffer(buffer, 0, 1000)
+            writer.close()
+        except OSError as err:
+            outcome.append(err)
+
+    thread = threading.Thread(target=fill, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the caller was left waiting for a buffer"
+    assert len(outcome) == 1 and outcome[0].errno == 28
+    assert len(stream.chunks) == 3
