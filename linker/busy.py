@@ -54,7 +54,7 @@ import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from itertools import accumulate, compress
-from operator import add, attrgetter, eq, gt, lt, not_
+from operator import add, eq, gt, lt, not_
 
 from .et_reader import ROOT_NAMES
 from .intervals import TimePoint, cpu_cover_index, innermost_covering
@@ -335,9 +335,9 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
 
 def _event_times(result) -> tuple[list[float], list[float]]:
     """Start and end (µs) of each ET node's linked Kineto event (NaN when unlinked): C passes."""
-    events = result.kineto.cpu_events
-    ts = list(map(attrgetter("ts"), events))
-    end = list(map(add, ts, map(attrgetter("dur"), events)))
+    columns = result.kineto.cpu_columns()
+    ts = list(columns.ts)
+    end = list(map(add, ts, columns.dur))
     ts.append(math.nan)  # event -1: unlinked
     end.append(math.nan)
     event_of_op = result.match.event_of_op

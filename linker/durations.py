@@ -40,7 +40,7 @@ def cpu_nesting(kineto) -> CpuNesting:
     """``nest_cpu_events(kineto.cpu_events)``, computed once per trace (kept on the trace, for the
     same event list only)."""
     cached = kineto.cpu_nesting
-    if cached is None or cached[0] is not kineto.cpu_events:
+    if cached is None or cached[0] is not kineto.cpu_events_key():
         cached = kineto.cpu_nesting = (kineto.cpu_events, nest_cpu_events(kineto.cpu_events))
     return cached[1]
 

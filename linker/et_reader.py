@@ -186,11 +186,6 @@ class ExecutionTrace:
             self._parent_index = parent_positions(self.parent, self.index_of_id())
         return self._parent_index
 
-    def adopt_parent_index(self, values: list[int]) -> None:
-        """Take ``values`` as ``parent_index()``, computed elsewhere from these very columns (a
-        forked child's: ``et_ahead``)."""
-        self._parent_index = values
-
     def threads(self) -> dict[int, list[int]]:
         """ET thread number -> op indices on that thread in start order (sorted by id). O(n log n)."""
         by_thread: dict[int, list[int]] = {}

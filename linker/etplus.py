@@ -99,15 +99,15 @@ def as_number(value: float) -> float | int:
 
 def build_et_plus(result: LinkResult) -> EtPlus:
     """Fill ET+ time fields into ``result.et.nodes`` (in place) and create the GPU nodes."""
-    et, events, exclusive = result.et, result.kineto.cpu_events, result.exclusive
-    nodes = et.nodes
+    et, columns, exclusive = result.et, result.kineto.cpu_columns(), result.exclusive
+    nodes, event_ts, event_dur = et.nodes, columns.ts, columns.dur
     starts, ends = [math.nan] * len(nodes), [math.nan] * len(nodes)
     op_exclusive, exclusive_us = [0.0] * len(nodes), [0] * len(nodes)
     for i, e in enumerate(result.match.event_of_op):
         if e < 0:
             continue
-        node, event = nodes[i], events[e]
-        ts, dur, excl = event.ts, event.dur, exclusive[e]
+        node = nodes[i]
+        ts, dur, excl = event_ts[e], event_dur[e], exclusive[e]
         starts[i], ends[i], op_exclusive[i] = ts, ts + dur, excl
         node.ts = int(ts) if ts.is_integer() else ts
         node.dur = node.inclusive_dur = int(dur) if dur.is_integer() else dur

@@ -10,10 +10,11 @@ strings as it is made (from a writer thread: making the next does not wait for t
 this one), and ``parts()`` gives them to the parent as they come: the parent can work on the first
 while the child makes the next. ``made()`` tells the parent, without reading, that the child has
 made all it will send (its core is free, though its last parts may still be in the pipe): a byte
-of shared memory the child sets; ``sending()`` also says so once the child has sent bytes the parent
-has yet to read (a zero-timeout ``select``: its work is nearly done). ``cancel()`` kills and reaps
+of shared memory the child sets. ``cancel()`` kills and reaps
 a child still running (Ctrl-C, an error in the parent). No temporary file is used; a reaped child
-leaves no zombie.
+leaves no zombie. A child started with ``shelf=True`` may also ``shelve`` bytes into a memory file
+the parent maps (``shelf()``) without reading them: data the parent may never need costs it
+nothing (where the platform has no memory files, ``shelve`` says so and the bytes go by the pipe).
 
 Ctrl-C and SIGTERM are blocked in the parent around ``fork`` so that a signal arriving then is taken
 by the parent after the child is registered (and cancelled), never by the child running the
@@ -27,15 +28,20 @@ import contextlib
 import gc
 import mmap
 import os
-import select
 import signal
 import threading
 from collections.abc import Iterator
 from queue import SimpleQueue
 from typing import Callable
 
+try:
+    import fcntl
+except ImportError:  # no fork there either: ``can_fork`` says so
+    fcntl = None
+
 _HEADER = 8  # payload length, little-endian
 _READ_SIZE = 1 << 20
+_PIPE_BYTES = 1 << 20  # the pipe's size where the system allows it (Linux: at most pipe-max-size)
 _BLOCKED = {signal.SIGINT, signal.SIGTERM}
 
 
@@ -58,21 +64,28 @@ class ForkedCall:
     """``fn()`` (returning bytes, or an iterator of bytes) running in a forked child; see the
     module docstring."""
 
-    def __init__(self, fn: Callable[[], bytes | Iterator[bytes]]):
-        """Fork and start ``fn`` in the child. Raises ``OSError`` when no process can be made."""
+    def __init__(self, fn: Callable[[], bytes | Iterator[bytes]], shelf: bool = False):
+        """Fork and start ``fn`` in the child (with ``shelf``, one where ``shelve`` works). Raises
+        ``OSError`` when no process can be made."""
         self._pid = 0
         self._fd = -1
+        self._shelf = _new_shelf() if shelf else -1
         self._made = mmap.mmap(-1, 1)  # shared with the child: 1 once it has made its payload
         read_end, write_end = os.pipe()
+        with contextlib.suppress(OSError, AttributeError):  # a pipe-full per copy, not 64 KB
+            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
         try:
             pid = os.fork()
         except BaseException:
             os.close(read_end)
             os.close(write_end)
+            self._close_shelf()
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
             raise
         if pid == 0:
+            global _SHELF
+            _SHELF = _Shelf(self._shelf) if self._shelf != -1 else None
             _run_child(fn, read_end, write_end, previous, self._made)  # never returns
         os.close(write_end)
         self._pid, self._fd = pid, read_end
@@ -86,16 +99,6 @@ class ForkedCall:
         """True once the child has made its whole payload (returned its bytes, or its iterator
         ended), sent or not; a child that fails never says so. O(1), never blocks."""
         return self._made[0] == 1
-
-    def sending(self) -> bool:
-        """True when the child has made its payload, or has sent bytes the parent has yet to read
-        (or has closed the pipe): its work is done or about to be. O(1), never blocks."""
-        if self.made():
-            return True
-        if not self._pid:
-            return False
-        readable, _, _ = select.select([self._fd], [], [], 0)
-        return bool(readable)
 
     def result(self) -> memoryview | None:
         """The child's bytes, once it has exited; None if it failed. Blocks until then. The payload
@@ -135,12 +138,33 @@ class ForkedCall:
         view.release()
         return buffer
 
+    def shelf(self) -> mmap.mmap | None:
+        """What the child has put on its shelf so far (``shelve``), read-only, shared (not copied:
+        a page is mapped when first read); None when it put nothing or there is no shelf. Valid
+        after the child is gone."""
+        if self._shelf == -1:
+            return None
+        try:
+            return mmap.mmap(self._shelf, 0, prot=mmap.PROT_READ)
+        except (OSError, ValueError):  # ValueError: an empty shelf
+            return None
+
     def cancel(self) -> None:
-        """Kill the child if it still runs and reap it; idempotent."""
+        """Kill the child if it still runs and reap it, and close the shelf (what ``shelf()`` mapped
+        stays); idempotent."""
+        self._close_shelf()
         if self._pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._pid, signal.SIGKILL)
             self._reap()
+
+    def _close_shelf(self) -> None:
+        if self._shelf != -1:
+            os.close(self._shelf)
+            self._shelf = -1
+
+    def __del__(self) -> None:
+        self._close_shelf()  # its mappings (``shelf()``) stay valid
 
     def _reap(self) -> int:
         pid, self._pid = self._pid, 0
@@ -156,6 +180,39 @@ class ForkedCall:
             except ChildProcessError:
                 return -1
         return os.waitstatus_to_exitcode(status)
+
+
+class _Shelf:
+    """The child's end of a shelf: a memory file it appends to."""
+
+    def __init__(self, fd: int):
+        self.fd, self.size = fd, 0
+
+    def put(self, data) -> int:
+        at = self.size
+        _write_all(self.fd, data)
+        self.size += len(data)
+        return at
+
+
+_SHELF: _Shelf | None = None  # in a child started with ``shelf``
+
+
+def _new_shelf() -> int:
+    """A memory file (-1 where the platform has none)."""
+    try:
+        return os.memfd_create("et-link-shelf", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return -1
+
+
+def shelve(data) -> int | None:
+    """In a child started with ``shelf``: append ``data`` to its shelf, which the parent maps
+    (``ForkedCall.shelf()``) without copying it through the pipe, and return its offset there.
+    None elsewhere (no shelf: send ``data`` itself)."""
+    if _SHELF is None:
+        return None
+    return _SHELF.put(data)
 
 
 def _run_child(fn: Callable[[], bytes | Iterator[bytes]], read_end: int, write_end: int, mask,

@@ -117,7 +117,7 @@ def cpu_cover_index(kineto) -> CoverIndex | None:
     same event list only), on the ends of the trace's nesting (``durations.cpu_nesting``: linking
     has it already)."""
     cached = kineto.cpu_cover
-    if cached is None or cached[0] is not kineto.cpu_events:
+    if cached is None or cached[0] is not kineto.cpu_events_key():
         events = kineto.cpu_events
         cached = kineto.cpu_cover = (events, cover_index(events, cpu_nesting(kineto).end))
     return cached[1]

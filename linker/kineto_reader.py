@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,28 @@ class FlowEnd:
 
 
 @dataclass
+class CpuColumns:
+    """What linking reads of every CPU event, as columns (index = position in ``cpu_events``):
+    start and duration (µs, as the events hold them), ``Record function id`` (None when absent)
+    and name. Linking by rf_id reads nothing else of most events, so a trace whose events come
+    decoded later (``kineto_ahead``) is linked without making them."""
+
+    ts: list[float]
+    dur: list[float]
+    rf_id: list[int | None]
+    name: list[str]
+
+    @classmethod
+    def of(cls, events: list[KinetoEvent]) -> CpuColumns:
+        """The columns read off ``events``. O(n), in C but for the rf_id's."""
+        return cls(list(map(_TS, events)), list(map(_DUR, events)), [e.args.rf_id for e in events],
+                   list(map(_NAME, events)))
+
+
+_TS, _DUR, _NAME = attrgetter("ts"), attrgetter("dur"), attrgetter("name")
+
+
+@dataclass
 class KinetoTrace:
     """The parts of a Kineto trace et-link uses.
 
@@ -142,10 +165,47 @@ class KinetoTrace:
     cpu_cover: Any = field(default=None, repr=False, compare=False)
     # ``durations.cpu_nesting``'s cache: (the cpu_events list it nests, its ``CpuNesting``).
     cpu_nesting: Any = field(default=None, repr=False, compare=False)
+    # ``cpu_columns()``'s cache: (the cpu_events list they describe, its ``CpuColumns``).
+    cpu_columns_cache: Any = field(default=None, repr=False, compare=False)
+    # CPU events not decoded yet (a ``DeferredEvents``: ``kineto_ahead``): ``cpu_events`` is then
+    # no attribute of the instance, and is made from it when first read (``__getattr__``).
+    deferred_cpu: Any = field(default=None, repr=False, compare=False)
+
+    def __getattr__(self, name: str):
+        # Called only for an attribute the instance lacks: ``cpu_events`` while deferred.
+        deferred = self.__dict__.get("deferred_cpu")
+        if name != "cpu_events" or deferred is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        events = deferred.fill()
+        self.cpu_events, self.deferred_cpu = events, None
+        # The columns are read off the events from now on, sharing their values (the wire's
+        # columns hold copies: a float, an int per event and column).
+        self.cpu_columns_cache = None
+        return events
+
+    def cpu_events_key(self) -> list:
+        """The list ``cpu_events`` is, or will be once decoded (the same object): what a cache of
+        values over the events is kept for, found without decoding them."""
+        deferred = self.__dict__.get("deferred_cpu")
+        return deferred.events if deferred is not None else self.cpu_events
+
+    def cpu_count(self) -> int:
+        """``len(cpu_events)``, without decoding deferred events."""
+        deferred = self.__dict__.get("deferred_cpu")
+        return deferred.count if deferred is not None else len(self.cpu_events)
+
+    def cpu_columns(self) -> CpuColumns:
+        """The ``CpuColumns`` of ``cpu_events``: given with deferred events, else read off the
+        events once (four C-speed passes) and kept for the same list."""
+        key = self.cpu_events_key()
+        cached = self.cpu_columns_cache
+        if cached is None or cached[0] is not key:
+            cached = self.cpu_columns_cache = (key, CpuColumns.of(self.cpu_events))
+        return cached[1]
 
     def has_record_function_ids(self) -> bool:
         """True when some CPU event has a non-zero ``Record function id`` (0 means unknown)."""
-        return any(e.args.rf_id for e in self.cpu_events)
+        return any(self.cpu_columns().rf_id)
 
 
 def _cpu_order(event: KinetoEvent) -> tuple:

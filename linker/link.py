@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 from .durations import cpu_nesting
 from .errors import MismatchedPairError, OptionError
@@ -67,12 +66,12 @@ def check_same_run(et: ExecutionTrace, kineto: KinetoTrace, same_name_pairs: int
     problems = []
     if et.pid is not None and kineto.pid is not None and et.pid != kineto.pid:
         problems.append(f"process ids differ (ET pid {et.pid}, Kineto pid {kineto.pid})")
-    smaller = max(1, min(len(et.op_indices()), len(kineto.cpu_events)))
+    smaller = max(1, min(len(et.op_indices()), kineto.cpu_count()))
     if same_name_pairs / smaller >= MIN_NAME_OVERLAP:
         return problems
     names = et.names
     et_names = Counter(map(names.__getitem__, et.op_indices()))
-    k_names = Counter(map(attrgetter("name"), kineto.cpu_events))
+    k_names = Counter(kineto.cpu_columns().name)
     shared = sum(min(n, k_names[name]) for name, n in et_names.items())
     if shared / smaller < MIN_NAME_OVERLAP:
         problems.append(f"op names disagree (only {shared} of {smaller} ops share a name)")
@@ -165,9 +164,8 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
         warnings.append(message)
     match, window, notes = choose_and_match(et, kineto, options, rf_join)
     warnings += unused_option_warnings(options, match.method, window)
-    events = kineto.cpu_events
     nesting = cpu_nesting(kineto)
-    ops = op_of_event(match.event_of_op, len(events))
+    ops = op_of_event(match.event_of_op, kineto.cpu_count())
     gpu = attribute_gpu_ops(kineto, ops, nesting.parents, window)
     adopt_before_trace(gpu, process_root_index(et))
     report = build_report(et, kineto, match, window, gpu, notes, warnings, seconds=time.perf_counter() - started,

@@ -55,9 +55,8 @@ def _kineto_ids(ids: list) -> tuple[dict, int, int, int]:
 
 def match_by_rf_id(et: ExecutionTrace, kineto: KinetoTrace) -> tuple[OpMatch, RfIdCheck]:
     """Join on record-function ids. The match links only name-agreeing pairs with unique ids."""
-    events = kineto.cpu_events
-    ids = [e.args.rf_id for e in events]
-    event_of_rf, with_id, zero, k_dups = _kineto_ids(ids)
+    columns = kineto.cpu_columns()
+    event_of_rf, with_id, zero, k_dups = _kineto_ids(columns.rf_id)
 
     op_indices = et.op_indices()
     rf_ids = et.rf_id
@@ -77,16 +76,16 @@ def match_by_rf_id(et: ExecutionTrace, kineto: KinetoTrace) -> tuple[OpMatch, Rf
     del distinct
 
     event_of_op = [-1] * len(et)
-    names = et.names
+    names, event_names = et.names, columns.name
     join_events = list(map(event_of_rf.get, join_ids))
     joined = len(join_events) - join_events.count(None)
     for i, e in zip(join_ops, join_events):  # distinct ops: the links are counted after
-        if e is not None and events[e].name == names[i]:
+        if e is not None and event_names[e] == names[i]:
             event_of_op[i] = e
     mismatched = joined - (len(event_of_op) - event_of_op.count(-1))
 
     check = RfIdCheck(False, "", with_id, zero, k_dups, et_dups, joined, mismatched)
-    smaller = max(1, min(len(op_indices), len(events)))
+    smaller = max(1, min(len(op_indices), kineto.cpu_count()))
     if with_id == 0:
         check.reason = "the Kineto trace has no 'Record function id' (PyTorch < 2.2)"
     elif zero == with_id:

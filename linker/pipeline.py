@@ -20,7 +20,7 @@ from typing import Callable
 
 import orjson
 
-from . import et_ahead, kineto_ahead, output_space
+from . import kineto_ahead, output_space
 from .et_reader import read_execution_trace
 from .errors import TraceInputError
 from .etplus import EtPlus, build_et_plus
@@ -75,21 +75,18 @@ def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None):
     checking the files one after the other (the ET's first), whichever process met them.
     ``fields`` (a ``chakra_ahead.FieldsAhead``): the ET is inflated into its shared text, and its
     child told to go once the ET is read and the Kineto child has made all its parts (a core is free).
-    The ET's own work (input check, tree order) then goes where a core is free: when the Kineto
-    child is sending its parts by the time the ET is read (a CPU run's ET is the larger file), a
-    second child does it (``et_ahead``) while the parent decodes the parts, except for a ``.et``
-    output, whose fields child takes that core then; while the Kineto child is still reading (a
-    Kineto trace larger than its ET, as GPU runs have), the parent does it meanwhile (``_EtAhead``)."""
+    With a Kineto child, the ET's own work (input check, tree order: ``_EtAhead``) comes next,
+    while the child finishes (nesting its CPU events, on a CPU run whose ET is the larger file) or
+    still reads (a Kineto trace larger than its ET, as GPU runs have); taking the child's trace is
+    then quick (``kineto_ahead.finish``: the CPU events stay encoded until read)."""
     child = kineto_ahead.start(kineto_path) if read_ahead else None
-    ahead = et_child = None
+    ahead = None
     try:
         with decoding(et_path, "Execution Trace"):
             et = read_execution_trace(et_path, fields.inflate_into if fields is not None else None)
         log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
         go = _Once((lambda: fields.go(et)) if fields is not None else None)
-        if child is not None and fields is None and child.sending():
-            et_child = et_ahead.start(et)
-        elif child is not None and not child.made():
+        if child is not None:
             ahead = _EtAhead(et, lambda: child.made() and go())
         checked = kineto_ahead.finish(child, go)
         if checked is None:
@@ -97,12 +94,9 @@ def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None):
             checked = kineto, check_kineto_trace(kineto)
         else:
             _log_kineto(kineto_path, checked[0])
-        if et_child is not None and et_ahead.finish(et_child, et):
-            ahead = _EtAhead.clean()
     finally:
-        for forked in (child, et_child):
-            if forked is not None:
-                forked.cancel()
+        if child is not None:
+            child.cancel()
     kineto, kineto_warnings = checked
     return et, kineto, _et_warnings(et, ahead) + kineto_warnings
 
@@ -127,13 +121,6 @@ class _EtAhead:
         from .chakra_deps import tree_order
 
         tree_order(et)
-
-    @classmethod
-    def clean(cls) -> _EtAhead:
-        """The outcome of a check that found nothing to say, run elsewhere (``et_ahead``'s child)."""
-        outcome = object.__new__(cls)
-        outcome.warnings, outcome.refusal = [], None
-        return outcome
 
 
 class _Once:
@@ -168,7 +155,7 @@ def _read_kineto(kineto_path):
 
 def _log_kineto(kineto_path, kineto) -> None:
     log.info("read Kineto %s: %d CPU events, %d GPU events", kineto_path,
-             len(kineto.cpu_events), len(kineto.gpu_events))
+             kineto.cpu_count(), len(kineto.gpu_events))
 
 
 def _write_et_plus(et_plus, output: Path, protected: tuple, et_path, fields=None) -> None:

@@ -98,12 +98,13 @@ def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: lis
     a list or an ``array('d')``) when at
     hand: the usual pair, an op whose parent's event is its event's nesting parent, then needs
     only the end check (that parent starts no later: ``cpu_events`` are in start order per
-    thread), read from the columns. O(n)."""
-    events = kineto.cpu_events
+    thread), read from the columns, and the pairs to check in full from ``KinetoTrace.cpu_columns``.
+    O(n)."""
     slack = NESTING_SLACK_US
     outer_of = [*event_of_op, -1]  # an op without a parent (-1) reads the -1 at the end
     pairs = zip(event_of_op, map(outer_of.__getitem__, et.parent_index()))
     if nesting is None:
+        events = kineto.cpu_events
         violations = 0
         for inner, outer in pairs:
             if (inner | outer) >= 0:  # both linked
@@ -113,13 +114,20 @@ def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: lis
         return violations
     parent, end = nesting
     end = end.tolist() if isinstance(end, array) else end  # read twice per op: floats made once
+    columns = kineto.cpu_columns()
     violations = 0
     for inner, outer in pairs:
         # (inner | outer) >= 0: both linked; a violation at the end, or a pair to check in full.
         if (inner | outer) >= 0 and (parent[inner] != outer or end[inner] > end[outer] + slack):
-            if parent[inner] == outer or not lies_within(events[inner], events[outer], slack):
+            if parent[inner] == outer or not _lies_within(columns, inner, outer, slack):
                 violations += 1
     return violations
+
+
+def _lies_within(columns, inner: int, outer: int, slack: float) -> bool:
+    """``lies_within`` of two CPU events, read from their columns."""
+    ts, dur = columns.ts, columns.dur
+    return ts[outer] - slack <= ts[inner] and ts[inner] + dur[inner] <= ts[outer] + dur[outer] + slack
 
 
 def _window_dict(window: Window | None) -> dict | None:
@@ -148,17 +156,19 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
     columns, ``op_of_event`` the inverse of ``match.event_of_op``, when at hand."""
     ops = et.op_indices()
     event_of_op = match.event_of_op
-    events = kineto.cpu_events
-    in_window = (range(len(events)) if window is None
-                 else [i for i, e in enumerate(events) if window.contains(e.ts)])
+    events = kineto.cpu_count()
+    in_window = (range(events) if window is None
+                 else [i for i, ts in enumerate(kineto.cpu_columns().ts) if window.contains(ts)])
     et_missing = [i for i in ops if event_of_op[i] < 0]
     linked = len(ops) - len(et_missing)
-    k_missing = _unlinked_events(event_of_op, in_window, len(events), op_of_event)
+    k_missing = _unlinked_events(event_of_op, in_window, events, op_of_event)
     unmatched = {
         "et": asdict(Unmatched(len(et_missing), [
             {"id": et.ids[i], "name": et.names[i], "tid": et.tid[i]} for i in et_missing[:EXAMPLES]])),
         "kineto": asdict(Unmatched(len(k_missing), [
-            {"name": events[i].name, "tid": events[i].tid, "ts": events[i].ts} for i in k_missing[:EXAMPLES]])),
+            {"name": e.name, "tid": e.tid, "ts": e.ts}
+            # the events read (decoded, when deferred) only when some are unlinked
+            for e in (kineto.cpu_events[i] for i in k_missing[:EXAMPLES])])),
     }
     gpu_total = len(gpu.links)
     adopted = gpu.placement_counts[UNDER_PROCESS_ROOT]  # launched before the trace: not in the share
@@ -208,3 +218,4 @@ def gpu_accounting(gpu: GpuAttribution) -> list[dict]:
     GPU event count of the Kineto file."""
     return [{"reason": reason, "count": n, "meaning": REASON_WORDS[reason]}
             for reason, n in gpu.accounting().items()]
+

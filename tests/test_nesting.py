@@ -16,7 +16,7 @@ import pytest
 
 from linker.durations import nest_cpu_events
 from linker.intervals import lies_within, nesting_parents
-from linker.kineto_reader import KinetoEvent, cpu_event_order
+from linker.kineto_reader import CpuColumns, KinetoEvent, cpu_event_order
 from linker.link import op_of_event
 from linker.report import nesting_violations
 
@@ -80,6 +80,9 @@ class _Et:
 class _Kineto:
     def __init__(self, events):
         self.cpu_events = events
+
+    def cpu_columns(self):
+        return CpuColumns.of(self.cpu_events)
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -1,0 +1,139 @@
+"""The Kineto child's CPU events reach the parent as columns, the events themselves left encoded
+(on the child's shelf) until something reads them: linking by rf_id on real pairs never decodes
+them and writes what the serial read writes; everything else decodes them on first read and sees
+the serial read's events."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import fixture_pair
+from test_read_paths import needs_fork, only_in_child, real_pairs, serial_read
+from linker import forked, kineto_ahead, pipeline
+from linker.kineto_reader import CpuColumns, KinetoTrace
+
+
+def _decodes_counted(monkeypatch) -> list:
+    """Record each decode of deferred CPU events (the trace's path), letting it happen."""
+    decoded = []
+    fill = kineto_ahead.DeferredEvents.fill
+
+    def counted(self):
+        decoded.append(self.count)
+        return fill(self)
+
+    monkeypatch.setattr(kineto_ahead.DeferredEvents, "fill", counted)
+    return decoded
+
+
+@needs_fork
+@pytest.mark.parametrize("pair", real_pairs(), ids=lambda p: f"{p[0].parent.name}/{p[0].name}")
+def test_columns_from_the_child_are_those_of_the_serial_events(pair, monkeypatch):
+    et_path, kineto_path = pair
+    _, serial, _ = serial_read(monkeypatch, et_path, kineto_path)
+    only_in_child(monkeypatch)
+    decoded = _decodes_counted(monkeypatch)
+    _, kineto, _ = pipeline.read_pair(et_path, kineto_path)
+    assert kineto.deferred_cpu is not None and "cpu_events" not in vars(kineto)
+    assert kineto.cpu_count() == len(serial.cpu_events)
+    assert kineto.cpu_columns() == CpuColumns.of(serial.cpu_events)
+    assert kineto.has_record_function_ids() == serial.has_record_function_ids()
+    assert decoded == []  # all of that from the columns
+    key = kineto.cpu_events_key()
+    assert kineto.cpu_events is key and kineto.cpu_events == serial.cpu_events  # decoded now, in place
+    assert decoded == [len(serial.cpu_events)] and kineto.deferred_cpu is None
+    assert kineto.cpu_columns() is kineto.cpu_columns_cache[1]  # still the columns of that list
+    assert kineto == serial
+
+
+@needs_fork
+@pytest.mark.parametrize("case", [("cpu", "threads"), ("cpu", "dataloader_workers"), ("gpu", "gpu_v111"),
+                                  ("gpu", "gpu_v101")], ids="/".join)
+def test_linking_reads_the_events_only_where_it_needs_them(case, monkeypatch, tmp_path):
+    """The CPU pairs (PyTorch 2.13, rf_ids) link from the columns alone; the GPU pairs attribute
+    kernels through their launchers' events, which decodes them. Either way the ET+ and the report
+    are the serial read's, byte for byte."""
+    et_path, kineto_path = fixture_pair(*case)
+    written = {}
+    for label, ahead in (("serial", False), ("child", True)):
+        with monkeypatch.context() as m:
+            if ahead:
+                only_in_child(m)
+            decoded = _decodes_counted(m)
+            out, report = tmp_path / f"{label}.json", tmp_path / f"{label}.report.json"
+            outcome = pipeline.link_pair(et_path, kineto_path, out, report_path=report, read_ahead=ahead)
+            written[label] = out.read_bytes(), _without_seconds(report.read_text())
+            if ahead and case[0] == "cpu":
+                assert decoded == [] and outcome.report.method == "rf_id"
+            elif ahead:
+                assert len(decoded) == 1  # once, however many readers
+    assert written["child"] == written["serial"]
+
+
+def _without_seconds(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if '"seconds"' not in line)
+
+
+@needs_fork
+def test_events_on_the_shelf_never_go_through_the_pipe(monkeypatch):
+    """Only the columns and the shelf's offsets are sent; with no shelf (a platform without memory
+    files) the encoded events go through the pipe instead, and give the same trace."""
+    et_path, kineto_path = fixture_pair("cpu", "threads")
+    serial = kineto_ahead.read_kineto_trace(kineto_path)
+    received = []
+
+    def parts(child):
+        for part in forked.ForkedCall.parts(child):
+            received.append(len(part))
+            yield part
+
+    monkeypatch.setattr(kineto_ahead, "_telling", lambda child, told: parts(child))
+    for shelf in (True, False):
+        received.clear()
+        child = forked.ForkedCall(lambda: kineto_ahead._read_and_check(kineto_path), shelf=shelf)
+        trace, _ = kineto_ahead.finish(child)
+        assert trace.cpu_events == serial.cpu_events
+        sizes = sum(received)
+        if shelf:
+            on_shelf = sizes
+        else:
+            assert sizes > on_shelf + 20 * len(serial.cpu_events)  # the events' maps came by the pipe
+
+
+@needs_fork
+def test_a_shelf_without_the_chunks_leaves_the_read_to_the_parent(monkeypatch):
+    kineto_path = fixture_pair("cpu", "threads")[1]
+    monkeypatch.setattr(forked.ForkedCall, "shelf", lambda self: None)
+    child = forked.ForkedCall(lambda: kineto_ahead._read_and_check(kineto_path), shelf=True)
+    assert kineto_ahead.finish(child) is None
+
+
+@needs_fork
+@pytest.mark.parametrize("sizes", [[5], [3, 0, 1 << 20, 7]])
+def test_shelved_bytes_reach_the_parent_in_place(sizes):
+    blobs = [os.urandom(size) for size in sizes]
+
+    def shelve_all():
+        yield b"".join(forked.shelve(blob).to_bytes(8, "little") for blob in blobs)
+
+    child = forked.ForkedCall(shelve_all, shelf=True)
+    offsets = [int.from_bytes(p[k:k + 8], "little") for p in child.parts() for k in range(0, len(p), 8)]
+    shelf = child.shelf()
+    child.cancel()
+    assert [bytes(shelf[at:at + len(blob)]) for at, blob in zip(offsets, blobs)] == blobs
+    assert forked.shelve(b"x") is None  # in no child: the caller sends the bytes itself
+    assert forked.ForkedCall(lambda: b"").shelf() is None
+
+
+def test_a_trace_made_here_has_its_events(tmp_path):
+    """No deferral outside the wire: the columns are read off the events, once per event list."""
+    trace = kineto_ahead.read_kineto_trace(fixture_pair("cpu", "threads")[1])
+    assert isinstance(trace, KinetoTrace) and trace.deferred_cpu is None
+    columns = trace.cpu_columns()
+    assert trace.cpu_columns() is columns and columns == CpuColumns.of(trace.cpu_events)
+    trace.cpu_events = trace.cpu_events[1:]
+    assert trace.cpu_columns().name == columns.name[1:] and trace.cpu_count() == len(columns.ts) - 1
+    with pytest.raises(AttributeError):
+        trace.no_such_field
