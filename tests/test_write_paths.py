@@ -157,3 +157,6 @@ def test_background_writer_error_reaches_a_caller_filling_buffers():
     assert not thread.is_alive(), "the caller was left waiting for a buffer"
     assert len(outcome) == 1 and outcome[0].errno == 28
     assert len(stream.chunks) == 3
+    with pytest.raises(OSError):  # as the writers' ``finally`` does: the thread ends (no thread left
+        writer.close()  # behind, which would keep later pairs in this process from forking)
+    assert threading.active_count() == 1
