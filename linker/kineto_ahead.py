@@ -18,13 +18,18 @@ The CPU events, most of a trace, are not decoded then. Each of their chunks come
 the chunk itself, encoded as above, goes on the child's shelf (``forked.shelve``: a memory file
 the parent maps, no copy through the pipe). The trace's ``cpu_events`` are then deferred
 (``DeferredEvents``): decoded from the shelf, all at once, the first time anything reads them
-(tests/test_kineto_deferred.py).
+(tests/test_kineto_deferred.py). When the link will try record-function ids first on a trace that
+has them and no GPU events (``start``'s ``rf_id_first``), nothing will read the events: the child
+does not encode them at all (a quarter of its work), and if something reads them after all they
+are read again from the file.
 
 Then the child nests the CPU events (``durations.cpu_nesting``, which linking needs and which
 needs nothing but this trace) and sends the nesting's three columns as machine arrays
-(``nesting_to_wire``); ``finish`` puts them on the trace (C conversions), or leaves the nesting to
-be computed where it is needed if they do not come. When there is no child (a small file, no
-``fork``) or it failed for any reason (a bad file, a trace the check refuses, a shelf without its
+(``nesting_to_wire``), with a fourth when the events were left in the file: the exclusive
+durations rounded as the ET+ writes them (``durations.rounded_exclusive``: 0.1 s of the parent's
+work otherwise, done in the time the events' encoding would have taken). ``finish`` puts them on
+the trace (C conversions), or leaves the nesting to be computed where it is needed if they do not
+come. When there is no child (a small file, no ``fork``) or it failed for any reason (a bad file, a trace the check refuses, a shelf without its
 chunks), ``finish`` gives None and the caller reads and checks the file itself, so a bad file fails
 with the same ``TraceInputError``, in the same order, as without a child.
 
@@ -51,7 +56,8 @@ from typing import Callable
 import msgspec
 from msgspec.structs import force_setattr
 
-from .durations import CpuNesting, nest_cpu_events
+from .errors import TraceInputError
+from .durations import CpuNesting, nest_cpu_events, rounded_exclusive
 from .forked import ForkedCall, can_fork, shelve, spare_core
 from .kineto_reader import NO_ARGS, CpuColumns, KinetoEvent, KinetoTrace, read_kineto_trace
 from .sanity import check_kineto_trace
@@ -94,8 +100,11 @@ class _CpuChunk(msgspec.Struct, array_like=True):
 
     columns: _Columns
     chunk: memoryview
-    shelf_at: int = -1
+    shelf_at: int = -1  # NOT_SENT: the events were not sent (``to_wire``'s ``send_cpu_events``)
     shelf_size: int = 0
+
+
+NOT_SENT = -2
 
 
 _HEAD, _CHUNK, _CPU_CHUNK = (msgspec.msgpack.Decoder(kind) for kind in (_Head, _Chunk, _CpuChunk))
@@ -103,9 +112,11 @@ CHUNK_EVENTS = 1 << 15  # events per part: the parent decodes one while the chil
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 
 
-def start(path: str | os.PathLike) -> ForkedCall | None:
+def start(path: str | os.PathLike, rf_id_first: bool = False) -> ForkedCall | None:
     """A child reading the Kineto trace at ``path``, or None (small or unreadable file, no fork, a
-    single core)."""
+    single core). ``rf_id_first``: the link will try record-function ids first, which read only
+    the CPU events' columns: a trace with ids and no GPU events then keeps its CPU events in the
+    file (``to_wire``'s ``send_cpu_events``; read again from it if they are ever read)."""
     try:
         big = Path(path).stat().st_size >= FORK_MIN_BYTES
     except OSError:
@@ -113,16 +124,21 @@ def start(path: str | os.PathLike) -> ForkedCall | None:
     if not big or not can_fork() or not spare_core():
         return None
     try:
-        return ForkedCall(lambda: _read_and_check(path), shelf=True)
+        return ForkedCall(lambda: _read_and_check(path, rf_id_first), shelf=True)
     except OSError:
         return None
 
 
-def _read_and_check(path) -> Iterator[bytes]:
+def _read_and_check(path, rf_id_first: bool = False) -> Iterator[bytes]:
     """The child's work: the checked trace (``to_wire``'s parts), then its CPU events' nesting."""
     trace = read_kineto_trace(path, own_dims=False)
-    yield from to_wire(trace, check_kineto_trace(trace))
-    yield nesting_to_wire(nest_cpu_events(trace.cpu_events))
+    warnings = check_kineto_trace(trace)
+    events_left = rf_id_first and _joins_by_rf_id(trace)
+    yield from to_wire(trace, warnings, not events_left)
+    nesting = nest_cpu_events(trace.cpu_events)
+    if events_left:  # the time the events' encoding would take, and more, is spare
+        nesting.rounded = rounded_exclusive(nesting.exclusive)
+    yield nesting_to_wire(nesting)
 
 
 def finish(child: ForkedCall | None, received: Callable[[], None] | None = None
@@ -165,11 +181,18 @@ def _lists(trace) -> tuple:
     return trace.cpu_events, trace.runtime_events, trace.gpu_events, trace.python_events
 
 
-def to_wire(trace: KinetoTrace, warnings: list[str]) -> Iterator[bytes]:
+def _joins_by_rf_id(trace: KinetoTrace) -> bool:
+    """True when linking by record-function ids will not read the CPU events themselves: no GPU
+    events to attribute, and ids on the first CPU events (a trace has them all or none)."""
+    return not trace.gpu_events and any(map(_RF_ID, map(_ARGS, trace.cpu_events[:CHUNK_EVENTS])))
+
+
+def to_wire(trace: KinetoTrace, warnings: list[str], send_cpu_events: bool = True) -> Iterator[bytes]:
     """The trace and its check's warnings as msgpack parts: the trace without its events (``_Head``),
     then each event list in chunks of ``CHUNK_EVENTS`` (``_Chunk``). Each ``Input Dims`` leaves its
     event (reset in place to the default, so the event's map omits it) for one JSON array per chunk,
-    beside the positions of the events they belong to."""
+    beside the positions of the events they belong to. Without ``send_cpu_events`` the CPU chunks
+    carry their columns only (``_CpuChunk.shelf_at`` = ``NOT_SENT``)."""
     lists = _lists(trace)
     bare = dataclasses.replace(trace, cpu_events=[], runtime_events=[], gpu_events=[], python_events=[])
     yield msgspec.msgpack.encode(_Head(bare, warnings, [len(events) for events in lists]))
@@ -179,6 +202,9 @@ def to_wire(trace: KinetoTrace, warnings: list[str]) -> Iterator[bytes]:
             chunk = events[start:start + CHUNK_EVENTS]
             args = list(map(_ARGS, chunk))
             columns = _columns(chunk, args) if events is trace.cpu_events else None
+            if columns is not None and not send_cpu_events:
+                yield encode(_CpuChunk(columns, memoryview(b""), NOT_SENT))
+                continue
             positions = [i for i, d in enumerate(map(_INPUT_DIMS, args)) if d is not _NO_DIMS]
             carried = list(map(args.__getitem__, positions))
             dims = b"[" + b",".join(map(_INPUT_DIMS, carried)) + b"]"
@@ -241,6 +267,7 @@ class DeferredEvents:
         self._ts, self._dur = array("d"), array("d")
         self._rf_id: list[int | None] = []
         self._names: list[str] = []
+        self._path = ""  # the trace's file (``defer``): events not sent are read again from it
 
     def take(self, chunk: _CpuChunk) -> None:
         """Keep one chunk, its columns appended to the trace's. Raises ``ValidationError`` when
@@ -256,7 +283,10 @@ class DeferredEvents:
         self.taken += size
         if not len(self._ts) == len(self._dur) == len(self._rf_id) == self.taken:
             raise msgspec.ValidationError(f"CPU event columns of unequal lengths for {size} events")
-        self._chunks.append(chunk.chunk if chunk.shelf_at < 0 else (chunk.shelf_at, chunk.shelf_size))
+        if chunk.shelf_at == NOT_SENT:
+            self._chunks.append(None)
+        else:
+            self._chunks.append(chunk.chunk if chunk.shelf_at < 0 else (chunk.shelf_at, chunk.shelf_size))
 
     def defer(self, trace: KinetoTrace) -> None:
         """Make ``trace``'s CPU events these: its ``cpu_events`` deferred, its columns given.
@@ -266,6 +296,7 @@ class DeferredEvents:
         columns = CpuColumns(self._ts.tolist(), self._dur.tolist(), self._rf_id, self._names)
         del trace.cpu_events  # read through ``KinetoTrace.__getattr__``: ``fill`` makes them
         trace.deferred_cpu = self
+        self._path = trace.path
         trace.cpu_columns_cache = (self.events, columns)
 
     def find_shelved(self, shelf: mmap.mmap | None) -> bool:
@@ -277,8 +308,18 @@ class DeferredEvents:
         return all(chunk[0] + chunk[1] <= room for chunk in self._chunks if isinstance(chunk, tuple))
 
     def fill(self) -> list[KinetoEvent]:
-        """Decode the events into ``events`` (in order, their ``Input Dims`` back) and return it."""
+        """Decode the events into ``events`` (in order, their ``Input Dims`` back) and return it.
+        Events that were not sent are read again from the file, as the child read and checked
+        them (``TraceInputError`` if it no longer has as many)."""
         chunks, self._chunks = self._chunks, []
+        if None in chunks:  # not sent
+            self.shelf = None
+            trace = read_kineto_trace(self._path)
+            check_kineto_trace(trace)
+            if len(trace.cpu_events) != self.count:
+                raise TraceInputError(self._path, "changed while it was being read")
+            self.events += trace.cpu_events
+            return self.events
         shelf, self.shelf = self.shelf, None  # unmapped once done: the events hold copies
         view = memoryview(shelf) if shelf is not None else None
         for chunk in chunks:
@@ -301,28 +342,32 @@ def _forget(shelf: mmap.mmap, at: int, size: int) -> None:
 
 
 def nesting_to_wire(nesting: CpuNesting) -> bytes:
-    """The nesting's three columns as machine arrays, one after the other: parents (int64), then
-    exclusive durations and ends (float64), all of one length."""
-    return b"".join((array("q", nesting.parents).tobytes(), array("d", nesting.exclusive).tobytes(),
-                     nesting.end.tobytes()))
+    """The nesting's columns as machine arrays, one after the other: parents (int64), then
+    exclusive durations and ends (float64), then the rounded exclusive durations (float64) when
+    the nesting has them, all of one length."""
+    columns = [array("q", nesting.parents), array("d", nesting.exclusive), nesting.end]
+    if nesting.rounded is not None:
+        columns.append(array("d", nesting.rounded))
+    return b"".join([column.tobytes() for column in columns])
 
 
 def nesting_from_wire(trace: KinetoTrace, data) -> None:
     """Put ``nesting_to_wire``'s columns on ``trace`` as its ``cpu_nesting`` (for its present
     ``cpu_events``: the values bit for bit). Raises ``ValueError`` when they are not of its length."""
     n = trace.cpu_count()
-    if len(data) != 24 * n:
+    if len(data) not in (24 * n, 32 * n):
         raise ValueError(f"{len(data)} bytes of nesting for {n} CPU events")
     view = memoryview(data)
-    parents, exclusive, ends = array("q"), array("d"), array("d")
-    for k, column in enumerate((parents, exclusive, ends)):
+    parents, exclusive, ends, rounded = array("q"), array("d"), array("d"), array("d")
+    for k, column in enumerate((parents, exclusive, ends, rounded)[:len(data) // (8 * n) if n else 3]):
         column.frombytes(view[8 * n * k:8 * n * (k + 1)])
     # The parents as ``nest_cpu_events`` makes them, one int object per parent, not one per event.
     ints = list(range(n))
     ints.append(-1)  # ints[-1]: the top level's -1
     parents = list(map(ints.__getitem__, parents))
     del ints
-    trace.cpu_nesting = (trace.cpu_events_key(), CpuNesting(parents, exclusive.tolist(), ends))
+    nesting = CpuNesting(parents, exclusive.tolist(), ends, rounded.tolist() if len(data) == 32 * n else None)
+    trace.cpu_nesting = (trace.cpu_events_key(), nesting)
 
 
 _ARGS, _INPUT_DIMS, _RF_ID = (operator.attrgetter(name) for name in ("args", "input_dims", "rf_id"))

@@ -56,6 +56,7 @@ class LinkResult:
     exclusive: list[float]  # per Kineto CPU event
     report: LinkReport
     warnings: list[str] = field(default_factory=list)
+    exclusive_rounded: list[float] | None = None  # ``durations.rounded_exclusive``, when made beside
 
 
 def check_same_run(et: ExecutionTrace, kineto: KinetoTrace, same_name_pairs: int = 0) -> list[str]:
@@ -170,7 +171,8 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
     adopt_before_trace(gpu, process_root_index(et))
     report = build_report(et, kineto, match, window, gpu, notes, warnings, seconds=time.perf_counter() - started,
                           nesting=(nesting.parents, nesting.end), op_of_event=ops)
-    return LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, report, warnings)
+    return LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, report, warnings,
+                      nesting.rounded)
 
 
 def op_of_event(event_of_op: list[int], events: int) -> list[int]:

@@ -66,7 +66,7 @@ def _report_bytes(report: LinkReport) -> bytes:
     return orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2)
 
 
-def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None):
+def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None, rf_id_first: bool = False):
     """Read both files and run the input sanity checks. Returns (et, kineto, warnings).
 
     With ``read_ahead`` a large Kineto trace is read and checked by a forked child meanwhile
@@ -78,8 +78,10 @@ def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None):
     With a Kineto child, the ET's own work (input check, tree order: ``_EtAhead``) comes next,
     while the child finishes (nesting its CPU events, on a CPU run whose ET is the larger file) or
     still reads (a Kineto trace larger than its ET, as GPU runs have); taking the child's trace is
-    then quick (``kineto_ahead.finish``: the CPU events stay encoded until read)."""
-    child = kineto_ahead.start(kineto_path) if read_ahead else None
+    then quick (``kineto_ahead.finish``: the CPU events stay encoded until read). ``rf_id_first``:
+    the link will try record-function ids first; a CPU trace with ids then keeps its CPU events in
+    the file, where they are read again only if something reads them (``kineto_ahead.start``)."""
+    child = kineto_ahead.start(kineto_path, rf_id_first) if read_ahead else None
     ahead = None
     try:
         with decoding(et_path, "Execution Trace"):
@@ -241,7 +243,8 @@ def _link_pair(et_path, kineto_path, output, options, report_path, read_ahead) -
         return _link_and_write(_link_kineto_alone(kineto_path), output, report_path, protected, beside, started)
     fields = _fields_ahead(et_path, output) if read_ahead else None
     try:
-        et, kineto, input_warnings = read_pair(et_path, kineto_path, read_ahead, fields)
+        rf_id_first = (options or LinkOptions()).method in ("auto", "rf_id")
+        et, kineto, input_warnings = read_pair(et_path, kineto_path, read_ahead, fields, rf_id_first)
         prefill = _prefill_bytes(output, et, kineto) if read_ahead and spare_core() else 0
         with output_space.prefilled(output, prefill):
             result = link(et, kineto, options)

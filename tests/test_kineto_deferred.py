@@ -5,6 +5,8 @@ the serial read's events."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 
 import pytest
@@ -12,6 +14,8 @@ import pytest
 from conftest import fixture_pair
 from test_read_paths import needs_fork, only_in_child, real_pairs, serial_read
 from linker import forked, kineto_ahead, pipeline
+from linker.durations import nest_cpu_events, rounded_exclusive
+from linker.errors import TraceInputError
 from linker.kineto_reader import CpuColumns, KinetoTrace
 
 
@@ -137,3 +141,68 @@ def test_a_trace_made_here_has_its_events(tmp_path):
     assert trace.cpu_columns().name == columns.name[1:] and trace.cpu_count() == len(columns.ts) - 1
     with pytest.raises(AttributeError):
         trace.no_such_field
+
+
+def _not_sent(kineto) -> bool:
+    """True when the child left the CPU events in the file (its chunks carried columns only)."""
+    return None in kineto.deferred_cpu._chunks
+
+
+@needs_fork
+@pytest.mark.parametrize("case", [("cpu", "threads"), ("cpu", "dataloader_workers")], ids="/".join)
+def test_a_cpu_trace_to_join_by_rf_id_keeps_its_events_in_the_file(case, monkeypatch):
+    """When the link tries rf_ids first, a CPU trace with ids sends only its columns (and nesting);
+    its events, if anything reads them, are read from the file again: the serial read's events."""
+    et_path, kineto_path = fixture_pair(*case)
+    _, serial, serial_warnings = serial_read(monkeypatch, et_path, kineto_path)
+    only_in_child(monkeypatch)
+    _, kineto, warnings = pipeline.read_pair(et_path, kineto_path, rf_id_first=True)
+    assert _not_sent(kineto)
+    assert kineto.cpu_columns() == CpuColumns.of(serial.cpu_events) and warnings == serial_warnings
+    nesting = kineto.cpu_nesting[1]
+    assert nesting == nest_cpu_events(serial.cpu_events) and nesting.rounded == rounded_exclusive(nesting.exclusive)
+    assert kineto.cpu_events == serial.cpu_events and kineto == serial  # read again, on demand
+
+
+@needs_fork
+@pytest.mark.parametrize("case,rf_id_first", [(("gpu", "gpu_v111"), True), (("cpu", "threads"), False)],
+                         ids=["gpu-rf_id_first", "cpu-other-method-first"])
+def test_events_are_sent_where_the_link_will_read_them(case, rf_id_first, monkeypatch):
+    """GPU pairs attribute kernels through their launchers' events, and exact or approximate
+    matching reads every event: the child sends them."""
+    et_path, kineto_path = fixture_pair(*case)
+    _, serial, _ = serial_read(monkeypatch, et_path, kineto_path)
+    only_in_child(monkeypatch)
+    _, kineto, _ = pipeline.read_pair(et_path, kineto_path, rf_id_first=rf_id_first)
+    assert kineto.deferred_cpu is not None and not _not_sent(kineto)
+    assert kineto.cpu_events == serial.cpu_events
+
+
+@needs_fork
+def test_a_trace_without_rf_ids_sends_its_events(monkeypatch, tmp_path):
+    """Without record-function ids the link matches by order or structure, reading every event."""
+    et_path, kineto_path = fixture_pair("cpu", "threads")
+    doc = json.loads(gzip.decompress(kineto_path.read_bytes()))
+    for event in doc["traceEvents"]:
+        event.get("args", {}).pop("Record function id", None)
+    stripped = tmp_path / "kineto.json"
+    stripped.write_text(json.dumps(doc))
+    only_in_child(monkeypatch)
+    _, kineto, _ = pipeline.read_pair(et_path, stripped, rf_id_first=True)
+    assert not kineto.has_record_function_ids() and not _not_sent(kineto)
+
+
+@needs_fork
+def test_events_left_in_a_file_that_changed_are_refused(monkeypatch, tmp_path):
+    et_path, kineto_path = fixture_pair("cpu", "threads")
+    copy = tmp_path / "kineto.json.gz"
+    copy.write_bytes(kineto_path.read_bytes())
+    only_in_child(monkeypatch)
+    _, kineto, _ = pipeline.read_pair(et_path, copy, rf_id_first=True)
+    assert _not_sent(kineto)
+    doc = json.loads(gzip.decompress(copy.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "cpu_op"][:10] + [
+        e for e in doc["traceEvents"] if e.get("cat") == "cpu_op"][:5]
+    copy.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    with pytest.raises(TraceInputError, match="kineto.json.gz: changed while it was being read"):
+        kineto.cpu_events

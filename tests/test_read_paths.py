@@ -246,6 +246,8 @@ def test_kineto_read_in_a_child_is_the_serial_read(pair, monkeypatch):
     assert kineto.cpu_nesting is None and kineto2.cpu_nesting[0] is kineto2.cpu_events
     assert cpu_nesting(kineto2) is kineto2.cpu_nesting[1]
     assert cpu_nesting(kineto2) == nest_cpu_events(kineto.cpu_events)
+    # its exclusive durations rounded too only where the events were left in the file (rf_id_first)
+    assert cpu_nesting(kineto2).rounded is None
 
 
 @needs_fork
@@ -511,7 +513,7 @@ def test_bad_et_fails_first_and_the_child_is_reaped(tmp_path, monkeypatch):
     started = []
     real_start = kineto_ahead.start
     monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
-    monkeypatch.setattr(kineto_ahead, "start", lambda path: started.append(real_start(path)) or started[-1])
+    monkeypatch.setattr(kineto_ahead, "start", lambda path, *rest: started.append(real_start(path, *rest)) or started[-1])
     with pytest.raises(TraceInputError, match="et.json"):
         pipeline.read_pair(bad, kineto_path)
     assert started and started[0] is not None and started[0]._pid == 0  # cancelled and reaped
@@ -633,7 +635,7 @@ def test_batch_workers_read_without_a_child(tmp_path, monkeypatch):
     monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
     forks = []
     real_start = kineto_ahead.start
-    monkeypatch.setattr(kineto_ahead, "start", lambda path: forks.append(path) or real_start(path))
+    monkeypatch.setattr(kineto_ahead, "start", lambda path, *rest: forks.append(path) or real_start(path, *rest))
     task = RankTask(0, et_path, kineto_path, tmp_path / "batch.json", tmp_path / "batch.report.json",
                     LinkOptions(), 0, 0)
     result = run_rank_task(task)
