@@ -66,7 +66,8 @@ def _report_bytes(report: LinkReport) -> bytes:
     return orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2)
 
 
-def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None, rf_id_first: bool = False):
+def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None, rf_id_first: bool = False,
+              et_read: Callable[[object], object] | None = None):
     """Read both files and run the input sanity checks. Returns (et, kineto, warnings).
 
     With ``read_ahead`` a large Kineto trace is read and checked by a forked child meanwhile
@@ -80,13 +81,16 @@ def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None, rf_id_
     still reads (a Kineto trace larger than its ET, as GPU runs have); taking the child's trace is
     then quick (``kineto_ahead.finish``: the CPU events stay encoded until read). ``rf_id_first``:
     the link will try record-function ids first; a CPU trace with ids then keeps its CPU events in
-    the file, where they are read again only if something reads them (``kineto_ahead.start``)."""
+    the file, where they are read again only if something reads them (``kineto_ahead.start``).
+    ``et_read(et)`` is called once the ET is read (the output's prefill starts then)."""
     child = kineto_ahead.start(kineto_path, rf_id_first) if read_ahead else None
     ahead = None
     try:
         with decoding(et_path, "Execution Trace"):
             et = read_execution_trace(et_path, fields.inflate_into if fields is not None else None)
         log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
+        if et_read is not None:
+            et_read(et)
         go = _Once((lambda: fields.go(et)) if fields is not None else None)
         if child is not None:
             ahead = _EtAhead(et, lambda: child.made() and go())
@@ -219,7 +223,7 @@ def link_pair(
     With ``et_path`` None the host graph comes from the Kineto trace alone (``kineto_graph``; the
     default output is then ``<Kineto name>_plus.json`` beside it). ``read_ahead``: a core is
     spare, so a large Kineto trace is read by a forked child (``read_pair``) and a large JSON output
-    is prefilled while linking (``output_space.prefilled``); batch workers turn it off. Raises
+    is prefilled while linking (``output_space.prefill_later``); batch workers turn it off. Raises
     ``TraceInputError`` (bad file) or ``MismatchedPairError`` (different runs); then nothing is written.
     """
     with collector_paused():
@@ -244,9 +248,11 @@ def _link_pair(et_path, kineto_path, output, options, report_path, read_ahead) -
     fields = _fields_ahead(et_path, output) if read_ahead else None
     try:
         rf_id_first = (options or LinkOptions()).method in ("auto", "rf_id")
-        et, kineto, input_warnings = read_pair(et_path, kineto_path, read_ahead, fields, rf_id_first)
-        prefill = _prefill_bytes(output, et, kineto) if read_ahead and spare_core() else 0
-        with output_space.prefilled(output, prefill):
+        with output_space.prefill_later(output) as prefill:
+            et_read = (lambda et: prefill(_prefill_bytes(output, et))) if read_ahead and spare_core() else None
+            et, kineto, input_warnings = read_pair(et_path, kineto_path, read_ahead, fields, rf_id_first, et_read)
+            if et_read is not None:
+                prefill(_prefill_bytes(output, et, kineto))  # its GPU ops too, now known
             result = link(et, kineto, options)
             result.report.warnings[:0] = input_warnings
             return _link_and_write(result, output, report_path, protected, beside, started, fields)
@@ -268,13 +274,14 @@ def _fields_ahead(et_path, output: Path):
 PREFILL_MIN_BYTES = 64 << 20  # smaller outputs are written quickly enough as they come
 
 
-def _prefill_bytes(output: Path, et, kineto) -> int:
-    """How much of a plain JSON output to prefill while linking (``output_space.prefilled``): the
-    ET's text plus a little per node and GPU op (under the ET+ on the traces we have: 388 of 410 MB
-    on the large pair); 0 for other formats and outputs under ``PREFILL_MIN_BYTES``."""
+def _prefill_bytes(output: Path, et, kineto=None) -> int:
+    """How much of a plain JSON output to prefill while linking (``output_space.prefill_later``):
+    the ET's text plus a little per node and GPU op (under the ET+ on the traces we have: 388 of
+    410 MB on the large pair; without ``kineto``, the ET's part); 0 for other formats and outputs
+    under ``PREFILL_MIN_BYTES``."""
     if not str(output).endswith(".json"):
         return 0
-    guess = et.text_bytes + 64 * len(et.nodes) + 256 * len(kineto.gpu_events)
+    guess = et.text_bytes + 64 * len(et.nodes) + (256 * len(kineto.gpu_events) if kineto is not None else 0)
     return guess if guess >= PREFILL_MIN_BYTES else 0
 
 
