@@ -14,7 +14,8 @@ holds only dims): the same trace and warnings the serial read and check give
 (tests/test_read_paths.py).
 
 The CPU events, most of a trace, are not decoded then. Each of their chunks comes as its
-``CpuColumns`` (start, duration, rf_id, name: what linking by rf_id reads of every event), while
+``CpuColumns`` (start, duration, rf_id, name, thread: what linking by rf_id and its report read of
+every event), while
 the chunk itself, encoded as above, goes on the child's shelf (``forked.shelve``: a memory file
 the parent maps, no copy through the pipe). The trace's ``cpu_events`` are then deferred
 (``DeferredEvents``): decoded from the shelf, all at once, the first time anything reads them
@@ -83,6 +84,8 @@ class _Columns(msgspec.Struct, array_like=True):
     rf_id: list[int | None]
     names: list[str]
     name_at: bytes
+    tids: list[int | str]  # likewise the threads: the chunk's distinct ones, each event's position
+    tid_at: bytes
 
 
 class _Chunk(msgspec.Struct, array_like=True):
@@ -222,8 +225,10 @@ def _columns(chunk: list[KinetoEvent], args: list) -> _Columns:
     """The chunk's ``CpuColumns`` as the wire carries them."""
     names: dict[str, int] = {}
     name_at = array("i", [names.setdefault(name, len(names)) for name in map(_NAME, chunk)])
+    tids: dict[int | str, int] = {}
+    tid_at = array("i", [tids.setdefault(tid, len(tids)) for tid in map(_TID, chunk)])
     return _Columns(array("d", map(_TS, chunk)).tobytes(), array("d", map(_DUR, chunk)).tobytes(),
-                    list(map(_RF_ID, args)), list(names), name_at.tobytes())
+                    list(map(_RF_ID, args)), list(names), name_at.tobytes(), list(tids), tid_at.tobytes())
 
 
 def from_wire(parts: Iterator) -> tuple[KinetoTrace, list[str]]:
@@ -267,6 +272,7 @@ class DeferredEvents:
         self._ts, self._dur = array("d"), array("d")
         self._rf_id: list[int | None] = []
         self._names: list[str] = []
+        self._tids: list[int | str] = []
         self._path = ""  # the trace's file (``defer``): events not sent are read again from it
 
     def take(self, chunk: _CpuChunk) -> None:
@@ -280,8 +286,11 @@ class DeferredEvents:
         self._dur.frombytes(columns.dur)
         self._rf_id += columns.rf_id
         self._names += map(columns.names.__getitem__, at)
+        at = array("i")
+        at.frombytes(columns.tid_at)
+        self._tids += map(columns.tids.__getitem__, at)
         self.taken += size
-        if not len(self._ts) == len(self._dur) == len(self._rf_id) == self.taken:
+        if not len(self._ts) == len(self._dur) == len(self._rf_id) == len(self._names) == len(self._tids) == self.taken:
             raise msgspec.ValidationError(f"CPU event columns of unequal lengths for {size} events")
         if chunk.shelf_at == NOT_SENT:
             self._chunks.append(None)
@@ -293,7 +302,7 @@ class DeferredEvents:
         Raises ``ValidationError`` when more events came than the head announced."""
         if self.taken != self.count:
             raise msgspec.ValidationError(f"{self.taken} events for {self.count}")
-        columns = CpuColumns(self._ts.tolist(), self._dur.tolist(), self._rf_id, self._names)
+        columns = CpuColumns(self._ts.tolist(), self._dur.tolist(), self._rf_id, self._names, self._tids)
         del trace.cpu_events  # read through ``KinetoTrace.__getattr__``: ``fill`` makes them
         trace.deferred_cpu = self
         self._path = trace.path
@@ -371,4 +380,4 @@ def nesting_from_wire(trace: KinetoTrace, data) -> None:
 
 
 _ARGS, _INPUT_DIMS, _RF_ID = (operator.attrgetter(name) for name in ("args", "input_dims", "rf_id"))
-_TS, _DUR, _NAME = (operator.attrgetter(name) for name in ("ts", "dur", "name"))
+_TS, _DUR, _NAME, _TID = (operator.attrgetter(name) for name in ("ts", "dur", "name", "tid"))

@@ -120,23 +120,25 @@ class FlowEnd:
 @dataclass
 class CpuColumns:
     """What linking reads of every CPU event, as columns (index = position in ``cpu_events``):
-    start and duration (µs, as the events hold them), ``Record function id`` (None when absent)
-    and name. Linking by rf_id reads nothing else of most events, so a trace whose events come
-    decoded later (``kineto_ahead``) is linked without making them."""
+    start and duration (µs, as the events hold them), ``Record function id`` (None when absent),
+    name and thread (for the report's examples of unlinked events). Linking by rf_id reads nothing
+    else of most events, so a trace whose events come decoded later (``kineto_ahead``) is linked
+    without making them."""
 
     ts: list[float]
     dur: list[float]
     rf_id: list[int | None]
     name: list[str]
+    tid: list[int | str]
 
     @classmethod
     def of(cls, events: list[KinetoEvent]) -> CpuColumns:
         """The columns read off ``events``. O(n), in C but for the rf_id's."""
         return cls(list(map(_TS, events)), list(map(_DUR, events)), [e.args.rf_id for e in events],
-                   list(map(_NAME, events)))
+                   list(map(_NAME, events)), list(map(_TID, events)))
 
 
-_TS, _DUR, _NAME = attrgetter("ts"), attrgetter("dur"), attrgetter("name")
+_TS, _DUR, _NAME, _TID = attrgetter("ts"), attrgetter("dur"), attrgetter("name"), attrgetter("tid")
 
 
 @dataclass

@@ -162,13 +162,12 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
     et_missing = [i for i in ops if event_of_op[i] < 0]
     linked = len(ops) - len(et_missing)
     k_missing = _unlinked_events(event_of_op, in_window, events, op_of_event)
+    columns = kineto.cpu_columns()  # not the events: deferred ones stay encoded (``kineto_ahead``)
     unmatched = {
         "et": asdict(Unmatched(len(et_missing), [
             {"id": et.ids[i], "name": et.names[i], "tid": et.tid[i]} for i in et_missing[:EXAMPLES]])),
         "kineto": asdict(Unmatched(len(k_missing), [
-            {"name": e.name, "tid": e.tid, "ts": e.ts}
-            # the events read (decoded, when deferred) only when some are unlinked
-            for e in (kineto.cpu_events[i] for i in k_missing[:EXAMPLES])])),
+            {"name": columns.name[i], "tid": columns.tid[i], "ts": columns.ts[i]} for i in k_missing[:EXAMPLES]])),
     }
     gpu_total = len(gpu.links)
     adopted = gpu.placement_counts[UNDER_PROCESS_ROOT]  # launched before the trace: not in the share

@@ -206,3 +206,33 @@ def test_events_left_in_a_file_that_changed_are_refused(monkeypatch, tmp_path):
     copy.write_bytes(gzip.compress(json.dumps(doc).encode()))
     with pytest.raises(TraceInputError, match="kineto.json.gz: changed while it was being read"):
         kineto.cpu_events
+
+
+@needs_fork
+def test_unlinked_events_in_the_report_come_from_the_columns(monkeypatch, tmp_path):
+    """An event no op links to (the ET caught fewer steps than Kineto, say) is named in the
+    report from the columns: the events left in the file are not read again for it."""
+    et_path, kineto_path = fixture_pair("cpu", "threads")
+    doc = json.loads(gzip.decompress(kineto_path.read_bytes()))
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op"]
+    extra = dict(ops[-1], name="aten::only_in_kineto", ts=max(e["ts"] + e["dur"] for e in ops) + 10.5, dur=2.0)
+    extra["args"] = dict(ops[-1]["args"], **{"Record function id": 10 ** 9})
+    doc["traceEvents"].append(extra)
+    kineto = tmp_path / "kineto.json"
+    kineto.write_text(json.dumps(doc))
+    reports = {}
+    for label, ahead in (("serial", False), ("child", True)):
+        with monkeypatch.context() as m:
+            if ahead:
+                only_in_child(m)
+            decoded = _decodes_counted(m)
+            outcome = pipeline.link_pair(et_path, kineto, tmp_path / f"{label}.json",
+                                         report_path=tmp_path / f"{label}.report.json", read_ahead=ahead)
+            reports[label] = _without_seconds((tmp_path / f"{label}.report.json").read_text())
+            if ahead:
+                assert decoded == []
+    unmatched = outcome.report.unmatched["kineto"]
+    assert unmatched["count"] == 1 and unmatched["examples"] == [
+        {"name": "aten::only_in_kineto", "tid": extra["tid"], "ts": extra["ts"]}]
+    assert reports["child"] == reports["serial"]
+    assert (tmp_path / "child.json").read_bytes() == (tmp_path / "serial.json").read_bytes()
