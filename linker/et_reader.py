@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import eq
+from operator import eq, not_
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -132,6 +132,7 @@ class ExecutionTrace:
     scope: list[int] = field(default_factory=list)
     _op_schema: list[str] | None = field(default_factory=list, repr=False)  # None: not decoded yet
     _op_indices: list[int] | None = field(default=None, repr=False)
+    _root_positions: list[int] | None = field(default=None, repr=False)
     _index_of_id: dict[int, int] | None = field(default=None, repr=False)
     _parent_index: list[int] | None = field(default=None, repr=False)
     tree_order: Any = field(default=None, repr=False)  # ``chakra_deps.tree_order``, once computed
@@ -157,11 +158,21 @@ class ExecutionTrace:
 
     def op_indices(self) -> list[int]:
         """Indices of all nodes that are ops (everything but the process and thread roots).
-        Computed once (O(n)); do not modify the returned list."""
+        Computed once (O(n), C passes); do not modify the returned list."""
         if self._op_indices is None:
-            roots = ROOT_NAMES
-            self._op_indices = [i for i, name in enumerate(self.names) if name not in roots]
+            self._op_indices = list(compress(range(len(self.names)), map(not_, map(ROOT_NAMES.__contains__, self.names))))
         return self._op_indices
+
+    def root_positions(self) -> list[int]:
+        """Indices of the process and thread roots, in node order. Computed once (O(n), C passes);
+        do not modify the returned list."""
+        if self._root_positions is None:
+            self._root_positions = list(compress(range(len(self.names)), map(ROOT_NAMES.__contains__, self.names)))
+        return self._root_positions
+
+    def process_root(self) -> int:
+        """Index of the first process root (-1 if the ET has none). O(1) after ``root_positions``."""
+        return next((i for i in self.root_positions() if self.names[i] in PROCESS_ROOT_NAMES), -1)
 
     def input_shapes(self, i: int):
         """The decoded input shapes of node ``i`` (a list, or None). Decodes one small value."""

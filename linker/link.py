@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from .durations import cpu_nesting
 from .errors import MismatchedPairError, OptionError
-from .et_reader import PROCESS_ROOT_NAMES, ExecutionTrace
+from .et_reader import ExecutionTrace
 from .gpu import GpuAttribution, adopt_before_trace, attribute_gpu_ops
 from .kineto_reader import KinetoTrace
 from .match import OpMatch
@@ -187,12 +187,5 @@ def op_of_event(event_of_op: list[int], events: int) -> list[int]:
 
 def process_root_index(et: ExecutionTrace) -> int:
     """Index of the ET's process root (-1 if it has none): the first node with a process root
-    name. Scans in C, each name only up to the best position found so far: O(n) at worst."""
-    names = et.names
-    first = len(names)
-    for root in PROCESS_ROOT_NAMES:
-        try:
-            first = names.index(root, 0, first)
-        except ValueError:
-            pass
-    return first if first < len(names) else -1
+    name (``ExecutionTrace.process_root``: the roots are found once, in C passes)."""
+    return et.process_root()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from itertools import compress
+from operator import eq, not_
 
 from .columns import unique_positions
 from .et_reader import ExecutionTrace
@@ -53,6 +55,21 @@ def _kineto_ids(ids: list) -> tuple[dict, int, int, int]:
     return event_of_rf, with_id, zero, k_dups
 
 
+def _event_of_every_op(et: ExecutionTrace, events: list[int], event_names: list[str]) -> list[int]:
+    """``event_of_op`` when ``events[k]`` is the event of the k-th op (``op_indices()``): the
+    event where the names agree, else -1; -1 for the roots, put in at their places. C passes
+    but for the few roots and disagreeing names."""
+    ops = et.op_indices()
+    agree = list(map(eq, map(event_names.__getitem__, events), map(et.names.__getitem__, ops)))
+    event_of_op = list(events)
+    if False in agree:
+        for k in compress(range(len(agree)), map(not_, agree)):
+            event_of_op[k] = -1
+    for root in et.root_positions():  # in node order: each lands at its index
+        event_of_op.insert(root, -1)
+    return event_of_op
+
+
 def match_by_rf_id(et: ExecutionTrace, kineto: KinetoTrace) -> tuple[OpMatch, RfIdCheck]:
     """Join on record-function ids. The match links only name-agreeing pairs with unique ids."""
     columns = kineto.cpu_columns()
@@ -75,13 +92,16 @@ def match_by_rf_id(et: ExecutionTrace, kineto: KinetoTrace) -> tuple[OpMatch, Rf
         join_ops, join_ids = list(map(op_indices.__getitem__, et_unique.values())), list(et_unique)
     del distinct
 
-    event_of_op = [-1] * len(et)
     names, event_names = et.names, columns.name
     join_events = list(map(event_of_rf.get, join_ids))
     joined = len(join_events) - join_events.count(None)
-    for i, e in zip(join_ops, join_events):  # distinct ops: the links are counted after
-        if e is not None and event_names[e] == names[i]:
-            event_of_op[i] = e
+    if joined == len(join_events) and join_ops is op_indices:  # every op's id found: C passes
+        event_of_op = _event_of_every_op(et, join_events, event_names)
+    else:
+        event_of_op = [-1] * len(et)
+        for i, e in zip(join_ops, join_events):  # distinct ops: the links are counted after
+            if e is not None and event_names[e] == names[i]:
+                event_of_op[i] = e
     mismatched = joined - (len(event_of_op) - event_of_op.count(-1))
 
     check = RfIdCheck(False, "", with_id, zero, k_dups, et_dups, joined, mismatched)

@@ -25,7 +25,7 @@ from itertools import count
 from dataclasses import dataclass, field
 
 from .errors import TraceInputError
-from .et_reader import FLAT, PROCESS_ROOT_NAMES, THREAD_ROOT_NAMES, ExecutionTrace
+from .et_reader import FLAT, THREAD_ROOT_NAMES, ExecutionTrace
 from .kineto_reader import KinetoEvent, KinetoTrace
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -105,7 +105,8 @@ def repair_parents(et: ExecutionTrace) -> ParentRepairs:
     """
     repairs = ParentRepairs()
     index = et.index_of_id()
-    process_root = _first_named(et.names, PROCESS_ROOT_NAMES)
+    process_root = et.process_root()
+    process_root = process_root if process_root >= 0 else None
     # Every node but those with a usable parent (a C-speed filter; usually only the process root).
     suspects = [i for i, parent, node_id in zip(count(), et.parent, et.ids)
                 if not (parent < node_id and parent in index)]
@@ -133,15 +134,6 @@ def repair_parents(et: ExecutionTrace) -> ParentRepairs:
         et._parent_index = None  # the cached parent index was built from the old parents
         et.tree_order = None  # so was a tree order (``chakra_deps.tree_order``)
     return repairs
-
-
-def _first_named(names: list[str], wanted: tuple[str, ...]) -> int | None:
-    """Index of the first name in ``wanted``, or None. O(n) at C speed (``list.index``)."""
-    found = []
-    for name in wanted:
-        with contextlib.suppress(ValueError):
-            found.append(names.index(name))
-    return min(found) if found else None
 
 
 def _thread_roots(et: ExecutionTrace) -> dict[int, int]:
