@@ -160,7 +160,13 @@ class ExecutionTrace:
         """Indices of all nodes that are ops (everything but the process and thread roots).
         Computed once (O(n), C passes); do not modify the returned list."""
         if self._op_indices is None:
-            self._op_indices = list(compress(range(len(self.names)), map(not_, map(ROOT_NAMES.__contains__, self.names))))
+            roots = self.root_positions()
+            if len(roots) > 64:
+                self._op_indices = list(compress(range(len(self.names)), map(not_, map(ROOT_NAMES.__contains__, self.names))))
+            else:  # the usual few roots: taken out of all indices
+                self._op_indices = list(range(len(self.names)))
+                for root in reversed(roots):
+                    del self._op_indices[root]
         return self._op_indices
 
     def root_positions(self) -> list[int]:

@@ -77,7 +77,7 @@ def match_by_rf_id(et: ExecutionTrace, kineto: KinetoTrace) -> tuple[OpMatch, Rf
 
     op_indices = et.op_indices()
     rf_ids = et.rf_id
-    op_rf = [rf_ids[i] for i in op_indices]
+    op_rf = list(map(rf_ids.__getitem__, op_indices))
     distinct = set(op_rf)
     if len(distinct) == len(op_rf):  # the usual case: every op's id distinct, no counting
         et_dups = 0
