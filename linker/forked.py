@@ -8,9 +8,7 @@ an incomplete payload): the caller then does the work itself, so that any error 
 it would without a child. An ``fn`` that returns an iterator (a generator) sends each of its byte
 strings as it is made (from a writer thread: making the next does not wait for the parent to read
 this one), and ``parts()`` gives them to the parent as they come: the parent can work on the first
-while the child makes the next. ``made()`` tells the parent, without reading, that the child has
-made all it will send (its core is free, though its last parts may still be in the pipe): a byte
-of shared memory the child sets. ``cancel()`` kills and reaps
+while the child makes the next. ``cancel()`` kills and reaps
 a child still running (Ctrl-C, an error in the parent). No temporary file is used; a reaped child
 leaves no zombie. A child started with ``shelf=True`` may also ``shelve`` bytes into a memory file
 the parent maps (``shelf()``) without reading them: data the parent may never need costs it
@@ -70,7 +68,6 @@ class ForkedCall:
         self._pid = 0
         self._fd = -1
         self._shelf = _new_shelf() if shelf else -1
-        self._made = mmap.mmap(-1, 1)  # shared with the child: 1 once it has made its payload
         read_end, write_end = os.pipe()
         with contextlib.suppress(OSError, AttributeError):  # a pipe-full per copy, not 64 KB
             fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
@@ -86,7 +83,7 @@ class ForkedCall:
         if pid == 0:
             global _SHELF
             _SHELF = _Shelf(self._shelf) if self._shelf != -1 else None
-            _run_child(fn, read_end, write_end, previous, self._made)  # never returns
+            _run_child(fn, read_end, write_end, previous)  # never returns
         os.close(write_end)
         self._pid, self._fd = pid, read_end
         try:
@@ -94,11 +91,6 @@ class ForkedCall:
         except BaseException:
             self.cancel()
             raise
-
-    def made(self) -> bool:
-        """True once the child has made its whole payload (returned its bytes, or its iterator
-        ended), sent or not; a child that fails never says so. O(1), never blocks."""
-        return self._made[0] == 1
 
     def result(self) -> memoryview | None:
         """The child's bytes, once it has exited; None if it failed. Blocks until then. The payload
@@ -215,8 +207,7 @@ def shelve(data) -> int | None:
     return _SHELF.put(data)
 
 
-def _run_child(fn: Callable[[], bytes | Iterator[bytes]], read_end: int, write_end: int, mask,
-               made: mmap.mmap) -> None:
+def _run_child(fn: Callable[[], bytes | Iterator[bytes]], read_end: int, write_end: int, mask) -> None:
     status = 1
     try:
         os.close(read_end)
@@ -224,9 +215,8 @@ def _run_child(fn: Callable[[], bytes | Iterator[bytes]], read_end: int, write_e
         gc.disable()  # a collection would touch (hence copy) every object shared with the parent
         returned = fn()
         if isinstance(returned, Iterator):
-            _send_parts(write_end, returned, made)
+            _send_parts(write_end, returned)
         else:
-            made[0] = 1
             _send(write_end, returned)
         status = 0
     except BaseException:  # the parent sees the failure and does the work itself
@@ -240,10 +230,9 @@ def _send(fd: int, payload) -> None:
     _write_all(fd, payload)
 
 
-def _send_parts(fd: int, parts: Iterator, made: mmap.mmap) -> None:
+def _send_parts(fd: int, parts: Iterator) -> None:
     """Send each part from a writer thread, so that the child makes the next part while the parent
-    has yet to read this one (a pipe holds 64 KB: a write waits for the reader). ``made`` is set
-    once ``parts`` has ended, before the last parts are written. The parts made before a failure of
+    has yet to read this one (a pipe holds 64 KB: a write waits for the reader). The parts made before a failure of
     ``parts`` are sent whole, then the failure is raised; a failed write (the parent has gone)
     stops the parts."""
     queue: SimpleQueue = SimpleQueue()
@@ -264,8 +253,6 @@ def _send_parts(fd: int, parts: Iterator, made: mmap.mmap) -> None:
             if failed:
                 break
             queue.put(payload)
-        else:
-            made[0] = 1
     finally:
         queue.put(None)
         writer.join()

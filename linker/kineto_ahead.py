@@ -144,16 +144,11 @@ def _read_and_check(path, rf_id_first: bool = False) -> Iterator[bytes]:
     yield nesting_to_wire(nesting)
 
 
-def finish(child: ForkedCall | None, received: Callable[[], None] | None = None
-           ) -> tuple[KinetoTrace, list[str]] | None:
+def finish(child: ForkedCall | None) -> tuple[KinetoTrace, list[str]] | None:
     """The child's trace, checked, with the warnings of the check and, when it came, its CPU
     events' nesting (``KinetoTrace.cpu_nesting``); or None (no child, or it failed (a bad file, a
-    trace the check refuses): the caller reads and checks the file itself). ``received()`` is
-    called once, as soon as the child has made all its parts (its core is free: checked before each
-    part is taken, while the last ones may still be on their way), else once it has exited; at once
-    when there is no child."""
-    told = [received] if received is not None else []
-    parts = _telling(child, told) if child is not None else iter(())
+    trace the check refuses): the caller reads and checks the file itself)."""
+    parts = child.parts() if child is not None else iter(())
     checked = None
     with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError, StopIteration):
         checked = from_wire(parts)
@@ -163,21 +158,10 @@ def finish(child: ForkedCall | None, received: Callable[[], None] | None = None
     nesting = next(parts, None) if checked is not None else None
     if child is not None:
         child.cancel()
-    if told:
-        told.pop()()
     if nesting is not None:
         with contextlib.suppress(ValueError):
             nesting_from_wire(checked[0], nesting)
     return checked
-
-
-def _telling(child: ForkedCall, told: list) -> Iterator:
-    """The child's parts; before each, calls (and takes out) the callback in ``told`` once the
-    child has made them all."""
-    for part in child.parts():
-        if told and child.made():
-            told.pop()()
-        yield part
 
 
 def _lists(trace) -> tuple:

@@ -87,40 +87,6 @@ def test_forked_call_makes_the_next_part_while_the_parent_has_not_read_this_one(
     assert [bytes(p) for p in child.parts()] == [bytes([k]) * (4 << 20) for k in range(3)] + [b"end"]
 
 
-def test_forked_call_says_it_has_made_its_parts_before_the_parent_reads_them(tmp_path):
-    """``made()``: set once the iterator has ended, while its large parts still wait in the pipe;
-    never by a child that fails."""
-    go = tmp_path / "go"
-
-    def parts():
-        while not go.exists():
-            time.sleep(0.01)
-        for k in range(3):
-            yield bytes([k]) * (4 << 20)
-
-    child = forked.ForkedCall(parts)
-    time.sleep(0.2)
-    assert not child.made()  # still waiting to make them
-    go.touch()
-    deadline = time.monotonic() + 30
-    while not child.made() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert child.made()
-    assert [bytes(p) for p in child.parts()] == [bytes([k]) * (4 << 20) for k in range(3)]
-
-    def fails_after_one():
-        yield b"kept"
-        raise TraceInputError("some/trace.json", "broken")
-
-    failing = forked.ForkedCall(fails_after_one)
-    assert [bytes(p) for p in failing.parts()] == [b"kept"] and not failing.made()
-    single = forked.ForkedCall(lambda: b"x" * (1 << 20))  # one payload, larger than the pipe
-    deadline = time.monotonic() + 30
-    while not single.made() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert single.made() and bytes(single.result()) == b"x" * (1 << 20)
-
-
 def test_forked_parts_stop_at_a_failure_and_keep_those_that_came_whole():
     def fails_after_one():
         yield b"kept"

@@ -296,35 +296,6 @@ def test_nesting_through_the_wire_is_bit_for_bit():
         kineto_ahead.nesting_from_wire(trace, kineto_ahead.nesting_to_wire(nest_cpu_events(events[:-1])))
 
 
-@needs_fork
-def test_the_parent_is_told_once_the_child_has_made_its_parts_not_when_it_has_read_them(monkeypatch):
-    """``finish``'s callback (the ``.et`` fields child's go) comes while parts are still to be
-    taken, once the child's core is free; exactly once, and also when the child fails."""
-    et_path, kineto_path = fixture_pair("gpu", "gpu_v111")
-    monkeypatch.setattr(kineto_ahead, "CHUNK_EVENTS", 7)  # many parts, most still in the pipe
-    child = forked.ForkedCall(lambda: kineto_ahead._read_and_check(kineto_path))
-    deadline = time.monotonic() + 30
-    while not child.made() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    decoded, told = [], []
-    decode = kineto_ahead._CHUNK.decode
-    monkeypatch.setattr(kineto_ahead, "_CHUNK", SimpleNamespace(decode=lambda b: decoded.append(1) or decode(b)))
-    trace, _ = kineto_ahead.finish(child, lambda: told.append(len(decoded)))
-    assert trace == read_kineto_trace(kineto_path)
-    assert told == [0] and len(decoded) > 10  # before the first chunk was decoded
-
-    def fails(path):
-        yield b"not msgpack"
-        raise RuntimeError("broken")
-
-    monkeypatch.setattr(kineto_ahead, "_read_and_check", fails)
-    told.clear()
-    assert kineto_ahead.finish(forked.ForkedCall(lambda: kineto_ahead._read_and_check(kineto_path)),
-                               lambda: told.append("go")) is None
-    assert told == ["go"]
-    assert kineto_ahead.finish(None, lambda: told.append("no child")) is None and told == ["go", "no child"]
-
-
 def slow_child(monkeypatch, seconds: float = 0.5):
     """A Kineto child still at work when the parent has read the ET (any size forks)."""
     monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
@@ -341,9 +312,9 @@ def spied_et_work_ahead(monkeypatch) -> list:
     ran = []
 
     class Spied(pipeline._EtAhead):
-        def __init__(self, et, between):
+        def __init__(self, et):
             ran.append(et)
-            super().__init__(et, between)
+            super().__init__(et)
 
     monkeypatch.setattr(pipeline, "_EtAhead", Spied)
     return ran
