@@ -11,8 +11,8 @@ Kineto's hand-over, links and plans:
   encoded fields, and for a gzip ET one for its text, of the size its trailer gives; the parent
   inflates into it (``inflate_into``, given to ``et_reader.read_execution_trace``). A plain ET is
   mapped from its file by the child. Then a child is forked, which waits.
-- ``go(et)``, once the parent has read the ET and the Kineto child has made all its parts (its
-  core is free; ``kineto_ahead.finish``): the child decodes the same text again, leanly (a node's
+- ``go(et)``, once the parent has read the ET (the Kineto child is then about done: its core
+  is free, or soon): the child decodes the same text again, leanly (a node's
   id and its raw ``inputs``/``outputs``/``attrs``, each node freed once encoded), writes the ids,
   then each node's fields into the shared area in node order, reporting its progress every
   ``BATCH`` nodes. A flat-layout ET, or a text that did not land in
