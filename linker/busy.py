@@ -56,7 +56,6 @@ from dataclasses import dataclass, field
 from itertools import accumulate, compress
 from operator import add, eq, gt, lt, not_
 
-from .et_reader import ROOT_NAMES
 from .intervals import TimePoint, cpu_cover_index, innermost_covering
 from .link import op_of_event
 
@@ -205,11 +204,6 @@ def _timelines(et, starts: list[float], ends: list[float], linked: list[bool], r
     return timelines
 
 
-def _root_indices(et) -> list[int]:
-    """Indices of the process and thread roots, in order. C passes, O(n)."""
-    return list(compress(range(len(et.names)), map(ROOT_NAMES.__contains__, et.names)))
-
-
 def _thread_roots(et, roots: list[int]) -> dict[int, int]:
     """ET thread number -> index of that thread's root node (nested layouts have them)."""
     by_tid = {}
@@ -308,7 +302,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
         if op >= 0:
             busy.blocked[op] += call.dur
 
-    roots = _root_indices(et)
+    roots = et.root_positions()
     timelines = _timelines(et, starts, ends, linked, roots, near_start_order)
     waits: dict[tuple, list] = {}  # main-thread idle segment -> [waiter, position, lo, hi]
     gap_waits: dict[int, float] = {}  # main-thread position p -> join wait inside the gap after p

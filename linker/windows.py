@@ -87,7 +87,7 @@ def auto_segments(et: ExecutionTrace, kineto: KinetoTrace) -> list[Segment]:
         return []
     main_tid = min(threads, key=lambda t: et.ids[threads[t][0]])
     main_ops = threads[main_tid]
-    root_ids = {et.ids[i] for i in range(len(et)) if et.is_root(i)}
+    root_ids = {et.ids[i] for i in et.root_positions()}
     et_top = [et.names[i] for i in main_ops if et.parent[i] in root_ids]
     if not et_top:
         return []
