@@ -59,7 +59,18 @@ def test_linking_reads_the_events_only_where_it_needs_them(case, monkeypatch, tm
     """The CPU pairs (PyTorch 2.13, rf_ids) link from the columns alone; the GPU pairs attribute
     kernels through their launchers' events, which decodes them. Either way the ET+ and the report
     are the serial read's, byte for byte."""
-    et_path, kineto_path = fixture_pair(*case)
+    written, decoded, outcome = _linked_serially_and_ahead(monkeypatch, tmp_path, *fixture_pair(*case))
+    if case[0] == "cpu":
+        assert decoded == [] and outcome.report.method == "rf_id"
+    else:
+        assert len(decoded) == 1  # once, however many readers
+    assert written["child"] == written["serial"]
+
+
+def _linked_serially_and_ahead(monkeypatch, tmp_path, et_path, kineto_path):
+    """Link the pair with its Kineto file read serially, then by the child: (the ET+ bytes and the
+    report without its seconds, per run), the decodes of deferred events in the child's run, and
+    that run's outcome."""
     written = {}
     for label, ahead in (("serial", False), ("child", True)):
         with monkeypatch.context() as m:
@@ -69,11 +80,7 @@ def test_linking_reads_the_events_only_where_it_needs_them(case, monkeypatch, tm
             out, report = tmp_path / f"{label}.json", tmp_path / f"{label}.report.json"
             outcome = pipeline.link_pair(et_path, kineto_path, out, report_path=report, read_ahead=ahead)
             written[label] = out.read_bytes(), _without_seconds(report.read_text())
-            if ahead and case[0] == "cpu":
-                assert decoded == [] and outcome.report.method == "rf_id"
-            elif ahead:
-                assert len(decoded) == 1  # once, however many readers
-    assert written["child"] == written["serial"]
+    return written, decoded, outcome
 
 
 def _without_seconds(text: str) -> str:
@@ -222,19 +229,9 @@ def test_unlinked_events_in_the_report_come_from_the_columns(monkeypatch, tmp_pa
     doc["traceEvents"].append(extra)
     kineto = tmp_path / "kineto.json"
     kineto.write_text(json.dumps(doc))
-    reports = {}
-    for label, ahead in (("serial", False), ("child", True)):
-        with monkeypatch.context() as m:
-            if ahead:
-                only_in_child(m)
-            decoded = _decodes_counted(m)
-            outcome = pipeline.link_pair(et_path, kineto, tmp_path / f"{label}.json",
-                                         report_path=tmp_path / f"{label}.report.json", read_ahead=ahead)
-            reports[label] = _without_seconds((tmp_path / f"{label}.report.json").read_text())
-            if ahead:
-                assert decoded == []
+    written, decoded, outcome = _linked_serially_and_ahead(monkeypatch, tmp_path, et_path, kineto)
+    assert decoded == []
     unmatched = outcome.report.unmatched["kineto"]
     assert unmatched["count"] == 1 and unmatched["examples"] == [
         {"name": "aten::only_in_kineto", "tid": extra["tid"], "ts": extra["ts"]}]
-    assert reports["child"] == reports["serial"]
-    assert (tmp_path / "child.json").read_bytes() == (tmp_path / "serial.json").read_bytes()
+    assert written["child"] == written["serial"]
