@@ -162,7 +162,8 @@ class ExecutionTrace:
         if self._op_indices is None:
             roots = self.root_positions()
             if len(roots) > 64:
-                self._op_indices = list(compress(range(len(self.names)), map(not_, map(ROOT_NAMES.__contains__, self.names))))
+                is_op = map(not_, map(ROOT_NAMES.__contains__, self.names))
+                self._op_indices = list(compress(range(len(self.names)), is_op))
             else:  # the usual few roots: taken out of all indices
                 self._op_indices = list(range(len(self.names)))
                 for root in reversed(roots):

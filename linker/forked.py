@@ -232,9 +232,9 @@ def _send(fd: int, payload) -> None:
 
 def _send_parts(fd: int, parts: Iterator) -> None:
     """Send each part from a writer thread, so that the child makes the next part while the parent
-    has yet to read this one (a pipe holds 64 KB: a write waits for the reader). The parts made before a failure of
-    ``parts`` are sent whole, then the failure is raised; a failed write (the parent has gone)
-    stops the parts."""
+    has yet to read this one (a full pipe makes a write wait for the reader). The parts made before
+    a failure of ``parts`` are sent whole, then the failure is raised; a failed write (the parent
+    has gone) stops the parts."""
     queue: SimpleQueue = SimpleQueue()
     failed: list[OSError] = []
 

@@ -14,9 +14,8 @@ holds only dims): the same trace and warnings the serial read and check give
 (tests/test_read_paths.py).
 
 The CPU events, most of a trace, are not decoded then. Each of their chunks comes as its
-``CpuColumns`` (start, duration, rf_id, name, thread: what linking by rf_id and its report read of
-every event), while
-the chunk itself, encoded as above, goes on the child's shelf (``forked.shelve``: a memory file
+``CpuColumns`` (start, duration, rf_id, name, thread: what linking by rf_id and its report read
+of every event), while the chunk itself, encoded as above, goes on the child's shelf (``forked.shelve``: a memory file
 the parent maps, no copy through the pipe). The trace's ``cpu_events`` are then deferred
 (``DeferredEvents``): decoded from the shelf, all at once, the first time anything reads them
 (tests/test_kineto_deferred.py). When the link will try record-function ids first on a trace that
@@ -30,9 +29,10 @@ needs nothing but this trace) and sends the nesting's three columns as machine a
 durations rounded as the ET+ writes them (``durations.rounded_exclusive``: 0.1 s of the parent's
 work otherwise, done in the time the events' encoding would have taken). ``finish`` puts them on
 the trace (C conversions), or leaves the nesting to be computed where it is needed if they do not
-come. When there is no child (a small file, no ``fork``) or it failed for any reason (a bad file, a trace the check refuses, a shelf without its
-chunks), ``finish`` gives None and the caller reads and checks the file itself, so a bad file fails
-with the same ``TraceInputError``, in the same order, as without a child.
+come. When there is no child (a small file, no ``fork``) or it failed for any reason (a bad file,
+a trace the check refuses, a shelf without its chunks), ``finish`` gives None and the caller reads
+and checks the file itself, so a bad file fails with the same ``TraceInputError``, in the same
+order, as without a child.
 
 Cost, for n events: the child reads as the serial path does, plus one O(n) pass and the encode,
 then the nesting sweep; the parent takes the CPU columns with C conversions (0.03 s for 360k
@@ -52,13 +52,12 @@ from collections import deque
 from collections.abc import Iterator
 from itertools import repeat
 from pathlib import Path
-from typing import Callable
 
 import msgspec
 from msgspec.structs import force_setattr
 
-from .errors import TraceInputError
 from .durations import CpuNesting, nest_cpu_events, rounded_exclusive
+from .errors import TraceInputError
 from .forked import ForkedCall, can_fork, shelve, spare_core
 from .kineto_reader import NO_ARGS, CpuColumns, KinetoEvent, KinetoTrace, read_kineto_trace
 from .sanity import check_kineto_trace
@@ -274,7 +273,8 @@ class DeferredEvents:
         at.frombytes(columns.tid_at)
         self._tids += map(columns.tids.__getitem__, at)
         self.taken += size
-        if not len(self._ts) == len(self._dur) == len(self._rf_id) == len(self._names) == len(self._tids) == self.taken:
+        lengths = {len(self._ts), len(self._dur), len(self._rf_id), len(self._names), len(self._tids)}
+        if lengths != {self.taken}:
             raise msgspec.ValidationError(f"CPU event columns of unequal lengths for {size} events")
         if chunk.shelf_at == NOT_SENT:
             self._chunks.append(None)
