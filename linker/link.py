@@ -168,7 +168,7 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
     nesting = cpu_nesting(kineto)
     ops = op_of_event(match.event_of_op, kineto.cpu_count())
     gpu = attribute_gpu_ops(kineto, ops, nesting.parents, window)
-    adopt_before_trace(gpu, process_root_index(et))
+    adopt_before_trace(gpu, et.process_root())
     report = build_report(et, kineto, match, window, gpu, notes, warnings, seconds=time.perf_counter() - started,
                           nesting=(nesting.parents, nesting.end), op_of_event=ops)
     return LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, report, warnings,
@@ -183,9 +183,3 @@ def op_of_event(event_of_op: list[int], events: int) -> list[int]:
         if e >= 0:
             ops[e] = i
     return ops
-
-
-def process_root_index(et: ExecutionTrace) -> int:
-    """Index of the ET's process root (-1 if it has none): the first node with a process root
-    name (``ExecutionTrace.process_root``: the roots are found once, in C passes)."""
-    return et.process_root()

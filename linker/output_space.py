@@ -14,8 +14,9 @@ writing ended):
   that file (``take_prefilled``); if it never does (an error, Ctrl-C), the file is removed at the end
   of the block. ``prefill_later(path)``: the same, started when the block says so (``pipeline``
   starts it once the ET is read, so that it is done before the write comes: a write that
-  overtook it took 0.4-0.8 s instead of 0.2, and a prefill can take 0.4 s or 0.9). Only worth it with a spare
-  core: ``pipeline`` uses it for one pair's large plain JSON output, never in batch workers.
+  overtook it took 0.4-0.8 s instead of 0.2, and a prefill can take 0.4 s or 0.9). Only worth it
+  with a spare core: ``pipeline`` uses it for one pair's large plain JSON output, never in batch
+  workers.
 
 Cost: O(1) calls for a reservation; a prefill writes ``size`` bytes from its own thread (the GIL is
 released while it writes).

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from conftest import fixture_pair
-from test_read_paths import needs_fork, only_in_child, real_pairs, serial_read
+from test_read_paths import needs_fork, only_in_child, real_pairs, serial_and_child_reads
 from linker import forked, kineto_ahead, pipeline
 from linker.durations import nest_cpu_events, rounded_exclusive
 from linker.errors import TraceInputError
@@ -36,10 +36,8 @@ def _decodes_counted(monkeypatch) -> list:
 @pytest.mark.parametrize("pair", real_pairs(), ids=lambda p: f"{p[0].parent.name}/{p[0].name}")
 def test_columns_from_the_child_are_those_of_the_serial_events(pair, monkeypatch):
     et_path, kineto_path = pair
-    _, serial, _ = serial_read(monkeypatch, et_path, kineto_path)
-    only_in_child(monkeypatch)
-    decoded = _decodes_counted(monkeypatch)
-    _, kineto, _ = pipeline.read_pair(et_path, kineto_path)
+    decoded = _decodes_counted(monkeypatch)  # the serial read defers nothing
+    (_, serial, _), (_, kineto, _) = serial_and_child_reads(monkeypatch, et_path, kineto_path)
     assert kineto.deferred_cpu is not None and "cpu_events" not in vars(kineto)
     assert kineto.cpu_count() == len(serial.cpu_events)
     assert kineto.cpu_columns() == CpuColumns.of(serial.cpu_events)
@@ -163,9 +161,8 @@ def test_a_cpu_trace_to_join_by_rf_id_keeps_its_events_in_the_file(case, monkeyp
     """When the link tries rf_ids first, a CPU trace with ids sends only its columns (and nesting);
     its events, if anything reads them, are read from the file again: the serial read's events."""
     et_path, kineto_path = fixture_pair(*case)
-    _, serial, serial_warnings = serial_read(monkeypatch, et_path, kineto_path)
-    only_in_child(monkeypatch)
-    _, kineto, warnings = pipeline.read_pair(et_path, kineto_path, rf_id_first=True)
+    (_, serial, serial_warnings), (_, kineto, warnings) = serial_and_child_reads(
+        monkeypatch, et_path, kineto_path, rf_id_first=True)
     assert _not_sent(kineto)
     assert kineto.cpu_columns() == CpuColumns.of(serial.cpu_events) and warnings == serial_warnings
     nesting = kineto.cpu_nesting[1]
@@ -180,9 +177,8 @@ def test_events_are_sent_where_the_link_will_read_them(case, rf_id_first, monkey
     """GPU pairs attribute kernels through their launchers' events, and exact or approximate
     matching reads every event: the child sends them."""
     et_path, kineto_path = fixture_pair(*case)
-    _, serial, _ = serial_read(monkeypatch, et_path, kineto_path)
-    only_in_child(monkeypatch)
-    _, kineto, _ = pipeline.read_pair(et_path, kineto_path, rf_id_first=rf_id_first)
+    (_, serial, _), (_, kineto, _) = serial_and_child_reads(monkeypatch, et_path, kineto_path,
+                                                             rf_id_first=rf_id_first)
     assert kineto.deferred_cpu is not None and not _not_sent(kineto)
     assert kineto.cpu_events == serial.cpu_events
 

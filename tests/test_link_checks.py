@@ -2,7 +2,7 @@
 
 ``check_same_run`` with the rf_id join's same-name pairs as a lower bound of the shared names
 (the name counts skipped when the bound clears the bar) against the full count, on matching and
-on mismatched pairs; ``process_root_index`` against the first index of any process root name; ``match_by_rf_id``
+on mismatched pairs; ``ExecutionTrace.process_root`` against the first index of any process root name; ``match_by_rf_id``
 (counting skipped when every id is distinct) against a plain join, ids repeated, zero or absent.
 """
 
@@ -18,7 +18,7 @@ import pytest
 
 from conftest import fixture_pair
 from linker.et_reader import PROCESS_ROOT_NAMES
-from linker.link import check_same_run, process_root_index
+from linker.link import check_same_run
 from linker.match_rfid import match_by_rf_id
 from linker.pipeline import read_pair
 
@@ -42,20 +42,20 @@ def test_same_run_check_with_the_rf_id_bound(et_case, kineto_case):
         assert full == []
 
 
-def test_process_root_index_is_the_first_root():
+def test_process_root_is_the_first_root():
     et, kineto = fixture_pair("cpu", "mlp_steps")
     et, _, _ = read_pair(et, kineto)
     names = et.names
-    assert process_root_index(et) == min(names.index(r) for r in PROCESS_ROOT_NAMES if r in names)
+    assert et.process_root() == min(names.index(r) for r in PROCESS_ROOT_NAMES if r in names)
 
     def renamed(names):  # the roots are found once per ET: a new ET for other names
         return dataclasses.replace(et, names=names, _root_positions=None, _op_indices=None)
 
     names = [n if n not in PROCESS_ROOT_NAMES else "x" for n in names]
-    assert process_root_index(renamed(names)) == -1
+    assert renamed(names).process_root() == -1
     names[3] = PROCESS_ROOT_NAMES[1]
     names[7] = PROCESS_ROOT_NAMES[0]
-    assert process_root_index(renamed(names)) == 3
+    assert renamed(names).process_root() == 3
 
 
 def test_names_of_another_run_are_still_caught():

@@ -221,6 +221,14 @@ def serial_read(monkeypatch, et_path, kineto_path):
         return pipeline.read_pair(et_path, kineto_path)
 
 
+def serial_and_child_reads(monkeypatch, et_path, kineto_path, **options):
+    """The pair's ``read_pair`` answer with the Kineto file read serially, then by the child
+    (``only_in_child``, left on for the rest of the test)."""
+    serial = serial_read(monkeypatch, et_path, kineto_path)
+    only_in_child(monkeypatch)
+    return serial, pipeline.read_pair(et_path, kineto_path, **options)
+
+
 def only_in_child(monkeypatch):
     """Fork for any size, and fail the test if the parent reads the Kineto file itself."""
     monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
@@ -235,9 +243,8 @@ def only_in_child(monkeypatch):
 @pytest.mark.parametrize("pair", real_pairs(), ids=lambda p: f"{p[0].parent.name}/{p[0].name}")
 def test_kineto_read_in_a_child_is_the_serial_read(pair, monkeypatch):
     et_path, kineto_path = pair
-    et, kineto, warnings = serial_read(monkeypatch, et_path, kineto_path)
-    only_in_child(monkeypatch)
-    et2, kineto2, warnings2 = pipeline.read_pair(et_path, kineto_path)
+    serial, child = serial_and_child_reads(monkeypatch, et_path, kineto_path)
+    (et, kineto, warnings), (et2, kineto2, warnings2) = serial, child
     assert kineto2 == kineto and warnings2 == warnings
     assert columns(et2) == columns(et)
     assert [bytes(e.args.input_dims) for e in kineto2.cpu_events] == [
