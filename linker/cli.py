@@ -17,9 +17,11 @@ from typing import Optional
 
 import typer
 
-from . import __version__, process_exit
-from .errors import MismatchedPairError, OptionError, TraceInputError
-from .exit_status import (
+from linker import __version__
+
+from linker.schedule import process_exit
+from linker.model.errors import MismatchedPairError, OptionError, TraceInputError
+from linker.model.exit_status import (
     EXIT_BELOW_MIN_LINKED,
     EXIT_COLLECTIVE_MISMATCH,
     EXIT_INPUT,
@@ -34,8 +36,8 @@ from .exit_status import (
     EXIT_TERMINATED,
     EXIT_UNREADABLE,
 )
-from .fileio import Terminated, terminate_as_interrupt
-from .link import METHODS, LinkOptions
+from linker.read.files import Terminated, terminate_as_interrupt
+from linker.link.recipe import METHODS, LinkOptions
 
 
 def _exit_epilog() -> str:
@@ -98,7 +100,7 @@ def _stopped(stop: KeyboardInterrupt, left: str) -> typer.Exit:
 
 def _run_pair(et_file: Path, kineto_file: Path, output_file, options: LinkOptions, report):
     """``link_pair`` with every failure turned into one line and its exit status."""
-    from .pipeline import link_pair
+    from linker.pipeline import link_pair
 
     pair = f"{et_file} + {kineto_file}" if et_file is not None else str(kineto_file)
     try:
@@ -197,8 +199,8 @@ def validate_command(
 ) -> None:
     """Check ids, dependencies and cycles (and Chakra COMM attributes). Exit 4 on a violation,
     7 when a file cannot be read (7 wins when both happen)."""
-    from .fileio import decoding
-    from .validate import format_result, validate_file
+    from linker.read.files import decoding
+    from linker.write.validate import format_result, validate_file
 
     terminate_as_interrupt()
     if examples < 0:
@@ -234,8 +236,8 @@ def dump_command(
     """Print a Chakra .et file as JSON lines: the metadata, then one object per node."""
     import orjson
 
-    from .chakra_io import iter_dump_records
-    from .fileio import decoding
+    from linker.write.chakra_wire import iter_dump_records
+    from linker.read.files import decoding
 
     if limit is not None and limit < 0:
         fail(f"--limit {limit}: must be 0 or more")
@@ -294,7 +296,7 @@ def batch_command(
     """Link all ranks of a job: pair ET and Kineto files by rank, link each rank in its own process
     (locally or on Dask), skip ranks already done, check that the ranks' collectives agree, print a
     table and write summary.json (and comm_groups.json with --format et)."""
-    from .batch import BatchConfig, BatchSetupError, PairingError, format_table, parse_bytes, run_batch
+    from linker.batch import BatchConfig, BatchSetupError, PairingError, format_table, parse_bytes, run_batch
 
     process_exit.disable()  # many pairs in this process and its forked workers: free and collect as usual
     terminate_as_interrupt()
@@ -350,7 +352,7 @@ def simulate_command(
 ) -> None:
     """Replay the trace(s) as ASTRA-sim would and compare the simulated step with the measured one.
     Exit status 9 when the graph cannot finish (never-issued nodes or a stalled collective; reported)."""
-    from .sim.cli_run import SimulateOptions, run_simulate
+    from linker.sim.cli_run import SimulateOptions, run_simulate
 
     try:
         output, finished = run_simulate(SimulateOptions(files, model, scale, comm_groups, json_output, trace_out, top,

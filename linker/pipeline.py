@@ -20,16 +20,18 @@ from typing import Callable
 
 import orjson
 
-from . import kineto_ahead, output_space
-from .et_reader import read_execution_trace
-from .errors import TraceInputError
-from .etplus import EtPlus, build_et_plus
-from .fileio import atomic_output, check_output_paths, collector_paused, decoding
-from .forked import spare_core
-from .kineto_reader import read_kineto_trace
-from .link import LinkOptions, link
-from .report import LinkReport
-from .sanity import check_execution_trace, check_kineto_trace
+from linker.schedule import kineto_child as kineto_ahead
+
+from linker.schedule import prefill as output_space
+from linker.read.et import read_execution_trace
+from linker.model.errors import TraceInputError
+from linker.link.etplus import EtPlus, build_et_plus
+from linker.read.files import atomic_output, check_output_paths, collector_paused, decoding
+from linker.schedule.fork import spare_core
+from linker.read.kineto import read_kineto_trace
+from linker.link.recipe import LinkOptions, link
+from linker.link.report import LinkReport
+from linker.read.sanity import check_execution_trace, check_kineto_trace
 
 log = logging.getLogger("et_link")
 
@@ -124,7 +126,7 @@ class _EtAhead:
         except TraceInputError as err:
             self.refusal = err
             return
-        from .chakra_deps import tree_order
+        from linker.plan.deps import tree_order
 
         tree_order(et)
 
@@ -155,12 +157,12 @@ def _log_kineto(kineto_path, kineto) -> None:
 def _write_et_plus(et_plus, output: Path, protected: tuple, et_path, fields=None) -> None:
     try:
         if output_format(output) == "et":
-            from .write_chakra import write_et_plus_chakra
+            from linker.write.chakra import write_et_plus_chakra
 
             pre_encoded = fields.take(et_plus.et) if fields is not None else None
             write_et_plus_chakra(et_plus, output, protected, pre_encoded)
         else:
-            from .write_json import write_et_plus_json
+            from linker.write.etplus_json import write_et_plus_json
 
             write_et_plus_json(et_plus, output, protected)
     except (ValueError, OverflowError) as err:
@@ -188,11 +190,11 @@ def add_simulation_counts(report: LinkReport, et_plus) -> None:
 def plan_simulation(et_plus, output: Path, report: LinkReport) -> None:
     """Compute the dependency plan (busy durations, dependencies with causes) once, before the
     report and the ET+ are written; for JSON output also fill the ET+ simulation fields."""
-    from .chakra_deps import dependency_plan
+    from linker.plan.deps import dependency_plan
 
     dependency_plan(et_plus)
     if output_format(output) != "et":
-        from .sim_fields import annotate_et_plus
+        from linker.plan.json_fields import annotate_et_plus
 
         annotate_et_plus(et_plus)
     add_simulation_counts(report, et_plus)
@@ -254,7 +256,7 @@ def _fields_ahead(et_path, output: Path):
     (``chakra_ahead``; None for a small ET or where it cannot run)."""
     if output_format(output) != "et":
         return None
-    from . import chakra_ahead
+    from linker.schedule import fields_child as chakra_ahead
 
     return chakra_ahead.start(et_path)
 
@@ -291,7 +293,7 @@ def _link_and_write(result, output: Path, report_path, protected: tuple, beside,
 
 def _link_kineto_alone(kineto_path: str | os.PathLike):
     """No ET: read and check the Kineto trace, build the host graph from it and attach its GPU work."""
-    from .kineto_graph import link_kineto_only
+    from linker.link.kineto_only import link_kineto_only
 
     kineto = _read_kineto(kineto_path)
     warnings = check_kineto_trace(kineto)

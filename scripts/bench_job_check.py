@@ -4,7 +4,7 @@
 Writes synthetic report sidecars (``collectives`` records only) for ``--ranks`` ranks, each with
 ``--collectives`` collectives on the world group, the same number on its data-parallel group of
 ``--dp`` ranks, and one send/recv pair per 10 collectives along a pipeline of ranks; then runs
-``linker.job_check.check_job`` once in a fresh process and prints its wall time, the peak RSS
+``linker.batch.collectives.check_job`` once in a fresh process and prints its wall time, the peak RSS
 growth, and the sidecars' size. One rank can be made to diverge (``--diverge``).
 
     /work/venv/bin/python scripts/bench_job_check.py --ranks 1024 --collectives 2000
@@ -24,7 +24,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from linker.job_check import CommOp, RankCollectives  # noqa: E402
+from linker.batch.collectives import CommOp, RankCollectives  # noqa: E402
 
 SIZES = [192, 1536, 13568, 24576, 448, 907840, 1576964]
 
@@ -48,7 +48,7 @@ def rank_record(rank: int, ranks: int, collectives: int, dp: int, diverge: int |
 
 CHECK_CODE = r"""
 import json, resource, sys, time
-from linker.job_check import check_job
+from linker.batch.collectives import check_job
 paths = json.loads(sys.argv[1]); base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started = time.perf_counter()
 check = check_job({int(r): p for r, p in paths.items()}, [int(r) for r in paths], len(paths))

@@ -1,4 +1,4 @@
-"""Benchmark linker.tree_match.match_forests on large synthetic op forests.
+"""Benchmark linker.link.tree_match.match_forests on large synthetic op forests.
 
 Usage: python scripts/bench_tree_match.py [--nodes 300000] [--seed 1] [--max-depth 10] [--case NAME]...
 
@@ -108,7 +108,7 @@ def _rss_mb() -> float:
 
 def _worker(path: str, max_depth: int) -> None:
     """Load one case and match it; print one JSON line of measurements."""
-    from linker.tree_match import OrderedForest, match_forests
+    from linker.link.tree_match import OrderedForest, match_forests
 
     with open(path) as f:
         data = json.load(f)

@@ -23,7 +23,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from linker.link import LinkOptions  # noqa: E402
+from linker.link.recipe import LinkOptions  # noqa: E402
 from linker.pipeline import link_pair  # noqa: E402
 from linker.sim.engine import ASTRA_SIM, LANES, replay  # noqa: E402
 from linker.sim.load import load_graph  # noqa: E402

@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from tracetools import RF_ID_KEY, drop_cpu_events, is_cpu_event, load_trace, save_trace, strip_record_function_ids  # noqa: E402
 
-from linker.et_reader import read_execution_trace  # noqa: E402
-from linker.kineto_reader import read_kineto_trace  # noqa: E402
-from linker.link import LinkOptions, link  # noqa: E402
+from linker.read.et import read_execution_trace  # noqa: E402
+from linker.read.kineto import read_kineto_trace  # noqa: E402
+from linker.link.recipe import LinkOptions, link  # noqa: E402
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Small Chakra ``.et`` graphs written by the tests, for replays whose times are computed by hand.
 
 ``cpu``, ``gpu``, ``coll``, ``send``, ``recv`` build node specs; ``write_et`` writes them through
-``linker.chakra_io.EtWriter``, so the replay reads them with its real reader.
+``linker.write.chakra_wire.EtWriter``, so the replay reads them with its real reader.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from linker import et_def_pb2 as pb
-from linker.chakra_io import EtWriter, make_attr
+from linker.write import et_def_pb2 as pb
+from linker.write.chakra_wire import EtWriter, make_attr
 
 
 @dataclass

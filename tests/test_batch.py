@@ -37,9 +37,9 @@ from linker.batch import (
     uncompressed_size,
 )
 from linker.cli import app
-from linker.link import LinkOptions
+from linker.link.recipe import LinkOptions
 from linker.pipeline import link_pair
-from linker.progress import BatchProgress
+from linker.batch.progress import BatchProgress
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cpu"
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -268,11 +268,11 @@ def test_gzip_output_and_table(tmp_path):
 def test_format_et_uses_chakra_writer_or_says_it_is_missing(tmp_path):
     traces = make_rank_set(tmp_path / "t", 1)
     config = config_for(traces, tmp_path / "out", fmt="et")
-    if importlib.util.find_spec("linker.write_chakra") is None:
+    if importlib.util.find_spec("linker.write.chakra") is None:
         with pytest.raises(BatchSetupError, match="--format et"):
             quiet_run(config)
         return
-    from linker.validate import validate_file
+    from linker.write.validate import validate_file
 
     summary = quiet_run(config)
     assert summary.ranks[0].status == "linked" and summary.ranks[0].output.endswith("rank.0.et")

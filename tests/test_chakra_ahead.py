@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 
 from conftest import fixture_pair, shared_trace
-from linker import chakra_ahead, chakra_encode, pipeline, write_chakra
-from linker.errors import TraceInputError
-from linker.et_reader import read_execution_trace
-from linker.fileio import read_trace_bytes
+from linker import pipeline
+from linker.schedule import fields_child as chakra_ahead
+from linker.write import chakra_encode
+from linker.write import chakra as write_chakra
+from linker.model.errors import TraceInputError
+from linker.read.et import read_execution_trace
+from linker.read.files import read_trace_bytes
 
 NESTED = [("cpu", "threads"), ("cpu", "autograd_threads"), ("cpu", "dataloader_annotated"), ("gpu", "gpu_v111"),
           ("gpu", "shapes_rocm")]
@@ -214,7 +217,8 @@ def test_an_et_that_does_not_fit_its_trailers_size_stops_the_child(tmp_path, mon
 
 def test_no_child_on_a_single_core(monkeypatch):
     """On one core a child would only take the parent's time: neither read-ahead child starts."""
-    from linker import forked, kineto_ahead
+    from linker.schedule import fork as forked
+    from linker.schedule import kineto_child as kineto_ahead
 
     et_path, kineto_path = fixture_pair("cpu", "threads")
     monkeypatch.setattr(chakra_ahead, "MIN_BYTES", 0)

@@ -133,8 +133,8 @@ def test_conflicting_method_flags(tmp_path):
 def test_one_shot_exit_keeps_the_status_the_messages_and_the_files(tmp_path):
     """``main()`` ends a linking process without freeing the ET+ (``process_exit``): what it printed,
     its exit status and its files must still be those of a normal exit."""
-    from linker.exit_status import EXIT_BELOW_MIN_LINKED
-    from linker.validate import validate_file
+    from linker.model.exit_status import EXIT_BELOW_MIN_LINKED
+    from linker.write.validate import validate_file
 
     other_et, _ = fixture_pair("cpu", "threads")
     out, report = tmp_path / "o.et", tmp_path / "r.json"
@@ -152,7 +152,7 @@ def test_library_calls_collect_and_free_as_usual(tmp_path):
     the cyclic collector and keeps nothing alive."""
     import gc
 
-    from linker import process_exit
+    from linker.schedule import process_exit
     from linker.pipeline import link_pair
 
     assert gc.isenabled() and not process_exit.one_shot()

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from linker.intervals import TimePoint, cover_index, cpu_cover_index, innermost_covering
-from linker.kineto_reader import KinetoEvent, KinetoTrace, cpu_event_order
+from linker.link.intervals import TimePoint, cover_index, cpu_cover_index, innermost_covering
+from linker.read.kineto import KinetoEvent, KinetoTrace, cpu_event_order
 
 
 def _nested_events(rng: random.Random, threads: list[tuple], per_thread: int, integral: bool) -> list[KinetoEvent]:

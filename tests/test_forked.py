@@ -1,4 +1,4 @@
-"""Work split across processes: ``linker.forked`` and the two-process read of a large ``.et``
+"""Work split across processes: ``linker.schedule.fork`` and the two-process read of a large ``.et``
 by ``et-link simulate`` (``sim.load.load_chakra``), which must give the graph one process gives."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import time
 import pytest
 
 from conftest import dlrm_pair, fixture_pair
-from linker import forked
-from linker.chakra_io import frame_boundary, iter_frames
-from linker.errors import TraceInputError
-from linker.link import LinkOptions
+from linker.schedule import fork as forked
+from linker.write.chakra_wire import frame_boundary, iter_frames
+from linker.model.errors import TraceInputError
+from linker.link.recipe import LinkOptions
 from linker.pipeline import link_pair
 from linker.sim import load
 from linker.sim.engine import replay

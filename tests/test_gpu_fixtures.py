@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 
 from conftest import FIXTURES
-from linker.et_reader import read_execution_trace
-from linker.kineto_reader import read_kineto_trace
-from linker.link import LinkOptions, link
+from linker.read.et import read_execution_trace
+from linker.read.kineto import read_kineto_trace
+from linker.link.recipe import LinkOptions, link
 from linker.pipeline import link_pair
 
 PAIRS = ["gpu_v101", "gpu_v111"]

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import FIXTURES
 from linker.pipeline import link_pair
-from linker.validate import validate_file
+from linker.write.validate import validate_file
 from tracetools import load_trace
 
 PAIRS = ["shapes_cuda", "shapes_rocm"]
@@ -134,7 +134,7 @@ def test_chakra_output_of_every_shape_validates(name, with_et, tmp_path):
 
 
 def test_reader_keeps_python_functions_only_around_uncovered_launches():
-    from linker.kineto_reader import read_kineto_trace
+    from linker.read.kineto import read_kineto_trace
 
     for name in PAIRS:
         path = FIXTURES / "gpu" / name / "kineto.json.gz"

@@ -17,11 +17,11 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import shared_trace
-from linker import et_def_pb2 as pb
-from linker.chakra_io import attr_dict, read_et
+from linker.write import et_def_pb2 as pb
+from linker.write.chakra_wire import attr_dict, read_et
 from linker.cli import app
-from linker.exit_status import EXIT_COLLECTIVE_MISMATCH
-from linker.job_check import (CommOp, RankCollectives, check_job,
+from linker.model.exit_status import EXIT_COLLECTIVE_MISMATCH
+from linker.batch.collectives import (CommOp, RankCollectives, check_job,
                               format_ranks)
 from tracetools import load_trace, save_trace
 
@@ -332,7 +332,7 @@ def test_partial_job_and_unwritable_comm_groups_file_are_notes(tmp_path):
 
 
 def test_printed_check_stays_short_for_many_groups(tmp_path):
-    from linker.job_check import format_check
+    from linker.batch.collectives import format_check
 
     op = CommOp("ALL_GATHER", 16, "half")
     records = {r: RankCollectives({str(g): [0, 1] for g in range(2, 8)}, {str(g): [op] for g in range(1, 8)})

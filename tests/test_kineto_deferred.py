@@ -13,10 +13,12 @@ import pytest
 
 from conftest import fixture_pair
 from test_read_paths import needs_fork, only_in_child, real_pairs, serial_and_child_reads
-from linker import forked, kineto_ahead, pipeline
-from linker.durations import nest_cpu_events, rounded_exclusive
-from linker.errors import TraceInputError
-from linker.kineto_reader import CpuColumns, KinetoTrace
+from linker import pipeline
+from linker.schedule import fork as forked
+from linker.schedule import kineto_child as kineto_ahead
+from linker.link.durations import nest_cpu_events, rounded_exclusive
+from linker.model.errors import TraceInputError
+from linker.read.kineto import CpuColumns, KinetoTrace
 
 
 def _decodes_counted(monkeypatch) -> list:

@@ -3,7 +3,7 @@
 The expected answer for every GPU event is computed here from the raw JSON events, without et-link:
 its launch is the runtime/driver event with the same correlation; the CPU event it belongs under
 is the innermost cpu_op/user_annotation on the launch's thread covering the launch time (a heap
-sweep, written independently of ``linker.intervals``), else the innermost python_function; an
+sweep, written independently of ``linker.link.intervals``), else the innermost python_function; an
 event without a launch whose correlation is below every runtime correlation was launched before
 the trace started. The test then checks et-link's ET+ JSON and report against that.
 """
@@ -258,7 +258,7 @@ def test_host_graph_keeps_record_function_ids_with_zero_as_unknown(linked):
 
 
 def test_reader_drops_python_functions_when_every_launch_is_covered():
-    from linker.kineto_reader import read_kineto_trace
+    from linker.read.kineto import read_kineto_trace
 
     path = shared_trace("kineto_only", "cudagraph_tracelens_mi300_vllm_graph_exec.json.gz")
     raw = [e for e in load_trace(path)["traceEvents"] if e.get("cat") == "python_function"]
@@ -269,7 +269,7 @@ def test_reader_drops_python_functions_when_every_launch_is_covered():
 def test_host_graph_attrs_are_the_json_of_the_attr_list(rf_id, thread):
     import msgspec
 
-    from linker.kineto_graph import _attrs
+    from linker.link.kineto_only import _attrs
 
     expected = msgspec.json.encode([
         {"name": "rf_id", "type": "uint64", "value": rf_id},
@@ -291,8 +291,8 @@ def test_host_graph_attrs_are_the_json_of_the_attr_list(rf_id, thread):
 def test_host_graph_inputs_carry_the_input_dims_as_shapes(dims, shapes):
     import msgspec
 
-    from linker.kineto_graph import _inputs
-    from linker.kineto_reader import KinetoArgs, KinetoEvent
+    from linker.link.kineto_only import _inputs
+    from linker.read.kineto import KinetoArgs, KinetoEvent
 
     args = KinetoArgs() if dims is None else KinetoArgs(input_dims=msgspec.Raw(dims))
     got = bytes(_inputs(KinetoEvent(args=args)))

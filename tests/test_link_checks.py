@@ -17,9 +17,9 @@ import msgspec
 import pytest
 
 from conftest import fixture_pair
-from linker.et_reader import PROCESS_ROOT_NAMES
-from linker.link import check_same_run
-from linker.match_rfid import match_by_rf_id
+from linker.read.et import PROCESS_ROOT_NAMES
+from linker.link.recipe import check_same_run
+from linker.link.rfid import match_by_rf_id
 from linker.pipeline import read_pair
 
 CASES = ["mlp_steps", "threads", "autograd_threads", "dataloader", "main_thread_only"]

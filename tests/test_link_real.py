@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import dlrm_pair, fixture_pair, shared_trace
-from linker.et_reader import read_execution_trace
-from linker.kineto_reader import read_kineto_trace
-from linker.link import LinkOptions, link
+from linker.read.et import read_execution_trace
+from linker.read.kineto import read_kineto_trace
+from linker.link.recipe import LinkOptions, link
 
 CPU_SHARED = ["mlp_1step", "mlp_multistep", "threads"]
 CPU_OWN = ["mlp_steps", "threads", "dataloader"]

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import fixture_pair, shared_trace
-from linker.et_reader import read_execution_trace
-from linker.kineto_reader import read_kineto_trace
-from linker.link import LinkOptions, link
+from linker.read.et import read_execution_trace
+from linker.read.kineto import read_kineto_trace
+from linker.link.recipe import LinkOptions, link
 from test_link_real import GPU_PAIRS, _cpu_pairs, _resolve, _rf_of_event, _score
 
 

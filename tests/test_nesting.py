@@ -14,11 +14,11 @@ import random
 
 import pytest
 
-from linker.durations import nest_cpu_events
-from linker.intervals import lies_within, nesting_parents
-from linker.kineto_reader import CpuColumns, KinetoEvent, cpu_event_order
-from linker.link import op_of_event
-from linker.report import nesting_violations
+from linker.link.durations import nest_cpu_events
+from linker.link.intervals import lies_within, nesting_parents
+from linker.read.kineto import CpuColumns, KinetoEvent, cpu_event_order
+from linker.link.recipe import op_of_event
+from linker.link.report import nesting_violations
 
 
 def exclusive_durations(events: list[KinetoEvent], parents: list[int]) -> list[float]:
@@ -122,7 +122,7 @@ def test_op_of_event_inverts_event_of_op(seed):
 
 @pytest.mark.parametrize("seed", range(10))
 def test_unlinked_events_from_the_inverse(seed):
-    from linker.report import _unlinked_events
+    from linker.link.report import _unlinked_events
 
     rng = random.Random(seed)
     events = 40

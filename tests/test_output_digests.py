@@ -44,7 +44,7 @@ def pair_paths(name: str) -> tuple[Path, Path]:
 
 def output_digest(name: str, method: str, fmt: str, workdir: Path) -> str:
     """Link one pair with ``method`` into ``fmt`` and return the sha256 of the file written."""
-    from linker.link import LinkOptions
+    from linker.link.recipe import LinkOptions
     from linker.pipeline import link_pair
 
     et, kineto = pair_paths(name)

@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import fixture_pair
-from linker import chakra_io, fileio, output_space, write_json
+from linker.write import chakra_wire as chakra_io
+from linker.read import files as fileio
+from linker.schedule import prefill as output_space
+from linker.write import etplus_json as write_json
 from linker.pipeline import link_pair
 
 RESERVED = 64 << 20
@@ -116,7 +119,7 @@ def test_pipeline_prefills_a_json_output_only_with_a_spare_core(tmp_path, monkey
     assert sizes[2:] == [0, 0]  # only JSON is prefilled
     link_pair(et, kineto, out, read_ahead=False)  # batch workers: no core to spare
     with monkeypatch.context() as single:
-        from linker import forked
+        from linker.schedule import fork as forked
 
         single.setattr(forked.os, "sched_getaffinity", lambda pid: {0}, raising=False)
         link_pair(et, kineto, out)  # one core: the filling thread would only slow the link

@@ -16,13 +16,13 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import FIXTURES, dlrm_pair
-from linker import chakra_deps
-from linker.busy import _start_order, compute_busy
-from linker.chakra_deps import NO_NODE, WriteSummary, _id_order, _preorder, _topological_order, _write_order
-from linker.et_reader import read_execution_trace
-from linker.etplus import build_et_plus
-from linker.kineto_reader import read_kineto_trace
-from linker.link import link
+from linker.plan import deps as chakra_deps
+from linker.plan.busy import _start_order, compute_busy
+from linker.plan.deps import NO_NODE, WriteSummary, _id_order, _preorder, _topological_order, _write_order
+from linker.read.et import read_execution_trace
+from linker.link.etplus import build_et_plus
+from linker.read.kineto import read_kineto_trace
+from linker.link.recipe import link
 
 PAIRS = sorted(str(p.parent.relative_to(FIXTURES)) for p in FIXTURES.glob("*/*/et.json.gz"))
 
@@ -198,7 +198,7 @@ def test_columns_gathered_by_the_build_give_what_the_nodes_give(name):
     exclusive times; used once, then dropped) equal those read again from the nodes and events."""
     import msgspec
 
-    from linker.sim_fields import annotate_et_plus
+    from linker.plan.json_fields import annotate_et_plus
 
     gathered, again = _et_plus(name), _et_plus(name)
     assert gathered.op_exclusive is not None and gathered.exclusive_us is not None

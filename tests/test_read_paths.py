@@ -19,13 +19,17 @@ import msgspec
 import pytest
 
 from conftest import FIXTURES, SHARED_TRACES, fixture_pair
-from linker import et_reader, fileio, forked, kineto_ahead, pipeline
-from linker.durations import cpu_nesting, nest_cpu_events
-from linker.errors import TraceInputError
-from linker.et_reader import read_execution_trace
-from linker.fileio import read_trace_bytes
-from linker.kineto_reader import NO_ARGS, FlowEnd, KinetoArgs, KinetoEvent, KinetoTrace, read_kineto_trace
-from linker.sanity import check_kineto_trace
+from linker import pipeline
+from linker.read import et as et_reader
+from linker.read import files as fileio
+from linker.schedule import fork as forked
+from linker.schedule import kineto_child as kineto_ahead
+from linker.link.durations import cpu_nesting, nest_cpu_events
+from linker.model.errors import TraceInputError
+from linker.read.et import read_execution_trace
+from linker.read.files import read_trace_bytes
+from linker.read.kineto import NO_ARGS, FlowEnd, KinetoArgs, KinetoEvent, KinetoTrace, read_kineto_trace
+from linker.read.sanity import check_kineto_trace
 
 COLUMNS = ("ids", "names", "parent", "tid", "rf_id", "scope", "op_schema")
 
@@ -333,7 +337,7 @@ def spied_et_work_ahead(monkeypatch) -> list:
 def test_the_ets_own_work_is_done_while_the_kineto_child_works(monkeypatch, tmp_path, case):
     """Input check and tree order while the parent would wait: same read, same warnings, the tree
     order kept on the ET is the one the plan computes, and the same ET+."""
-    from linker import chakra_deps
+    from linker.plan import deps as chakra_deps
 
     if case[1] == "repaired":  # a node whose parent is missing: the check re-attaches it
         et_path, kineto_path = fixture_pair("cpu", "threads")
@@ -607,7 +611,7 @@ def test_batch_workers_read_without_a_child(tmp_path, monkeypatch):
     forks for it. Both write the same ET+."""
     from linker.batch import RankTask
     from linker.batch.link_rank import run_rank_task
-    from linker.link import LinkOptions
+    from linker.link.recipe import LinkOptions
 
     et_path, kineto_path = fixture_pair("cpu", "mlp_steps")
     monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from linker import et_def_pb2 as pb
+from linker.write import et_def_pb2 as pb
 from linker.sim.engine import ASTRA_SIM, LANES, Scale, measured_release, replay
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
@@ -264,7 +264,7 @@ def test_et_plus_json_with_sim_dur_and_data_deps(tmp_path):
 
 def test_critical_path_names_the_dependency_causes_the_file_gives(tmp_path):
     # A(10) launches K(30) (data dep, cause "launch", and ctrl parent A); S(1) waits for K ("sync").
-    from linker.chakra_io import make_attr
+    from linker.write.chakra_wire import make_attr
     kernel = gpu(2, 30, [1])
     kernel.ctrl = (1,)
     kernel.attrs.append(make_attr("data_dep_causes", ["launch"]))

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import dlrm_pair, fixture_pair, shared_trace
-from linker.chakra_deps import CAUSES
-from linker.chakra_io import attr_dict, read_et
-from linker.link import LinkOptions
+from linker.plan.deps import CAUSES
+from linker.write.chakra_wire import attr_dict, read_et
+from linker.link.recipe import LinkOptions
 from linker.pipeline import link_pair
 from linker.sim.engine import ASTRA_SIM, LANES, Scale, replay
 from linker.sim.load import load_graph
@@ -141,11 +141,11 @@ def test_halving_gpu_time_on_a_gpu_bound_step_shortens_it_by_its_critical_share(
 def test_dlrm_main_thread_waits_for_the_autograd_thread_by_fork_and_join():
     """rank 0: the main thread sits in ``## backward ##`` while the autograd engine thread runs the
     backward ops; that wait is blocked time, and the threads meet by fork/join edges."""
-    from linker.chakra_deps import dependency_plan
-    from linker.et_reader import read_execution_trace
-    from linker.etplus import build_et_plus
-    from linker.kineto_reader import read_kineto_trace
-    from linker.link import link
+    from linker.plan.deps import dependency_plan
+    from linker.read.et import read_execution_trace
+    from linker.link.etplus import build_et_plus
+    from linker.read.kineto import read_kineto_trace
+    from linker.link.recipe import link
 
     et_path, kineto_path = dlrm_pair(0)
     et_plus = build_et_plus(link(read_execution_trace(et_path), read_kineto_trace(kineto_path)))

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import dlrm_pair, fixture_pair, shared_trace
-from linker.chakra_comm import WORLD_GROUP_ID
+from linker.plan.comm import WORLD_GROUP_ID
 from linker.cli import app
-from linker.link import LinkOptions
+from linker.link.recipe import LinkOptions
 from linker.pipeline import link_pair
 from linker.sim.cli_run import SimulateOptions, run_simulate
 from linker.sim.engine import replay

@@ -1,4 +1,4 @@
-"""Tests of linker.tree_match on synthetic op forests (with ground truth) and on a real trace pair."""
+"""Tests of linker.link.tree_match on synthetic op forests (with ground truth) and on a real trace pair."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from linker.tree_match import (
+from linker.link.tree_match import (
     ET_SIDE,
     KINETO_SIDE,
     ForestMatch,

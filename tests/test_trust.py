@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from conftest import ROOT, fixture_pair, shared_trace
 from linker import cli
 from linker.batch import BatchConfig, PairingError, run_batch
-from linker.validate import validate_file
+from linker.write.validate import validate_file
 
 NESTED_ET, NESTED_KINETO = fixture_pair("cpu", "dataloader")  # schema 1.1.1, ctrl_deps, rf_ids
 FLAT_ET, FLAT_KINETO = fixture_pair("gpu", "gpu_v101")  # schema 1.0.1, parent, GPU ops
@@ -396,7 +396,7 @@ def test_full_disk_leaves_nothing(tmp_path, target):
 @pytest.mark.parametrize("suffix", [".json", ".json.gz", ".et"])
 def test_write_error_mid_output_leaves_nothing(dirs, monkeypatch, suffix):
     """Without root: the same as a full disk, by making the output's writes fail."""
-    import linker.fileio as fileio
+    import linker.read.files as fileio
 
     _, outputs = dirs
     real_fdopen = os.fdopen
@@ -424,7 +424,7 @@ def test_write_error_mid_output_leaves_nothing(dirs, monkeypatch, suffix):
 
 SIGTERM_DURING_WRITE = """
 import os, signal, sys
-import linker.fileio as fileio
+import linker.read.files as fileio
 real = fileio.atomic_output
 def killing(path, protected=()):
     manager = real(path, protected)
@@ -437,7 +437,7 @@ def killing(path, protected=()):
         def __exit__(self, *exc):
             return manager.__exit__(*exc)
     return Wrapped()
-for module in ("linker.write_json", "linker.chakra_io", "linker.pipeline"):
+for module in ("linker.write.etplus_json", "linker.write.chakra_wire", "linker.pipeline"):
     __import__(module)
     sys.modules[module].atomic_output = killing
 from linker.cli import main

@@ -9,9 +9,10 @@ import orjson
 import pytest
 
 import wire_decoder
-from linker import chakra_io, et_def_pb2 as pb
-from linker.chakra_io import EtWriter, TraceFormatError, make_attr
-from linker.validate import format_result, validate_file
+from linker.write import chakra_wire as chakra_io
+from linker.write import et_def_pb2 as pb
+from linker.write.chakra_wire import EtWriter, TraceFormatError, make_attr
+from linker.write.validate import format_result, validate_file
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TRACES = SHARED / "traces"

@@ -1,4 +1,4 @@
-"""Chakra protobuf output (``linker.write_chakra``): validity, node types, comm attributes,
+"""Chakra protobuf output (``linker.write.chakra``): validity, node types, comm attributes,
 dependencies (thread chains, streams, waits), JSON round trip, gzip and atomic output."""
 
 from __future__ import annotations
@@ -13,18 +13,20 @@ import pytest
 
 import wire_decoder
 from conftest import dlrm_pair, fixture_pair
-from linker import et_def_pb2 as pb
-from linker import chakra_comm, chakra_deps, write_chakra
-from linker.chakra_io import attr_dict, message_to_dict, read_et
-from linker.errors import TraceInputError
-from linker.et_reader import read_execution_trace
-from linker.etplus import build_et_plus
-from linker.kineto_reader import read_kineto_trace
-from linker.link import LinkOptions, link
+from linker.write import et_def_pb2 as pb
+from linker.plan import comm as chakra_comm
+from linker.plan import deps as chakra_deps
+from linker.write import chakra as write_chakra
+from linker.write.chakra_wire import attr_dict, message_to_dict, read_et
+from linker.model.errors import TraceInputError
+from linker.read.et import read_execution_trace
+from linker.link.etplus import build_et_plus
+from linker.read.kineto import read_kineto_trace
+from linker.link.recipe import LinkOptions, link
 from linker.pipeline import link_pair
-from linker.validate import format_result, validate_file
-from linker.chakra_comm import ProcessGroups, kind_from_kernel, kind_from_name, tensors_bytes
-from linker.write_chakra import attr_spec, write_chakra_trace
+from linker.write.validate import format_result, validate_file
+from linker.plan.comm import ProcessGroups, kind_from_kernel, kind_from_name, tensors_bytes
+from linker.write.chakra import attr_spec, write_chakra_trace
 
 DLRM_RANKS = range(8)
 GPU_FIXTURES = ["gpu_v101", "gpu_v111"]
@@ -679,8 +681,8 @@ ATTRS_TEXTS = [
 
 @pytest.mark.parametrize("text", ATTRS_TEXTS)
 def test_cached_attrs_equal_plain_attrs(text):
-    from linker.chakra_encode import AttrEncoder, CpuAttrs
-    from linker.et_reader import EtNode, Raw
+    from linker.write.chakra_encode import AttrEncoder, CpuAttrs
+    from linker.read.et import EtNode, Raw
 
     node = EtNode(id=1, name="x", attrs=Raw(text.encode()))
     try:
@@ -720,8 +722,8 @@ IO_TEXTS = [
 
 @pytest.mark.parametrize("text", IO_TEXTS)
 def test_cached_io_fields_equal_plain_ones(text):
-    from linker.chakra_encode import IoFields, _io_fields
-    from linker.et_reader import EtNode, Raw
+    from linker.write.chakra_encode import IoFields, _io_fields
+    from linker.read.et import EtNode, Raw
 
     node = EtNode(id=1, name="x", inputs=Raw(text))
     plain = _io_fields(node, False)
@@ -739,9 +741,9 @@ def test_cached_io_fields_equal_plain_ones(text):
 def test_cached_attrs_stay_equal_when_their_caches_fill(monkeypatch):
     """The per-op value caches are emptied when full: texts seen before, after and across an
     emptying give the plain path's bytes."""
-    from linker import chakra_encode
-    from linker.chakra_encode import AttrEncoder, CpuAttrs
-    from linker.et_reader import EtNode, Raw
+    from linker.write import chakra_encode
+    from linker.write.chakra_encode import AttrEncoder, CpuAttrs
+    from linker.read.et import EtNode, Raw
 
     monkeypatch.setattr(chakra_encode, "MAX_CACHED_VALUES", 3)
     fast = CpuAttrs(AttrEncoder())
@@ -755,7 +757,7 @@ def test_cached_attrs_stay_equal_when_their_caches_fill(monkeypatch):
 
 def test_time_split_attribute_of_a_negative_value_is_zero():
     """``_IntAttr`` caches a rounded value as it comes; a negative one is written as 0."""
-    from linker.chakra_encode import _IntAttr, int64_attr, int64_head
+    from linker.write.chakra_encode import _IntAttr, int64_attr, int64_head
 
     attr = _IntAttr("blocked_micros")
     assert attr.miss(-2) == attr.cache[-2] == int64_attr(int64_head("blocked_micros"), 0)

@@ -17,14 +17,14 @@ import msgspec
 import pytest
 
 from conftest import dlrm_pair, fixture_pair
-from linker import write_chakra
-from linker.chakra_io import encode_varint, read_et
-from linker.et_reader import read_execution_trace
-from linker.fileio import BackgroundWriter
-from linker.etplus import build_et_plus
-from linker.kineto_reader import read_kineto_trace
-from linker.link import link
-from linker.write_json import NODES_PER_PIECE, write_et_plus_json
+from linker.write import chakra as write_chakra
+from linker.write.chakra_wire import encode_varint, read_et
+from linker.read.et import read_execution_trace
+from linker.read.files import BackgroundWriter
+from linker.link.etplus import build_et_plus
+from linker.read.kineto import read_kineto_trace
+from linker.link.recipe import link
+from linker.write.etplus_json import NODES_PER_PIECE, write_et_plus_json
 
 
 def _et_plus(et_path, kineto_path):
@@ -64,7 +64,7 @@ def test_chunked_et_write_equals_the_plain_path(pair, tmp_path, monkeypatch):
 
 def test_json_in_pieces_equals_one_encode(tmp_path):
     et_plus = _et_plus(*dlrm_pair(0))
-    import linker.write_json as write_json
+    import linker.write.etplus_json as write_json
 
     for per_piece in (NODES_PER_PIECE, 7, 1):
         write_json.NODES_PER_PIECE = per_piece

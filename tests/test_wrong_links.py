@@ -14,9 +14,9 @@ import random
 import pytest
 
 from conftest import FIXTURES
-from linker.et_reader import read_execution_trace
-from linker.kineto_reader import read_kineto_trace
-from linker.link import LinkOptions, link
+from linker.read.et import read_execution_trace
+from linker.read.kineto import read_kineto_trace
+from linker.link.recipe import LinkOptions, link
 from tracetools import RF_ID_KEY, drop_cpu_events, is_cpu_event, load_trace, save_trace, strip_record_function_ids
 
 PAIRS = ["dataloader_annotated", "dataloader_workers"]
@@ -69,7 +69,7 @@ def test_wrong_links_stay_below_the_bound(tmp_path, name, which):
 
 def test_lost_item_in_a_repeated_block_links_nothing_wrong():
     """x y z x y z x y z x y z with one y lost: which copy lost it is unknowable from names."""
-    from linker.align import align_both_ways, align_sequences
+    from linker.link.align import align_both_ways, align_sequences
 
     a = list("xyz" * 4)
     lost = 4  # the y of the second copy

@@ -4,7 +4,7 @@ Steps, each one a plain function over plain data, each in its own module:
 
 | step | module | what |
 |---|---|---|
-| 1. pair | ``pairing`` (``linker.rank_names``) | ET and Kineto files by rank: ``distributedInfo.rank`` from the Kineto header, else the file name; every problem reported before any work |
+| 1. pair | ``pairing`` (``linker.read.rank_names``) | ET and Kineto files by rank: ``distributedInfo.rank`` from the Kineto header, else the file name; every problem reported before any work |
 | 2. plan | ``tasks``, ``memory``, ``job.plan_batch`` | one ``RankTask`` per rank with its outputs (``rank<N>_plus.json`` or ``rank.<N>.et``, ``rank<N>.report.json``) and its estimated peak memory; complete ranks set aside (``link_rank.completed_result``) |
 | 3. run | ``link_rank``, ``local``, ``remote`` | one fresh process per rank: forked locally within ``--workers`` and the memory budget, or a subprocess on a Dask worker; a failing rank only records its error |
 | 4. check | ``job_check`` (outside the package) | the job's process groups and the cross-rank comparison of every group's collectives |
@@ -14,14 +14,14 @@ Steps, each one a plain function over plain data, each in its own module:
 This package re-exports the names callers use (``from linker.batch import run_batch``).
 """
 
-from ..exit_status import EXIT_RANKS_FAILED
-from ..job_check import format_ranks
-from ..rank_names import NAME_RANK_PATTERNS, TRACE_SUFFIXES, RankOfFile, rank_from_name
-from .errors import BatchSetupError, PairingError
-from .job import BatchConfig, BatchPlan, default_workers, parse_bytes, plan_batch, run_batch
-from .link_rank import SIDECAR_VERSION, completed_result, run_rank_task
-from .local import pick_next_task, run_local
-from .memory import (
+from linker.model.exit_status import EXIT_RANKS_FAILED
+from linker.batch.collectives import format_ranks
+from linker.read.rank_names import NAME_RANK_PATTERNS, TRACE_SUFFIXES, RankOfFile, rank_from_name
+from linker.batch.errors import BatchSetupError, PairingError
+from linker.batch.job import BatchConfig, BatchPlan, default_workers, parse_bytes, plan_batch, run_batch
+from linker.batch.link_rank import SIDECAR_VERSION, completed_result, run_rank_task
+from linker.batch.local import pick_next_task, run_local
+from linker.batch.memory import (
     MEMORY_BUDGET_SHARE,
     PEAK_BASE_BYTES,
     PEAK_BYTES_PER_INPUT_BYTE,
@@ -30,7 +30,7 @@ from .memory import (
     estimate_peak_bytes,
     uncompressed_size,
 )
-from .pairing import (
+from linker.batch.pairing import (
     HEAD_BYTES,
     DistributedInfo,
     Pairing,
@@ -40,9 +40,9 @@ from .pairing import (
     pair_rank_files,
     read_distributed_info,
 )
-from .remote import child_main, run_dask, run_rank_subprocess
-from .summary import BatchSummary, BatchTotals, Outlier, find_outliers, format_table, summarize_totals, write_summary
-from .tasks import RankResult, RankTask, failed_result, make_task, output_name
+from linker.batch.remote import child_main, run_dask, run_rank_subprocess
+from linker.batch.summary import BatchSummary, BatchTotals, Outlier, find_outliers, format_table, summarize_totals, write_summary
+from linker.batch.tasks import RankResult, RankTask, failed_result, make_task, output_name
 
 __all__ = [
     "EXIT_RANKS_FAILED", "HEAD_BYTES", "MEMORY_BUDGET_SHARE", "NAME_RANK_PATTERNS", "PEAK_BASE_BYTES",

@@ -10,17 +10,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..job_check import COMM_GROUPS_FILE, check_job, format_ranks
-from ..link import LinkOptions
-from ..progress import BatchProgress
-from .errors import BatchSetupError, PairingError
-from .link_rank import completed_result
-from .local import run_local
-from .memory import MEMORY_BUDGET_SHARE, available_memory_bytes
-from .pairing import Pairing, expand_glob, pair_rank_files
-from .remote import import_distributed, run_dask
-from .summary import BatchSummary, find_outliers, summarize_totals, write_summary
-from .tasks import RankResult, RankTask, make_task
+from linker.batch.collectives import COMM_GROUPS_FILE, check_job, format_ranks
+from linker.link.recipe import LinkOptions
+from linker.batch.progress import BatchProgress
+from linker.batch.errors import BatchSetupError, PairingError
+from linker.batch.link_rank import completed_result
+from linker.batch.local import run_local
+from linker.batch.memory import MEMORY_BUDGET_SHARE, available_memory_bytes
+from linker.batch.pairing import Pairing, expand_glob, pair_rank_files
+from linker.batch.remote import import_distributed, run_dask
+from linker.batch.summary import BatchSummary, find_outliers, summarize_totals, write_summary
+from linker.batch.tasks import RankResult, RankTask, make_task
 
 
 @dataclass

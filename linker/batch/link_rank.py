@@ -17,10 +17,10 @@ from pathlib import Path
 
 import orjson
 
-from ..errors import MismatchedPairError, TraceInputError
-from ..fileio import atomic_output
-from ..job_check import SIDECAR_KEY
-from .tasks import RankResult, RankTask, base_result, failed_result, fill_from_report
+from linker.model.errors import MismatchedPairError, TraceInputError
+from linker.read.files import atomic_output
+from linker.batch.collectives import SIDECAR_KEY
+from linker.batch.tasks import RankResult, RankTask, base_result, failed_result, fill_from_report
 
 log = logging.getLogger("et_link")
 
@@ -53,8 +53,8 @@ def run_rank_task(task: RankTask) -> RankResult:
     only next to a complete output. Peak memory is this process's
     ``ru_maxrss``: meaningful because every task runs in a fresh process.
     """
-    from ..job_check import rank_collectives
-    from ..pipeline import link_pair
+    from linker.batch.collectives import rank_collectives
+    from linker.pipeline import link_pair
 
     started = time.perf_counter()
     base = _current_rss_bytes()
@@ -120,7 +120,7 @@ def completed_result(task: RankTask, verify: bool = False) -> RankResult | None:
 
 
 def _output_is_valid(path: Path) -> bool:
-    from ..validate import validate_file
+    from linker.write.validate import validate_file
 
     try:
         return validate_file(path).ok

@@ -14,9 +14,9 @@ import threading
 from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_for_ready
 
-from ..progress import BatchProgress
-from .link_rank import run_rank_task
-from .tasks import RankResult, RankTask, failed_result, report_done
+from linker.batch.progress import BatchProgress
+from linker.batch.link_rank import run_rank_task
+from linker.batch.tasks import RankResult, RankTask, failed_result, report_done
 
 log = logging.getLogger("et_link")
 

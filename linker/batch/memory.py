@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..fileio import GZIP_MAGIC, plausible_gzip_size
+from linker.read.files import GZIP_MAGIC, plausible_gzip_size
 
 # --- memory model -------------------------------------------------------------------------------
 # Peak RSS of one rank ~= PEAK_BASE_BYTES + PEAK_BYTES_PER_INPUT_BYTE * (uncompressed ET + Kineto

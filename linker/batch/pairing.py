@@ -1,7 +1,7 @@
 """Pair ET and Kineto files by rank (step 1 of ``et-link batch``).
 
 A Kineto file's rank comes from its ``distributedInfo.rank`` (read from the file's header only,
-``read_distributed_info``), otherwise from the file name (``linker.rank_names``); ``--rank-pattern``
+``read_distributed_info``), otherwise from the file name (``linker.read.rank_names``); ``--rank-pattern``
 takes every rank from the name instead. Every problem (no rank, duplicated rank, rank on one side
 only, name contradicting the content) is collected and reported before any work starts.
 Cost: O(files) plus one header read per Kineto file.
@@ -18,10 +18,10 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..fileio import GZIP_MAGIC
-from ..job_check import format_ranks
-from ..rank_names import RankOfFile, rank_from_name
-from .errors import BatchSetupError
+from linker.read.files import GZIP_MAGIC
+from linker.batch.collectives import format_ranks
+from linker.read.rank_names import RankOfFile, rank_from_name
+from linker.batch.errors import BatchSetupError
 
 HEAD_BYTES = 1 << 20  # distributedInfo must appear within this many uncompressed bytes
 HEAD_CHUNK = 64 << 10

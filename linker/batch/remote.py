@@ -14,11 +14,11 @@ import sys
 import time
 from pathlib import Path
 
-from ..progress import BatchProgress
-from .errors import BatchSetupError
-from .link_rank import run_rank_task
-from .local import exit_description
-from .tasks import RankResult, RankTask, failed_result, report_done
+from linker.batch.progress import BatchProgress
+from linker.batch.errors import BatchSetupError
+from linker.batch.link_rank import run_rank_task
+from linker.batch.local import exit_description
+from linker.batch.tasks import RankResult, RankTask, failed_result, report_done
 
 _CHILD_CODE = "from linker.batch.remote import child_main; child_main()"
 

@@ -11,9 +11,9 @@ from typing import Callable
 
 import orjson
 
-from ..fileio import atomic_output
-from ..job_check import CollectiveCheck, format_check
-from .tasks import RankResult
+from linker.read.files import atomic_output
+from linker.batch.collectives import CollectiveCheck, format_check
+from linker.batch.tasks import RankResult
 
 # A rank stands out when its linked % (or GPU %) is this many points below the median, or more
 # than OUTLIER_MADS median absolute deviations below it, whichever is larger.

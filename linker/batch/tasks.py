@@ -8,10 +8,10 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..link import LinkOptions
-from ..progress import BatchProgress
-from .memory import estimate_peak_bytes, uncompressed_size
-from .pairing import RankPair
+from linker.link.recipe import LinkOptions
+from linker.batch.progress import BatchProgress
+from linker.batch.memory import estimate_peak_bytes, uncompressed_size
+from linker.batch.pairing import RankPair
 
 
 @dataclass

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import orjson
 
-from .. import process_exit
-from ..errors import TraceInputError
-from ..fileio import collector_paused
-from .engine import MODELS, Scale, measured_release, replay
-from .job import read_comm_groups, resolve_inputs
-from .load import load_graph
-from .perfetto import write_trace
-from .report import build_report, format_text
+from linker.schedule import process_exit
+from linker.model.errors import TraceInputError
+from linker.read.files import collector_paused
+from linker.sim.engine import MODELS, Scale, measured_release, replay
+from linker.sim.job import read_comm_groups, resolve_inputs
+from linker.sim.load import load_graph
+from linker.sim.perfetto import write_trace
+from linker.sim.report import build_report, format_text
 
 RANK_STARTS = ("measured", "zero")
 

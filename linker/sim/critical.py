@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .engine import CAUSE_DEPENDENCY, CAUSE_PEER, NO_NODE, Replay
-from .graph import KIND_NAMES, SimGraph
+from linker.sim.engine import CAUSE_DEPENDENCY, CAUSE_PEER, NO_NODE, Replay
+from linker.sim.graph import KIND_NAMES, SimGraph
 
 
 @dataclass(slots=True)

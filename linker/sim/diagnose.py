@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from .engine import Replay
-from .graph import comm_type_name
+from linker.sim.engine import Replay
+from linker.sim.graph import comm_type_name
 
 MISSING_DEPENDENCY = "missing dependency"
 STALLED_COLLECTIVE = "stalled collective"

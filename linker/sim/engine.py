@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate, chain, repeat
 from operator import sub
 
-from .graph import COLL, META, RECV, SEND, SimGraph, comm_type_name, lane_label
+from linker.sim.graph import COLL, META, RECV, SEND, SimGraph, comm_type_name, lane_label
 
 ASTRA_SIM, LANES = "astra-sim", "lanes"
 MODELS = (ASTRA_SIM, LANES)

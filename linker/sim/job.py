@@ -16,9 +16,9 @@ from pathlib import Path
 
 import orjson
 
-from ..errors import TraceInputError
-from ..fileio import open_input
-from ..rank_names import rank_in_name
+from linker.model.errors import TraceInputError
+from linker.read.files import open_input
+from linker.read.rank_names import rank_in_name
 
 COMM_GROUPS_FILE = "comm_groups.json"
 _REPLAYABLE_SUFFIXES = (".et", ".et.gz", "_plus.json", "_plus.json.gz")

@@ -34,13 +34,13 @@ import msgspec
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from .. import et_def_pb2 as pb
-from ..chakra_comm import PROCESS_GROUP_INIT, kind_from_kernel, kind_from_name
-from ..chakra_io import TraceFormatError, attr_value, frame_boundary, iter_frames, iter_frames_from, open_binary
-from ..errors import TraceInputError
-from ..fileio import read_trace_bytes
-from ..forked import ForkedCall, can_fork
-from .graph import (COLL, COMM, COMM_TYPE_OF_NAME, CPU, GPU, META, NO_TIME, RECV, SEND, UNKNOWN_COMM_TYPE,
+from linker.write import et_def_pb2 as pb
+from linker.plan.comm import PROCESS_GROUP_INIT, kind_from_kernel, kind_from_name
+from linker.write.chakra_wire import TraceFormatError, attr_value, frame_boundary, iter_frames, iter_frames_from, open_binary
+from linker.model.errors import TraceInputError
+from linker.read.files import read_trace_bytes
+from linker.schedule.fork import ForkedCall, can_fork
+from linker.sim.graph import (COLL, COMM, COMM_TYPE_OF_NAME, CPU, GPU, META, NO_TIME, RECV, SEND, UNKNOWN_COMM_TYPE,
                     CommInfo, GraphBuilder, SimGraph, cpu_lane, gpu_lane)
 
 JSON, CHAKRA = "json", "chakra"

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import orjson
 
-from ..fileio import atomic_output
-from .engine import Replay
-from .graph import KIND_NAMES, lane_label
+from linker.read.files import atomic_output
+from linker.sim.engine import Replay
+from linker.sim.graph import KIND_NAMES, lane_label
 
 MEASURED, SIMULATED = "measured", "simulated"
 

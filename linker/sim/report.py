@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .critical import CriticalOp, PathLink, PathStep, critical_path, path_links, time_by_kind, top_ops
-from .diagnose import Diagnosis, diagnose
-from .engine import Replay
-from .graph import KIND_NAMES
-from .unheld import UnheldWait, unheld_gpu_wait, unheld_note
+from linker.sim.critical import CriticalOp, PathLink, PathStep, critical_path, path_links, time_by_kind, top_ops
+from linker.sim.diagnose import Diagnosis, diagnose
+from linker.sim.engine import Replay
+from linker.sim.graph import KIND_NAMES
+from linker.sim.unheld import UnheldWait, unheld_gpu_wait, unheld_note
 
 EXAMPLES = 10
 

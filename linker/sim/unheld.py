@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .graph import COMM, GPU, SimGraph, lane_label
+from linker.sim.graph import COMM, GPU, SimGraph, lane_label
 
 LARGEST = 3
 

@@ -1,0 +1,159 @@
+"""Build the ET+ from a ``LinkResult``: times on linked ET nodes, new GPU nodes under their launcher.
+
+FORMATS.md §3: every linked CPU node gets ``ts``, ``dur``, ``inclusive_dur``, ``exclusive_dur`` (µs);
+every attributed kernel/memcpy/memset becomes a node whose parent (``ctrl_deps`` or ``parent``, as
+the layout has it) is its launching CPU node, carrying ``cat, name, ph, ts, dur, inclusive_dur,
+exclusive_dur, stream, device, correlation`` (and ``pg_name`` when the trace names the process
+group). New ids continue after the largest existing id. Each linked node's Kineto start and end
+and its exclusive time, raw and as written, are gathered on the way (``EtPlus.op_times``,
+``op_exclusive``, ``exclusive_us``) for the plan's busy times and the simulation fields, which
+drop them once used. Cost O(n + g).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from linker.link import durations
+from linker.read.et import FLAT, ExecutionTrace
+from linker.link.gpu import GpuLink
+from linker.link.recipe import LinkResult
+
+UNSET = msgspec.UNSET
+Unset = msgspec.UnsetType
+
+_EMPTY_IO_NESTED = msgspec.Raw(b'{"values":[],"shapes":[],"types":[]}')
+_EMPTY_LIST = msgspec.Raw(b"[]")
+
+
+class GpuNode(msgspec.Struct, omit_defaults=True):
+    """A GPU op as an ET+ node. Layout-dependent keys stay UNSET (not written) when not used."""
+
+    # Written always (no defaults: omit_defaults would drop a field equal to its default).
+    id: int
+    name: str
+    cat: str
+    ph: str
+    ts: float | int
+    dur: float | int
+    inclusive_dur: float | int
+    exclusive_dur: float | int
+    stream: int | None
+    device: int | None
+    correlation: int | None
+    # Written when set.
+    ctrl_deps: int | Unset = UNSET
+    parent: int | Unset = UNSET
+    pg_name: str | Unset = UNSET
+    tid: int | Unset = UNSET
+    inputs: Any = UNSET
+    outputs: Any = UNSET
+    input_shapes: Any = UNSET
+    input_types: Any = UNSET
+    output_shapes: Any = UNSET
+    output_types: Any = UNSET
+    attrs: list | Unset = UNSET
+    # Simulation fields (``sim_fields``): busy duration, dependencies with causes, comm attributes.
+    sim_dur: float | int | Unset = UNSET
+    data_deps: list | Unset = UNSET
+    data_dep_causes: list | Unset = UNSET
+    comm_type: str | Unset = UNSET
+    comm_size: int | Unset = UNSET
+    comm_src: int | Unset = UNSET
+    comm_dst: int | Unset = UNSET
+
+
+@dataclass
+class EtPlus:
+    """The ET with times filled in, plus the GPU nodes (``gpu_links[k]`` made ``gpu_nodes[k]``)."""
+
+    result: LinkResult
+    gpu_nodes: list[GpuNode]
+    gpu_links: list[GpuLink]
+    plan: Any = None  # chakra_deps.DependencyPlan once computed (write_chakra.dependency_plan)
+    plan_summary: Any = None  # the chakra_deps.WriteSummary it was computed with
+    # Per ET node: its linked Kineto event's start and end (µs, NaN when unlinked), gathered by
+    # ``build_et_plus`` for the plan (``busy``), which drops them once used.
+    op_times: tuple[list[float], list[float]] | None = None
+    # Per ET node: its exclusive µs (0.0 when unlinked), for the plan's busy times (dropped there),
+    # and ``exclusive_dur`` as written, integral values as int (0 when unlinked), for
+    # ``sim_fields`` (dropped there).
+    op_exclusive: list[float] | None = None
+    exclusive_us: list[float | int] | None = None
+
+    @property
+    def et(self) -> ExecutionTrace:
+        return self.result.et
+
+    def all_nodes(self) -> list:
+        return self.et.nodes + self.gpu_nodes
+
+
+def as_number(value: float) -> float | int:
+    """Integral floats as ints, so traces with integer µs stay integer in the output."""
+    return int(value) if value == int(value) else value
+
+
+def build_et_plus(result: LinkResult) -> EtPlus:
+    """Fill ET+ time fields into ``result.et.nodes`` (in place) and create the GPU nodes. A
+    non-integral ``exclusive_dur`` is written rounded to 3 decimals: from ``result.exclusive_rounded``
+    when the Kineto child made it, else rounded here (for every event: C passes). O(n + g)."""
+    et, columns, exclusive = result.et, result.kineto.cpu_columns(), result.exclusive
+    nodes, event_ts, event_dur = et.nodes, columns.ts, columns.dur
+    rounded_exclusive = result.exclusive_rounded
+    if rounded_exclusive is None or len(rounded_exclusive) != len(exclusive):
+        rounded_exclusive = durations.rounded_exclusive(exclusive)
+    starts, ends = [math.nan] * len(nodes), [math.nan] * len(nodes)
+    op_exclusive, exclusive_us = [0.0] * len(nodes), [0] * len(nodes)
+    for i, e in enumerate(result.match.event_of_op):
+        if e < 0:
+            continue
+        node = nodes[i]
+        ts, dur, excl = event_ts[e], event_dur[e], exclusive[e]
+        starts[i], ends[i], op_exclusive[i] = ts, ts + dur, excl
+        node.ts = int(ts) if ts.is_integer() else ts
+        node.dur = node.inclusive_dur = int(dur) if dur.is_integer() else dur
+        if excl.is_integer():
+            node.exclusive_dur = exclusive_us[i] = int(excl)
+        else:
+            rounded = node.exclusive_dur = rounded_exclusive[e]
+            exclusive_us[i] = int(rounded) if rounded.is_integer() else rounded
+    next_id = max(et.ids) + 1
+    flat = et.layout == FLAT
+    gpu_nodes, gpu_links = [], []
+    for link in result.gpu.links:
+        if link.et_index < 0:
+            continue
+        g = link.event
+        dur = as_number(g.dur)
+        node = GpuNode(id=next_id, name=g.name, cat=g.cat, ph="X", ts=as_number(g.ts), dur=dur,
+                       inclusive_dur=dur, exclusive_dur=dur,
+                       stream=g.args.stream if g.args.stream is not None else _int_or_none(g.tid),
+                       device=g.args.device if g.args.device is not None else _int_or_none(g.pid),
+                       correlation=g.args.correlation)
+        if g.args.pg_name is not None:
+            node.pg_name = str(g.args.pg_name)
+        parent_id = et.ids[link.et_index]
+        if flat:
+            node.parent = parent_id
+            node.tid = et.tid[link.et_index]
+            node.inputs = node.outputs = _EMPTY_LIST
+            node.input_shapes = node.input_types = _EMPTY_LIST
+            node.output_shapes = node.output_types = _EMPTY_LIST
+        else:
+            node.ctrl_deps = parent_id
+            node.inputs = node.outputs = _EMPTY_IO_NESTED
+            node.attrs = [{"name": "tid", "type": "uint64", "value": et.tid[link.et_index]}]
+        gpu_nodes.append(node)
+        gpu_links.append(link)
+        next_id += 1
+    return EtPlus(result, gpu_nodes, gpu_links, op_times=(starts, ends), op_exclusive=op_exclusive,
+                  exclusive_us=exclusive_us)
+
+
+def _int_or_none(value) -> int | None:
+    return value if isinstance(value, int) else None

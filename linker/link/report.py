@@ -1,0 +1,220 @@
+"""The link report: what was done and how good it is (``--report`` JSON, stderr summary)."""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import asdict, dataclass, field
+
+from linker.read.et import ExecutionTrace
+from linker.link.gpu import BEFORE_TRACE, REASON_WORDS, UNDER_PROCESS_ROOT, GpuAttribution
+from linker.link.intervals import NESTING_SLACK_US, lies_within
+from linker.read.kineto import KinetoTrace
+from linker.link.threads import OpMatch
+from linker.link.windows import Window
+
+EXAMPLES = 10
+
+# Plain words for the report's internal problem names (the JSON keeps the names as keys).
+@dataclass
+class Unmatched:
+    count: int
+    examples: list[dict]
+
+
+@dataclass
+class LinkReport:
+    et_file: str
+    kineto_file: str
+    et_schema: str
+    et_layout: str
+    method: str
+    method_reason: list[str]
+    et_ops: int
+    linked_ops: int
+    linked_pct: float
+    kineto_cpu_events: int  # in the window used
+    gpu_events: int
+    gpu_events_linked: int
+    gpu_linked_pct: float
+    gpu_attribution: dict
+    unmatched: dict
+    threads: list[dict]
+    window: dict | None
+    nesting_violations: int
+    warnings: list[str]
+    seconds: float
+    match_stats: dict = field(default_factory=dict)
+    # Where the host graph came from: "execution trace" or "kineto" (built from the Kineto trace alone).
+    host_graph: str = "execution trace"
+    gpu_events_in_trace: int = 0  # every kernel/memcpy/memset of the file, window or not
+    # Every GPU event of the file under one reason, in words: [{"reason", "count", "meaning"}].
+    gpu_accounting: list = field(default_factory=list)
+    # Filled once a writer computed the dependency plan (pipeline.add_simulation_counts):
+    dependencies: int = 0  # data dependencies written
+    dependency_causes: dict = field(default_factory=dict)  # cause -> data dependencies
+    simulation: dict = field(default_factory=dict)  # blocked / host-gap / busy totals, waits
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self, total_seconds: float | None = None) -> str:
+        """The stderr summary; its WARNING lines are exactly the report's ``warnings``."""
+        before = self.gpu_attribution.get("problems", {}).get(BEFORE_TRACE, 0)
+        adopted = sum(row["count"] for row in self.gpu_accounting if row["reason"] == UNDER_PROCESS_ROOT)
+        gpu = (f"{self.gpu_events_linked - adopted}/{self.gpu_events - before - adopted} GPU ops launched "
+               f"while tracing attached ({self.gpu_linked_pct:.2f}%)" if self.gpu_events
+               else "no GPU ops in the Kineto trace (CPU-only run)")
+        if adopted:
+            gpu += f", {adopted} launched before it under the process root"
+        timing = (f"in {total_seconds:.2f}s (matching {self.seconds:.2f}s)" if total_seconds is not None
+                  else f"(matching {self.seconds:.2f}s)")
+        if self.host_graph != "execution trace":
+            head = f"et-link: no ET: host graph of {self.et_ops} ops built from the Kineto trace alone, {gpu}"
+        else:
+            head = f"et-link: {self.method}: linked {self.linked_ops}/{self.et_ops} ET ops ({self.linked_pct:.2f}%), {gpu}"
+        lines = [f"{head} {timing}"]
+        lines += [f"  {reason}" for reason in self.method_reason]
+        if self.gpu_accounting:
+            lines.append(f"  GPU events: {self.gpu_events_in_trace}")
+            lines += [f"    {row['count']}: {row['meaning']}" for row in self.gpu_accounting]
+        if self.window:
+            lines.append(f"  window: {self.window['label']} ({self.window['source']}, "
+                         f"{self.window['candidates']} candidates)")
+        et_unmatched = self.unmatched["et"]["count"]
+        k_unmatched = self.unmatched["kineto"]["count"]
+        if self.host_graph == "execution trace":
+            lines.append(f"  unmatched: {et_unmatched} ET ops, {k_unmatched} Kineto CPU events")
+        if self.dependency_causes:
+            lines.append(f"  dependencies: {self.dependencies} (" + ", ".join(
+                f"{cause} {count}" for cause, count in self.dependency_causes.items()) + ")")
+        lines += [f"  WARNING: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int],
+                       nesting: tuple[list, list] | None = None) -> int:
+    """Linked ops whose Kineto interval is not inside their linked ET parent's (``lies_within``,
+    written out). ``nesting``: the CPU events' (nesting parents, ``ts + dur``) columns (the ends
+    a list or an ``array('d')``) when at
+    hand: the usual pair, an op whose parent's event is its event's nesting parent, then needs
+    only the end check (that parent starts no later: ``cpu_events`` are in start order per
+    thread), read from the columns, and the pairs to check in full from ``KinetoTrace.cpu_columns``.
+    O(n)."""
+    slack = NESTING_SLACK_US
+    outer_of = [*event_of_op, -1]  # an op without a parent (-1) reads the -1 at the end
+    pairs = zip(event_of_op, map(outer_of.__getitem__, et.parent_index()))
+    if nesting is None:
+        events = kineto.cpu_events
+        violations = 0
+        for inner, outer in pairs:
+            if (inner | outer) >= 0:  # both linked
+                a, b = events[inner], events[outer]
+                if not (b.ts - slack <= a.ts and a.ts + a.dur <= b.ts + b.dur + slack):
+                    violations += 1
+        return violations
+    parent, end = nesting
+    end = end.tolist() if isinstance(end, array) else end  # read twice per op: floats made once
+    columns = kineto.cpu_columns()
+    violations = 0
+    for inner, outer in pairs:
+        # (inner | outer) >= 0: both linked; a violation at the end, or a pair to check in full.
+        if (inner | outer) >= 0 and (parent[inner] != outer or end[inner] > end[outer] + slack):
+            if parent[inner] == outer or not _lies_within(columns, inner, outer, slack):
+                violations += 1
+    return violations
+
+
+def _lies_within(columns, inner: int, outer: int, slack: float) -> bool:
+    """``lies_within`` of two CPU events, read from their columns."""
+    ts, dur = columns.ts, columns.dur
+    return ts[outer] - slack <= ts[inner] and ts[inner] + dur[inner] <= ts[outer] + dur[outer] + slack
+
+
+def _window_dict(window: Window | None) -> dict | None:
+    if window is None:
+        return None
+    return {"label": window.label, "source": window.source, "start_us": window.start,
+            "end_us": window.end, "index": window.index, "segments": window.segments,
+            "candidates": window.candidates, "score": round(window.score, 4)}
+
+
+def _unlinked_events(event_of_op: list[int], in_window, events: int, op_of_event: list[int] | None) -> list[int]:
+    """The events of the window no op is linked to. O(n); none to look for when the inverse
+    (``op_of_event``) has no -1 and the window is the whole trace."""
+    if op_of_event is None:
+        used = set(event_of_op)
+        return [i for i in in_window if i not in used]
+    if len(in_window) == events and op_of_event.count(-1) == 0:
+        return []
+    return [i for i in in_window if op_of_event[i] < 0]
+
+
+def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window: Window | None,
+                 gpu: GpuAttribution, notes: list[str], warnings: list[str], seconds: float,
+                 nesting: tuple[list, list] | None = None, op_of_event: list[int] | None = None) -> LinkReport:
+    """The report of one link. ``nesting``: the CPU events' (nesting parents, ``ts + dur``)
+    columns, ``op_of_event`` the inverse of ``match.event_of_op``, when at hand."""
+    ops = et.op_indices()
+    event_of_op = match.event_of_op
+    events = kineto.cpu_count()
+    in_window = (range(events) if window is None
+                 else [i for i, ts in enumerate(kineto.cpu_columns().ts) if window.contains(ts)])
+    et_missing = [i for i in ops if event_of_op[i] < 0]
+    linked = len(ops) - len(et_missing)
+    k_missing = _unlinked_events(event_of_op, in_window, events, op_of_event)
+    columns = kineto.cpu_columns()  # not the events: deferred ones stay encoded (``kineto_ahead``)
+    unmatched = {
+        "et": asdict(Unmatched(len(et_missing), [
+            {"id": et.ids[i], "name": et.names[i], "tid": et.tid[i]} for i in et_missing[:EXAMPLES]])),
+        "kineto": asdict(Unmatched(len(k_missing), [
+            {"name": columns.name[i], "tid": columns.tid[i], "ts": columns.ts[i]} for i in k_missing[:EXAMPLES]])),
+    }
+    gpu_total = len(gpu.links)
+    adopted = gpu.placement_counts[UNDER_PROCESS_ROOT]  # launched before the trace: not in the share
+    launched_in_trace = gpu_total - gpu.problem_counts[BEFORE_TRACE] - adopted
+    gpu_linked = gpu.attributed
+    unattributed = [
+        {"name": l.event.name[:120], "correlation": l.event.args.correlation, "problem": l.problem}
+        for l in gpu.links if l.et_index < 0][:EXAMPLES]
+    warnings = list(warnings)
+    failures = {why: n for why, n in gpu.problem_counts.items() if why != BEFORE_TRACE}
+    if failures:  # work launched before the trace started is expected, not a failure
+        warnings.append("GPU ops not attached to any op: " + "; ".join(
+            f"{n} {REASON_WORDS[why]} [{why}]" for why, n in sorted(failures.items())))
+    if match.unpaired_et_threads:
+        warnings.append(f"ET threads {match.unpaired_et_threads} have no Kineto counterpart "
+                        "(their ops stay unlinked)")
+    violations = nesting_violations(et, kineto, match.event_of_op, nesting)
+    if violations:
+        warnings.append(f"{violations} linked ops lie outside their linked parent's time interval "
+                        "(a sign of wrong links)")
+    return LinkReport(
+        et_file=et.path, kineto_file=kineto.path, et_schema=et.schema, et_layout=et.layout,
+        method=match.method, method_reason=notes + match.notes,
+        et_ops=len(ops), linked_ops=linked,
+        linked_pct=round(100.0 * linked / len(ops), 3) if ops else 0.0,
+        kineto_cpu_events=len(in_window), gpu_events=gpu_total, gpu_events_linked=gpu_linked,
+        # Work launched before the trace started cannot be attributed by anyone: not a failure.
+        gpu_linked_pct=(round(100.0 * (gpu_linked - adopted) / launched_in_trace, 3) if launched_in_trace else 100.0),
+        gpu_attribution={"via": dict(gpu.via_counts), "problems": dict(gpu.problem_counts),
+                         "unattributed_examples": unattributed,
+                         "launch_names_not_in_known_list": dict(gpu.unknown_launch_names),
+                         "outside_window": gpu.outside_window,
+                         "placements": dict(gpu.placement_counts),
+                         "launch_names": dict(gpu.launch_names),
+                         "graph_launches": gpu.graph_launches,
+                         "graph_gpu_ops": gpu.graph_gpu_ops},
+        unmatched=unmatched,
+        threads=[asdict(p) | {"kineto_thread": list(p.kineto_thread)} for p in match.threads],
+        window=_window_dict(window), nesting_violations=violations, warnings=warnings,
+        seconds=round(seconds, 3), match_stats=match.stats,
+        gpu_events_in_trace=len(kineto.gpu_events), gpu_accounting=gpu_accounting(gpu),
+    )
+
+
+def gpu_accounting(gpu: GpuAttribution) -> list[dict]:
+    """Every GPU event under one reason, with the reason in words; the counts add up to the
+    GPU event count of the Kineto file."""
+    return [{"reason": reason, "count": n, "meaning": REASON_WORDS[reason]}
+            for reason, n in gpu.accounting().items()]
+

@@ -1,0 +1,129 @@
+"""Method 1: join ET ops and Kineto events on the record-function id, after validating it.
+
+ET ``rf_id`` == Kineto ``args["Record function id"]`` for every op of the same window (PyTorch ≥ 2.2).
+The ids are checked before they are trusted: present, non-zero, unique on each side, and the names
+of joined pairs agree. Cost O(n).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from itertools import compress
+from operator import eq, not_
+
+from linker.model.columns import unique_positions
+from linker.read.et import ExecutionTrace
+from linker.read.kineto import KinetoTrace
+from linker.link.threads import OpMatch
+
+# The join is trusted when names agree on at least this share of joined pairs ...
+MIN_NAME_AGREEMENT = 0.99
+# ... and it links at least this share of the smaller side.
+MIN_COVERAGE = 0.1
+
+
+@dataclass
+class RfIdCheck:
+    """Why the record-function ids can or cannot be trusted."""
+
+    usable: bool
+    reason: str
+    kineto_with_id: int = 0
+    kineto_zero: int = 0
+    kineto_duplicates: int = 0
+    et_duplicates: int = 0
+    joined: int = 0
+    name_mismatches: int = 0
+
+
+def _kineto_ids(ids: list) -> tuple[dict, int, int, int]:
+    """(record-function id -> its event, for the ids found once, None and 0 left out; events with
+    an id; events with id 0; events whose id repeats). One ``dict(zip())`` in C when every id is
+    distinct (None and 0 then occur at most once: no counting), else the counts. O(n)."""
+    first = dict(zip(ids, range(len(ids))))
+    if len(first) == len(ids):
+        with_id = len(ids) - (None in first)
+        zero = 1 if 0 in first else 0
+        first.pop(None, None)
+        first.pop(0, None)
+        return first, with_id, zero, 0
+    with_id = len(ids) - ids.count(None)
+    zero = ids.count(0)
+    event_of_rf = unique_positions(ids, drop=(None, 0))
+    k_dups = sum(c for c in Counter(r for r in ids if r).values() if c > 1) if len(event_of_rf) < with_id - zero else 0
+    return event_of_rf, with_id, zero, k_dups
+
+
+def _event_of_every_op(et: ExecutionTrace, events: list[int], event_names: list[str]) -> list[int]:
+    """``event_of_op`` when ``events[k]`` is the event of the k-th op (``op_indices()``): the
+    event where the names agree, else -1; -1 for the roots, put in at their places. C passes
+    but for the few roots and disagreeing names."""
+    ops = et.op_indices()
+    agree = list(map(eq, map(event_names.__getitem__, events), map(et.names.__getitem__, ops)))
+    event_of_op = list(events)
+    if False in agree:
+        for k in compress(range(len(agree)), map(not_, agree)):
+            event_of_op[k] = -1
+    for root in et.root_positions():  # in node order: each lands at its index
+        event_of_op.insert(root, -1)
+    return event_of_op
+
+
+def match_by_rf_id(et: ExecutionTrace, kineto: KinetoTrace) -> tuple[OpMatch, RfIdCheck]:
+    """Join on record-function ids. The match links only name-agreeing pairs with unique ids."""
+    columns = kineto.cpu_columns()
+    event_of_rf, with_id, zero, k_dups = _kineto_ids(columns.rf_id)
+
+    op_indices = et.op_indices()
+    rf_ids = et.rf_id
+    op_rf = list(map(rf_ids.__getitem__, op_indices))
+    distinct = set(op_rf)
+    if len(distinct) == len(op_rf):  # the usual case: every op's id distinct, no counting
+        et_dups = 0
+        et_counts = len(distinct) - (None in distinct) - (0 in distinct)  # only its truthiness is used
+        join_ops, join_ids = op_indices, op_rf  # None and 0 are not keys of event_of_rf: they never join
+    else:
+        et_unique = unique_positions(op_rf, drop=(None, 0))
+        et_counts = Counter(r for r in op_rf if r) if len(et_unique) < len(op_rf) - op_rf.count(0) else None
+        et_dups = sum(c for c in et_counts.values() if c > 1) if et_counts is not None else 0
+        if et_counts is None:
+            et_counts = et_unique  # only its truthiness is used below
+        join_ops, join_ids = list(map(op_indices.__getitem__, et_unique.values())), list(et_unique)
+    del distinct
+
+    names, event_names = et.names, columns.name
+    join_events = list(map(event_of_rf.get, join_ids))
+    joined = len(join_events) - join_events.count(None)
+    if joined == len(join_events) and join_ops is op_indices:  # every op's id found: C passes
+        event_of_op = _event_of_every_op(et, join_events, event_names)
+    else:
+        event_of_op = [-1] * len(et)
+        for i, e in zip(join_ops, join_events):  # distinct ops: the links are counted after
+            if e is not None and event_names[e] == names[i]:
+                event_of_op[i] = e
+    mismatched = joined - (len(event_of_op) - event_of_op.count(-1))
+
+    check = RfIdCheck(False, "", with_id, zero, k_dups, et_dups, joined, mismatched)
+    smaller = max(1, min(len(op_indices), kineto.cpu_count()))
+    if with_id == 0:
+        check.reason = "the Kineto trace has no 'Record function id' (PyTorch < 2.2)"
+    elif zero == with_id:
+        check.reason = "every Kineto 'Record function id' is 0"
+    elif not et_counts:
+        check.reason = "the ET has no non-zero rf_id"
+    elif joined == 0:
+        check.reason = "no ET rf_id occurs in the Kineto trace (different window or run?)"
+    elif (joined - mismatched) / joined < MIN_NAME_AGREEMENT:
+        check.reason = (f"names disagree on {mismatched} of {joined} pairs joined by rf_id "
+                        "(ids from another window or run?)")
+    elif joined / smaller < MIN_COVERAGE:
+        check.reason = f"rf_id joins only {joined} of {smaller} ops"
+    else:
+        check.usable = True
+        check.reason = (f"{joined} ops joined by rf_id, names agree on {joined - mismatched}; "
+                        f"{k_dups} duplicated Kineto ids and {et_dups} duplicated ET ids left out")
+    match = OpMatch("rf_id", event_of_op, notes=[check.reason])
+    match.stats = {"joined": joined, "name_mismatches": mismatched, "kineto_duplicate_ids": k_dups,
+                   "et_duplicate_ids": et_dups, "kineto_zero_ids": zero}
+    return match, check

@@ -1,0 +1,469 @@
+"""Busy time of every CPU op: what a simulator should hold its resource for.
+
+A trace-driven simulator (ASTRA-sim through Chakra's FeederV3) runs a node after its ``ctrl_deps``
+(the parent) and ``data_deps`` finish, one node per resource at a time, for ``duration_micros``.
+Inclusive time would count nested time once per nesting level; exclusive time (Chakra's converter
+writes it) still counts time the op sat blocked. This module computes, per ET node:
+
+- ``blocked``: the part of the op's exclusive time it was waiting, not working:
+  * blocking runtime calls Kineto records inside it (innermost linked op covering the call):
+    ``cudaDeviceSynchronize`` / ``cudaStreamSynchronize`` / ``cudaEventSynchronize`` (cu*, hip*),
+    synchronous ``cudaMemcpy`` / ``hipMemcpy``, and a ``cudaMemcpyAsync`` whose copy finished
+    before the call returned (a pageable-memory copy: synchronous in effect). The whole call counts.
+  * waits for another thread (``join``): the main thread sits in an op's exclusive time (e.g.
+    ``## backward ##`` while the autograd engine thread runs, ``join_workers`` while workers run)
+    or in a gap between its ops (Python's ``loss.backward()`` is no op), while a burst of another
+    thread's ops ends there. Blocked = from the later of the burst's start and the start of that
+    idle segment, to the burst's end.
+- ``host_gap``: time on a thread that no linked op covers (Python between ops), minus any part of it
+  that is a join wait. It is *folded* into the node that precedes the gap in the thread's
+  simulation order (its start order, which is the ET pre-order): that node is the last to run
+  before the gap in a replay, so the gap lands exactly where it occurred without adding nodes
+  (node ids, counts and the JSON/.et correspondence stay as they were). The idle time before a
+  worker thread's first op, when it began while its spawning op still ran, is folded into the
+  worker's ET thread root (``spawn``; see below). When GPU work launched before the trace (no
+  launch event) started before the main thread's first op, that lead is folded into the main
+  thread's root (``pre_trace_lead``): the host was busy with untraced work meanwhile.
+- ``sim`` = max(0, exclusive − blocked) + host_gap (unlinked nodes: host_gap only, usually 0).
+
+Cross-thread structure (``cross`` edges), found from the ET threads and the Kineto times, never
+from adjacency alone: the *main* thread is the one holding the earliest linked op; every other
+thread's ops are cut into *bursts*, a burst being the maximal run of that thread's top-level
+(uncovered) ops that begin after the same main-thread op S (the last main op started before them).
+- ``fork`` S → the burst's first op: the burst was started by the main thread's progress up to S.
+  When S was still running at the burst's start, S spawned it (``threading.Thread.start`` inside
+  S): for the thread's first burst the edge goes from the main op before S to the worker's thread
+  root, whose ``host_gap`` is the burst's offset into S; for a later burst it comes from the last
+  main op that had ended by then (S and its enclosing ops had not: waiting for them would delay
+  the burst past its measured start).
+- ``join`` burst's last op → the first main op starting after the burst ends (or the waiting op
+  itself when none does), when the burst ended while the main thread was idle (in an op's
+  exclusive time, or between ops). Blocked: the union, per idle segment, of the bursts' overlap.
+- ``join`` (hand-back): when the main thread waited in an op W's exclusive time from the burst's
+  start until W's next child began while the burst still ran (the autograd engine hands CPU work
+  back to the calling thread), the wait up to that child is blocked and the burst's op that
+  finished last before it gets an edge to it.
+
+Cost: O(n log n) for n ET nodes (sorting per thread, bisects for the main-thread lookups, ancestor
+walks bounded by tree depth), O(n) floats of memory.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from itertools import accumulate, compress
+from operator import add, eq, gt, lt, not_
+
+from linker.link.intervals import TimePoint, cpu_cover_index, innermost_covering
+from linker.link.recipe import op_of_event
+
+FORK, JOIN = "fork", "join"
+
+# Runtime calls that wait for GPU work, by kind: the synchronizes block the calling thread; a
+# stream-wait-event makes a stream wait (the CPU goes on). ``chakra_deps`` turns them into edges.
+DEVICE_SYNC, STREAM_SYNC, STREAM_WAIT_EVENT = "device_sync", "stream_sync", "stream_wait_event"
+WAIT_CALLS = {
+    "cudaDeviceSynchronize": DEVICE_SYNC, "cuCtxSynchronize": DEVICE_SYNC, "hipDeviceSynchronize": DEVICE_SYNC,
+    "cudaStreamSynchronize": STREAM_SYNC, "cuStreamSynchronize": STREAM_SYNC, "hipStreamSynchronize": STREAM_SYNC,
+    "cudaEventSynchronize": STREAM_SYNC, "cuEventSynchronize": STREAM_SYNC, "hipEventSynchronize": STREAM_SYNC,
+    "cudaStreamWaitEvent": STREAM_WAIT_EVENT, "cuStreamWaitEvent": STREAM_WAIT_EVENT,
+    "hipStreamWaitEvent": STREAM_WAIT_EVENT,
+}
+# Runtime calls that block the calling thread until GPU work finishes.
+SYNC_CALLS = frozenset(name for name, kind in WAIT_CALLS.items() if kind != STREAM_WAIT_EVENT)
+# Copies that are synchronous by definition (the call returns after the copy).
+SYNC_COPY_CALLS = frozenset({"cudaMemcpy", "hipMemcpy", "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD"})
+# Copies that are asynchronous unless the copy finished before the call returned.
+ASYNC_COPY_CALLS = frozenset({"cudaMemcpyAsync", "hipMemcpyAsync", "hipMemcpyWithStream", "cuMemcpyAsync"})
+
+
+@dataclass
+class BusyTimes:
+    """Per ET node (index = position in ``et.nodes``): blocked, host gap and simulated busy µs.
+
+    ``cross``: (source ET index, target ET index, cause) cross-thread edges, cause ``fork``/``join``.
+    ``main_tid``: the ET thread taken as the main thread (None without linked ops).
+    ``blocking_copies``: GPU link indices (into ``EtPlus.gpu_links``) launched by a copy call that
+    returned only after the copy finished: the thread waited for that GPU op (a ``sync`` edge).
+    """
+
+    blocked: list[float]
+    host_gap: list[float]
+    sim: list[float]
+    cross: list[tuple[int, int, str]] = field(default_factory=list)
+    main_tid: int | None = None
+    blocking_copies: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Timeline:
+    """One ET thread's linked ops in start order, with their measured start and end (µs)."""
+
+    ops: list[int]
+    starts: list[float]
+    ends: list[float]
+    _frontier: list[float] | None = None
+
+    def frontier(self) -> list[float]:
+        """frontier[p]: the latest end among ops 0..p (computed once)."""
+        if self._frontier is None:
+            self._frontier = list(accumulate(self.ends, max))
+        return self._frontier
+
+
+def is_blocking_copy(link) -> bool:
+    """True when the GPU op's launch call blocked the thread until the copy was done."""
+    launch = link.launch
+    if launch is None or link.event.cat != "gpu_memcpy":
+        return False
+    if launch.name in SYNC_COPY_CALLS:
+        return True
+    return launch.name in ASYNC_COPY_CALLS and link.event.ts + link.event.dur <= launch.ts + launch.dur
+
+
+def blocking_calls(et_plus) -> list:
+    """The Kineto runtime calls that block their thread, inside the linked window if any."""
+    window = et_plus.result.window
+    calls = [event for event in et_plus.result.kineto.runtime_events
+             if event.name in SYNC_CALLS and (window is None or window.contains(event.ts))]
+    calls += [link.launch for link in et_plus.gpu_links if is_blocking_copy(link)]
+    return calls
+
+
+def ops_covering(et_plus, calls: list) -> list[int]:
+    """For each runtime call, the innermost linked ET op covering it (-1 if none).
+    O(n + w log n) for w calls (the trace's cover index is built once: ``cpu_cover_index``)."""
+    if not calls:
+        return []
+    result = et_plus.result
+    events = result.kineto.cpu_events
+    op_of = op_of_event(result.match.event_of_op, len(events))
+    points = [TimePoint(call.pid, call.tid, call.ts) for call in calls]
+    covering = []
+    for e in innermost_covering(events, points, cpu_cover_index(result.kineto)):
+        while e >= 0 and op_of[e] < 0:
+            e = result.parents[e]
+        covering.append(op_of[e] if e >= 0 else -1)
+    return covering
+
+
+def _start_order(ops: list[int], starts: list[float], ends: list[float],
+                 ids: list[int]) -> tuple[list[int], list[float]]:
+    """``ops`` sorted by (start, -end, id, index), and their starts: one sort by start, then each
+    run of equal starts (integer-µs traces) by (-end, id, index). O(m log m); O(m) C passes for
+    ops given in order of strictly increasing start (then left as they are)."""
+    at = list(map(starts.__getitem__, ops))
+    if all(map(lt, at, at[1:])):
+        return list(ops), at
+    ops = sorted(ops, key=starts.__getitem__)
+    at = list(map(starts.__getitem__, ops))
+    if all(map(lt, at, at[1:])):
+        return ops, at
+    run_start = None
+    for p in compress(range(1, len(ops)), map(eq, at[1:], at[:-1])):  # p ties with p - 1
+        if run_start is None or at[p] != at[run_start]:
+            if run_start is not None:
+                _sort_tie(ops, run_start, run_end, ends, ids)
+            run_start = p - 1
+        run_end = p + 1
+    if run_start is not None:
+        _sort_tie(ops, run_start, run_end, ends, ids)
+    return ops, at
+
+
+def _sort_tie(ops: list[int], start: int, end: int, ends: list[float], ids: list[int]) -> None:
+    """Equal starts: longest first, then by id, then by index (repeated ids: the input order of
+    ``ops`` must not matter)."""
+    ops[start:end] = sorted(ops[start:end], key=lambda i: (-ends[i], ids[i], i))
+
+
+def _timelines(et, starts: list[float], ends: list[float], linked: list[bool], roots: list[int],
+               near_start_order: list[int] | None = None) -> dict[int, Timeline]:
+    """Per ET thread (in order of first op by index), its linked non-root ops in start order."""
+    is_op = list(linked)
+    for i in roots:
+        is_op[i] = False
+    tid = et.tid
+    thread_order = list(dict.fromkeys(map(tid.__getitem__, compress(range(len(is_op)), is_op))))
+    if near_start_order is None:
+        ops = list(compress(range(len(is_op)), is_op))
+    else:
+        ops = list(compress(near_start_order, map(is_op.__getitem__, near_start_order)))
+    if len(thread_order) == 1:
+        by_thread = {thread_order[0]: ops}
+    else:
+        by_thread = {t: [] for t in thread_order}
+        for i in ops:
+            by_thread[tid[i]].append(i)
+    timelines = {}
+    for t, members in by_thread.items():
+        members, member_starts = _start_order(members, starts, ends, et.ids)
+        timelines[t] = Timeline(members, member_starts, list(map(ends.__getitem__, members)))
+    return timelines
+
+
+def _thread_roots(et, roots: list[int]) -> dict[int, int]:
+    """ET thread number -> index of that thread's root node (nested layouts have them)."""
+    by_tid = {}
+    for i in roots:
+        if et.tid[i] and et.tid[i] not in by_tid:
+            by_tid[et.tid[i]] = i
+    return by_tid
+
+
+class MainThread:
+    """Lookups on the main thread's timeline: which op was running, or last started, at time t."""
+
+    def __init__(self, timeline: Timeline, parent_index: list[int], linked: list[bool]):
+        self.timeline = timeline
+        self.parent_index = parent_index
+        self.linked = linked
+        self._position: dict[int, int] | None = None
+
+    @property
+    def position(self) -> dict[int, int]:
+        """ET index -> position on the main timeline; built on first use (other threads' bursts)."""
+        if self._position is None:
+            self._position = dict(zip(self.timeline.ops, range(len(self.timeline.ops))))
+        return self._position
+
+    @property
+    def frontier(self) -> list[float]:
+        """frontier[p]: latest end among ops 0..p."""
+        return self.timeline.frontier()
+
+    def last_started(self, t: float) -> int:
+        """Position of the last op started at or before t (-1 if none)."""
+        return bisect_right(self.timeline.starts, t) - 1
+
+    def first_starting(self, t: float) -> int:
+        """ET index of the first op starting at or after t (-1 if none)."""
+        p = bisect_left(self.timeline.starts, t)
+        return self.timeline.ops[p] if p < len(self.timeline.ops) else -1
+
+    def idle_segment(self, t: float) -> IdleSegment | None:
+        """Where the main thread was at time t when not inside a linked op's child: the waiting op
+        W (or a gap between ops) and the idle segment around t. None before its first op or when
+        an op is running its own child at t. O(depth)."""
+        p = self.last_started(t)
+        if p < 0:
+            return None
+        tl = self.timeline
+        nxt = p + 1
+        resume = tl.ops[nxt] if nxt < len(tl.ops) else -1
+        resume_ts = tl.starts[nxt] if nxt < len(tl.ops) else math.inf
+        node, child = tl.ops[p], -1
+        while node >= 0:
+            q = self.position.get(node)
+            if q is not None and tl.ends[q] >= t:
+                start = tl.starts[q] if child < 0 else tl.ends[self.position[child]]
+                end = min(tl.ends[q], resume_ts)
+                return IdleSegment(node, p, start, end, resume, inside=resume_ts < tl.ends[q])
+            if q is not None:
+                child = node
+            node = self.parent_index[node]
+            while node >= 0 and node not in self.position:
+                node = self.parent_index[node] if not self.linked[node] else -1
+        return IdleSegment(-1, p, self.frontier[p], resume_ts, resume, inside=False)
+
+
+@dataclass
+class IdleSegment:
+    """A stretch of main-thread time inside op ``waiter``'s exclusive time (or, waiter -1, a gap
+    after position ``position``), from ``start`` to ``end``; ``resume``: the main op starting at
+    ``end`` (-1 none); ``inside``: that op is the waiter's child (the waiter goes on after it)."""
+
+    waiter: int
+    position: int
+    start: float
+    end: float
+    resume: int
+    inside: bool
+
+    @property
+    def key(self) -> tuple:
+        return (self.waiter, self.start) if self.waiter >= 0 else (-1, self.position)
+
+
+def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[int] | None = None) -> BusyTimes:
+    """Blocked time, host gaps, simulated durations and fork/join edges (module docstring).
+    ``near_start_order``: the ET nodes in an order close to start order (the tree pre-order),
+    which makes sorting each thread's ops by start cheap; any order gives the same result."""
+    et, result = et_plus.et, et_plus.result
+    n = len(et.nodes)
+    starts, ends = et_plus.op_times if et_plus.op_times is not None else _event_times(result)
+    linked = list(map(eq, starts, starts))  # not NaN
+    busy = BusyTimes([0.0] * n, [0.0] * n, [0.0] * n)
+    busy.blocking_copies = [k for k, link in enumerate(et_plus.gpu_links) if is_blocking_copy(link)]
+    calls = blocking_calls(et_plus)
+    for call, op in zip(calls, ops_covering(et_plus, calls)):
+        if op >= 0:
+            busy.blocked[op] += call.dur
+
+    roots = et.root_positions()
+    timelines = _timelines(et, starts, ends, linked, roots, near_start_order)
+    waits: dict[tuple, list] = {}  # main-thread idle segment -> [waiter, position, lo, hi]
+    gap_waits: dict[int, float] = {}  # main-thread position p -> join wait inside the gap after p
+    burst_firsts: set[int] = set()
+    if timelines:
+        main_tid = min(timelines, key=lambda tid: (timelines[tid].starts[0], tid))
+        busy.main_tid = main_tid
+        main = MainThread(timelines[main_tid], et.parent_index(), linked)
+        thread_roots = _thread_roots(et, roots)
+        for tid, timeline in timelines.items():
+            if tid != main_tid:
+                _cross_thread(main, timeline, thread_roots.get(tid, -1), waits, busy, burst_firsts)
+        _pre_trace_lead(et_plus, timelines[main_tid].starts[0], thread_roots.get(main_tid, -1), busy)
+    for waiter, position, lo, hi in waits.values():
+        if waiter >= 0:
+            busy.blocked[waiter] += hi - lo
+        else:
+            gap_waits[position] = gap_waits.get(position, 0.0) + hi - lo
+    for tid, timeline in timelines.items():
+        _host_gaps(busy, timeline, gap_waits if tid == busy.main_tid else None, burst_firsts)
+    _sim_times(busy, exclusive_of_op, linked)
+    return busy
+
+
+def _event_times(result) -> tuple[list[float], list[float]]:
+    """Start and end (µs) of each ET node's linked Kineto event (NaN when unlinked): C passes."""
+    columns = result.kineto.cpu_columns()
+    ts = list(columns.ts)
+    end = list(map(add, ts, columns.dur))
+    ts.append(math.nan)  # event -1: unlinked
+    end.append(math.nan)
+    event_of_op = result.match.event_of_op
+    return list(map(ts.__getitem__, event_of_op)), list(map(end.__getitem__, event_of_op))
+
+
+def _sim_times(busy: BusyTimes, exclusive_of_op: list[float], linked: list[bool]) -> None:
+    """Linked: blocked capped at the exclusive time, sim = exclusive - blocked + host gap;
+    unlinked: sim = host gap. Where blocked and host gap are 0 (most nodes) sim is the exclusive
+    time: one copy, then the other nodes (non-zero times, unlinked) one by one."""
+    blocked, host_gap = busy.blocked, busy.host_gap
+    sim = busy.sim = list(exclusive_of_op)
+    others = set(compress(range(len(linked)), blocked))
+    others.update(compress(range(len(linked)), host_gap), compress(range(len(linked)), map(not_, linked)))
+    for i in others:
+        if linked[i]:
+            blocked[i] = min(blocked[i], exclusive_of_op[i])
+            sim[i] = exclusive_of_op[i] - blocked[i] + host_gap[i]
+        else:
+            sim[i] = host_gap[i]
+
+
+def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes) -> None:
+    """When GPU work launched before the trace (GPU nodes without a launch) started before the
+    main thread's first linked op, the host was busy with untraced work for that long: fold the lead
+    into the main thread's root (``host_gap``), so a replay issues the traced ops that much after
+    the untraced GPU work begins, as measured. O(g)."""
+    if main_root < 0:
+        return
+    earliest = min((link.event.ts for link in et_plus.gpu_links if link.before_trace),
+                   default=math.inf)
+    if earliest < main_first:
+        busy.host_gap[main_root] += main_first - earliest
+
+
+def _bursts(timeline: Timeline, main: MainThread) -> list[tuple[int, int, float, float, int]]:
+    """(first position, last position, start, end, fork source position on main) per burst."""
+    bursts = []
+    frontier = -math.inf
+    for p, (start, end) in enumerate(zip(timeline.starts, timeline.ends)):
+        top = start >= frontier
+        source = main.last_started(start)
+        if top and (not bursts or bursts[-1][4] != source):
+            bursts.append([p, p, start, end, source])
+        else:
+            bursts[-1][1] = p
+            bursts[-1][3] = max(bursts[-1][3], end)
+        frontier = max(frontier, end)
+    return [tuple(b) for b in bursts]
+
+
+def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
+                  busy: BusyTimes, burst_firsts: set[int]) -> None:
+    """Fork and join edges for one non-main thread's bursts; the main thread's waits go to
+    ``waits`` (segment key -> [waiter, gap position, union start, union end])."""
+    tl = main.timeline
+    for number, (first, last, start, end, source) in enumerate(_bursts(timeline, main)):
+        first_op, last_op = timeline.ops[first], timeline.ops[last]
+        burst_firsts.add(first_op)
+        at_start, at_end = main.idle_segment(start), main.idle_segment(end)
+        joined_in = None
+        if at_end is not None and end > at_end.start:
+            _add_wait(waits, at_end, max(start, at_end.start), end)
+            target = at_end.resume
+            if target < 0 and at_end.waiter >= 0 and (source < 0 or at_end.waiter != tl.ops[source]):
+                target = at_end.waiter
+            if target >= 0:
+                busy.cross.append((last_op, target, JOIN))
+            joined_in = at_end.waiter
+        if (at_start is not None and at_start.inside and at_start.waiter >= 0
+                and (at_end is None or at_start.key != at_end.key)):
+            # the main thread waited in W until this thread handed it work (W's next child)
+            _add_wait(waits, at_start, start, at_start.end)
+            handed = _last_ended_before(timeline, first, last, at_start.end)
+            if handed >= 0:
+                busy.cross.append((handed, at_start.resume, JOIN))
+        if source < 0:
+            continue
+        spawner = tl.ops[source]
+        if number == 0 and root >= 0 and tl.ends[source] > start and joined_in != spawner:
+            busy.host_gap[root] += start - tl.starts[source]
+            if source > 0:
+                busy.cross.append((tl.ops[source - 1], root, FORK))
+        elif tl.ends[source] <= start:
+            busy.cross.append((spawner, first_op, FORK))
+        else:  # the main op was still running: the burst follows the last main op that had ended
+            done = _last_ended_position(tl, source, start)
+            if done >= 0:
+                busy.cross.append((tl.ops[done], first_op, FORK))
+
+
+SEARCH_LIMIT = 64  # main-thread ops looked back at for the last one that had ended
+
+
+def _last_ended_position(tl: Timeline, source: int, t: float) -> int:
+    """The latest main-thread position at or before ``source`` whose op had ended by t (-1 if
+    none within ``SEARCH_LIMIT`` positions: the enclosing ops of a running op are skipped)."""
+    for p in range(source, max(-1, source - SEARCH_LIMIT), -1):
+        if tl.ends[p] <= t:
+            return p
+    return -1
+
+
+def _add_wait(waits: dict, segment: IdleSegment, lo: float, hi: float) -> None:
+    entry = waits.get(segment.key)
+    if entry is None:
+        waits[segment.key] = [segment.waiter, segment.position, lo, hi]
+    else:
+        entry[2], entry[3] = min(entry[2], lo), max(entry[3], hi)
+
+
+def _last_ended_before(timeline: Timeline, first: int, last: int, t: float) -> int:
+    """The op of positions first..last with the latest end at or before t (-1 if none)."""
+    best, best_end = -1, -math.inf
+    for p in range(first, last + 1):
+        end = timeline.ends[p]
+        if best_end < end <= t:
+            best, best_end = timeline.ops[p], end
+    return best
+
+
+def _host_gaps(busy: BusyTimes, timeline: Timeline, gap_waits: dict[int, float] | None,
+               burst_firsts: set[int]) -> None:
+    """Fold uncovered time between a thread's ops into the op before the gap (minus join waits):
+    the gaps are where an op starts after every earlier op ended (a column pass finds them)."""
+    ops, starts = timeline.ops, timeline.starts
+    frontier = timeline.frontier()  # frontier[p - 1]: latest end before op p
+    for p in compress(range(1, len(ops)), map(gt, starts[1:], frontier)):
+        if ops[p] in burst_firsts:
+            continue
+        gap = starts[p] - frontier[p - 1]
+        if gap_waits is not None:
+            gap -= gap_waits.get(p - 1, 0.0)
+        if gap > 0:
+            busy.host_gap[ops[p - 1]] += gap

@@ -1,0 +1,129 @@
+"""Fill the ET+ JSON's simulation fields from the dependency plan (``chakra_deps``).
+
+Every linked CPU node gets ``blocked_dur`` (µs of its exclusive time spent waiting: blocking runtime
+calls, another thread), ``host_gap_dur`` (uncovered thread time folded into it, 0 when none) and
+``sim_dur`` (= exclusive_dur − blocked_dur + host_gap_dur: the ``.et`` ``duration_micros`` before
+rounding); an unlinked node gets ``sim_dur`` and ``host_gap_dur`` only when it carries a gap (a
+worker's thread root: the time before its first op). Every node gets ``data_deps`` (node ids) and
+``data_dep_causes`` (same order; ``chakra_deps.CAUSES``). GPU nodes get ``sim_dur`` (their ``dur``)
+and, for resolved communication kernels, ``comm_type`` (Chakra enum name), ``comm_size`` (bytes),
+``pg_name`` (PyTorch's process-group name, as Kineto's "Process Group Name" that the node may
+already carry; the ``.et`` attribute holds the job-wide id, that name + 1), and ``comm_src`` /
+``comm_dst`` for point-to-point. Re-resolving an annotated node gives the same attributes. ``ts``, ``dur``, ``inclusive_dur``
+and ``exclusive_dur`` keep their meanings. Cost: O(n + g + edges) after the plan.
+"""
+
+from __future__ import annotations
+
+from itertools import compress
+from operator import attrgetter, eq
+
+import msgspec
+
+from linker.write import et_def_pb2 as pb
+from linker.plan.comm import WORLD_GROUP_ID
+from linker.plan.deps import PARENT, THREAD_ORDER, DependencyPlan, WriteSummary, dependency_plan
+from linker.link.etplus import EtPlus, as_number
+
+
+def pytorch_group_name(group_id: str) -> str:
+    """PyTorch's process-group name of a job-wide group id (``chakra_comm.job_group_id`` inverse)."""
+    return str(int(group_id) - 1) if group_id.isdigit() else group_id
+
+
+def _us(value: float) -> float | int:
+    if value == 0:  # most blocked / gap times
+        return 0
+    return as_number(round(value, 3))
+
+
+def _sim_us_column(et_plus: EtPlus, busy) -> list[float | int]:
+    """``_us(sim)`` of every ET node. A linked node with no blocked time and no host gap has
+    sim = its exclusive time, whose ``_us`` is the ``exclusive_dur`` just written (as a number:
+    rounded to 3 digits, integral as int): ``EtPlus.exclusive_us`` as the build gathered it (used
+    once: dropped), else read off the nodes with C passes; the other nodes (non-zero times,
+    unlinked) are converted one by one. O(n)."""
+    nodes, sim = et_plus.et.nodes, busy.sim
+    gathered, et_plus.exclusive_us = et_plus.exclusive_us, None
+    n = len(nodes)
+    others = set(compress(range(n), busy.blocked))
+    others.update(compress(range(n), busy.host_gap),
+                  compress(range(n), map((0).__gt__, et_plus.result.match.event_of_op)))
+    if gathered is not None and len(gathered) == n:
+        column = gathered
+    else:
+        column = list(map(attrgetter("exclusive_dur"), nodes))
+        for i in others:
+            column[i] = 0
+        for i in compress(range(n), map(eq, column, map(int, column))):
+            column[i] = int(column[i])
+    for i in others:
+        column[i] = _us(sim[i])
+    return column
+
+
+def _sparse_us_column(values: list[float]) -> list[float | int]:
+    """``_us`` of every value, for a column that is mostly 0: only the non-zero ones converted."""
+    column: list[float | int] = [0] * len(values)
+    for i in compress(range(len(values)), values):
+        column[i] = _us(values[i])
+    return column
+
+
+def _chain_deps(plan: DependencyPlan, id_of: list[int]) -> tuple[list[list[int]], list[tuple[str, ...]]]:
+    """``data_deps`` ids and causes of the CPU nodes from their thread chain alone (what
+    ``plan.data_deps`` gives a node without waits): the previous node, a parent or not. O(n)."""
+    n, parent, thread = plan.cpu_count, (PARENT,), (THREAD_ORDER,)
+    prev, ctrl = plan.prev[:n], plan.ctrl[:n]
+    ids = [[id_of[p]] if p >= 0 else [] for p in prev]
+    causes = [(parent if p == c else thread) if p >= 0 else () for p, c in zip(prev, ctrl)]
+    return ids, causes
+
+
+def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
+    """Compute (or reuse) the plan and write the simulation fields onto the ET+ nodes."""
+    plan = dependency_plan(et_plus, summary)
+    et, busy, n = et_plus.et, plan.busy, plan.cpu_count
+    gpu_nodes = et_plus.gpu_nodes
+    id_of = et.ids + [node.id for node in gpu_nodes]  # node id of each plan index
+    data_deps, unset = plan.data_deps, msgspec.UNSET
+    shared_causes: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def dep_fields(deps: list[tuple[int, str]]) -> tuple[list[int], tuple[str, ...]]:
+        """``data_deps`` (a list of exactly its length) and ``data_dep_causes`` (one shared tuple
+        per distinct sequence of causes: a few kinds for millions of nodes)."""
+        causes = tuple([cause for _, cause in deps])
+        if len(deps) == 1:  # a list display is allocated at its size, a comprehension with spare room
+            ids = [id_of[deps[0][0]]]
+        else:
+            ids = [id_of[d] for d, _ in deps]
+        return ids, shared_causes.setdefault(causes, causes)
+
+    dep_ids, dep_causes = _chain_deps(plan, id_of)
+    for i in plan.waits:
+        if i < n:
+            dep_ids[i], dep_causes[i] = dep_fields(data_deps(i))
+    blocked, host_gap = _sparse_us_column(busy.blocked), _sparse_us_column(busy.host_gap)
+    columns = zip(et.nodes, blocked, host_gap, _sim_us_column(et_plus, busy), dep_ids, dep_causes, busy.host_gap)
+    for node, blocked_us, gap_us, sim_us, ids, causes, gap in columns:
+        if node.ts is not unset:
+            node.blocked_dur, node.host_gap_dur, node.sim_dur = blocked_us, gap_us, sim_us
+        elif gap > 0:
+            node.host_gap_dur = node.sim_dur = gap_us
+        node.data_deps, node.data_dep_causes = ids, causes
+    for k, node in enumerate(gpu_nodes):
+        node.sim_dur = node.dur
+        node.data_deps, node.data_dep_causes = dep_fields(data_deps(n + k))
+        comm = plan.comm[k] if plan.comm else None
+        if comm is None or comm.node_type == pb.COMP_NODE:
+            continue
+        if comm.comm_type is not None:
+            node.comm_type = pb.CollectiveCommType.Name(comm.comm_type)
+        node.comm_size = comm.comm_size
+        if node.pg_name is msgspec.UNSET:  # PyTorch's name, as Kineto's "Process Group Name"
+            node.pg_name = pytorch_group_name(comm.pg_name or WORLD_GROUP_ID)
+        if comm.comm_src is not None:
+            node.comm_src = comm.comm_src
+        if comm.comm_dst is not None:
+            node.comm_dst = comm.comm_dst
+    return plan
