@@ -7,7 +7,7 @@ Steps, each one a plain function over plain data, each in its own module:
 | 1. pair | ``pairing`` (``linker.read.rank_names``) | ET and Kineto files by rank: ``distributedInfo.rank`` from the Kineto header, else the file name; every problem reported before any work |
 | 2. plan | ``tasks``, ``memory``, ``job.plan_batch`` | one ``RankTask`` per rank with its outputs (``rank<N>_plus.json`` or ``rank.<N>.et``, ``rank<N>.report.json``) and its estimated peak memory; complete ranks set aside (``link_rank.completed_result``) |
 | 3. run | ``link_rank``, ``local``, ``remote`` | one fresh process per rank: forked locally within ``--workers`` and the memory budget, or a subprocess on a Dask worker; a failing rank only records its error |
-| 4. check | ``job_check`` (outside the package) | the job's process groups and the cross-rank comparison of every group's collectives |
+| 4. check | ``collectives`` | the job's process groups and the cross-rank comparison of every group's collectives |
 | 5. summarise | ``summary`` | per-rank table, job totals, ranks that stand out; ``summary.json`` |
 
 ``job.run_batch`` ties them together; ``errors`` holds the setup errors raised before any work.

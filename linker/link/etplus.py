@@ -1,6 +1,6 @@
 """Build the ET+ from a ``LinkResult``: times on linked ET nodes, new GPU nodes under their launcher.
 
-FORMATS.md §3: every linked CPU node gets ``ts``, ``dur``, ``inclusive_dur``, ``exclusive_dur`` (µs);
+docs/formats.md: every linked CPU node gets ``ts``, ``dur``, ``inclusive_dur``, ``exclusive_dur`` (µs);
 every attributed kernel/memcpy/memset becomes a node whose parent (``ctrl_deps`` or ``parent``, as
 the layout has it) is its launching CPU node, carrying ``cat, name, ph, ts, dur, inclusive_dur,
 exclusive_dur, stream, device, correlation`` (and ``pg_name`` when the trace names the process

@@ -1,4 +1,4 @@
-"""Which stretch of the Kineto timeline the ET covers (iteration windows, LINKING.md).
+"""Which stretch of the Kineto timeline the ET covers (iteration windows, docs/linking.md).
 
 A Kineto export may hold many iterations while the ET holds one (``param_linear``: 40 vs 1). Before
 matching by order or structure, the Kineto CPU events are cut to one consistent window chosen by

@@ -1,6 +1,6 @@
 """Read a PyTorch Execution Trace (ET) into an ``ExecutionTrace``.
 
-Both node layouts of FORMATS.md §1 are read; the schema string is data, the layout is detected
+Both node layouts of docs/formats.md are read; the schema string is data, the layout is detected
 from the nodes themselves (``parent`` + flat keys = "flat", ``ctrl_deps`` + ``attrs`` = "nested").
 
 Decoding uses msgspec structs: the fields linking needs are typed, the bulky nested parts

@@ -26,7 +26,7 @@ from linker.schedule import prefill as output_space
 from linker.schedule import process_exit
 from linker.model.errors import TraceInputError
 
-try:  # ISA-L's inflate: the same bytes as zlib's, in about half the time (README, Performance)
+try:  # ISA-L's inflate: the same bytes as zlib's, in about half the time (docs/performance.md)
     from isal import isal_zlib as inflating
 except ImportError:  # a platform without its wheel: the standard library's
     inflating = zlib

@@ -28,7 +28,7 @@ CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation"})
 RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"})
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 
-# Host API calls that put work on a GPU stream (FORMATS.md §2). A runtime event whose correlation
+# Host API calls that put work on a GPU stream (docs/formats.md). A runtime event whose correlation
 # matches a GPU op is a launch whatever its name (some builds write "INVALID"); this list names the
 # known ones for the report.
 LAUNCH_NAMES = frozenset({

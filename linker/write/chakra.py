@@ -1,6 +1,6 @@
 """Write the ET+ as a Chakra protobuf trace (``.et``, ``.et.gz``) that Chakra tools and ASTRA-sim read.
 
-Output (FORMATS.md §4): one ``GlobalMetadata`` (``version`` plus the ET header's ``schema``, ``pid``,
+Output (docs/formats.md): one ``GlobalMetadata`` (``version`` plus the ET header's ``schema``, ``pid``,
 ``time``, ``start_ts``, ``finish_ts``), then one ``Node`` per ET node and per GPU op, streamed one at a
 time through ``chakra_io.EtWriter`` (temporary file renamed at the end: no file on failure; the
 input paths are refused as output).

@@ -1,6 +1,6 @@
 """Read and write Chakra protobuf execution traces (``.et``, ``.et.gz``).
 
-File framing (FORMATS.md §4): a stream of protobuf messages, each preceded by its byte length as a
+File framing (docs/formats.md): a stream of protobuf messages, each preceded by its byte length as a
 base-128 varint; one ``GlobalMetadata`` first, then one ``Node`` per op; no magic number; the
 whole stream may be gzip-compressed (detected here by the gzip magic bytes, not by the suffix).
 

@@ -4,7 +4,7 @@ Formats: Chakra protobuf (``.et``, ``.et.gz``) and ET / ET+ JSON (``.json``, ``.
 layouts: ``parent`` in schema 1.0.1, ``ctrl_deps`` in later schemas). The format is chosen by the
 file content (JSON starts with ``{``), not by the suffix alone.
 
-Invariants (FORMATS.md §4; ASTRA-sim's feeder aborts on the graph ones):
+Invariants (docs/formats.md; ASTRA-sim's feeder aborts on the graph ones):
 - node ids are unique;
 - every ``ctrl_deps`` / ``data_deps`` / ``parent`` id is a node of the file (the ET process root,
   whose parent is itself, is the one allowed self-reference);

@@ -1,6 +1,6 @@
 """Structural (approximate) matching of two ordered, labelled forests.
 
-LINKING.md method 3: pair the ops of an ET call tree with the events of a Kineto call tree when
+docs/linking.md, method 3: pair the ops of an ET call tree with the events of a Kineto call tree when
 record-function ids and a plain order walk cannot be used.  The result is an *ordered tree mapping*,
 the kind ordered tree edit distance produces: pairs only join equal labels, and for any two pairs
 (a, b), (c, d): a is an ancestor of c iff b is an ancestor of d, and a precedes c in pre-order iff b
