@@ -125,13 +125,16 @@ class RankCollectives:
 
 def rank_collectives(et_plus: EtPlus) -> RankCollectives:
     """The communication ops of one linked rank, as the Chakra writer resolved them (the
-    dependency plan's ``comm``, computed once per ET+). Cost: O(GPU ops log GPU ops)."""
-    comm = dependency_plan(et_plus).comm
+    dependency plan's ``comm`` and ``cpu_comm``, computed once per ET+): communication kernels in
+    GPU start order, then CPU collectives in issue (ET id) order. Cost: O(GPU ops log GPU ops)."""
+    plan = dependency_plan(et_plus)
     kernels = [k for k, node in enumerate(et_plus.gpu_nodes) if is_comm_kernel(node)]
     kernels.sort(key=lambda k: (et_plus.gpu_nodes[k].ts, et_plus.gpu_nodes[k].correlation or 0))
     result = RankCollectives(groups=read_process_groups(et_plus).job_groups())
-    for k in kernels:
-        attrs = comm[k]
+    # CPU collectives (gloo, MPI, UCC) in issue order: ET ids are given when the op is issued,
+    # while the backend's worker threads may start them in another order.
+    cpu = sorted(plan.cpu_comm, key=et_plus.et.ids.__getitem__)
+    for attrs in [plan.comm[k] for k in kernels] + [plan.cpu_comm[i] for i in cpu]:
         if attrs.node_type == pb.COMM_COLL_NODE:
             op = CommOp(pb.CollectiveCommType.Name(attrs.comm_type), attrs.comm_size, attrs.dtype)
         elif attrs.node_type == pb.COMM_SEND_NODE:

@@ -53,6 +53,9 @@ class LinkReport:
     dependencies: int = 0  # data dependencies written
     dependency_causes: dict = field(default_factory=dict)  # cause -> data dependencies
     simulation: dict = field(default_factory=dict)  # blocked / host-gap / busy totals, waits
+    # Joined ops whose ET thread or parent the measured trace contradicts (rf_id joins; ``measured``):
+    # {"ops", "moved_thread", "parent_replaced", "new_threads"}; the measurement is used for them.
+    et_tree_disagrees: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -151,7 +154,8 @@ def _unlinked_events(event_of_op: list[int], in_window, events: int, op_of_event
 
 def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window: Window | None,
                  gpu: GpuAttribution, notes: list[str], warnings: list[str], seconds: float,
-                 nesting: tuple[list, list] | None = None, op_of_event: list[int] | None = None) -> LinkReport:
+                 nesting: tuple[list, list] | None = None, op_of_event: list[int] | None = None,
+                 placement=None) -> LinkReport:
     """The report of one link. ``nesting``: the CPU events' (nesting parents, ``ts + dur``)
     columns, ``op_of_event`` the inverse of ``match.event_of_op``, when at hand."""
     ops = et.op_indices()
@@ -185,7 +189,13 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
         warnings.append(f"ET threads {match.unpaired_et_threads} have no Kineto counterpart "
                         "(their ops stay unlinked)")
     violations = nesting_violations(et, kineto, match.event_of_op, nesting)
-    if violations:
+    disagrees = placement.as_dict() if placement is not None and placement.disagreements else {}
+    notes = list(notes)
+    if disagrees:  # an rf_id join: the links are certain, the ET's tree is what is wrong
+        notes.append(f"ET tree disagrees with the measurement on {disagrees['ops']} joined ops "
+                     f"({disagrees['moved_thread']} ran on another thread, {disagrees['parent_replaced']} "
+                     f"outside their ET parent): their measured thread and parent are used")
+    elif violations:
         warnings.append(f"{violations} linked ops lie outside their linked parent's time interval "
                         "(a sign of wrong links)")
     return LinkReport(
@@ -207,7 +217,7 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
         unmatched=unmatched,
         threads=[asdict(p) | {"kineto_thread": list(p.kineto_thread)} for p in match.threads],
         window=_window_dict(window), nesting_violations=violations, warnings=warnings,
-        seconds=round(seconds, 3), match_stats=match.stats,
+        seconds=round(seconds, 3), match_stats=match.stats, et_tree_disagrees=disagrees,
         gpu_events_in_trace=len(kineto.gpu_events), gpu_accounting=gpu_accounting(gpu),
     )
 

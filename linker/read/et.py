@@ -81,6 +81,10 @@ class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     sim_dur: float | Unset = UNSET
     data_deps: Any = UNSET
     data_dep_causes: Any = UNSET
+    # A CPU collective's communication attributes (``plan.cpu_comm``, written by ``sim_fields``).
+    comm_type: str | Unset = UNSET
+    comm_size: int | Unset = UNSET
+    pg_name: str | Unset = UNSET
 
 
 def decode_attr_values(node: EtNode) -> list:

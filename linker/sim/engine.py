@@ -197,7 +197,7 @@ def match_communication(graphs: list[SimGraph], offsets: list[int], comm_groups:
     sends: dict[tuple[int, int], list[int]] = {}
     recvs: dict[tuple[int, int], list[int]] = {}
     for r, (graph, base) in enumerate(zip(graphs, offsets)):
-        for u in sorted(graph.comm, key=lambda u: (_start_key(graph, u), graph.ids[u])):
+        for u in sorted(graph.comm, key=lambda u: _issue_key(graph, u)):
             info = graph.comm[u]
             if info.role == COLL:
                 collectives.setdefault((r, info.pg_name), []).append(base + u)
@@ -210,6 +210,15 @@ def match_communication(graphs: list[SimGraph], offsets: list[int], comm_groups:
     _group_collectives(graphs, collectives, comm_groups, position_of_rank, groups)
     _group_point_to_point(sends, recvs, position_of_rank, groups)
     return groups
+
+
+def _issue_key(graph: SimGraph, u: int) -> tuple:
+    """Issue order of a communication node: a GPU one by measured start (a stream runs in issue
+    order), a CPU one (gloo, MPI, UCC: on a worker thread) by id (given at issue; the backend's
+    workers may start them in another order), after the GPU ones."""
+    if graph.lane_keys[graph.lane[u]][0] == "cpu":
+        return (1, graph.ids[u], graph.ids[u])
+    return (0, _start_key(graph, u), graph.ids[u])
 
 
 def _start_key(graph: SimGraph, u: int) -> float:

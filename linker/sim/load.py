@@ -274,7 +274,10 @@ def _add_chakra_nodes(builder: GraphBuilder, payloads: Iterator[bytes], first_in
             lane = gpu_lane(_as_int(attrs.get("device"), 0), _as_int(attrs.get("stream"), -1))
         elif node_type in _COMM_NODES:
             kind = COMM
-            lane = gpu_lane(_as_int(attrs.get("device"), 0), _as_int(attrs.get("stream"), -1))
+            if "stream" in attrs or "tid" not in attrs:
+                lane = gpu_lane(_as_int(attrs.get("device"), 0), _as_int(attrs.get("stream"), -1))
+            else:  # a CPU collective (gloo, MPI, UCC): on its worker thread
+                lane = cpu_lane(_as_int(attrs.get("tid"), 0))
             comm = _chakra_comm(node_type, attrs)
         elif node_type == pb.METADATA_NODE:
             kind, lane = META, cpu_lane(_as_int(attrs.get("tid"), 0))
@@ -441,7 +444,7 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
                              "the launcher and the stream order")
     for i, node in enumerate(nodes):
         is_gpu = node.cat in _GPU_CATS
-        comm = _json_comm(node) if is_gpu else None
+        comm = _json_comm(node) if is_gpu or node.comm_type is not None else None
         tid = tids[i]
         if node.sim_dur is not None:
             duration = node.sim_dur
@@ -455,6 +458,8 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
             kind = COMM if comm is not None else GPU
             lane = gpu_lane(node.device if node.device is not None else 0,
                             node.stream if node.stream is not None else -1)
+        elif comm is not None:  # a CPU collective (gloo, MPI, UCC): on its worker thread
+            kind, lane = COMM, cpu_lane(tid)
         else:
             kind = META if node.name == PROCESS_GROUP_INIT else CPU
             lane = cpu_lane(tid)

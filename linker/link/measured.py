@@ -1,0 +1,138 @@
+"""Where the ET's tree contradicts the measured trace for joined ops: the measurement wins.
+
+An rf_id join pairs each ET op with the Kineto event of the same record function, so the pair is
+certain; what can still be wrong is the ET's *placement* of the op. PyTorch's ET observer records
+some ops on the thread that was current when the observer saw them, not where they ran: a gloo
+collective (``gloo:all_reduce``) runs on a gloo worker thread (Kineto shows it there) while the ET
+puts it on the main thread, as a child of whatever op was open (the backward op, the step, even
+the previous collective); and backward ops are listed under an ``evaluate_function`` op that had
+ended before they started. A replay that trusts such a tree serialises the collective with the
+main thread's work and makes ops wait for parents that were long done.
+
+``measured_placement`` finds, for every joined op (rf_id joins only; the other methods pair
+threads first, so a link across threads there is a wrong link, not a wrong tree):
+- its *measured thread*: each Kineto thread is given the ET thread number whose ops it holds most
+  (each ET thread to the Kineto thread holding most of its ops); a Kineto thread that is nobody's
+  home (a worker the ET never named) gets a new number after the ET's largest. An op whose ET
+  thread differs from its event's measured thread is *moved*;
+- its *measured parent*: the innermost joined op whose Kineto event encloses the op's event on the
+  same thread, else the root of its measured thread (the process root for a new thread). It replaces the ET's parent for moved ops, and for ops whose
+  ET parent is joined but does not enclose them in time (by more than ``SLACK_US``).
+
+``apply_placement`` writes the answer into the ET's columns (``tid``, ``parent``) and the nodes'
+parent field, so the plan (thread chains, busy times, ctrl edges) and both writers follow the
+measurement; the report counts these ops as "ET tree disagrees with the measurement".
+Cost: O(n) for n ET nodes (one walk up the Kineto nesting per disagreeing op, bounded by depth).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from linker.read.et import FLAT
+
+SLACK_US = 1.0  # timestamps are rounded to the µs or ns: a child may seem to overhang its parent by that
+NO_NODE = -1
+
+
+@dataclass
+class Placement:
+    """Measured thread and parent of the joined ops the ET places elsewhere (ET indices).
+
+    ``tid``: op -> measured ET thread number (moved ops only). ``parent``: op -> measured parent
+    (ET index; moved ops and ops whose ET parent does not enclose them). ``new_threads``: Kineto
+    thread -> the new ET thread number it was given."""
+
+    tid: dict[int, int] = field(default_factory=dict)
+    parent: dict[int, int] = field(default_factory=dict)
+    new_threads: dict = field(default_factory=dict)
+
+    @property
+    def disagreements(self) -> int:
+        """Joined ops whose ET thread or parent the measurement contradicts."""
+        return len(self.tid.keys() | self.parent.keys())
+
+    def as_dict(self) -> dict:
+        return {"ops": self.disagreements, "moved_thread": len(self.tid), "parent_replaced": len(self.parent),
+                "new_threads": len(self.new_threads)}
+
+
+def _homes(et, event_of_op: list[int], kineto_tid: list) -> dict:
+    """Kineto thread -> ET thread number it is the home of (see the module docstring)."""
+    counts: Counter = Counter()
+    for i in et.op_indices():
+        e = event_of_op[i]
+        if e >= 0:
+            counts[(et.tid[i], kineto_tid[e])] += 1
+    best_of_et: dict[int, tuple[int, str]] = {}
+    for (t, k), n in sorted(counts.items(), key=lambda item: (-item[1], item[0][0], str(item[0][1]))):
+        best_of_et.setdefault(t, (n, k))
+    home = {}
+    for t, (_, k) in sorted(best_of_et.items()):
+        home.setdefault(k, t)
+    return home
+
+
+def measured_placement(result) -> Placement:
+    """The ``Placement`` of a ``LinkResult`` (empty unless joined by rf_id). O(n)."""
+    placement = Placement()
+    if result.match.method != "rf_id":
+        return placement
+    et, event_of_op = result.et, result.match.event_of_op
+    columns = result.kineto.cpu_columns()
+    kineto_tid, ts, dur = columns.tid, columns.ts, columns.dur
+    home = _homes(et, event_of_op, kineto_tid)
+    next_tid = max(et.tid, default=0) + 1
+    op_of = [NO_NODE] * len(ts)
+    for i, e in enumerate(event_of_op):
+        if e >= 0:
+            op_of[e] = i
+    parents, root = result.parents, et.process_root()
+    thread_root = {et.tid[r]: r for r in et.root_positions() if r != root}
+    parent_index, index_of_id = et.parent_index(), et.index_of_id()
+    for i in et.op_indices():
+        e = event_of_op[i]
+        if e < 0:
+            continue
+        k = kineto_tid[e]
+        measured_tid = home.get(k)
+        if measured_tid is None:
+            measured_tid = home[k] = placement.new_threads[k] = next_tid
+            next_tid += 1
+        moved = measured_tid != et.tid[i]
+        if moved:
+            placement.tid[i] = measured_tid
+        p = parent_index[i]
+        pe = event_of_op[p] if p >= 0 else NO_NODE
+        encloses = pe >= 0 and kineto_tid[pe] == k and ts[pe] - SLACK_US <= ts[e] and \
+            ts[e] + dur[e] <= ts[pe] + dur[pe] + SLACK_US
+        if moved or (pe >= 0 and not encloses):
+            q = parents[e]
+            while q >= 0 and op_of[q] < 0:
+                q = parents[q]
+            measured_parent = op_of[q] if q >= 0 else thread_root.get(measured_tid, root)
+            if measured_parent != p and measured_parent >= 0 and index_of_id.get(et.ids[measured_parent]) == measured_parent:
+                placement.parent[i] = measured_parent
+    return placement
+
+
+def apply_placement(et, placement: Placement) -> None:
+    """Write ``placement`` into ``et``: its ``tid`` / ``parent`` columns and the nodes' parent
+    field (``ctrl_deps`` or ``parent``, as the layout has it); drops what was derived from the old
+    columns (parent positions, a tree order made ahead). O(changed ops)."""
+    if not placement.tid and not placement.parent:
+        return
+    for i, t in placement.tid.items():
+        et.tid[i] = t
+    flat = et.layout == FLAT
+    for i, p in placement.parent.items():
+        parent_id = et.ids[p]
+        et.parent[i] = parent_id
+        node = et.nodes[i]
+        if flat:
+            node.parent = parent_id
+        else:
+            node.ctrl_deps = parent_id
+    et._parent_index = None
+    et.tree_order = None
