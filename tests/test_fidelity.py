@@ -205,3 +205,34 @@ def test_skew_is_local_and_small_copies_are_never_taken_for_blocking():
     # a copy that ended before its call returned is blocking with or without a skew
     plain = _Link(_Event("cudaMemcpyAsync", 0, 50), _Event("Memcpy DtoH (Device -> Pageable)", 10, 5, "gpu_memcpy"))
     assert is_blocking_copy(plain, None) and is_blocking_copy(plain, skew)
+
+
+# --- where the replay drifts (--explain) ---------------------------------------------------------
+
+
+def test_explain_names_the_first_and_the_largest_drift_on_the_path(tmp_path):
+    from sim_graphs import cpu, write_et
+
+    # Measured: A 100-110, B 150-160 (40 us of untraced work between them), C 160-190.
+    # Replayed: A 0-10, B 10-20, C 20-50: B starts 40 us early (jump -40, after A by its
+    # dependency), C inherits it (jump 0); the end drifts by -40 (50 vs 90).
+    path = write_et(tmp_path / "r.et", [cpu(1, 10, start=100), cpu(2, 10, [1], start=150), cpu(3, 30, [2], start=160)])
+    report = build_report(replay([load_graph(path)]), explain=True)[0]
+    drift = report.drift
+    assert drift["end_drift_us"] == -40 and drift["origin"] == "each rank's own start"
+    assert drift["first"]["id"] == 2 and drift["first"]["drift_us"] == -40
+    assert drift["first"]["after"]["id"] == 1  # held by its dependency on A
+    assert drift["largest"][0]["id"] == 2 and drift["largest"][0]["jump_us"] == -40
+    assert sum(p["jump_us"] for p in drift["largest"]) == -40  # jumps add up to the end's drift
+
+
+def test_explain_on_the_cli_prints_the_places(ddp_job):
+    out, _ = ddp_job
+    result = CliRunner().invoke(app, ["simulate", str(out), "--explain", "--json"])
+    assert result.exit_code == 0, result.output
+    drift = orjson.loads(result.stdout)["drift"]
+    assert drift["origin"] == "earliest measured start" and drift["largest"]
+    for place in drift["largest"]:
+        assert {"rank", "id", "name", "kind", "lane", "drift_us", "jump_us", "held_by"} <= set(place)
+    text = CliRunner().invoke(app, ["simulate", str(out), "--explain"]).stdout
+    assert "largest jumps:" in text and "held by" in text

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from linker.sim.critical import CriticalOp, PathLink, PathStep, critical_path, path_links, time_by_kind, top_ops
 from linker.sim.diagnose import Diagnosis, diagnose
 from linker.sim.engine import Replay, measured_release
+from linker.sim.explain import drift_report, format_drift
 from linker.sim.graph import KIND_NAMES
 from linker.sim.unheld import UnheldWait, unheld_gpu_wait, unheld_note
 
@@ -148,8 +149,9 @@ def busy_times(rp: Replay) -> tuple[dict[str, float], list[UnitBusy], float]:
     return by_kind, units, peer_wait
 
 
-def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], Diagnosis]:
-    """The report of a replay, with the critical path and the diagnosis it was built from."""
+def build_report(rp: Replay, top: int = 10, explain: bool = False) -> tuple[SimReport, list[PathStep], Diagnosis]:
+    """The report of a replay, with the critical path and the diagnosis it was built from;
+    ``explain``: with the drift places (``explain.drift_report``)."""
     ranks = rank_summaries(rp)
     slowest = max(ranks, key=lambda r: r.measured_us)
     simulated = max((r.simulated_us + release for r, release in zip(ranks, rp.release)), default=0.0)
@@ -193,6 +195,8 @@ def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], 
         ranks=ranks, slowest_rank=slowest.rank, rank_start_us=list(rp.release),
         measured_job_span_us=job_span, job_origin=origin, notes=_dedupe(notes),
         cycle_example=[_node_ref(rp, u) for u in diagnosis.cycle_example[:EXAMPLES]], unheld_gpu_wait=unheld)
+    if explain:
+        report.drift = drift_report(rp, max(1, min(top, 10)), path)
     return report, path, diagnosis
 
 
@@ -299,6 +303,8 @@ def format_text(report: SimReport) -> str:
         for op in report.critical_path:
             share = op.us / report.simulated_us if report.simulated_us > 0 else 0.0
             lines.append(f"  {_us(op.us):>14}  {share:>5.0%}  {op.count:>5}  {op.kind:<4}  {op.name}")
+    if report.drift is not None:
+        lines += format_drift(report.drift)
     for note in report.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)
