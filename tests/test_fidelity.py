@@ -236,3 +236,37 @@ def test_explain_on_the_cli_prints_the_places(ddp_job):
         assert {"rank", "id", "name", "kind", "lane", "drift_us", "jump_us", "held_by"} <= set(place)
     text = CliRunner().invoke(app, ["simulate", str(out), "--explain"]).stdout
     assert "largest jumps:" in text and "held by" in text
+
+
+# --- cross-rank matching by sequence number -------------------------------------------------------
+
+
+def test_collectives_are_paired_by_sequence_number_when_every_one_has_one():
+    from linker.batch.collectives import CommOp, RankCollectives, check_collectives
+
+    big, small = CommOp("ALL_REDUCE", 4096, "float"), CommOp("ALL_REDUCE", 64, "float")
+
+    def record(ops_and_seqs):
+        rank = RankCollectives()
+        for op, seq in ops_and_seqs:
+            rank.add("1", op, seq)
+        return rank
+
+    # rank 1 issued the two buckets in the other order: by position they differ, by number they agree
+    records = {0: record([(big, 7), (small, 8)]), 1: record([(small, 8), (big, 7)])}
+    divergences, notes = [], []
+    [group] = check_collectives(records, {"1": [0, 1]}, divergences, notes)
+    assert (group.status, group.matched_by, divergences) == ("consistent", "sequence number", [])
+    # one rank without numbers: by position, and the swap is a divergence at #0
+    records[1] = record([(small, None), (big, None)])
+    divergences = []
+    [group] = check_collectives(records, {"1": [0, 1]}, divergences, notes)
+    assert group.matched_by == "position" and divergences[0].position == 0
+    # a number missing on rank 1 is named
+    records[1] = record([(big, 7)])
+    divergences = []
+    check_collectives(records, {"1": [0, 1]}, divergences, notes)
+    assert divergences[0].ranks_at_fault == [1] and "sequence number 8" in divergences[0].message
+    # the record survives the report sidecar
+    again = RankCollectives.from_record(orjson.loads(orjson.dumps(records[0].to_record())))
+    assert again.seqs == {"1": [7, 8]}

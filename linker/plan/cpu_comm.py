@@ -92,8 +92,10 @@ def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
             continue
         event = events[match.event_of_op[i]]
         kind = kind_from_name(et.names[i])
+        seq = getattr(event.args, "comm_seq", None)
         out[i] = CommAttrs(pb.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size,
-                           pg_name=job_group_id(_group(et_plus, i, event, groups, parent_index)), dtype=_dtype(io))
+                           pg_name=job_group_id(_group(et_plus, i, event, groups, parent_index)), dtype=_dtype(io),
+                           seq=seq if isinstance(seq, int) and not isinstance(seq, bool) else None)
     return out
 
 
