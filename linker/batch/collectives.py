@@ -38,6 +38,7 @@ import orjson
 
 from linker.write import et_def_pb2 as pb
 from linker.plan.comm import WORLD_GROUP_ID, is_comm_kernel, read_process_groups
+from linker.plan.cpu_comm import issue_numbers
 from linker.plan.deps import dependency_plan
 from linker.model.errors import TraceInputError
 from linker.link.etplus import EtPlus
@@ -102,6 +103,8 @@ class RankCollectives:
     # Per group, the sequence number of each collective (parallel to ``collectives``; None where
     # the trace gives none): Kineto "Seq", record_param_comms' first input.
     seqs: dict[str, list[int | None]] = field(default_factory=dict)
+    # Per group, issue numbers of CPU collectives the rank issued but its ET lost (``cpu_comm``).
+    unrecorded: dict[str, list[int]] = field(default_factory=dict)
 
     def add(self, group: str, op: CommOp, seq: int | None = None) -> None:
         if op.kind in (SEND, RECV):
@@ -121,6 +124,8 @@ class RankCollectives:
         seqs = {g: values for g, values in self.seqs.items() if any(v is not None for v in values)}
         if seqs:
             record["seqs"] = seqs
+        if self.unrecorded:
+            record["unrecorded"] = self.unrecorded
         return record
 
     @staticmethod
@@ -133,7 +138,9 @@ class RankCollectives:
         collectives = ops("collectives")
         seqs = {str(g): [None if v is None else int(v) for v in values] for g, values in (record.get("seqs") or {}).items()}
         seqs = {g: seqs.get(g, [None] * len(items)) for g, items in collectives.items()}
-        return RankCollectives(groups, collectives, ops("point_to_point"), int(record.get("unresolved") or 0), seqs)
+        unrecorded = {str(g): [int(v) for v in values] for g, values in (record.get("unrecorded") or {}).items()}
+        return RankCollectives(groups, collectives, ops("point_to_point"), int(record.get("unresolved") or 0), seqs,
+                               unrecorded)
 
 
 def rank_collectives(et_plus: EtPlus) -> RankCollectives:
@@ -159,6 +166,11 @@ def rank_collectives(et_plus: EtPlus) -> RankCollectives:
             result.unresolved += 1
             continue
         result.add(attrs.pg_name or WORLD_GROUP_ID, op, seq)
+    numbered = [i for i in cpu if plan.cpu_comm[i].seq is not None]
+    if numbered:  # issue numbers of calls whose collective the ET lost (it ended after the trace stopped)
+        _, lost = issue_numbers(et_plus, numbered)
+        if lost:
+            result.unrecorded[plan.cpu_comm[numbered[0]].pg_name or WORLD_GROUP_ID] = lost
     return result
 
 
@@ -372,7 +384,8 @@ def check_collectives(records: dict[int, RankCollectives], table: dict[str, list
         compared = [r for r in members if r in records]
         member_set = set(members)
         sequences = {r: records[r].collectives.get(group, []) for r in compared}
-        sequences, matched_by, seq_divergence = _by_sequence_number(group, records, compared, sequences)
+        counted = max((len(s) for s in sequences.values()), default=0)
+        sequences, matched_by, seq_divergence = _by_sequence_number(group, records, compared, sequences, notes)
         found = [d for d in (seq_divergence or _check_group_collectives(group, sequences),
                              _check_group_point_to_point(group, records, notes)) if d is not None]
         outsiders = sorted(r for r, record in records.items()
@@ -388,13 +401,13 @@ def check_collectives(records: dict[int, RankCollectives], table: dict[str, list
         divergences += found
         point_to_point = sum(len(records[r].point_to_point.get(group, ())) for r in compared)
         status = MISMATCH if found or any(d.group == group for d in divergences) else CONSISTENT
-        groups.append(GroupCheck(group, members, compared, max((len(s) for s in sequences.values()), default=0),
-                                 point_to_point, status, matched_by))
+        groups.append(GroupCheck(group, members, compared, counted, point_to_point, status, matched_by))
     return groups
 
 
 def _by_sequence_number(group: str, records: dict[int, RankCollectives], compared: list[int],
-                        sequences: dict[int, list[CommOp]]) -> tuple[dict[int, list[CommOp]], str, Divergence | None]:
+                        sequences: dict[int, list[CommOp]], notes: list[str] | None = None
+                        ) -> tuple[dict[int, list[CommOp]], str, Divergence | None]:
     """Pair the members' collectives by sequence number when every one of them carries one
     (distinct per rank): each rank's ops in sequence order, and a divergence naming the first
     sequence number some member lacks; else by position (the sequences as given). O(ops log ops)."""
@@ -409,10 +422,25 @@ def _by_sequence_number(group: str, records: dict[int, RankCollectives], compare
         return sequences, "position", None
     ordered = {rank: [sequences[rank][k] for _, k in pairs] for rank, pairs in numbered.items()}
     every = sorted(set().union(*({s for s, _ in pairs} for pairs in numbered.values())))
+    lost = 0
     for position, seq in enumerate(every):
         holders = {rank: sequences[rank][k] for rank, pairs in numbered.items() for s, k in pairs if s == seq}
-        if len(holders) != len(numbered):
-            lacking = sorted(set(numbered) - set(holders))
+        lacking = sorted(set(numbered) - set(holders))
+        if lacking and all(seq in records[rank].unrecorded.get(group, ()) for rank in lacking):
+            lost += 1  # issued there too; its ET lost it (still running when the trace stopped)
+            lacking = []
+        ops = list(holders.values())
+        if not lacking and any(op is not ops[0] and not op.matches(ops[0]) for op in ops[1:]):
+            by_text: dict[str, list[int]] = defaultdict(list)
+            for rank, op in sorted(holders.items()):
+                by_text[op.describe()].append(rank)
+            has = sorted((RankOps(ranks, text) for text, ranks in by_text.items()), key=lambda h: (-len(h.ranks), h.ranks))
+            at_fault = sorted(r for h in has[1:] for r in h.ranks) if len(has[0].ranks) > len(has[1].ranks) else sorted(holders)
+            summary = "; ".join(f"rank{'s' if len(h.ranks) > 1 else ''} {_ranks_text(h.ranks)}: {h.has}" for h in has)
+            return ordered, "sequence number", Divergence(
+                group, "collective", position, at_fault, has,
+                f"group {group}, collective #{position} (sequence number {seq}): {summary}")
+        if lacking:
             by_text: dict[str, list[int]] = defaultdict(list)
             for rank, op in sorted(holders.items()):
                 by_text[op.describe()].append(rank)
@@ -422,7 +450,10 @@ def _by_sequence_number(group: str, records: dict[int, RankCollectives], compare
             return ordered, "sequence number", Divergence(
                 group, "collective", position, lacking, has,
                 f"group {group}, collective #{position} (sequence number {seq}): {summary}")
-    return ordered, "sequence number", None
+    if lost and notes is not None:
+        notes.append(f"group {group}: {lost} CPU collective(s) issued on every rank are missing from some ranks' "
+                     f"ETs (still running when the trace stopped); compared where present")
+    return {rank: [] for rank in ordered}, "sequence number", None  # compared number by number above
 
 
 def write_comm_groups(table: dict[str, list[int]], path: Path) -> None:

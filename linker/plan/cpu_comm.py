@@ -12,6 +12,9 @@ has already put it on its measured thread. Here each such joined op becomes a co
   parent's (the ``c10d::*`` op that issued it); an op whose size is unknown stays a CPU op;
 - process group: the one its trace names (Kineto "Process Group Name" on the event, else
   ``record_param_comms`` above it), else the world group;
+- its *issue number* (``seq``; ``issue_numbers``): which of the rank's ``c10d::`` collective calls
+  issued it, so ranks pair their collectives by it, and a collective the ET lost at the end of the
+  trace leaves a gap instead of shifting the others;
 - its busy time is its measured duration, less any part spent while the group's earlier
   collective still ran (``hold_for_measured_duration``: the replay serialises a group's collectives
   in issue order, ``collective_order`` edges); the host gap ``busy`` folded into it (the worker's
@@ -21,6 +24,8 @@ Cost: O(n) name checks plus one parse of the few collectives' inputs.
 """
 
 from __future__ import annotations
+
+from bisect import bisect_left
 
 from linker.write import et_def_pb2 as pb
 from linker.plan.comm import (COLL, PARAM_COMMS_NAME, PYTORCH_WORLD_GROUP, CommAttrs, dtype_name, job_group_id,
@@ -70,6 +75,46 @@ def _group(et_plus, i: int, event, groups, parent_index) -> str:
     return PYTORCH_WORLD_GROUP
 
 
+def _issuers(et, match, rf_of_event) -> list[tuple[int, int]]:
+    """(record-function id, ET index) of every joined ``c10d::<collective>`` op (the calls that
+    issue collectives), by record-function id."""
+    found = []
+    for i, name in enumerate(et.names):
+        if name.startswith("c10d::") and match.event_of_op[i] >= 0:
+            kind = kind_from_name(name)
+            rf = rf_of_event[match.event_of_op[i]]
+            if kind is not None and kind.role == COLL and isinstance(rf, int):
+                found.append((rf, i))
+    found.sort()
+    return found
+
+
+def issue_numbers(et_plus, collectives: list[int]) -> tuple[dict[int, int], list[int]]:
+    """The issue number of each CPU collective: the position, among the rank's joined
+    ``c10d::<collective>`` calls in record-function order, of the call that issued it — the latest
+    one whose record function was created before the collective's (a backend creates a
+    collective's record function when the call enqueues it; ids grow in creation order). Every rank
+    issues a group's collectives in the same order, so equal numbers are one collective, even where
+    the ET lost some (the observer writes an op when it ends: a collective still running when the
+    trace stopped is not in the ET). Also the issue numbers of calls whose collective the ET lacks.
+    O(c log c)."""
+    et, match = et_plus.et, et_plus.result.match
+    rf_of_event = et_plus.result.kineto.cpu_columns().rf_id
+    issuers = _issuers(et, match, rf_of_event)
+    rfs = [rf for rf, _ in issuers]
+    numbers: dict[int, int] = {}
+    for i in collectives:
+        rf = rf_of_event[match.event_of_op[i]]
+        if not isinstance(rf, int):
+            continue
+        position = bisect_left(rfs, rf) - 1
+        if position >= 0:
+            numbers[i] = position
+    used = set(numbers.values())
+    unrecorded = [k for k in range(len(issuers)) if k not in used] if numbers else []
+    return numbers, unrecorded
+
+
 def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
     """ET index -> communication attributes of every joined CPU collective (see the module
     docstring). O(n) name checks; the inputs of the collectives (and their parents) parsed once."""
@@ -92,10 +137,12 @@ def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
             continue
         event = events[match.event_of_op[i]]
         kind = kind_from_name(et.names[i])
-        seq = getattr(event.args, "comm_seq", None)
         out[i] = CommAttrs(pb.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size,
-                           pg_name=job_group_id(_group(et_plus, i, event, groups, parent_index)), dtype=_dtype(io),
-                           seq=seq if isinstance(seq, int) and not isinstance(seq, bool) else None)
+                           pg_name=job_group_id(_group(et_plus, i, event, groups, parent_index)), dtype=_dtype(io))
+    if len({attrs.pg_name for attrs in out.values()}) == 1:  # numbered among one group's calls only
+        numbers, _ = issue_numbers(et_plus, list(out))
+        for i, number in numbers.items():
+            out[i].seq = number
     return out
 
 
@@ -129,3 +176,4 @@ def hold_for_measured_duration(busy, et, comm: dict[int, CommAttrs]) -> list[tup
             if previous is not None:
                 edges.append((previous, i))
     return edges
+

@@ -104,7 +104,7 @@ _SlimNode = _slim_node_class()
 # Attributes the replay reads, by their UTF-8 name.
 _WANTED_ATTRS = frozenset(name.encode() for name in (
     "is_cpu_op", "tid", "stream", "device", "comm_type", "comm_size", "pg_name", "comm_src", "comm_dst",
-    "inclusive_dur_micros", "data_dep_causes"))
+    "inclusive_dur_micros", "data_dep_causes", "comm_seq"))
 # Attributes not read whose values are about unique per op: skipped by prefix, never cached.
 _PER_OP_ATTRS = frozenset((b"rf_id", b"seq_id", b"fw_parent", b"exclusive_dur_micros", b"blocked_micros",
                            b"host_gap_micros"))
@@ -307,6 +307,8 @@ def _chakra_comm(node_type: int, attrs: dict) -> CommInfo:
         info.role, info.peer = SEND, _as_int(attrs.get("comm_dst"), -1)
     elif node_type == pb.COMM_RECV_NODE:
         info.role, info.peer = RECV, _as_int(attrs.get("comm_src"), -1)
+    if "comm_seq" in attrs:
+        info.seq = _as_int(attrs.get("comm_seq"), -1)
     return info
 
 
@@ -353,6 +355,7 @@ class _JsonNode(msgspec.Struct):
     pg_name: Any = None
     comm_src: int | None = None
     comm_dst: int | None = None
+    comm_seq: int | None = None
 
 
 class _JsonDoc(msgspec.Struct):
@@ -418,6 +421,7 @@ def _json_comm(node: _JsonNode) -> CommInfo | None:
         info.role, info.peer = SEND, node.comm_dst if node.comm_dst is not None else -1
     elif kind is not None and kind.role == "recv" or (node.comm_src is not None and node.comm_dst is None):
         info.role, info.peer = RECV, node.comm_src if node.comm_src is not None else -1
+    info.seq = node.comm_seq
     return info
 
 

@@ -235,6 +235,8 @@ def cpu_comm_message(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummar
     if comm.comm_type is not None:
         specs.append(("comm_type", "int64_val", comm.comm_type))
     specs += [("comm_size", "int64_val", comm.comm_size), ("pg_name", "string_val", comm.pg_name or WORLD_GROUP_ID)]
+    if comm.seq is not None:  # its issue number in the group (``plan.cpu_comm``): ranks pair collectives by it
+        specs.append(("comm_seq", "int64_val", comm.seq))
     message.MergeFromString(attrs.encode_all(iter(specs)) + attrs.int64_attrs(busy_attrs(plan, u, node)))
     if causes:
         message.MergeFromString(attrs.encode(("data_dep_causes", "string_list", tuple(causes))))
