@@ -274,3 +274,22 @@ def test_collectives_are_paired_by_sequence_number_when_every_one_has_one():
     # the record survives the report sidecar
     again = RankCollectives.from_record(orjson.loads(orjson.dumps(records[0].to_record())))
     assert again.seqs == {"1": [7, 8]}
+
+
+def test_the_json_job_replays_as_the_chakra_job(ddp_job, tmp_path):
+    """ET+ JSON carries the same CPU collectives (type, size, group, issue number, worker thread,
+    busy time) as the .et: both replays agree (times in the .et are whole µs)."""
+    out, _ = ddp_job
+    json_dir = tmp_path / "json"
+    result = CliRunner().invoke(app, ["batch", "--et", str(DDP / "host.*.json.gz"), "--kineto",
+                                      str(DDP / "device.*.json.gz"), "--output-dir", str(json_dir), "--workers", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    nodes = orjson.loads((json_dir / "rank0_plus.json").read_bytes())["nodes"]
+    gloo = sorted((n for n in nodes if n["name"] == "gloo:all_reduce"), key=lambda n: n["comm_seq"])
+    assert [n["comm_seq"] for n in gloo] == sorted({n["comm_seq"] for n in gloo}) and len(gloo) == 10
+    assert all(n["tid"] not in (0, 1) for n in gloo)
+    reports = []
+    for directory, pattern in ((out, "rank.{}.et"), (json_dir, "rank{}_plus.json")):
+        graphs = [load_graph(directory / pattern.format(rank), rank) for rank in RANKS]
+        reports.append(build_report(replay(graphs, release=measured_release(graphs)))[0])
+    assert reports[1].ratio == pytest.approx(reports[0].ratio, abs=2e-3)

@@ -20,8 +20,9 @@ threads first, so a link across threads there is a wrong link, not a wrong tree)
   ET parent is joined but does not enclose them in time (by more than ``SLACK_US``).
 
 ``apply_placement`` writes the answer into the ET's columns (``tid``, ``parent``) and the nodes'
-parent field, so the plan (thread chains, busy times, ctrl edges) and both writers follow the
-measurement; the report counts these ops as "ET tree disagrees with the measurement".
+parent and ``tid`` fields, so the plan (thread chains, busy times, ctrl edges) and the writers follow
+the measurement (a ``.et`` node keeps the ET's ``tid`` attribute, except a CPU collective's, which
+``plan.cpu_comm`` writes on its worker thread); the report counts these ops as "ET tree disagrees with the measurement".
 Cost: O(n) for n ET nodes (one walk up the Kineto nesting per disagreeing op, bounded by depth).
 """
 
@@ -125,6 +126,7 @@ def apply_placement(et, placement: Placement) -> None:
         return
     for i, t in placement.tid.items():
         et.tid[i] = t
+        et.nodes[i].tid = t  # the ET+ JSON says where it ran (a nested node gets a flat ``tid``)
     flat = et.layout == FLAT
     for i, p in placement.parent.items():
         parent_id = et.ids[p]

@@ -115,6 +115,7 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
         node = et.nodes[i]
         node.comm_type, node.comm_size = pb.CollectiveCommType.Name(comm.comm_type), comm.comm_size
         node.pg_name, node.tid = pytorch_group_name(comm.pg_name or WORLD_GROUP_ID), et.tid[i]
+        node.sim_dur = _us(busy.sim[i])  # the part after the group's earlier collective (``cpu_comm``)
         if comm.seq is not None:
             node.comm_seq = comm.seq
     for k, node in enumerate(gpu_nodes):
