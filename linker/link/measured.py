@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import ne
 
 from linker.read.et import FLAT
 
@@ -59,13 +61,9 @@ class Placement:
                 "new_threads": len(self.new_threads)}
 
 
-def _homes(et, event_of_op: list[int], kineto_tid: list) -> dict:
-    """Kineto thread -> ET thread number it is the home of (see the module docstring)."""
-    counts: Counter = Counter()
-    for i in et.op_indices():
-        e = event_of_op[i]
-        if e >= 0:
-            counts[(et.tid[i], kineto_tid[e])] += 1
+def _homes(counts: Counter) -> dict:
+    """Kineto thread -> ET thread number it is the home of (see the module docstring), from the
+    count of joined ops per (ET thread, Kineto thread)."""
     best_of_et: dict[int, tuple[int, str]] = {}
     for (t, k), n in sorted(counts.items(), key=lambda item: (-item[1], item[0][0], str(item[0][1]))):
         best_of_et.setdefault(t, (n, k))
@@ -75,37 +73,65 @@ def _homes(et, event_of_op: list[int], kineto_tid: list) -> dict:
     return home
 
 
-def measured_placement(result) -> Placement:
-    """The ``Placement`` of a ``LinkResult`` (empty unless joined by rf_id). O(n)."""
+def _one_thread_each(et, kineto_tid: list) -> bool:
+    """True when the ET's ops are on one thread and the Kineto CPU events on one. O(n), C passes."""
+    ops = et.op_indices()
+    if not ops or not kineto_tid:
+        return True
+    first_tid = et.tid[ops[0]]
+    return (sum(map(first_tid.__eq__, map(et.tid.__getitem__, ops))) == len(ops)
+            and kineto_tid.count(kineto_tid[0]) == len(kineto_tid))
+
+
+def measured_placement(result, nesting_violations: int | None = None) -> Placement:
+    """The ``Placement`` of a ``LinkResult`` (empty unless joined by rf_id). ``nesting_violations``:
+    the link report's count of joined ops outside their joined parent's interval, when known: with
+    none, on one thread each side (most traces), nothing disagrees and nothing is looked at. Else
+    O(n) in C passes (maps over the columns); only the ops whose ET parent's event is not their
+    Kineto nesting parent, and the ops on another thread than the ET says, one by one."""
     placement = Placement()
     if result.match.method != "rf_id":
         return placement
     et, event_of_op = result.et, result.match.event_of_op
     columns = result.kineto.cpu_columns()
     kineto_tid, ts, dur = columns.tid, columns.ts, columns.dur
-    home = _homes(et, event_of_op, kineto_tid)
+    if nesting_violations == 0 and _one_thread_each(et, kineto_tid):
+        return placement
+    ops = list(compress(et.op_indices(), map((0).__le__, map(event_of_op.__getitem__, et.op_indices()))))
+    events = list(map(event_of_op.__getitem__, ops))
+    threads = list(map(kineto_tid.__getitem__, events))
+    op_tids = list(map(et.tid.__getitem__, ops))
+    kineto_threads, et_threads = set(threads), set(op_tids)
+    if len(kineto_threads) == 1 and len(et_threads) == 1:  # one thread each (most traces): nothing moved
+        counts = Counter({(op_tids[0], threads[0]): len(ops)}) if ops else Counter()
+    else:
+        counts = Counter(zip(op_tids, threads))
+    home = _homes(counts)
     next_tid = max(et.tid, default=0) + 1
-    op_of = [NO_NODE] * len(ts)
-    for i, e in enumerate(event_of_op):
-        if e >= 0:
-            op_of[e] = i
+    for k in sorted({k for _, k in counts if k not in home}, key=str):
+        home[k] = placement.new_threads[k] = next_tid
+        next_tid += 1
     parents, root = result.parents, et.process_root()
+    parent_index = et.parent_index()
+    events_of = event_of_op + [NO_NODE]  # position -1 (no parent): no event
+    parent_events = list(map(events_of.__getitem__, map(parent_index.__getitem__, ops)))
+    suspects = set(compress(range(len(ops)), map(ne, parent_events, map(parents.__getitem__, events))))
+    if any(home[k] != t for t, k in counts):  # some ops ran on another thread than the ET says
+        suspects.update(compress(range(len(ops)), map(ne, map(home.__getitem__, threads), op_tids)))
+    if not suspects:
+        return placement
+    op_of = [NO_NODE] * len(ts)
+    for i, e in zip(ops, events):
+        op_of[e] = i
     thread_root = {et.tid[r]: r for r in et.root_positions() if r != root}
-    parent_index, index_of_id = et.parent_index(), et.index_of_id()
-    for i in et.op_indices():
-        e = event_of_op[i]
-        if e < 0:
-            continue
-        k = kineto_tid[e]
-        measured_tid = home.get(k)
-        if measured_tid is None:
-            measured_tid = home[k] = placement.new_threads[k] = next_tid
-            next_tid += 1
+    index_of_id = et.index_of_id()
+    for position in sorted(suspects):
+        i, e, k = ops[position], events[position], threads[position]
+        measured_tid = home[k]
         moved = measured_tid != et.tid[i]
         if moved:
             placement.tid[i] = measured_tid
-        p = parent_index[i]
-        pe = event_of_op[p] if p >= 0 else NO_NODE
+        p, pe = parent_index[i], parent_events[position]
         encloses = pe >= 0 and kineto_tid[pe] == k and ts[pe] - SLACK_US <= ts[e] and \
             ts[e] + dur[e] <= ts[pe] + dur[pe] + SLACK_US
         if moved or (pe >= 0 and not encloses):

@@ -26,7 +26,7 @@ from linker.link.threads import OpMatch
 from linker.link.exact import match_by_order
 from linker.link.measured import Placement, measured_placement
 from linker.link.rfid import match_by_rf_id
-from linker.link.report import LinkReport, build_report
+from linker.link.report import LinkReport, build_report, note_tree_disagreements
 from linker.link.windows import Window, choose_window
 
 METHODS = ("auto", "rf_id", "exact", "approximate")
@@ -172,12 +172,12 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
     ops = op_of_event(match.event_of_op, kineto.cpu_count())
     gpu = attribute_gpu_ops(kineto, ops, nesting.parents, window)
     adopt_before_trace(gpu, et.process_root())
-    result = LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, None, warnings,
+    report = build_report(et, kineto, match, window, gpu, notes, warnings, seconds=time.perf_counter() - started,
+                          nesting=(nesting.parents, nesting.end), op_of_event=ops)
+    result = LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, report, warnings,
                         nesting.rounded)
-    result.placement = measured_placement(result)
-    result.report = build_report(et, kineto, match, window, gpu, notes, warnings,
-                                 seconds=time.perf_counter() - started, nesting=(nesting.parents, nesting.end),
-                                 op_of_event=ops, placement=result.placement)
+    result.placement = measured_placement(result, report.nesting_violations)
+    note_tree_disagreements(report, result.placement)
     return result
 
 

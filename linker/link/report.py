@@ -154,8 +154,7 @@ def _unlinked_events(event_of_op: list[int], in_window, events: int, op_of_event
 
 def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window: Window | None,
                  gpu: GpuAttribution, notes: list[str], warnings: list[str], seconds: float,
-                 nesting: tuple[list, list] | None = None, op_of_event: list[int] | None = None,
-                 placement=None) -> LinkReport:
+                 nesting: tuple[list, list] | None = None, op_of_event: list[int] | None = None) -> LinkReport:
     """The report of one link. ``nesting``: the CPU events' (nesting parents, ``ts + dur``)
     columns, ``op_of_event`` the inverse of ``match.event_of_op``, when at hand."""
     ops = et.op_indices()
@@ -189,15 +188,8 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
         warnings.append(f"ET threads {match.unpaired_et_threads} have no Kineto counterpart "
                         "(their ops stay unlinked)")
     violations = nesting_violations(et, kineto, match.event_of_op, nesting)
-    disagrees = placement.as_dict() if placement is not None and placement.disagreements else {}
-    notes = list(notes)
-    if disagrees:  # an rf_id join: the links are certain, the ET's tree is what is wrong
-        notes.append(f"ET tree disagrees with the measurement on {disagrees['ops']} joined ops "
-                     f"({disagrees['moved_thread']} ran on another thread, {disagrees['parent_replaced']} "
-                     f"outside their ET parent): their measured thread and parent are used")
-    elif violations:
-        warnings.append(f"{violations} linked ops lie outside their linked parent's time interval "
-                        "(a sign of wrong links)")
+    if violations:
+        warnings.append(wrong_links_warning(violations))
     return LinkReport(
         et_file=et.path, kineto_file=kineto.path, et_schema=et.schema, et_layout=et.layout,
         method=match.method, method_reason=notes + match.notes,
@@ -217,9 +209,28 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
         unmatched=unmatched,
         threads=[asdict(p) | {"kineto_thread": list(p.kineto_thread)} for p in match.threads],
         window=_window_dict(window), nesting_violations=violations, warnings=warnings,
-        seconds=round(seconds, 3), match_stats=match.stats, et_tree_disagrees=disagrees,
+        seconds=round(seconds, 3), match_stats=match.stats,
         gpu_events_in_trace=len(kineto.gpu_events), gpu_accounting=gpu_accounting(gpu),
     )
+
+
+def wrong_links_warning(violations: int) -> str:
+    return f"{violations} linked ops lie outside their linked parent's time interval (a sign of wrong links)"
+
+
+def note_tree_disagreements(report: LinkReport, placement) -> None:
+    """An rf_id join whose ET tree the measurement contradicts (``measured``): the links are
+    certain, the tree is what is wrong. The report counts the ops (``et_tree_disagrees``) and says
+    the measured thread and parent are used, instead of warning about wrong links."""
+    if not placement.disagreements:
+        return
+    report.et_tree_disagrees = counts = placement.as_dict()
+    report.method_reason.append(
+        f"ET tree disagrees with the measurement on {counts['ops']} joined ops ({counts['moved_thread']} ran "
+        f"on another thread, {counts['parent_replaced']} outside their ET parent): their measured thread and "
+        f"parent are used")
+    warning = wrong_links_warning(report.nesting_violations)
+    report.warnings = [w for w in report.warnings if w != warning]
 
 
 def gpu_accounting(gpu: GpuAttribution) -> list[dict]:

@@ -26,6 +26,7 @@ Cost: O(n) name checks plus one parse of the few collectives' inputs.
 from __future__ import annotations
 
 from bisect import bisect_left
+from itertools import compress, repeat
 
 from linker.write import et_def_pb2 as pb
 from linker.plan.comm import (COLL, PARAM_COMMS_NAME, PYTORCH_WORLD_GROUP, CommAttrs, dtype_name, job_group_id,
@@ -119,8 +120,8 @@ def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
     """ET index -> communication attributes of every joined CPU collective (see the module
     docstring). O(n) name checks; the inputs of the collectives (and their parents) parsed once."""
     et, match = et_plus.et, et_plus.result.match
-    found = [i for i, name in enumerate(et.names) if name.startswith(CPU_BACKEND_PREFIXES)
-             and match.event_of_op[i] >= 0 and is_cpu_collective_name(name)]
+    named = compress(range(len(et.names)), map(str.startswith, et.names, repeat(CPU_BACKEND_PREFIXES)))
+    found = [i for i in named if match.event_of_op[i] >= 0 and is_cpu_collective_name(et.names[i])]
     if not found:
         return {}
     groups = read_process_groups(et_plus)
