@@ -293,3 +293,38 @@ def test_the_json_job_replays_as_the_chakra_job(ddp_job, tmp_path):
         graphs = [load_graph(directory / pattern.format(rank), rank) for rank in RANKS]
         reports.append(build_report(replay(graphs, release=measured_release(graphs)))[0])
     assert reports[1].ratio == pytest.approx(reports[0].ratio, abs=2e-3)
+
+
+def test_an_op_outside_its_et_parent_takes_the_op_that_encloses_it_in_kineto(tmp_path):
+    """Shape 3: the ET (PyTorch 2.13) lists a backward op under an op that had ended before it
+    started. The ET+ gives it the innermost op whose Kineto event encloses its own (found here from
+    the Kineto file by record-function id), on the same thread."""
+    rank = 0
+    et, kineto = _et(rank), _kineto(rank)
+    rf = {n["id"]: next(a["value"] for a in n["attrs"] if a["name"] == "rf_id") for n in et["nodes"]}
+    events = {e["args"]["Record function id"]: e for e in kineto["traceEvents"]
+              if e.get("cat") in ("cpu_op", "user_annotation") and "Record function id" in e.get("args", {})}
+    node_of_rf = {value: node_id for node_id, value in rf.items()}
+
+    def interval(node_id):
+        e = events.get(rf[node_id])
+        return (e["tid"], e["ts"], e["ts"] + e["dur"]) if e else None
+
+    def encloses(outer, inner):
+        return outer[0] == inner[0] and outer[1] <= inner[1] and inner[2] <= outer[2]
+
+    contradicted = []
+    for node in et["nodes"]:
+        own, parent = interval(node["id"]), interval(node["ctrl_deps"]) if node["ctrl_deps"] in rf else None
+        if own and parent and not encloses(parent, own) and node["name"] != "gloo:all_reduce":
+            # innermost: the latest start, then the shortest
+            enclosing = [(e["ts"], -e["dur"], node_of_rf[r]) for r, e in events.items()
+                         if e["tid"] == own[0] and r in node_of_rf and node_of_rf[r] != node["id"]
+                         and encloses(interval(node_of_rf[r]), own)]
+            contradicted.append((node["id"], max(enclosing)[2] if enclosing else None))
+    assert contradicted  # the capture has them
+    link_pair(DDP / f"host.{rank}.json.gz", DDP / f"device.{rank}.json.gz", tmp_path / "r.json", LinkOptions(), None)
+    parent_of = {n["id"]: n["ctrl_deps"] for n in orjson.loads((tmp_path / "r.json").read_bytes())["nodes"]}
+    for node_id, innermost in contradicted:
+        if innermost is not None:
+            assert parent_of[node_id] == innermost, node_id
