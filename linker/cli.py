@@ -349,6 +349,9 @@ def simulate_command(
     top: int = typer.Option(10, "--top", help="How many ops of the critical path to list."),
     rank_start: str = typer.Option("measured", "--rank-start", help="Job replay: measured = each rank starts at "
                                    "its measured start offset (when the ranks' clocks agree); zero = all at 0."),
+    explain: bool = typer.Option(False, "--explain", help="List where the simulated timeline drifts from the "
+                                 "measured one: the first and the largest places on the critical path (node, lane, "
+                                 "drift, the edge or resource that held it)."),
 ) -> None:
     """Replay the trace(s) as ASTRA-sim would and compare the simulated step with the measured one.
     Exit status 9 when the graph cannot finish (never-issued nodes or a stalled collective; reported)."""
@@ -356,7 +359,7 @@ def simulate_command(
 
     try:
         output, finished = run_simulate(SimulateOptions(files, model, scale, comm_groups, json_output, trace_out, top,
-                                                           rank_start))
+                                                           rank_start, explain))
     except TraceInputError as err:
         fail(str(err))
     except ValueError as err:

@@ -184,6 +184,8 @@ def add_simulation_counts(report: LinkReport, et_plus) -> None:
         "sim_busy_us": round(sum(busy.sim), 3), "main_thread": busy.main_tid,
         "fork_join_edges": len(busy.cross), "wait_edges": summary.wait_edges,
         "copy_wait_edges": summary.copy_wait_edges, "waits_skipped": dict(summary.waits_skipped),
+        "blocking_copies": len(busy.blocking_copies), "clock_skew": busy.clock_skew,
+        "cpu_collectives": len(et_plus.plan.cpu_comm),
     }
 
 

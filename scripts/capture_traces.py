@@ -15,6 +15,8 @@ active window (for scheduled workloads, the ``active`` steps; ``ProfilerStep#N``
 The summary's ``window`` block checks this after the fact by comparing record-function ids.
 
 Workloads: mlp_steps, threads, main_thread_only, dataloader, transformer, autograd_threads (see ``WORKLOADS``).
+A multi-rank DDP-over-gloo job with Chakra's recipe (``torchrun``, ``host.<rank>.json`` /
+``device.<rank>.json``): ``scripts/capture_ddp.py``.
 """
 
 from __future__ import annotations

@@ -72,7 +72,8 @@ def test_dlrm_job_writes_astra_sim_inputs_and_is_consistent(dlrm_job):
     assert check["comm_groups_file"] == str(out / "comm_groups.json")
     assert [(g["group"], g["ranks_compared"], g["collectives"]) for g in check["groups"]] == [
         ("1", list(DLRM_RANKS), 8)]
-    assert "collectives: consistent across 8 ranks (group 1: 8 collectives on ranks 0-7)" in result.output
+    assert ("collectives: consistent across 8 ranks (group 1: 8 collectives on ranks 0-7, matched by sequence number)"
+            in result.output)
 
     # read back from the written files: every rank has the same 8 collectives, all in group "1"
     sequences = {rank: comm_sequence(out / f"rank.{rank}.et") for rank in DLRM_RANKS}
@@ -123,10 +124,12 @@ def test_missing_nccl_kernel_names_rank_group_and_position(tmp_path):
         "1", "collective", 3, [5])
     majority, odd = divergence["has"]
     assert majority["ranks"] == [0, 1, 2, 3, 4, 6, 7] and odd["ranks"] == [5]
-    # rank 5 has at position 3 what the others have at position 4 (the kernel after the dropped one)
+    # the traces carry sequence numbers (record_param_comms): the check names the one rank 5 lacks,
+    # the 4th of the group's (the others have the dropped kernel's all-to-all there)
     assert "AllReduce" in following["name"] and "AllReduce" not in dropped["name"]
-    assert odd["has"].startswith("ALL_REDUCE") and majority["has"].startswith("ALL_TO_ALL")
-    assert "group 1, collective #3" in result.output and "-> rank(s) 5" in result.output
+    assert majority["has"].startswith("ALL_TO_ALL") and odd["has"].startswith("nothing with sequence number")
+    assert check["groups"][0]["matched_by"] == "sequence number"
+    assert "group 1, collective #3 (sequence number" in result.output and "-> rank(s) 5" in result.output
     assert not (out / "comm_groups.json").exists()  # --format json: ids appear in no output
 
     # --allow-mismatch: same report, exit 0; the complete ranks are skipped and their records reused

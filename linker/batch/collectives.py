@@ -38,6 +38,7 @@ import orjson
 
 from linker.write import et_def_pb2 as pb
 from linker.plan.comm import WORLD_GROUP_ID, is_comm_kernel, read_process_groups
+from linker.plan.cpu_comm import issue_numbers
 from linker.plan.deps import dependency_plan
 from linker.model.errors import TraceInputError
 from linker.link.etplus import EtPlus
@@ -99,19 +100,33 @@ class RankCollectives:
     collectives: dict[str, list[CommOp]] = field(default_factory=dict)
     point_to_point: dict[str, list[CommOp]] = field(default_factory=dict)
     unresolved: int = 0
+    # Per group, the sequence number of each collective (parallel to ``collectives``; None where
+    # the trace gives none): Kineto "Seq", record_param_comms' first input.
+    seqs: dict[str, list[int | None]] = field(default_factory=dict)
+    # Per group, issue numbers of CPU collectives the rank issued but its ET lost (``cpu_comm``).
+    unrecorded: dict[str, list[int]] = field(default_factory=dict)
 
-    def add(self, group: str, op: CommOp) -> None:
-        target = self.point_to_point if op.kind in (SEND, RECV) else self.collectives
-        target.setdefault(group, []).append(op)
+    def add(self, group: str, op: CommOp, seq: int | None = None) -> None:
+        if op.kind in (SEND, RECV):
+            self.point_to_point.setdefault(group, []).append(op)
+            return
+        self.collectives.setdefault(group, []).append(op)
+        self.seqs.setdefault(group, []).append(seq)
 
     def groups_used(self) -> set[str]:
         return set(self.collectives) | set(self.point_to_point)
 
     def to_record(self) -> dict:
         """Compact JSON-able form for the report sidecar: ops as ``[kind, bytes, dtype(, peer)]``."""
-        return {"groups": self.groups, "unresolved": self.unresolved,
-                "collectives": {g: [op.to_record() for op in ops] for g, ops in self.collectives.items()},
-                "point_to_point": {g: [op.to_record() for op in ops] for g, ops in self.point_to_point.items()}}
+        record = {"groups": self.groups, "unresolved": self.unresolved,
+                  "collectives": {g: [op.to_record() for op in ops] for g, ops in self.collectives.items()},
+                  "point_to_point": {g: [op.to_record() for op in ops] for g, ops in self.point_to_point.items()}}
+        seqs = {g: values for g, values in self.seqs.items() if any(v is not None for v in values)}
+        if seqs:
+            record["seqs"] = seqs
+        if self.unrecorded:
+            record["unrecorded"] = self.unrecorded
+        return record
 
     @staticmethod
     def from_record(record: dict, interned: dict | None = None) -> RankCollectives:
@@ -120,18 +135,27 @@ class RankCollectives:
             return {str(g): [CommOp.from_record(item, interned) for item in items] for g, items in record[key].items()}
 
         groups = {str(g): [int(r) for r in ranks] for g, ranks in record["groups"].items()}
-        return RankCollectives(groups, ops("collectives"), ops("point_to_point"), int(record.get("unresolved") or 0))
+        collectives = ops("collectives")
+        seqs = {str(g): [None if v is None else int(v) for v in values] for g, values in (record.get("seqs") or {}).items()}
+        seqs = {g: seqs.get(g, [None] * len(items)) for g, items in collectives.items()}
+        unrecorded = {str(g): [int(v) for v in values] for g, values in (record.get("unrecorded") or {}).items()}
+        return RankCollectives(groups, collectives, ops("point_to_point"), int(record.get("unresolved") or 0), seqs,
+                               unrecorded)
 
 
 def rank_collectives(et_plus: EtPlus) -> RankCollectives:
     """The communication ops of one linked rank, as the Chakra writer resolved them (the
-    dependency plan's ``comm``, computed once per ET+). Cost: O(GPU ops log GPU ops)."""
-    comm = dependency_plan(et_plus).comm
+    dependency plan's ``comm`` and ``cpu_comm``, computed once per ET+): communication kernels in
+    GPU start order, then CPU collectives in issue (ET id) order. Cost: O(GPU ops log GPU ops)."""
+    plan = dependency_plan(et_plus)
     kernels = [k for k, node in enumerate(et_plus.gpu_nodes) if is_comm_kernel(node)]
     kernels.sort(key=lambda k: (et_plus.gpu_nodes[k].ts, et_plus.gpu_nodes[k].correlation or 0))
     result = RankCollectives(groups=read_process_groups(et_plus).job_groups())
-    for k in kernels:
-        attrs = comm[k]
+    # CPU collectives (gloo, MPI, UCC) in issue order: ET ids are given when the op is issued,
+    # while the backend's worker threads may start them in another order.
+    cpu = sorted(plan.cpu_comm, key=et_plus.et.ids.__getitem__)
+    for attrs in [plan.comm[k] for k in kernels] + [plan.cpu_comm[i] for i in cpu]:
+        seq = attrs.seq
         if attrs.node_type == pb.COMM_COLL_NODE:
             op = CommOp(pb.CollectiveCommType.Name(attrs.comm_type), attrs.comm_size, attrs.dtype)
         elif attrs.node_type == pb.COMM_SEND_NODE:
@@ -141,7 +165,12 @@ def rank_collectives(et_plus: EtPlus) -> RankCollectives:
         else:
             result.unresolved += 1
             continue
-        result.add(attrs.pg_name or WORLD_GROUP_ID, op)
+        result.add(attrs.pg_name or WORLD_GROUP_ID, op, seq)
+    numbered = [i for i in cpu if plan.cpu_comm[i].seq is not None]
+    if numbered:  # issue numbers of calls whose collective the ET lost (it ended after the trace stopped)
+        _, lost = issue_numbers(et_plus, numbered)
+        if lost:
+            result.unrecorded[plan.cpu_comm[numbered[0]].pg_name or WORLD_GROUP_ID] = lost
     return result
 
 
@@ -189,6 +218,7 @@ class GroupCheck:
     collectives: int  # collectives per member (the longest sequence)
     point_to_point: int  # send + recv ops of all members
     status: str
+    matched_by: str = "position"  # how the members' collectives were paired: "sequence number" or "position"
 
 
 @dataclass
@@ -354,7 +384,9 @@ def check_collectives(records: dict[int, RankCollectives], table: dict[str, list
         compared = [r for r in members if r in records]
         member_set = set(members)
         sequences = {r: records[r].collectives.get(group, []) for r in compared}
-        found = [d for d in (_check_group_collectives(group, sequences),
+        counted = max((len(s) for s in sequences.values()), default=0)
+        sequences, matched_by, seq_divergence = _by_sequence_number(group, records, compared, sequences, notes)
+        found = [d for d in (seq_divergence or _check_group_collectives(group, sequences),
                              _check_group_point_to_point(group, records, notes)) if d is not None]
         outsiders = sorted(r for r, record in records.items()
                            if r not in member_set and (record.collectives.get(group) or record.point_to_point.get(group)))
@@ -369,9 +401,59 @@ def check_collectives(records: dict[int, RankCollectives], table: dict[str, list
         divergences += found
         point_to_point = sum(len(records[r].point_to_point.get(group, ())) for r in compared)
         status = MISMATCH if found or any(d.group == group for d in divergences) else CONSISTENT
-        groups.append(GroupCheck(group, members, compared, max((len(s) for s in sequences.values()), default=0),
-                                 point_to_point, status))
+        groups.append(GroupCheck(group, members, compared, counted, point_to_point, status, matched_by))
     return groups
+
+
+def _by_sequence_number(group: str, records: dict[int, RankCollectives], compared: list[int],
+                        sequences: dict[int, list[CommOp]], notes: list[str] | None = None
+                        ) -> tuple[dict[int, list[CommOp]], str, Divergence | None]:
+    """Pair the members' collectives by sequence number when every one of them carries one
+    (distinct per rank): each rank's ops in sequence order, and a divergence naming the first
+    sequence number some member lacks; else by position (the sequences as given). O(ops log ops)."""
+    numbered = {}
+    for rank in compared:
+        seqs = records[rank].seqs.get(group) or []
+        ops = sequences[rank]
+        if not ops or len(seqs) != len(ops) or any(s is None for s in seqs) or len(set(seqs)) != len(seqs):
+            return sequences, "position", None
+        numbered[rank] = sorted(zip(seqs, range(len(ops))))
+    if len(numbered) < 2:
+        return sequences, "position", None
+    ordered = {rank: [sequences[rank][k] for _, k in pairs] for rank, pairs in numbered.items()}
+    every = sorted(set().union(*({s for s, _ in pairs} for pairs in numbered.values())))
+    lost = 0
+    for position, seq in enumerate(every):
+        holders = {rank: sequences[rank][k] for rank, pairs in numbered.items() for s, k in pairs if s == seq}
+        lacking = sorted(set(numbered) - set(holders))
+        if lacking and all(seq in records[rank].unrecorded.get(group, ()) for rank in lacking):
+            lost += 1  # issued there too; its ET lost it (still running when the trace stopped)
+            lacking = []
+        ops = list(holders.values())
+        if not lacking and any(op is not ops[0] and not op.matches(ops[0]) for op in ops[1:]):
+            by_text: dict[str, list[int]] = defaultdict(list)
+            for rank, op in sorted(holders.items()):
+                by_text[op.describe()].append(rank)
+            has = sorted((RankOps(ranks, text) for text, ranks in by_text.items()), key=lambda h: (-len(h.ranks), h.ranks))
+            at_fault = sorted(r for h in has[1:] for r in h.ranks) if len(has[0].ranks) > len(has[1].ranks) else sorted(holders)
+            summary = "; ".join(f"rank{'s' if len(h.ranks) > 1 else ''} {_ranks_text(h.ranks)}: {h.has}" for h in has)
+            return ordered, "sequence number", Divergence(
+                group, "collective", position, at_fault, has,
+                f"group {group}, collective #{position} (sequence number {seq}): {summary}")
+        if lacking:
+            by_text: dict[str, list[int]] = defaultdict(list)
+            for rank, op in sorted(holders.items()):
+                by_text[op.describe()].append(rank)
+            has = [RankOps(ranks, text) for text, ranks in by_text.items()]
+            has.append(RankOps(lacking, f"nothing with sequence number {seq}"))
+            summary = "; ".join(f"rank{'s' if len(h.ranks) > 1 else ''} {_ranks_text(h.ranks)}: {h.has}" for h in has)
+            return ordered, "sequence number", Divergence(
+                group, "collective", position, lacking, has,
+                f"group {group}, collective #{position} (sequence number {seq}): {summary}")
+    if lost and notes is not None:
+        notes.append(f"group {group}: {lost} CPU collective(s) issued on every rank are missing from some ranks' "
+                     f"ETs (still running when the trace stopped); compared where present")
+    return {rank: [] for rank in ordered}, "sequence number", None  # compared number by number above
 
 
 def write_comm_groups(table: dict[str, list[int]], path: Path) -> None:
@@ -418,7 +500,9 @@ def format_check(check: CollectiveCheck) -> list[str]:
     elif check.status == CONSISTENT:
         per_group = [f"group {g.group}: {g.collectives} collectives"
                      + (f" + {g.point_to_point} send/recv" if g.point_to_point else "")
-                     + f" on ranks {_ranks_text(g.ranks_compared)}" for g in check.groups[:TABLE_GROUPS]]
+                     + f" on ranks {_ranks_text(g.ranks_compared)}"
+                     + (", matched by sequence number" if g.matched_by == "sequence number" else "")
+                     for g in check.groups[:TABLE_GROUPS]]
         if len(check.groups) > TABLE_GROUPS:
             per_group.append(f"{len(check.groups) - TABLE_GROUPS} more groups")
         lines = [f"collectives: consistent across {len(compared)} ranks ({', '.join(per_group)})"]

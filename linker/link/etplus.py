@@ -21,6 +21,7 @@ import msgspec
 from linker.link import durations
 from linker.read.et import FLAT, ExecutionTrace
 from linker.link.gpu import GpuLink
+from linker.link.measured import apply_placement
 from linker.link.recipe import LinkResult
 
 UNSET = msgspec.UNSET
@@ -103,6 +104,7 @@ def build_et_plus(result: LinkResult) -> EtPlus:
     non-integral ``exclusive_dur`` is written rounded to 3 decimals: from ``result.exclusive_rounded``
     when the Kineto child made it, else rounded here (for every event: C passes). O(n + g)."""
     et, columns, exclusive = result.et, result.kineto.cpu_columns(), result.exclusive
+    apply_placement(et, result.placement)  # where the ET's tree contradicts the measurement
     nodes, event_ts, event_dur = et.nodes, columns.ts, columns.dur
     rounded_exclusive = result.exclusive_rounded
     if rounded_exclusive is None or len(rounded_exclusive) != len(exclusive):

@@ -24,8 +24,9 @@ from linker.link.gpu import GpuAttribution, adopt_before_trace, attribute_gpu_op
 from linker.read.kineto import KinetoTrace
 from linker.link.threads import OpMatch
 from linker.link.exact import match_by_order
+from linker.link.measured import Placement, measured_placement
 from linker.link.rfid import match_by_rf_id
-from linker.link.report import LinkReport, build_report
+from linker.link.report import LinkReport, build_report, note_tree_disagreements
 from linker.link.windows import Window, choose_window
 
 METHODS = ("auto", "rf_id", "exact", "approximate")
@@ -57,6 +58,8 @@ class LinkResult:
     report: LinkReport
     warnings: list[str] = field(default_factory=list)
     exclusive_rounded: list[float] | None = None  # ``durations.rounded_exclusive``, when made beside
+    # Joined ops whose ET thread / parent the measurement contradicts (``measured``): applied by the build.
+    placement: Placement = field(default_factory=Placement)
 
 
 def check_same_run(et: ExecutionTrace, kineto: KinetoTrace, same_name_pairs: int = 0) -> list[str]:
@@ -171,8 +174,11 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
     adopt_before_trace(gpu, et.process_root())
     report = build_report(et, kineto, match, window, gpu, notes, warnings, seconds=time.perf_counter() - started,
                           nesting=(nesting.parents, nesting.end), op_of_event=ops)
-    return LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, report, warnings,
-                      nesting.rounded)
+    result = LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, report, warnings,
+                        nesting.rounded)
+    result.placement = measured_placement(result, report.nesting_violations)
+    note_tree_disagreements(report, result.placement)
+    return result
 
 
 def op_of_event(event_of_op: list[int], events: int) -> list[int]:

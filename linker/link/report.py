@@ -53,6 +53,9 @@ class LinkReport:
     dependencies: int = 0  # data dependencies written
     dependency_causes: dict = field(default_factory=dict)  # cause -> data dependencies
     simulation: dict = field(default_factory=dict)  # blocked / host-gap / busy totals, waits
+    # Joined ops whose ET thread or parent the measured trace contradicts (rf_id joins; ``measured``):
+    # {"ops", "moved_thread", "parent_replaced", "new_threads"}; the measurement is used for them.
+    et_tree_disagrees: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -186,8 +189,7 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
                         "(their ops stay unlinked)")
     violations = nesting_violations(et, kineto, match.event_of_op, nesting)
     if violations:
-        warnings.append(f"{violations} linked ops lie outside their linked parent's time interval "
-                        "(a sign of wrong links)")
+        warnings.append(wrong_links_warning(violations))
     return LinkReport(
         et_file=et.path, kineto_file=kineto.path, et_schema=et.schema, et_layout=et.layout,
         method=match.method, method_reason=notes + match.notes,
@@ -210,6 +212,25 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
         seconds=round(seconds, 3), match_stats=match.stats,
         gpu_events_in_trace=len(kineto.gpu_events), gpu_accounting=gpu_accounting(gpu),
     )
+
+
+def wrong_links_warning(violations: int) -> str:
+    return f"{violations} linked ops lie outside their linked parent's time interval (a sign of wrong links)"
+
+
+def note_tree_disagreements(report: LinkReport, placement) -> None:
+    """An rf_id join whose ET tree the measurement contradicts (``measured``): the links are
+    certain, the tree is what is wrong. The report counts the ops (``et_tree_disagrees``) and says
+    the measured thread and parent are used, instead of warning about wrong links."""
+    if not placement.disagreements:
+        return
+    report.et_tree_disagrees = counts = placement.as_dict()
+    report.method_reason.append(
+        f"ET tree disagrees with the measurement on {counts['ops']} joined ops ({counts['moved_thread']} ran "
+        f"on another thread, {counts['parent_replaced']} outside their ET parent): their measured thread and "
+        f"parent are used")
+    warning = wrong_links_warning(report.nesting_violations)
+    report.warnings = [w for w in report.warnings if w != warning]
 
 
 def gpu_accounting(gpu: GpuAttribution) -> list[dict]:

@@ -9,7 +9,8 @@ writes it) still counts time the op sat blocked. This module computes, per ET no
   * blocking runtime calls Kineto records inside it (innermost linked op covering the call):
     ``cudaDeviceSynchronize`` / ``cudaStreamSynchronize`` / ``cudaEventSynchronize`` (cu*, hip*),
     synchronous ``cudaMemcpy`` / ``hipMemcpy``, and a ``cudaMemcpyAsync`` whose copy finished
-    before the call returned (a pageable-memory copy: synchronous in effect). The whole call counts.
+    before the call returned, allowing for the CPU/GPU clock skew the trace shows (a pageable-memory
+    copy: synchronous in effect; ``clocks``). The whole call counts.
   * waits for another thread (``join``): the main thread sits in an op's exclusive time (e.g.
     ``## backward ##`` while the autograd engine thread runs, ``join_workers`` while workers run)
     or in a gap between its ops (Python's ``loss.backward()`` is no op), while a burst of another
@@ -58,6 +59,7 @@ from operator import add, eq, gt, lt, not_
 
 from linker.link.intervals import TimePoint, cpu_cover_index, innermost_covering
 from linker.link.recipe import op_of_event
+from linker.plan.clocks import blocking_copies, clock_skew
 
 FORK, JOIN = "fork", "join"
 
@@ -73,10 +75,7 @@ WAIT_CALLS = {
 }
 # Runtime calls that block the calling thread until GPU work finishes.
 SYNC_CALLS = frozenset(name for name, kind in WAIT_CALLS.items() if kind != STREAM_WAIT_EVENT)
-# Copies that are synchronous by definition (the call returns after the copy).
-SYNC_COPY_CALLS = frozenset({"cudaMemcpy", "hipMemcpy", "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD"})
-# Copies that are asynchronous unless the copy finished before the call returned.
-ASYNC_COPY_CALLS = frozenset({"cudaMemcpyAsync", "hipMemcpyAsync", "hipMemcpyWithStream", "cuMemcpyAsync"})
+# Copies: synchronous ones, and asynchronous ones that blocked (``clocks``: the rule, with the skew).
 
 
 @dataclass
@@ -86,7 +85,8 @@ class BusyTimes:
     ``cross``: (source ET index, target ET index, cause) cross-thread edges, cause ``fork``/``join``.
     ``main_tid``: the ET thread taken as the main thread (None without linked ops).
     ``blocking_copies``: GPU link indices (into ``EtPlus.gpu_links``) launched by a copy call that
-    returned only after the copy finished: the thread waited for that GPU op (a ``sync`` edge).
+    returned only after the copy finished, allowing for the trace's clock skew (``clocks``): the
+    thread waited for that GPU op (a ``sync`` edge).
     """
 
     blocked: list[float]
@@ -95,6 +95,7 @@ class BusyTimes:
     cross: list[tuple[int, int, str]] = field(default_factory=list)
     main_tid: int | None = None
     blocking_copies: list[int] = field(default_factory=list)
+    clock_skew: dict = field(default_factory=dict)  # ``clocks.ClockSkew.summary`` (GPU traces)
 
 
 @dataclass
@@ -113,22 +114,15 @@ class Timeline:
         return self._frontier
 
 
-def is_blocking_copy(link) -> bool:
-    """True when the GPU op's launch call blocked the thread until the copy was done."""
-    launch = link.launch
-    if launch is None or link.event.cat != "gpu_memcpy":
-        return False
-    if launch.name in SYNC_COPY_CALLS:
-        return True
-    return launch.name in ASYNC_COPY_CALLS and link.event.ts + link.event.dur <= launch.ts + launch.dur
-
-
-def blocking_calls(et_plus) -> list:
-    """The Kineto runtime calls that block their thread, inside the linked window if any."""
+def blocking_calls(et_plus, copies: list[int] | None = None) -> list:
+    """The Kineto runtime calls that block their thread, inside the linked window if any;
+    ``copies``: the blocking copies' link indices (``clocks.blocking_copies``), found if not given."""
     window = et_plus.result.window
     calls = [event for event in et_plus.result.kineto.runtime_events
              if event.name in SYNC_CALLS and (window is None or window.contains(event.ts))]
-    calls += [link.launch for link in et_plus.gpu_links if is_blocking_copy(link)]
+    if copies is None:
+        copies = blocking_copies(et_plus.gpu_links, clock_skew(et_plus.gpu_links))
+    calls += [et_plus.gpu_links[k].launch for k in copies]
     return calls
 
 
@@ -296,8 +290,10 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     starts, ends = et_plus.op_times if et_plus.op_times is not None else _event_times(result)
     linked = list(map(eq, starts, starts))  # not NaN
     busy = BusyTimes([0.0] * n, [0.0] * n, [0.0] * n)
-    busy.blocking_copies = [k for k, link in enumerate(et_plus.gpu_links) if is_blocking_copy(link)]
-    calls = blocking_calls(et_plus)
+    skew = clock_skew(et_plus.gpu_links) if et_plus.gpu_links else None
+    busy.clock_skew = skew.summary() if skew is not None else {}
+    busy.blocking_copies = blocking_copies(et_plus.gpu_links, skew) if skew is not None else []
+    calls = blocking_calls(et_plus, busy.blocking_copies)
     for call, op in zip(calls, ops_covering(et_plus, calls)):
         if op >= 0:
             busy.blocked[op] += call.dur

@@ -318,6 +318,7 @@ class CommAttrs:
     comm_dst: int | None = None
     comm_tag: int | None = None
     problem: str | None = None
+    seq: int | None = None  # the collective's sequence number in its group, when the trace says (not written)
 
 
 class CommResolver:
@@ -437,6 +438,14 @@ class CommResolver:
                 return name
         return PYTORCH_WORLD_GROUP
 
+    def seq(self, ops: CommOps, param_io: OpIO | None, gpu_args) -> int | None:
+        """The collective's sequence number in its process group: Kineto's "Seq" (the kernel's
+        args, then the ops'), else record_param_comms' first input (``seq`` or ``[seq, isP2P]``)."""
+        for args in (gpu_args, self._kineto_args(ops.param), self._kineto_args(ops.collective)):
+            if args is not None and is_int(args.comm_seq):
+                return args.comm_seq
+        return seq_of_param_inputs(param_io)
+
     def resolve(self, gpu: GpuNode, gpu_args, launcher: int) -> CommAttrs:
         """The node type and comm attributes of one communication kernel."""
         ops = self.comm_ops(launcher)
@@ -451,7 +460,7 @@ class CommResolver:
         group_id, dtype = job_group_id(pytorch_name), self.dtype(ops, param_io, gpu_args)
         if kind.role == COLL:
             return CommAttrs(pb.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size, pg_name=group_id,
-                             dtype=dtype)
+                             dtype=dtype, seq=self.seq(ops, param_io, gpu_args))
         peer = _peer_rank(param_io, self.groups.ranks_of_name.get(pytorch_name))
         if peer is None:
             return CommAttrs(pb.COMP_NODE, problem="point-to-point peer unknown")
@@ -464,6 +473,24 @@ class CommResolver:
         if ops.c10d >= 0:
             attrs.comm_tag = _last_int(self.inputs(ops.c10d))
         return attrs
+
+
+def seq_of_param_inputs(io: OpIO | None) -> int | None:
+    """record_param_comms' sequence number: its first input that is not a tensor (PyTorch 2.0: the
+    int after the tensors; later: ``[seq, isP2P]``), before the collective's name; None when there
+    is none, or for a point-to-point sequence (its own numbering)."""
+    if io is None:
+        return None
+    for position, value in enumerate(io.values):
+        type_name = io.types[position] if position < len(io.types) else ""
+        if isinstance(type_name, str) and "Tensor" in type_name:
+            continue
+        if is_int(value):
+            return value
+        if isinstance(value, list) and len(value) == 2 and is_int(value[0]) and isinstance(value[1], bool):
+            return None if value[1] else value[0]
+        return None
+    return None
 
 
 def _collective_name_position(io: OpIO) -> int:

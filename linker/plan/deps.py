@@ -32,6 +32,7 @@ import msgspec
 
 from linker.plan.busy import DEVICE_SYNC, STREAM_SYNC, STREAM_WAIT_EVENT, WAIT_CALLS, BusyTimes, compute_busy, ops_covering
 from linker.plan.comm import CommAttrs, CommResolver, is_comm_kernel
+from linker.plan.cpu_comm import cpu_collectives, hold_for_measured_duration
 from linker.read.et import PROCESS_ROOT_NAMES, parent_positions
 from linker.link.etplus import EtPlus
 
@@ -132,6 +133,7 @@ class DependencyPlan:
     busy: BusyTimes | None = None
     comm: list[CommAttrs | None] = field(default_factory=list)
     launchless: frozenset = frozenset()  # GPU nodes with no launch (before the trace): no ``launch`` edge
+    cpu_comm: dict[int, CommAttrs] = field(default_factory=dict)  # ET index -> CPU collective (``cpu_comm``)
     # (order, position) once made; until then, the call that makes them.
     order_made: tuple[list[int], array] | None = field(default=None, repr=False)
     make_order: Callable[[], tuple[list[int], array]] | None = field(default=None, repr=False)
@@ -549,14 +551,20 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary,
     exclusive = et_plus.op_exclusive if et_plus.op_exclusive is not None else _exclusive_of_ops(et_plus)
     starts = et_plus.op_times[0] if et_plus.op_times is not None else None
     busy = compute_busy(et_plus, exclusive, preorder)
+    cpu_comm = cpu_collectives(et_plus)  # gloo / MPI / UCC collectives: communication nodes
+    cpu_comm_order = hold_for_measured_duration(busy, et, cpu_comm)
     et_plus.op_times = et_plus.op_exclusive = None  # only the busy times needed them
     extra: dict[int, list[tuple[int, str]]] = {}
     for source, target, cause in busy.cross:
         if source != target and source != prev[target] and source != ctrl[target]:
             extra.setdefault(target, []).append((source, cause))
     plan = DependencyPlan(n, ctrl, prev, extra, busy, _comm_attrs(et_plus, resolver, summary),
-                          frozenset(n + k for k, link in enumerate(et_plus.gpu_links) if link.before_trace))
+                          frozenset(n + k for k, link in enumerate(et_plus.gpu_links) if link.before_trace),
+                          cpu_comm)
     _collective_order(plan, placement, extra)
+    for source, target in cpu_comm_order:  # CPU collectives of a group, one at a time in issue order
+        if source != prev[target] and source != ctrl[target]:
+            extra.setdefault(target, []).append((source, COLLECTIVE_ORDER))
     ids = et.ids + [node.id for node in gpu_nodes] if g else et.ids
     keys = _time_keys(et_plus, placement, starts)
     ordering = partial(_write_order, ctrl, prev, keys, ids, extra, by_id, preorder)

@@ -111,6 +111,13 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
         elif gap > 0:
             node.host_gap_dur = node.sim_dur = gap_us
         node.data_deps, node.data_dep_causes = ids, causes
+    for i, comm in plan.cpu_comm.items():  # CPU collectives: communication nodes on their measured thread
+        node = et.nodes[i]
+        node.comm_type, node.comm_size = pb.CollectiveCommType.Name(comm.comm_type), comm.comm_size
+        node.pg_name, node.tid = pytorch_group_name(comm.pg_name or WORLD_GROUP_ID), et.tid[i]
+        node.sim_dur = _us(busy.sim[i])  # the part after the group's earlier collective (``cpu_comm``)
+        if comm.seq is not None:
+            node.comm_seq = comm.seq
     for k, node in enumerate(gpu_nodes):
         node.sim_dur = node.dur
         node.data_deps, node.data_dep_causes = dep_fields(data_deps(n + k))

@@ -81,6 +81,11 @@ class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     sim_dur: float | Unset = UNSET
     data_deps: Any = UNSET
     data_dep_causes: Any = UNSET
+    # A CPU collective's communication attributes (``plan.cpu_comm``, written by ``sim_fields``).
+    comm_type: Any = UNSET
+    comm_size: Any = UNSET
+    pg_name: Any = UNSET
+    comm_seq: Any = UNSET
 
 
 def decode_attr_values(node: EtNode) -> list:

@@ -61,6 +61,7 @@ class KinetoArgs(msgspec.Struct, frozen=True, omit_defaults=True):
     out_msg_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
     dtype: str | None = None
     group_size: int | None = msgspec.field(default=None, name="Group size")
+    comm_seq: int | None = msgspec.field(default=None, name="Seq")  # NCCL collectives: the group's sequence number
     bytes: int | str | None = None  # a decimal string on ROCm runtime calls
     # Tensor shapes of the op's inputs (recorded with record_shapes): kept raw, decoded only to
     # tell apart same-name neighbours.

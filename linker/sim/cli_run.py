@@ -34,6 +34,7 @@ class SimulateOptions:
     trace_out: Path | None = None
     top: int = 10
     rank_start: str = "measured"
+    explain: bool = False
 
 
 def run_simulate(options: SimulateOptions) -> tuple[str, bool]:
@@ -66,7 +67,7 @@ def _run_simulate(options: SimulateOptions) -> tuple[str, bool]:
         if release is None:
             notes.append("the ranks' measured start times do not look like one clock: every rank starts at 0")
     result = replay(graphs, options.model, scale, groups, release)
-    report, _, _ = build_report(result, options.top)
+    report, _, _ = build_report(result, options.top, options.explain)
     report.notes = notes + report.notes
     if options.trace_out is not None:
         write_trace(result, options.trace_out, tuple(path for path, _ in inputs.files))

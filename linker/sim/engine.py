@@ -19,6 +19,12 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   slowest peer; the last rank to arrive waits for nobody, so its kernel — the shortest — is the
   transfer alone. This needs no clock alignment between ranks. A single rank replays its
   collectives for their own duration.
+- CPU collectives (gloo, MPI, UCC; on a CPU lane) are matched by their issue number (``comm_seq``)
+  when every one has one: one that only some ranks hold (the ETs of the others lost it at the end of
+  the trace) is replayed alone by those that hold it. One that ran, on some rank, while the group's
+  previous one still ran (``_ran_under_previous``) is replayed alone on every rank, for the part that
+  outlasted the previous one: matching it would make each rank wait for every rank's previous
+  collective, which the run did not do.
 - job replay: each rank starts at its measured start offset (its first measured start minus the
   job's earliest) when the ranks' clocks agree (``measured_release``), else all at 0. A rank that
   began its step late makes the others wait for it at the first collective, as it did when measured.
@@ -197,7 +203,7 @@ def match_communication(graphs: list[SimGraph], offsets: list[int], comm_groups:
     sends: dict[tuple[int, int], list[int]] = {}
     recvs: dict[tuple[int, int], list[int]] = {}
     for r, (graph, base) in enumerate(zip(graphs, offsets)):
-        for u in sorted(graph.comm, key=lambda u: (_start_key(graph, u), graph.ids[u])):
+        for u in sorted(graph.comm, key=lambda u: _issue_key(graph, u)):
             info = graph.comm[u]
             if info.role == COLL:
                 collectives.setdefault((r, info.pg_name), []).append(base + u)
@@ -210,6 +216,15 @@ def match_communication(graphs: list[SimGraph], offsets: list[int], comm_groups:
     _group_collectives(graphs, collectives, comm_groups, position_of_rank, groups)
     _group_point_to_point(sends, recvs, position_of_rank, groups)
     return groups
+
+
+def _issue_key(graph: SimGraph, u: int) -> tuple:
+    """Issue order of a communication node: a GPU one by measured start (a stream runs in issue
+    order), a CPU one (gloo, MPI, UCC: on a worker thread) by id (given at issue; the backend's
+    workers may start them in another order), after the GPU ones."""
+    if graph.lane_keys[graph.lane[u]][0] == "cpu":
+        return (1, graph.ids[u], graph.ids[u])
+    return (0, _start_key(graph, u), graph.ids[u])
 
 
 def _start_key(graph: SimGraph, u: int) -> float:
@@ -242,22 +257,71 @@ def _group_collectives(graphs, collectives, comm_groups, position_of_rank, group
         if len(positions) < 2:
             continue
         lists = [collectives.get((r, pg), []) for r in positions]
+        counts = {graphs[r].rank: len(nodes) for r, nodes in zip(positions, lists)}
+        numbered = _by_issue_number(graphs, offsets, lists)
+        if numbered is not None:  # CPU collectives: paired by issue number, gaps where a rank lacks one
+            every = sorted(set().union(*numbered))
+            lists = [[by_number.get(number) for number in every] for by_number in numbered]
+        alone = cut = 0
         for k in range(max(len(nodes) for nodes in lists)):
             g = len(groups.members)
-            members = [nodes[k] for nodes in lists if k < len(nodes)]
+            members = [nodes[k] for nodes in lists if k < len(nodes) and nodes[k] is not None]
+            if numbered is not None and len(members) < len(positions):
+                cut += 1  # the ETs of some ranks lost it: the others replay theirs alone
+                continue
+            if SERIALISED_ALONE and len(members) == len(positions) and any(
+                    _ran_under_previous(graphs, offsets, u) for u in members):
+                alone += 1
+                continue
             groups.members.append(members)
             groups.expected.append(len(positions))
             groups.member_ranks.append([graphs[r].rank for r in positions])
             groups.label.append((pg, k))
             for u in members:
                 groups.group_of[u] = g
-        counts = {graphs[r].rank: len(nodes) for r, nodes in zip(positions, lists)}
-        if len(set(counts.values())) > 1:
+        if alone:
+            groups.notes.append(f"process group {pg}: {alone} collective(s) ran on some rank while the previous one "
+                                f"was still running (a CPU backend's workers run them at once); each rank replays "
+                                f"the part that outlasted the previous one on its own")
+        if cut:
+            groups.notes.append(f"process group {pg}: {cut} CPU collective(s) are missing on some ranks (an ET "
+                                f"writes an op when it ends: one still running when the trace stopped is lost); "
+                                f"the ranks that hold them replay them alone")
+        elif len(set(counts.values())) > 1:
             groups.notes.append(f"process group {pg}: the ranks hold different numbers of collectives {counts}")
         mismatch = _first_type_mismatch(graphs, offsets, positions, lists)
         if mismatch:
             groups.type_mismatch[pg] = mismatch
             groups.notes.append(f"process group {pg}: {mismatch}")
+
+
+SERIALISED_ALONE = True  # see ``_ran_under_previous``
+
+
+def _by_issue_number(graphs: list[SimGraph], offsets: list[int], lists: list[list[int]]) -> list[dict] | None:
+    """Per member rank, its collectives of the group by issue number (``comm_seq``, written for CPU
+    collectives), when every one of them has one and no rank repeats a number; else None."""
+    numbered = []
+    for nodes in lists:
+        by_number = {}
+        for u in nodes:
+            r = bisect_right(offsets, u) - 1
+            number = graphs[r].comm[u - offsets[r]].seq
+            if number is None or number < 0 or number in by_number:
+                return None
+            by_number[number] = u
+        numbered.append(by_number)
+    return numbered if any(numbered) else None
+
+
+def _ran_under_previous(graphs: list[SimGraph], offsets: list[int], u: int) -> bool:
+    """True for a collective whose busy time is shorter than its measured duration: it started
+    while the previous collective of its group still ran on its rank (``plan.cpu_comm`` serialises
+    them and keeps only the part after the previous one ended). Matching it across ranks would make
+    each rank's part wait for every rank's previous collective, which the run did not do."""
+    r = bisect_right(offsets, u) - 1
+    graph, local = graphs[r], u - offsets[r]
+    return graph.lane_keys[graph.lane[local]][0] == "cpu" and graph.duration[local] < graph.measured_dur[local] - 1.0
 
 
 def _first_type_mismatch(graphs, offsets: list[int], positions: list[int], lists: list[list[int]]) -> str:
@@ -266,6 +330,8 @@ def _first_type_mismatch(graphs, offsets: list[int], positions: list[int], lists
     for k in range(min(len(nodes) for nodes in lists)):
         types: dict[int, list[int]] = {}
         for r, nodes in zip(positions, lists):
+            if nodes[k] is None:  # a gap in issue numbers
+                continue
             info = graphs[r].comm[nodes[k] - offsets[r]]
             if info.comm_type >= 0:
                 types.setdefault(info.comm_type, []).append(graphs[r].rank)

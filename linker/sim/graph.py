@@ -50,6 +50,7 @@ class CommInfo:
     size: int = 0
     pg_name: str = "0"
     peer: int = -1
+    seq: int | None = None  # ``comm_seq``: a CPU collective's issue number in its group (ranks pair by it)
 
 
 def cpu_lane(tid: int) -> tuple:

@@ -104,7 +104,7 @@ _SlimNode = _slim_node_class()
 # Attributes the replay reads, by their UTF-8 name.
 _WANTED_ATTRS = frozenset(name.encode() for name in (
     "is_cpu_op", "tid", "stream", "device", "comm_type", "comm_size", "pg_name", "comm_src", "comm_dst",
-    "inclusive_dur_micros", "data_dep_causes"))
+    "inclusive_dur_micros", "data_dep_causes", "comm_seq"))
 # Attributes not read whose values are about unique per op: skipped by prefix, never cached.
 _PER_OP_ATTRS = frozenset((b"rf_id", b"seq_id", b"fw_parent", b"exclusive_dur_micros", b"blocked_micros",
                            b"host_gap_micros"))
@@ -274,7 +274,10 @@ def _add_chakra_nodes(builder: GraphBuilder, payloads: Iterator[bytes], first_in
             lane = gpu_lane(_as_int(attrs.get("device"), 0), _as_int(attrs.get("stream"), -1))
         elif node_type in _COMM_NODES:
             kind = COMM
-            lane = gpu_lane(_as_int(attrs.get("device"), 0), _as_int(attrs.get("stream"), -1))
+            if "stream" in attrs or "tid" not in attrs:
+                lane = gpu_lane(_as_int(attrs.get("device"), 0), _as_int(attrs.get("stream"), -1))
+            else:  # a CPU collective (gloo, MPI, UCC): on its worker thread
+                lane = cpu_lane(_as_int(attrs.get("tid"), 0))
             comm = _chakra_comm(node_type, attrs)
         elif node_type == pb.METADATA_NODE:
             kind, lane = META, cpu_lane(_as_int(attrs.get("tid"), 0))
@@ -304,6 +307,8 @@ def _chakra_comm(node_type: int, attrs: dict) -> CommInfo:
         info.role, info.peer = SEND, _as_int(attrs.get("comm_dst"), -1)
     elif node_type == pb.COMM_RECV_NODE:
         info.role, info.peer = RECV, _as_int(attrs.get("comm_src"), -1)
+    if "comm_seq" in attrs:
+        info.seq = _as_int(attrs.get("comm_seq"), -1)
     return info
 
 
@@ -350,6 +355,7 @@ class _JsonNode(msgspec.Struct):
     pg_name: Any = None
     comm_src: int | None = None
     comm_dst: int | None = None
+    comm_seq: int | None = None
 
 
 class _JsonDoc(msgspec.Struct):
@@ -415,6 +421,7 @@ def _json_comm(node: _JsonNode) -> CommInfo | None:
         info.role, info.peer = SEND, node.comm_dst if node.comm_dst is not None else -1
     elif kind is not None and kind.role == "recv" or (node.comm_src is not None and node.comm_dst is None):
         info.role, info.peer = RECV, node.comm_src if node.comm_src is not None else -1
+    info.seq = node.comm_seq
     return info
 
 
@@ -441,7 +448,7 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
                              "the launcher and the stream order")
     for i, node in enumerate(nodes):
         is_gpu = node.cat in _GPU_CATS
-        comm = _json_comm(node) if is_gpu else None
+        comm = _json_comm(node) if is_gpu or node.comm_type is not None else None
         tid = tids[i]
         if node.sim_dur is not None:
             duration = node.sim_dur
@@ -455,6 +462,8 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
             kind = COMM if comm is not None else GPU
             lane = gpu_lane(node.device if node.device is not None else 0,
                             node.stream if node.stream is not None else -1)
+        elif comm is not None:  # a CPU collective (gloo, MPI, UCC): on its worker thread
+            kind, lane = COMM, cpu_lane(tid)
         else:
             kind = META if node.name == PROCESS_GROUP_INIT else CPU
             lane = cpu_lane(tid)

@@ -1,20 +1,36 @@
 """What ``et-link simulate`` prints: a ``SimReport`` built from a replay, as text or as one JSON object.
 
-JSON keys: ``model``, ``scale``, ``measured_us`` (one rank: its measured step; a job: the slowest
-rank's), ``simulated_us`` (end of the replay), ``ratio`` (simulated / measured), ``finished``,
-``never_issued`` (count of nodes never issued), ``never_issued_examples``, ``stalls`` (communication
-that could not complete: ranks that reached it, ranks that did not and why), ``busy_us`` (simulated
-busy time per kind: cpu, gpu, comm, over all ranks), ``busy_by_unit`` (per rank and unit),
-``rank_start_us`` (when each rank starts in the replay: its measured start offset in a job whose
-clocks agree, else 0), ``measured_job_span_us`` (earliest start to latest end over all ranks, when
-clocks agree), ``peer_wait_us`` (time collectives held a unit waiting for peer ranks), ``critical_path`` (top ops
-on it: name, kind, us, count), ``critical_path_us_by_kind``, ``critical_path_links`` (how the path
-enters its nodes: a dependency's cause from the file, "unit", "peer", "start"; count and time), ``ranks`` (per rank: rank, file,
-nodes, measured_us, simulated_us, ratio), ``slowest_rank``, ``notes`` (fallbacks the readers used,
-matching remarks, and, for a rank replayed below 0.97 of its measured step, the GPU wait the graph
-cannot reproduce when it is 1% of the measured step or more), ``unheld_gpu_wait`` (per rank: ``us``, the largest per-stream total of GPU ops' waits
-after all their dependencies had finished on the measured timeline, ``streams``, ``largest``; see
-``unheld``). Cost: O(n) over the replay.
+The ratios (docs/fidelity.md says the same):
+- one rank: ``ratio`` = ``simulated_us`` (the replay's end) ÷ ``measured_us`` (its measured step,
+  earliest start to latest end of its timed nodes);
+- a job: one metric, the *job span*, from one origin. When the ranks' clocks agree (one host clock:
+  ``engine.measured_release``), the origin is the earliest measured start of any rank, which is
+  the replay's time 0 (``--rank-start measured`` releases each rank at its offset from it;
+  ``zero`` releases all at 0): ``measured_us`` = latest measured end − earliest measured start,
+  ``simulated_us`` = the replay's latest end, ``ratio`` = simulated_us ÷ measured_us,
+  ``job_origin`` = "earliest measured start". When the clocks disagree there is no common origin:
+  each rank is measured from its own start, ``measured_us`` = the slowest rank's measured step,
+  ``simulated_us`` = the replay's latest end (every rank starts at 0), ``job_origin`` = "each
+  rank's own start".
+- per rank (``ranks``): ``measured_us`` / ``simulated_us`` / ``ratio``: its own step (measured
+  first start to last end; replayed from its release to its last end); ``measured_end_us`` /
+  ``simulated_end_us`` / ``end_ratio``: its end seen from the job's origin (measured end − job
+  origin; replayed end), so the job's ``ratio`` is the largest end over the largest end.
+
+Other JSON keys: ``model``, ``scale``, ``finished``, ``never_issued`` (count of nodes never
+issued), ``never_issued_examples``, ``stalls`` (communication that could not complete: ranks that
+reached it, ranks that did not and why), ``busy_us`` (simulated busy time per kind: cpu, gpu,
+comm, over all ranks), ``busy_by_unit`` (per rank and unit), ``rank_start_us`` (when each rank
+starts in the replay), ``measured_job_span_us`` (earliest start to latest end over all ranks,
+when clocks agree), ``slowest_rank`` (longest measured step), ``peer_wait_us`` (time collectives
+held a unit waiting for peer ranks), ``critical_path`` (top ops on it: name, kind, us, count),
+``critical_path_us_by_kind``, ``critical_path_links`` (how the path enters its nodes: a
+dependency's cause from the file, "unit", "peer", "start"; count and time), ``notes`` (fallbacks
+the readers used, matching remarks, and, for a rank replayed below 0.97 of its measured step, the
+GPU wait the graph cannot reproduce when it is 1% of the measured step or more),
+``unheld_gpu_wait`` (per rank: ``us``, the largest per-stream total of GPU ops' waits after all
+their dependencies had finished on the measured timeline, ``streams``, ``largest``; see
+``unheld``), ``drift`` (``--explain`` only: ``explain``). Cost: O(n) over the replay.
 """
 
 from __future__ import annotations
@@ -23,7 +39,8 @@ from dataclasses import asdict, dataclass, field
 
 from linker.sim.critical import CriticalOp, PathLink, PathStep, critical_path, path_links, time_by_kind, top_ops
 from linker.sim.diagnose import Diagnosis, diagnose
-from linker.sim.engine import Replay
+from linker.sim.engine import Replay, measured_release
+from linker.sim.explain import drift_report, format_drift
 from linker.sim.graph import KIND_NAMES
 from linker.sim.unheld import UnheldWait, unheld_gpu_wait, unheld_note
 
@@ -38,6 +55,9 @@ class RankSummary:
     measured_us: float
     simulated_us: float
     ratio: float | None
+    measured_end_us: float | None = None  # measured end − the job's origin (None: no common origin)
+    simulated_end_us: float | None = None  # the replay's end of this rank (its release included)
+    end_ratio: float | None = None
 
 
 @dataclass
@@ -69,9 +89,11 @@ class SimReport:
     slowest_rank: int
     rank_start_us: list[float]  # when each rank was released in the replay (its measured start offset, or 0)
     measured_job_span_us: float | None  # latest measured end minus earliest start over all ranks (clocks agree)
+    job_origin: str = "the rank's own start"  # what ``measured_us`` and ``simulated_us`` are measured from
     notes: list[str] = field(default_factory=list)
     cycle_example: list[dict] = field(default_factory=list)
     unheld_gpu_wait: list[UnheldWait] = field(default_factory=list)  # per rank, see ``unheld``
+    drift: dict | None = None  # ``explain.drift_report`` when asked for (``--explain``)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -127,11 +149,18 @@ def busy_times(rp: Replay) -> tuple[dict[str, float], list[UnitBusy], float]:
     return by_kind, units, peer_wait
 
 
-def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], Diagnosis]:
-    """The report of a replay, with the critical path and the diagnosis it was built from."""
+def build_report(rp: Replay, top: int = 10, explain: bool = False) -> tuple[SimReport, list[PathStep], Diagnosis]:
+    """The report of a replay, with the critical path and the diagnosis it was built from;
+    ``explain``: with the drift places (``explain.drift_report``)."""
     ranks = rank_summaries(rp)
     slowest = max(ranks, key=lambda r: r.measured_us)
     simulated = max((r.simulated_us + release for r, release in zip(ranks, rp.release)), default=0.0)
+    measured, origin, job_span = slowest.measured_us, ORIGIN_OWN, None
+    if len(ranks) > 1:
+        firsts = _job_ends(rp, ranks)
+        if firsts is not None:
+            job_span, origin = _job_span(rp), ORIGIN_EARLIEST
+            measured = job_span
     path = critical_path(rp)
     diagnosis = diagnose(rp)
     by_kind, units, peer_wait = busy_times(rp)
@@ -158,14 +187,16 @@ def build_report(rp: Replay, top: int = 10) -> tuple[SimReport, list[PathStep], 
             notes.append(note)
     report = SimReport(
         model=rp.model, scale={"cpu": rp.scale.cpu, "gpu": rp.scale.gpu, "comm": rp.scale.comm},
-        measured_us=slowest.measured_us, simulated_us=simulated, ratio=_ratio(simulated, slowest.measured_us),
+        measured_us=measured, simulated_us=simulated, ratio=_ratio(simulated, measured),
         finished=not diagnosis.never_ran, never_issued=len(never), never_issued_examples=examples,
         stalls=stalls, busy_us=by_kind, busy_by_unit=units, peer_wait_us=peer_wait,
         critical_path=top_ops(rp, path, top), critical_path_us_by_kind=time_by_kind(rp, path),
         critical_path_links=path_links(path),
         ranks=ranks, slowest_rank=slowest.rank, rank_start_us=list(rp.release),
-        measured_job_span_us=_job_span(rp) if any(rp.release) else None, notes=_dedupe(notes),
+        measured_job_span_us=job_span, job_origin=origin, notes=_dedupe(notes),
         cycle_example=[_node_ref(rp, u) for u in diagnosis.cycle_example[:EXAMPLES]], unheld_gpu_wait=unheld)
+    if explain:
+        report.drift = drift_report(rp, max(1, min(top, 10)), path)
     return report, path, diagnosis
 
 
@@ -179,6 +210,23 @@ def _rank_notes(rp: Replay) -> list[str]:
         return list(ranks_of)
     return [f"{'all ranks' if len(ranks) == len(rp.graphs) else 'ranks ' + ', '.join(map(str, ranks))}: {note}"
             for note, ranks in ranks_of.items()]
+
+
+ORIGIN_EARLIEST, ORIGIN_OWN = "earliest measured start", "each rank's own start"
+
+
+def _job_ends(rp: Replay, ranks: list[RankSummary]) -> list[float] | None:
+    """When the ranks' clocks agree: fill each rank's end from the job's origin (measured and
+    replayed) into ``ranks`` and return the ranks' measured first starts; else None."""
+    if measured_release(rp.graphs) is None:
+        return None
+    spans = [graph.measured_span() for graph in rp.graphs]
+    origin = min(first for first, _ in spans)
+    for summary, (_, last), release in zip(ranks, spans, rp.release):
+        summary.measured_end_us = last - origin
+        summary.simulated_end_us = summary.simulated_us + release
+        summary.end_ratio = _ratio(summary.simulated_end_us, summary.measured_end_us)
+    return [first for first, _ in spans]
 
 
 def _job_span(rp: Replay) -> float:
@@ -207,12 +255,19 @@ def format_text(report: SimReport) -> str:
             lines.append(f"  {r.rank:>4}  {r.nodes:>8}  {_us(r.measured_us):>14}  {_us(r.simulated_us):>14}  "
                          f"{ratio:>6}  {r.file}")
     ratio = f"{report.ratio:.3f}" if report.ratio is not None else "n/a (no measured time)"
-    what = f"job step (slowest measured rank {report.slowest_rank})" if job else "step"
+    if not job:
+        what = "step"
+    elif report.job_origin == ORIGIN_EARLIEST:
+        what = "job span (earliest measured start to latest end, replay from the same origin)"
+    else:
+        what = f"job (clocks disagree: slowest rank {report.slowest_rank}'s own step vs the replay's end)"
     lines.append(f"{what}: measured {_us(report.measured_us)}, simulated {_us(report.simulated_us)}, "
                  f"ratio {ratio}")
-    if report.measured_job_span_us is not None:
-        lines.append(f"  ranks start at their measured offsets (up to {_us(max(report.rank_start_us))}); "
-                     f"measured job span, earliest start to latest end: {_us(report.measured_job_span_us)}")
+    if job and report.job_origin == ORIGIN_EARLIEST:
+        starts = (f"ranks start at their measured offsets (up to {_us(max(report.rank_start_us))})"
+                  if any(report.rank_start_us) else "every rank starts at 0 (--rank-start zero)")
+        ends = ", ".join(f"{r.rank}: {r.end_ratio:.3f}" for r in report.ranks if r.end_ratio is not None)
+        lines.append(f"  {starts}; each rank's end from the origin, simulated/measured: {ends}")
     lines.append("busy (simulated): " + ", ".join(f"{k} {_us(v)}" for k, v in report.busy_us.items())
                  + (f"; collectives waiting for peers {_us(report.peer_wait_us)}" if job else ""))
     for unit in sorted(report.busy_by_unit, key=lambda u: -u.busy_us)[:8]:
@@ -248,6 +303,8 @@ def format_text(report: SimReport) -> str:
         for op in report.critical_path:
             share = op.us / report.simulated_us if report.simulated_us > 0 else 0.0
             lines.append(f"  {_us(op.us):>14}  {share:>5.0%}  {op.count:>5}  {op.kind:<4}  {op.name}")
+    if report.drift is not None:
+        lines += format_drift(report.drift)
     for note in report.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -220,6 +220,30 @@ def gpu_message(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummary, u:
     return message
 
 
+def cpu_comm_message(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummary, u: int, ids,
+                     attrs: AttrEncoder) -> pb.Node:
+    """The ``Node`` of a CPU collective (ET node u, ``plan.cpu_comm``; ``plan.cpu_comm``'s module
+    says which): a communication node with ``is_cpu_op`` false, its measured thread as ``tid``, its
+    comm attributes, its measured duration, its dependencies and their causes; its ET inputs and
+    outputs are kept, its other ET attributes are not (they describe a CPU op)."""
+    ctrl, data, causes = _dependency_ids(plan, u, ids)
+    node, comm = et_plus.et.nodes[u], plan.cpu_comm[u]
+    message = pb.Node(id=node.id, name=node.name, type=comm.node_type, ctrl_deps=ctrl, data_deps=data)
+    _set_times(message, node.ts, plan.busy.sim[u])
+    fill_io(message, node, et_plus.et.layout == FLAT)
+    specs = [("is_cpu_op", "bool_val", False), ("tid", "int64_val", et_plus.et.tid[u])]
+    if comm.comm_type is not None:
+        specs.append(("comm_type", "int64_val", comm.comm_type))
+    specs += [("comm_size", "int64_val", comm.comm_size), ("pg_name", "string_val", comm.pg_name or WORLD_GROUP_ID)]
+    if comm.seq is not None:  # its issue number in the group (``plan.cpu_comm``): ranks pair collectives by it
+        specs.append(("comm_seq", "int64_val", comm.seq))
+    message.MergeFromString(attrs.encode_all(iter(specs)) + attrs.int64_attrs(busy_attrs(plan, u, node)))
+    if causes:
+        message.MergeFromString(attrs.encode(("data_dep_causes", "string_list", tuple(causes))))
+    summary.counts_by_type[_TYPE_NAMES[message.type]] += 1
+    return message
+
+
 def node_messages(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummary,
                   order: list[int] | None = None) -> Iterator[pb.Node | bytes]:
     """The plain path: one ``Node`` per ET node and GPU op, in ``plan.order`` (or ``order``),
@@ -233,6 +257,9 @@ def node_messages(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummary,
     for u in plan.order if order is None else order:
         if u >= plan.cpu_count:
             yield gpu_message(et_plus, plan, summary, u, ids, attrs)
+            continue
+        if u in plan.cpu_comm:
+            yield cpu_comm_message(et_plus, plan, summary, u, ids, attrs)
             continue
         ctrl, data, causes = _dependency_ids(plan, u, ids)
         causes_attr = attrs.encode(("data_dep_causes", "string_list", tuple(causes))) if causes else b""
@@ -249,6 +276,8 @@ def node_frames(et_plus: EtPlus, plan: DependencyPlan, summary: WriteSummary, pr
     ids = _Ids(et_plus)
 
     def gpu_payload(u: int, attrs: AttrEncoder) -> bytes:
+        if u < plan.cpu_count:  # a CPU collective (``plan.cpu_comm``)
+            return cpu_comm_message(et_plus, plan, summary, u, ids, attrs).SerializeToString()
         return gpu_message(et_plus, plan, summary, u, ids, attrs).SerializeToString()
 
     return NodeFrames(et_plus, plan, summary, gpu_payload, pre_encoded)

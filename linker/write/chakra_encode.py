@@ -533,8 +533,9 @@ class NodeFrames:
         ts_high, ts_tail = None, b""
         out: list[bytes] = []
         append = out.append
+        cpu_comm = plan.cpu_comm
         for u, fields in zip(order, fields_of):
-            if u >= n:
+            if u >= n or u in cpu_comm:  # GPU ops and CPU collectives: built as messages
                 payload = self._gpu_payload(u, self.attrs)
             else:
                 node = nodes[u]
@@ -627,7 +628,7 @@ class NodeFrames:
     def _count(self, order) -> None:
         """Counts the chunk's CPU ops by type (its GPU ops count themselves)."""
         n, nodes = self._plan.cpu_count, self._et_plus.et.nodes
-        cpu = [u for u in order if u < n]
+        cpu = [u for u in order if u < n and u not in self._plan.cpu_comm]  # CPU collectives count themselves
         metadata = sum(1 for u in cpu if nodes[u].name == PROCESS_GROUP_INIT) if self._has_metadata() else 0
         counts = self._summary.counts_by_type
         counts[_TYPE_NAMES[pb.COMP_NODE]] += len(cpu) - metadata

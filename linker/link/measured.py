@@ -1,0 +1,166 @@
+"""Where the ET's tree contradicts the measured trace for joined ops: the measurement wins.
+
+An rf_id join pairs each ET op with the Kineto event of the same record function, so the pair is
+certain; what can still be wrong is the ET's *placement* of the op. PyTorch's ET observer records
+some ops on the thread that was current when the observer saw them, not where they ran: a gloo
+collective (``gloo:all_reduce``) runs on a gloo worker thread (Kineto shows it there) while the ET
+puts it on the main thread, as a child of whatever op was open (the backward op, the step, even
+the previous collective); and backward ops are listed under an ``evaluate_function`` op that had
+ended before they started. A replay that trusts such a tree serialises the collective with the
+main thread's work and makes ops wait for parents that were long done.
+
+``measured_placement`` finds, for every joined op (rf_id joins only; the other methods pair
+threads first, so a link across threads there is a wrong link, not a wrong tree):
+- its *measured thread*: each Kineto thread is given the ET thread number whose ops it holds most
+  (each ET thread to the Kineto thread holding most of its ops); a Kineto thread that is nobody's
+  home (a worker the ET never named) gets a new number after the ET's largest. An op whose ET
+  thread differs from its event's measured thread is *moved*;
+- its *measured parent*: the innermost joined op whose Kineto event encloses the op's event on the
+  same thread, else the root of its measured thread (the process root for a new thread). It replaces the ET's parent for moved ops, and for ops whose
+  ET parent is joined but does not enclose them in time (by more than ``SLACK_US``).
+
+``apply_placement`` writes the answer into the ET's columns (``tid``, ``parent``) and the nodes'
+parent and ``tid`` fields, so the plan (thread chains, busy times, ctrl edges) and the writers follow
+the measurement (a ``.et`` node keeps the ET's ``tid`` attribute, except a CPU collective's, which
+``plan.cpu_comm`` writes on its worker thread); the report counts these ops as "ET tree disagrees with the measurement".
+Cost: O(n) for n ET nodes (one walk up the Kineto nesting per disagreeing op, bounded by depth).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import compress
+from operator import ne
+
+from linker.read.et import FLAT
+
+SLACK_US = 1.0  # timestamps are rounded to the µs or ns: a child may seem to overhang its parent by that
+NO_NODE = -1
+
+
+@dataclass
+class Placement:
+    """Measured thread and parent of the joined ops the ET places elsewhere (ET indices).
+
+    ``tid``: op -> measured ET thread number (moved ops only). ``parent``: op -> measured parent
+    (ET index; moved ops and ops whose ET parent does not enclose them). ``new_threads``: Kineto
+    thread -> the new ET thread number it was given."""
+
+    tid: dict[int, int] = field(default_factory=dict)
+    parent: dict[int, int] = field(default_factory=dict)
+    new_threads: dict = field(default_factory=dict)
+
+    @property
+    def disagreements(self) -> int:
+        """Joined ops whose ET thread or parent the measurement contradicts."""
+        return len(self.tid.keys() | self.parent.keys())
+
+    def as_dict(self) -> dict:
+        return {"ops": self.disagreements, "moved_thread": len(self.tid), "parent_replaced": len(self.parent),
+                "new_threads": len(self.new_threads)}
+
+
+def _homes(counts: Counter) -> dict:
+    """Kineto thread -> ET thread number it is the home of (see the module docstring), from the
+    count of joined ops per (ET thread, Kineto thread)."""
+    best_of_et: dict[int, tuple[int, str]] = {}
+    for (t, k), n in sorted(counts.items(), key=lambda item: (-item[1], item[0][0], str(item[0][1]))):
+        best_of_et.setdefault(t, (n, k))
+    home = {}
+    for t, (_, k) in sorted(best_of_et.items()):
+        home.setdefault(k, t)
+    return home
+
+
+def _one_thread_each(et, kineto_tid: list) -> bool:
+    """True when the ET's ops are on one thread and the Kineto CPU events on one. O(n), C passes."""
+    ops = et.op_indices()
+    if not ops or not kineto_tid:
+        return True
+    first_tid = et.tid[ops[0]]
+    return (sum(map(first_tid.__eq__, map(et.tid.__getitem__, ops))) == len(ops)
+            and kineto_tid.count(kineto_tid[0]) == len(kineto_tid))
+
+
+def measured_placement(result, nesting_violations: int | None = None) -> Placement:
+    """The ``Placement`` of a ``LinkResult`` (empty unless joined by rf_id). ``nesting_violations``:
+    the link report's count of joined ops outside their joined parent's interval, when known: with
+    none, on one thread each side (most traces), nothing disagrees and nothing is looked at. Else
+    O(n) in C passes (maps over the columns); only the ops whose ET parent's event is not their
+    Kineto nesting parent, and the ops on another thread than the ET says, one by one."""
+    placement = Placement()
+    if result.match.method != "rf_id":
+        return placement
+    et, event_of_op = result.et, result.match.event_of_op
+    columns = result.kineto.cpu_columns()
+    kineto_tid, ts, dur = columns.tid, columns.ts, columns.dur
+    if nesting_violations == 0 and _one_thread_each(et, kineto_tid):
+        return placement
+    ops = list(compress(et.op_indices(), map((0).__le__, map(event_of_op.__getitem__, et.op_indices()))))
+    events = list(map(event_of_op.__getitem__, ops))
+    threads = list(map(kineto_tid.__getitem__, events))
+    op_tids = list(map(et.tid.__getitem__, ops))
+    kineto_threads, et_threads = set(threads), set(op_tids)
+    if len(kineto_threads) == 1 and len(et_threads) == 1:  # one thread each (most traces): nothing moved
+        counts = Counter({(op_tids[0], threads[0]): len(ops)}) if ops else Counter()
+    else:
+        counts = Counter(zip(op_tids, threads))
+    home = _homes(counts)
+    next_tid = max(et.tid, default=0) + 1
+    for k in sorted({k for _, k in counts if k not in home}, key=str):
+        home[k] = placement.new_threads[k] = next_tid
+        next_tid += 1
+    parents, root = result.parents, et.process_root()
+    parent_index = et.parent_index()
+    events_of = event_of_op + [NO_NODE]  # position -1 (no parent): no event
+    parent_events = list(map(events_of.__getitem__, map(parent_index.__getitem__, ops)))
+    suspects = set(compress(range(len(ops)), map(ne, parent_events, map(parents.__getitem__, events))))
+    if any(home[k] != t for t, k in counts):  # some ops ran on another thread than the ET says
+        suspects.update(compress(range(len(ops)), map(ne, map(home.__getitem__, threads), op_tids)))
+    if not suspects:
+        return placement
+    op_of = [NO_NODE] * len(ts)
+    for i, e in zip(ops, events):
+        op_of[e] = i
+    thread_root = {et.tid[r]: r for r in et.root_positions() if r != root}
+    index_of_id = et.index_of_id()
+    for position in sorted(suspects):
+        i, e, k = ops[position], events[position], threads[position]
+        measured_tid = home[k]
+        moved = measured_tid != et.tid[i]
+        if moved:
+            placement.tid[i] = measured_tid
+        p, pe = parent_index[i], parent_events[position]
+        encloses = pe >= 0 and kineto_tid[pe] == k and ts[pe] - SLACK_US <= ts[e] and \
+            ts[e] + dur[e] <= ts[pe] + dur[pe] + SLACK_US
+        if moved or (pe >= 0 and not encloses):
+            q = parents[e]
+            while q >= 0 and op_of[q] < 0:
+                q = parents[q]
+            measured_parent = op_of[q] if q >= 0 else thread_root.get(measured_tid, root)
+            if measured_parent != p and measured_parent >= 0 and index_of_id.get(et.ids[measured_parent]) == measured_parent:
+                placement.parent[i] = measured_parent
+    return placement
+
+
+def apply_placement(et, placement: Placement) -> None:
+    """Write ``placement`` into ``et``: its ``tid`` / ``parent`` columns and the nodes' parent
+    field (``ctrl_deps`` or ``parent``, as the layout has it); drops what was derived from the old
+    columns (parent positions, a tree order made ahead). O(changed ops)."""
+    if not placement.tid and not placement.parent:
+        return
+    for i, t in placement.tid.items():
+        et.tid[i] = t
+        et.nodes[i].tid = t  # the ET+ JSON says where it ran (a nested node gets a flat ``tid``)
+    flat = et.layout == FLAT
+    for i, p in placement.parent.items():
+        parent_id = et.ids[p]
+        et.parent[i] = parent_id
+        node = et.nodes[i]
+        if flat:
+            node.parent = parent_id
+        else:
+            node.ctrl_deps = parent_id
+    et._parent_index = None
+    et.tree_order = None

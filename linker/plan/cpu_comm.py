@@ -1,0 +1,180 @@
+"""CPU collectives: gloo (and MPI / UCC) collectives as communication nodes.
+
+A CPU backend runs a collective on one of its own worker threads: PyTorch records it as a
+``gloo:<collective>`` record function (``mpi:`` / ``ucc:`` likewise), which Kineto shows on the
+worker thread, lasting from the worker taking the work to the collective's end (waiting for the
+peers included). The ET op of the same record function is joined to that event; ``link.measured``
+has already put it on its measured thread. Here each such joined op becomes a communication node:
+
+- kind from its name (``plan.comm.kind_from_name``; collectives only: a CPU send / recv names no
+  peer, so it stays a CPU op);
+- ``comm_size``: bytes of its own tensor inputs (the ET records the bucket it reduces), else of its
+  parent's (the ``c10d::*`` op that issued it); an op whose size is unknown stays a CPU op;
+- process group: the one its trace names (Kineto "Process Group Name" on the event, else
+  ``record_param_comms`` above it), else the world group;
+- its *issue number* (``seq``; ``issue_numbers``): which of the rank's ``c10d::`` collective calls
+  issued it, so ranks pair their collectives by it, and a collective the ET lost at the end of the
+  trace leaves a gap instead of shifting the others;
+- its busy time is its measured duration, less any part spent while the group's earlier
+  collective still ran (``hold_for_measured_duration``: the replay serialises a group's collectives
+  in issue order, ``collective_order`` edges); the host gap ``busy`` folded into it (the worker's
+  idle time until its next collective) and any blocked time are dropped.
+
+Cost: O(n) name checks plus one parse of the few collectives' inputs.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from itertools import compress, repeat
+
+from linker.write import et_def_pb2 as pb
+from linker.plan.comm import (COLL, PARAM_COMMS_NAME, PYTORCH_WORLD_GROUP, CommAttrs, dtype_name, job_group_id,
+                              kind_from_name, op_inputs, read_process_groups, tensors_bytes, _TENSOR_DTYPE)
+
+CPU_BACKEND_PREFIXES = ("gloo:", "mpi:", "ucc:")
+MAX_ANCESTORS = 4  # how far up a record_param_comms naming the group is looked for
+
+
+def is_cpu_collective_name(name: str) -> bool:
+    """True for ``gloo:all_reduce`` / ``mpi:allgather`` / ``ucc:...`` collective record functions."""
+    if not name.startswith(CPU_BACKEND_PREFIXES):
+        return False
+    kind = kind_from_name(name)
+    return kind is not None and kind.role == COLL
+
+
+def _dtype(io) -> str | None:
+    for type_name in io.types:
+        found = _TENSOR_DTYPE.findall(type_name) if isinstance(type_name, str) else []
+        if found and dtype_name(found[0]):
+            return dtype_name(found[0])
+    return None
+
+
+def _group(et_plus, i: int, event, groups, parent_index) -> str:
+    """PyTorch's numeric pg name: the event's "Process Group Name", else a record_param_comms
+    ancestor's group argument, else the world group."""
+    candidates = []
+    if event is not None and getattr(event.args, "pg_name", None) is not None:
+        candidates.append(event.args.pg_name)
+    et = et_plus.et
+    p, depth = parent_index[i], 0
+    while p >= 0 and depth < MAX_ANCESTORS:
+        if et.names[p] == PARAM_COMMS_NAME:
+            for value in op_inputs(et.nodes[p], et.layout).values:
+                if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
+                    candidates += value
+                elif isinstance(value, str) and value.isdigit():
+                    candidates.append(value)
+            break
+        p, depth = parent_index[p], depth + 1
+    for candidate in candidates:
+        name = groups.numeric_name(candidate)
+        if name is not None:
+            return name
+    return PYTORCH_WORLD_GROUP
+
+
+def _issuers(et, match, rf_of_event) -> list[tuple[int, int]]:
+    """(record-function id, ET index) of every joined ``c10d::<collective>`` op (the calls that
+    issue collectives), by record-function id."""
+    found = []
+    for i, name in enumerate(et.names):
+        if name.startswith("c10d::") and match.event_of_op[i] >= 0:
+            kind = kind_from_name(name)
+            rf = rf_of_event[match.event_of_op[i]]
+            if kind is not None and kind.role == COLL and isinstance(rf, int):
+                found.append((rf, i))
+    found.sort()
+    return found
+
+
+def issue_numbers(et_plus, collectives: list[int]) -> tuple[dict[int, int], list[int]]:
+    """The issue number of each CPU collective: the position, among the rank's joined
+    ``c10d::<collective>`` calls in record-function order, of the call that issued it — the latest
+    one whose record function was created before the collective's (a backend creates a
+    collective's record function when the call enqueues it; ids grow in creation order). Every rank
+    issues a group's collectives in the same order, so equal numbers are one collective, even where
+    the ET lost some (the observer writes an op when it ends: a collective still running when the
+    trace stopped is not in the ET). Also the issue numbers of calls whose collective the ET lacks.
+    O(c log c)."""
+    et, match = et_plus.et, et_plus.result.match
+    rf_of_event = et_plus.result.kineto.cpu_columns().rf_id
+    issuers = _issuers(et, match, rf_of_event)
+    rfs = [rf for rf, _ in issuers]
+    numbers: dict[int, int] = {}
+    for i in collectives:
+        rf = rf_of_event[match.event_of_op[i]]
+        if not isinstance(rf, int):
+            continue
+        position = bisect_left(rfs, rf) - 1
+        if position >= 0:
+            numbers[i] = position
+    used = set(numbers.values())
+    unrecorded = [k for k in range(len(issuers)) if k not in used] if numbers else []
+    return numbers, unrecorded
+
+
+def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
+    """ET index -> communication attributes of every joined CPU collective (see the module
+    docstring). O(n) name checks; the inputs of the collectives (and their parents) parsed once."""
+    et, match = et_plus.et, et_plus.result.match
+    named = compress(range(len(et.names)), map(str.startswith, et.names, repeat(CPU_BACKEND_PREFIXES)))
+    found = [i for i in named if match.event_of_op[i] >= 0 and is_cpu_collective_name(et.names[i])]
+    if not found:
+        return {}
+    groups = read_process_groups(et_plus)
+    parent_index = et.parent_index()
+    events = et_plus.result.kineto.cpu_events
+    out: dict[int, CommAttrs] = {}
+    for i in found:
+        io = op_inputs(et.nodes[i], et.layout)
+        size = tensors_bytes(io)
+        if not size and parent_index[i] >= 0:
+            io = op_inputs(et.nodes[parent_index[i]], et.layout)
+            size = tensors_bytes(io)
+        if not size:
+            continue
+        event = events[match.event_of_op[i]]
+        kind = kind_from_name(et.names[i])
+        out[i] = CommAttrs(pb.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size,
+                           pg_name=job_group_id(_group(et_plus, i, event, groups, parent_index)), dtype=_dtype(io))
+    if len({attrs.pg_name for attrs in out.values()}) == 1:  # numbered among one group's calls only
+        numbers, _ = issue_numbers(et_plus, list(out))
+        for i, number in numbers.items():
+            out[i].seq = number
+    return out
+
+
+def issue_order(et, comm: dict[int, CommAttrs]) -> dict[str, list[int]]:
+    """Per process group, its CPU collectives in issue order (ET ids are given at issue; the
+    backend's worker threads may start them in another order). O(c log c)."""
+    groups: dict[str, list[int]] = {}
+    for i in sorted(comm, key=et.ids.__getitem__):
+        groups.setdefault(comm[i].pg_name, []).append(i)
+    return groups
+
+
+def hold_for_measured_duration(busy, et, comm: dict[int, CommAttrs]) -> list[tuple[int, int]]:
+    """Busy time of each CPU collective, and the ``collective_order`` edges that serialise each
+    process group's collectives in issue order (source, target ET indices).
+
+    A replay runs one collective at a time per group (ASTRA-sim: one in flight per rank), while a
+    CPU backend may run two on two worker threads at once. Each collective's busy time is the part
+    of its measured interval after the group's earlier collectives had ended: from the later of
+    its start and their latest end to its own end (0 when it ended under them), so serialised they
+    end when they ended. No blocked time, no host gap (a worker's idle time is nobody's work)."""
+    edges = []
+    for members in issue_order(et, comm).values():
+        latest_end = float("-inf")
+        for previous, i in zip([None] + members[:-1], members):
+            start, end = float(et.nodes[i].ts), float(et.nodes[i].ts) + float(et.nodes[i].dur)
+            busy.sim[i] = max(0.0, end - max(start, latest_end))
+            busy.blocked[i] = 0.0
+            busy.host_gap[i] = 0.0
+            latest_end = max(latest_end, end)
+            if previous is not None:
+                edges.append((previous, i))
+    return edges
+

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Capture a DDP-over-gloo job with Chakra's collection recipe: one ET + Kineto pair per rank.
+
+Usage (with a venv holding the CPU torch wheel; torch is never a dependency of et-link):
+
+    python scripts/capture_ddp.py --out DIR [--ranks 4] [--layers 4] [--width 256] [--bucket-mb 0.6]
+
+Runs ``torchrun --nproc_per_node=RANKS`` on this file; every rank trains a small MLP wrapped in
+``DistributedDataParallel`` over gloo, profiled with Chakra's recipe: an ``ExecutionTraceObserver``
+handed to ``torch.profiler.profile(..., execution_trace_observer=...)`` with
+``schedule(wait=0, warmup=5, active=5)``, so both files cover the same 5 active steps. Each rank
+writes ``host.<rank>.json`` (the ET) and ``device.<rank>.json`` (the Kineto trace), plain JSON.
+``bucket_cap_mb`` is chosen so that the gradients fall into two all-reduce buckets per step (the
+summary line counts them per rank from the Kineto trace).
+
+The job is written into a temporary directory beside DIR and moved into place only when every
+rank's files exist, so a reader never sees half a job. Prints one JSON summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+WARMUP_STEPS = 5
+ACTIVE_STEPS = 5
+
+
+def _rank_main(args: argparse.Namespace) -> None:
+    """One rank's body (run by torchrun): DDP over gloo under Chakra's profiler recipe."""
+    warnings.filterwarnings("ignore", message=".*NumPy.*")
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    layers = []
+    for _ in range(args.layers):
+        layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
+    model = DistributedDataParallel(torch.nn.Sequential(*layers), bucket_cap_mb=args.bucket_mb)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    generator = torch.Generator().manual_seed(args.seed + rank)
+    inputs = torch.randn(args.batch, args.width, generator=generator)
+    targets = torch.randn(args.batch, args.width, generator=generator)
+    out = Path(args.out)
+    observer = ExecutionTraceObserver()
+    observer.register_callback(str(out / f"host.{rank}.json"))
+
+    def trace_ready(prof) -> None:
+        prof.export_chrome_trace(str(out / f"device.{rank}.json"))
+
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=WARMUP_STEPS, active=ACTIVE_STEPS),
+                 on_trace_ready=trace_ready, execution_trace_observer=observer) as prof:
+        for _ in range(WARMUP_STEPS + ACTIVE_STEPS):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            prof.step()
+    observer.unregister_callback()
+    dist.destroy_process_group()
+
+
+def _collectives_per_rank(job: Path, ranks: int) -> dict[str, int]:
+    """Kineto ``gloo:all_reduce`` events per rank (two buckets x five steps expected)."""
+    counts = {}
+    for rank in range(ranks):
+        events = json.loads((job / f"device.{rank}.json").read_bytes())["traceEvents"]
+        counts[str(rank)] = sum(1 for e in events if e.get("name") == "gloo:all_reduce")
+    return counts
+
+
+def _launch(args: argparse.Namespace) -> dict:
+    """Run torchrun into a temporary directory beside ``--out``, then move it into place."""
+    out = Path(args.out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ranks}",
+               __file__, "--rank-body", "--out", str(staging), "--layers", str(args.layers),
+               "--width", str(args.width), "--batch", str(args.batch), "--bucket-mb", str(args.bucket_mb),
+               "--seed", str(args.seed)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    completed = subprocess.run(command, env=env, stdout=sys.stderr)
+    expected = [staging / f"{kind}.{rank}.json" for rank in range(args.ranks) for kind in ("host", "device")]
+    if completed.returncode != 0 or not all(path.exists() for path in expected):
+        shutil.rmtree(staging, ignore_errors=True)
+        raise SystemExit(f"capture_ddp: torchrun failed (exit {completed.returncode})")
+    if out.exists():
+        shutil.rmtree(out)
+    staging.chmod(0o755)
+    staging.rename(out)
+    return {"out": str(out), "ranks": args.ranks, "files": sorted(p.name for p in out.iterdir()),
+            "bytes": sum(p.stat().st_size for p in out.iterdir()),
+            "gloo_all_reduce_per_rank": _collectives_per_rank(out, args.ranks)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="job directory (host.<rank>.json / device.<rank>.json)")
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=4, help="Linear+ReLU pairs")
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--bucket-mb", type=float, default=0.6, help="DDP bucket_cap_mb")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rank-body", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.rank_body:
+        _rank_main(args)
+        return 0
+    print(json.dumps(_launch(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,330 @@
+"""Fidelity that generalises (issue 33): real clocks, CPU collectives, ET trees the measurement
+contradicts, one job metric.
+
+Fixtures: ``fixtures/ddp_gloo`` (our own capture: DDP over gloo, 4 ranks, Chakra's recipe,
+``scripts/capture_ddp.py``) and ``fixtures/gpu/pageable_skew_*`` (blocking pageable copies with
+skewed clocks, ``scripts/make_skew_fixtures.py``). Expected numbers come from the input files
+(Kineto events counted here, the generator's truth), not from the code under test.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from linker.cli import app
+from linker.link.recipe import LinkOptions
+from linker.pipeline import link_pair
+from linker.plan import busy as busy_module
+from linker.plan.clocks import ClockSkew, clock_skew, is_blocking_copy
+from linker.sim.engine import ASTRA_SIM, LANES, measured_release, replay
+from linker.sim.load import load_graph
+from linker.sim.report import build_report
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+DDP = FIXTURES / "ddp_gloo"
+RANKS = range(4)
+BOUNDS = {ASTRA_SIM: (0.95, 1.05), LANES: (0.97, 1.03)}
+SKEW_PAIRS = ["pageable_skew_a", "pageable_skew_b"]
+
+
+def _kineto(rank: int) -> dict:
+    return json.loads(gzip.decompress((DDP / f"device.{rank}.json.gz").read_bytes()))
+
+
+def _et(rank: int) -> dict:
+    return json.loads(gzip.decompress((DDP / f"host.{rank}.json.gz").read_bytes()))
+
+
+@pytest.fixture(scope="module")
+def ddp_job(tmp_path_factory):
+    """The DDP capture linked by ``et-link batch --format et``: (output directory, CLI output)."""
+    out = tmp_path_factory.mktemp("ddp") / "job"
+    result = CliRunner().invoke(app, ["batch", "--et", str(DDP / "host.*.json.gz"), "--kineto",
+                                      str(DDP / "device.*.json.gz"), "--output-dir", str(out), "--format", "et",
+                                      "--workers", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_gloo_collectives_are_checked_across_ranks(ddp_job):
+    out, output = ddp_job
+    steps = {sum(1 for e in _kineto(r)["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")) for r in RANKS}
+    per_rank = {sum(1 for e in _kineto(r)["traceEvents"] if e.get("name") == "gloo:all_reduce") for r in RANKS}
+    assert steps == {5} and per_rank == {10}  # two buckets per step
+    assert ("collectives: consistent across 4 ranks (group 1: 10 collectives on ranks 0-3, matched by sequence number)"
+            in output)
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert summary["collectives"]["status"] == "consistent"
+
+
+def test_gloo_collectives_are_comm_nodes_with_bucket_sizes_on_their_worker_threads(ddp_job):
+    out, _ = ddp_job
+    for rank in RANKS:
+        # independently: each gloo:all_reduce ET op's tensor input bytes (numel x element size)
+        sizes = sorted(n["inputs"]["values"][0][3] * n["inputs"]["values"][0][4]
+                       for n in _et(rank)["nodes"] if n["name"] == "gloo:all_reduce")
+        graph = load_graph(out / f"rank.{rank}.et", rank)
+        comm = sorted(graph.comm.items())
+        assert sorted(info.size for _, info in comm) == sizes
+        assert {info.comm_type for _, info in comm} == {0}  # ALL_REDUCE
+        lanes = {graph.lane_keys[graph.lane[u]] for u, _ in comm}
+        assert all(lane[0] == "cpu" and lane[1] not in (0, 1) for lane in lanes)  # not the ET's main thread
+        assert len(lanes) == len({e["tid"] for e in _kineto(rank)["traceEvents"] if e.get("name") == "gloo:all_reduce"})
+
+
+@pytest.mark.parametrize("model", [ASTRA_SIM, LANES])
+def test_ddp_job_replays_as_measured_per_rank_and_job(ddp_job, model):
+    out, _ = ddp_job
+    graphs = [load_graph(out / f"rank.{rank}.et", rank) for rank in RANKS]
+    release = measured_release(graphs)
+    assert release is not None  # one host clock
+    report = build_report(replay(graphs, model, release=release))[0]
+    assert report.finished and report.job_origin == "earliest measured start"
+    low, high = BOUNDS[model]
+    # the measured job span, computed from the Kineto traces' ProfilerStep annotations
+    starts, ends = [], []
+    for rank in RANKS:
+        stepped = [e for e in _kineto(rank)["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+        starts.append(min(e["ts"] for e in stepped))
+        ends.append(max(e["ts"] + e["dur"] for e in stepped))
+    assert report.measured_us == pytest.approx(max(ends) - min(starts), abs=2.0)
+    assert low <= report.ratio <= high, report.ratio
+    # Per rank, the capture's CPU contention (4 ranks on 2 cores) leaves up to 5% (issue 33's bound
+    # holds for the job, not for every rank of every capture: see docs/fidelity.md)
+    for r in report.ranks:
+        assert 0.95 <= r.ratio <= 1.06 and 0.95 <= r.end_ratio <= 1.06, (r.rank, r.ratio, r.end_ratio)
+        assert r.end_ratio == pytest.approx(r.simulated_end_us / (ends[r.rank] - min(starts)), abs=2e-4)
+
+
+def test_et_tree_disagreements_are_counted_not_called_wrong_links(tmp_path):
+    rank = 0
+    outcome = link_pair(DDP / f"host.{rank}.json.gz", DDP / f"device.{rank}.json.gz", tmp_path / "r.json",
+                        LinkOptions(), tmp_path / "r.report.json")
+    report = outcome.report
+    assert report.method == "rf_id"
+    assert not any("wrong links" in w for w in report.warnings)
+    # every gloo:all_reduce runs on a gloo worker thread in Kineto but sits on the main thread in the ET
+    gloo = sum(1 for n in _et(rank)["nodes"] if n["name"] == "gloo:all_reduce")
+    assert report.et_tree_disagrees["moved_thread"] == gloo == 10
+    assert report.et_tree_disagrees["new_threads"] == 2
+    assert report.nesting_violations > 0 and report.et_tree_disagrees["ops"] >= report.et_tree_disagrees["moved_thread"]
+    assert any("ET tree disagrees with the measurement" in note for note in report.method_reason)
+    nodes = orjson.loads((tmp_path / "r.json").read_bytes())["nodes"]
+    by_name = [n for n in nodes if n["name"] == "gloo:all_reduce"]
+    assert all(n["comm_type"] == "ALL_REDUCE" and n["pg_name"] == "0" for n in by_name)
+
+
+# --- blocking pageable copies with skewed clocks ----------------------------------------------
+
+
+def _truth(name: str) -> dict:
+    return json.loads((FIXTURES / "gpu" / name / "truth.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def skew_outputs(tmp_path_factory):
+    outputs = {}
+    for name in SKEW_PAIRS:
+        directory = tmp_path_factory.mktemp(name)
+        out = directory / "out.et"
+        outcome = link_pair(FIXTURES / "gpu" / name / "et.json.gz", FIXTURES / "gpu" / name / "kineto.json.gz", out,
+                            LinkOptions(), directory / "report.json")
+        outputs[name] = (out, outcome)
+    return outputs
+
+
+@pytest.mark.parametrize("name", SKEW_PAIRS)
+def test_blocking_pageable_copies_are_found_despite_the_skew(skew_outputs, name):
+    truth = _truth(name)
+    _, outcome = skew_outputs[name]
+    simulation = outcome.report.simulation
+    assert simulation["blocking_copies"] == len(truth["blocking_copy_ops"])
+    low, high = sorted(truth["skew_us"])
+    skew = simulation["clock_skew"]
+    # launch gaps are the skew plus a launch latency of a few µs (never less than the skew)
+    assert low <= skew["min_launch_gap_us"] <= high + 10 and skew["max_local_us"] <= high + 10
+    plan = outcome.et_plus.plan
+    et = outcome.et_plus.et
+    blocked_ops = {et.ids[i] for i, b in enumerate(plan.busy.blocked) if b > 1000}
+    assert blocked_ops == set(truth["blocking_copy_ops"])
+
+
+@pytest.mark.parametrize("model", [ASTRA_SIM, LANES])
+@pytest.mark.parametrize("name", SKEW_PAIRS)
+def test_skewed_pageable_copy_pair_replays_as_measured(skew_outputs, name, model):
+    truth = _truth(name)
+    out, _ = skew_outputs[name]
+    report = build_report(replay([load_graph(out)], model))[0]
+    # the step: from the ProfilerStep's start to the later of its end and its last GPU op's end
+    measured = max(truth["step_end"], truth["last_gpu_end_in_step"]) - truth["step_start"]
+    assert report.measured_us == pytest.approx(measured, abs=1.0)
+    low, high = BOUNDS[model]
+    assert low <= report.ratio <= high, report.ratio
+
+
+def test_with_equal_clocks_assumed_the_copies_are_missed(tmp_path, monkeypatch):
+    """Without the skew (the rule of 0.2) the waits stay busy CPU time and the step is too long."""
+    monkeypatch.setattr(busy_module, "clock_skew", lambda links: ClockSkew())
+    name = SKEW_PAIRS[0]
+    out = tmp_path / "old.et"
+    outcome = link_pair(FIXTURES / "gpu" / name / "et.json.gz", FIXTURES / "gpu" / name / "kineto.json.gz", out,
+                        LinkOptions(), None)
+    assert outcome.report.simulation["blocking_copies"] == 0
+    report = build_report(replay([load_graph(out)], ASTRA_SIM))[0]
+    assert report.ratio > 1.1
+
+
+class _Event:
+    def __init__(self, name, ts, dur, cat="cuda_runtime"):
+        self.name, self.ts, self.dur, self.cat = name, ts, dur, cat
+
+
+class _Link:
+    def __init__(self, launch, event):
+        self.launch, self.event = launch, event
+
+
+def test_skew_is_local_and_small_copies_are_never_taken_for_blocking():
+    # 40 kernel launches whose gaps drift from 20 to 40 µs (skew) + 4 µs latency
+    links = [_Link(_Event("cudaLaunchKernel", 1000 * k, 5), _Event("k", 1000 * k + 24 + k // 2, 50, "kernel"))
+             for k in range(40)]
+    skew = clock_skew(links)
+    # the smallest gap among the 16 launches on each side: at 39 ms, launches 23..39
+    assert skew.at(0) == 24 and skew.at(39_000) == 24 + 23 // 2
+    assert ClockSkew().at(5) == 0.0
+    # a 20 ms copy ending 35 µs after its 90 ms call returned: blocking under the local skew
+    big = _Link(_Event("cudaMemcpyAsync", 39_000, 90_000), _Event("Memcpy HtoD (Pageable -> Device)",
+                                                                    39_000 + 70_035, 20_000, "gpu_memcpy"))
+    assert is_blocking_copy(big, skew) and not is_blocking_copy(big, None)
+    # a 2 µs pinned copy ending 5 µs after its 6 µs call: asynchronous, whatever the skew
+    small = _Link(_Event("cudaMemcpyAsync", 39_000, 6), _Event("Memcpy HtoD (Pinned -> Device)", 39_009, 2,
+                                                                 "gpu_memcpy"))
+    assert not is_blocking_copy(small, skew)
+    # a copy that ended before its call returned is blocking with or without a skew
+    plain = _Link(_Event("cudaMemcpyAsync", 0, 50), _Event("Memcpy DtoH (Device -> Pageable)", 10, 5, "gpu_memcpy"))
+    assert is_blocking_copy(plain, None) and is_blocking_copy(plain, skew)
+
+
+# --- where the replay drifts (--explain) ---------------------------------------------------------
+
+
+def test_explain_names_the_first_and_the_largest_drift_on_the_path(tmp_path):
+    from sim_graphs import cpu, write_et
+
+    # Measured: A 100-110, B 150-160 (40 us of untraced work between them), C 160-190.
+    # Replayed: A 0-10, B 10-20, C 20-50: B starts 40 us early (jump -40, after A by its
+    # dependency), C inherits it (jump 0); the end drifts by -40 (50 vs 90).
+    path = write_et(tmp_path / "r.et", [cpu(1, 10, start=100), cpu(2, 10, [1], start=150), cpu(3, 30, [2], start=160)])
+    report = build_report(replay([load_graph(path)]), explain=True)[0]
+    drift = report.drift
+    assert drift["end_drift_us"] == -40 and drift["origin"] == "each rank's own start"
+    assert drift["first"]["id"] == 2 and drift["first"]["drift_us"] == -40
+    assert drift["first"]["after"]["id"] == 1  # held by its dependency on A
+    assert drift["largest"][0]["id"] == 2 and drift["largest"][0]["jump_us"] == -40
+    assert sum(p["jump_us"] for p in drift["largest"]) == -40  # jumps add up to the end's drift
+
+
+def test_explain_on_the_cli_prints_the_places(ddp_job):
+    out, _ = ddp_job
+    result = CliRunner().invoke(app, ["simulate", str(out), "--explain", "--json"])
+    assert result.exit_code == 0, result.output
+    drift = orjson.loads(result.stdout)["drift"]
+    assert drift["origin"] == "earliest measured start" and drift["largest"]
+    for place in drift["largest"]:
+        assert {"rank", "id", "name", "kind", "lane", "drift_us", "jump_us", "held_by"} <= set(place)
+    text = CliRunner().invoke(app, ["simulate", str(out), "--explain"]).stdout
+    assert "largest jumps:" in text and "held by" in text
+
+
+# --- cross-rank matching by sequence number -------------------------------------------------------
+
+
+def test_collectives_are_paired_by_sequence_number_when_every_one_has_one():
+    from linker.batch.collectives import CommOp, RankCollectives, check_collectives
+
+    big, small = CommOp("ALL_REDUCE", 4096, "float"), CommOp("ALL_REDUCE", 64, "float")
+
+    def record(ops_and_seqs):
+        rank = RankCollectives()
+        for op, seq in ops_and_seqs:
+            rank.add("1", op, seq)
+        return rank
+
+    # rank 1 issued the two buckets in the other order: by position they differ, by number they agree
+    records = {0: record([(big, 7), (small, 8)]), 1: record([(small, 8), (big, 7)])}
+    divergences, notes = [], []
+    [group] = check_collectives(records, {"1": [0, 1]}, divergences, notes)
+    assert (group.status, group.matched_by, divergences) == ("consistent", "sequence number", [])
+    # one rank without numbers: by position, and the swap is a divergence at #0
+    records[1] = record([(small, None), (big, None)])
+    divergences = []
+    [group] = check_collectives(records, {"1": [0, 1]}, divergences, notes)
+    assert group.matched_by == "position" and divergences[0].position == 0
+    # a number missing on rank 1 is named
+    records[1] = record([(big, 7)])
+    divergences = []
+    check_collectives(records, {"1": [0, 1]}, divergences, notes)
+    assert divergences[0].ranks_at_fault == [1] and "sequence number 8" in divergences[0].message
+    # the record survives the report sidecar
+    again = RankCollectives.from_record(orjson.loads(orjson.dumps(records[0].to_record())))
+    assert again.seqs == {"1": [7, 8]}
+
+
+def test_the_json_job_replays_as_the_chakra_job(ddp_job, tmp_path):
+    """ET+ JSON carries the same CPU collectives (type, size, group, issue number, worker thread,
+    busy time) as the .et: both replays agree (times in the .et are whole µs)."""
+    out, _ = ddp_job
+    json_dir = tmp_path / "json"
+    result = CliRunner().invoke(app, ["batch", "--et", str(DDP / "host.*.json.gz"), "--kineto",
+                                      str(DDP / "device.*.json.gz"), "--output-dir", str(json_dir), "--workers", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    nodes = orjson.loads((json_dir / "rank0_plus.json").read_bytes())["nodes"]
+    gloo = sorted((n for n in nodes if n["name"] == "gloo:all_reduce"), key=lambda n: n["comm_seq"])
+    assert [n["comm_seq"] for n in gloo] == sorted({n["comm_seq"] for n in gloo}) and len(gloo) == 10
+    assert all(n["tid"] not in (0, 1) for n in gloo)
+    reports = []
+    for directory, pattern in ((out, "rank.{}.et"), (json_dir, "rank{}_plus.json")):
+        graphs = [load_graph(directory / pattern.format(rank), rank) for rank in RANKS]
+        reports.append(build_report(replay(graphs, release=measured_release(graphs)))[0])
+    assert reports[1].ratio == pytest.approx(reports[0].ratio, abs=2e-3)
+
+
+def test_an_op_outside_its_et_parent_takes_the_op_that_encloses_it_in_kineto(tmp_path):
+    """Shape 3: the ET (PyTorch 2.13) lists a backward op under an op that had ended before it
+    started. The ET+ gives it the innermost op whose Kineto event encloses its own (found here from
+    the Kineto file by record-function id), on the same thread."""
+    rank = 0
+    et, kineto = _et(rank), _kineto(rank)
+    rf = {n["id"]: next(a["value"] for a in n["attrs"] if a["name"] == "rf_id") for n in et["nodes"]}
+    events = {e["args"]["Record function id"]: e for e in kineto["traceEvents"]
+              if e.get("cat") in ("cpu_op", "user_annotation") and "Record function id" in e.get("args", {})}
+    node_of_rf = {value: node_id for node_id, value in rf.items()}
+
+    def interval(node_id):
+        e = events.get(rf[node_id])
+        return (e["tid"], e["ts"], e["ts"] + e["dur"]) if e else None
+
+    def encloses(outer, inner):
+        return outer[0] == inner[0] and outer[1] <= inner[1] and inner[2] <= outer[2]
+
+    contradicted = []
+    for node in et["nodes"]:
+        own, parent = interval(node["id"]), interval(node["ctrl_deps"]) if node["ctrl_deps"] in rf else None
+        if own and parent and not encloses(parent, own) and node["name"] != "gloo:all_reduce":
+            # innermost: the latest start, then the shortest
+            enclosing = [(e["ts"], -e["dur"], node_of_rf[r]) for r, e in events.items()
+                         if e["tid"] == own[0] and r in node_of_rf and node_of_rf[r] != node["id"]
+                         and encloses(interval(node_of_rf[r]), own)]
+            contradicted.append((node["id"], max(enclosing)[2] if enclosing else None))
+    assert contradicted  # the capture has them
+    link_pair(DDP / f"host.{rank}.json.gz", DDP / f"device.{rank}.json.gz", tmp_path / "r.json", LinkOptions(), None)
+    parent_of = {n["id"]: n["ctrl_deps"] for n in orjson.loads((tmp_path / "r.json").read_bytes())["nodes"]}
+    for node_id, innermost in contradicted:
+        if innermost is not None:
+            assert parent_of[node_id] == innermost, node_id
