@@ -6,7 +6,10 @@
 - ``memory.json``: no remote memory;
 - ``workload.<rank>.et``: links to the rank files (a single pair: rank 0 and 1 both link to it,
   since ASTRA-sim needs at least 2 NPUs; ``.et.gz`` files are decompressed by ``run`` first,
-  ASTRA-sim reads them raw);
+  ASTRA-sim reads them raw). A file holding ``METADATA_NODE``s (``## process_group:init ##``)
+  gets a copy instead, those nodes written as zero-duration CPU ``COMP_NODE``s: ASTRA-sim
+  0ba29a2 aborts on the first metadata node it issues (``Statistics::get_operator_type`` has no
+  case for it: "Invalid node_type ... Assertion `false' failed");
 - ``comm_groups.json``: the process groups (a copy of the job's; a single pair's groups are its
   ``pg_name``s over both NPUs);
 - ``run``: the exact command line, with the binary from ``$ASTRA_SIM_BIN``; extra arguments are
@@ -26,7 +29,10 @@ from pathlib import Path
 from linker import __version__
 from linker.model.errors import TraceInputError
 from linker.sim.engine import match_communication
-from linker.sim.graph import SimGraph
+from linker.batch.rank_start import node_head
+from linker.sim.graph import META, SimGraph
+from linker.write import et_def_pb2 as pb
+from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
 from linker.sim.network_fit import (ENDPOINT_DELAY_NS, LOCAL_MEM_BW_GBPS, Collective, NetworkFit, fit_network)
 
 SETUP_DIR = "astra"
@@ -114,25 +120,52 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
         notes.append("a single rank, run as 2 NPUs (both replay the same file)")
     try:
         setup.mkdir(parents=True, exist_ok=True)
-        for path, rank in workload:
+        copies = []
+        for (path, rank), graph in zip(workload, graphs * 2 if single else graphs):
             link = setup / f"{WORKLOAD_PREFIX}.{rank}.et"
             if link.is_symlink() or link.exists():
                 link.unlink()
-            if not path.name.endswith(".gz"):
+            if META in graph.kind:
+                copy_without_metadata(path, link)
+                copies.append(rank)
+            elif not path.name.endswith(".gz"):
                 link.symlink_to(os.path.relpath(path.absolute(), setup.absolute()))
+        if copies:
+            notes.append(f"workload {copies}: copies with METADATA_NODEs as CPU COMP_NODEs (ASTRA-sim 0ba29a2 "
+                         "aborts on metadata nodes)")
         _write_text(setup / "network.yml", network_yaml(fit))
         _write_text(setup / "system.json", json.dumps(system_config(), indent=4) + "\n")
         _write_text(setup / "memory.json", json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}, indent=4) + "\n")
         if comm_groups:
             _write_text(setup / "comm_groups.json", json.dumps(comm_groups) + "\n")
         run = setup / "run"
-        _write_text(run, _script([(p.absolute(), r) for p, r in workload], setup.absolute(), bool(comm_groups)))
+        unpack = [(p.absolute(), r) for p, r in workload if r not in copies]
+        _write_text(run, _script(unpack, setup.absolute(), bool(comm_groups)))
         run.chmod(0o755)
     except OSError as err:
         raise TraceInputError(setup, f"cannot write the ASTRA-sim setup ({err.strerror or err})") from None
     lines = fit.lines() + [f"  note: {note}" for note in notes]
     lines.append(f"ASTRA-sim setup: {setup}/run (set ASTRA_SIM_BIN; docs/astra-sim.md)")
     return {"dir": str(setup), "network": fit.to_json(), "notes": notes, "lines": lines}
+
+
+def copy_without_metadata(source: Path, target: Path) -> None:
+    """Copy a ``.et``/``.et.gz`` to ``target`` (plain ``.et``) with every ``METADATA_NODE`` written as
+    a CPU ``COMP_NODE`` of duration 0; the other frames copied as bytes. O(file)."""
+    with EtWriter(target) as writer:
+        for frame in iter_frames(source):
+            if frame.index == 0:
+                writer.write_metadata(parse_metadata(frame, source))
+                continue
+            if node_head(frame.payload)[3] != pb.METADATA_NODE:
+                writer.write_frames_bytes(encode_varint(len(frame.payload)) + frame.payload, 1)
+                continue
+            node = pb.Node.FromString(frame.payload)
+            node.type = pb.COMP_NODE
+            node.duration_micros = 0
+            if find_attr(node, "is_cpu_op") is None:
+                node.attr.append(make_attr("is_cpu_op", True, "bool_val"))
+            writer.write_node(node)
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -102,22 +102,24 @@ def _varint(raw: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def node_head(raw: bytes) -> tuple[int, str | None, bool]:
-    """(id, name when it is the delay node's else None, has ctrl or data dependencies) of a Node
-    payload, reading only its first fields (a serialized message lists fields by number). O(1)
-    beyond the name."""
-    node_id, name, pos, end = 0, None, 0, len(raw)
+def node_head(raw: bytes) -> tuple[int, str | None, bool, int]:
+    """(id, name when it is the delay node's else None, has ctrl or data dependencies, node type)
+    of a Node payload, reading only its first fields (a serialized message lists its fields by
+    number). O(1) beyond the name."""
+    node_id, name, node_type, pos, end = 0, None, 0, 0, len(raw)
     while pos < end:
         tag, pos = _varint(raw, pos)
         number, wire = tag >> 3, tag & 7
         if number in (4, 5):
-            return node_id, name, True
+            return node_id, name, True, node_type
         if number > 5:
-            return node_id, name, False
+            return node_id, name, False, node_type
         if wire == 0:
             value, pos = _varint(raw, pos)
             if number == 1:
                 node_id = value
+            elif number == 3:
+                node_type = value
         elif wire == 2:
             length, pos = _varint(raw, pos)
             if number == 2 and raw[pos:pos + length] == _DELAY_NAME_BYTES:
@@ -128,8 +130,8 @@ def node_head(raw: bytes) -> tuple[int, str | None, bool]:
         elif wire == 5:
             pos += 4
         else:
-            return node_id, name, False
-    return node_id, name, False
+            break
+    return node_id, name, False, node_type
 
 
 _DELAY_NAME_BYTES = DELAY_NODE_NAME.encode()
@@ -190,7 +192,7 @@ def _set_chakra(path: Path, offset_us: int) -> bool:
     for frame in iter_frames(path):
         if frame.index == 0:
             continue
-        node_id, name, has_deps = node_head(frame.payload)
+        node_id, name, has_deps, _ = node_head(frame.payload)
         max_id = max(max_id, node_id)
         if name == DELAY_NODE_NAME:
             old = pb.Node.FromString(frame.payload)
@@ -208,7 +210,7 @@ def _set_chakra(path: Path, offset_us: int) -> bool:
                 if offset_us:
                     writer.write_node(delay_node(delay_id, offset_us))
                 continue
-            node_id, name, has_deps = node_head(frame.payload)
+            node_id, name, has_deps, _ = node_head(frame.payload)
             if name == DELAY_NODE_NAME:
                 continue
             if offset_us and node_id in free:
