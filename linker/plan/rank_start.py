@@ -54,9 +54,9 @@ def offset_micros(offset: float) -> int:
 
 
 def delay_node_json(node_id: int, offset_us: int, parent_key: str, tid: int | None) -> dict:
-    """The ET+ JSON form of a delay node: its own parent (a root, like the process root), no
-    measured time, ``sim_dur`` the offset. ``parent_key``: "parent" (flat layout) or
-    "ctrl_deps" (nested)."""
+    """The ET+ JSON form of a delay node: a root like the process root (its own parent, which
+    ``et-link validate`` allows for these two names), no measured time, ``sim_dur`` the offset.
+    ``parent_key``: "parent" (schema 1.0.1) or "ctrl_deps" (later schemas)."""
     node = {"id": node_id, "name": DELAY_NODE_NAME, parent_key: node_id}
     if tid is not None:
         node["tid"] = tid
