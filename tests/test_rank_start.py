@@ -197,7 +197,7 @@ def test_single_pair_astra_setup_runs_as_two_npus(tmp_path):
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["astra-setup", str(target), "--astra-bandwidth", "100"])
     assert result.exit_code == 0, result.output
-    assert "ASTRA-sim network: Switch, 2 NPUs, 100 GB/s, 500 ns" in result.output
+    assert "ASTRA-sim network: FullyConnected, 2 NPUs, 100 GB/s, 500 ns" in result.output
     astra = tmp_path / "astra"
     assert [os.readlink(astra / f"workload.{k}.et") for k in (0, 1)] == ["../linear.et", "../linear.et"]
     assert "npus_count: [ 2 ]" in (astra / "network.yml").read_text()
