@@ -204,3 +204,14 @@ def test_single_pair_astra_setup_runs_as_two_npus(tmp_path):
     assert "--comm-group-configuration" not in (astra / "run").read_text()  # no collective, no group
     bad = runner.invoke(app, ["astra-setup", str(target), "--astra-topology", "Torus"])
     assert bad.exit_code == 2 and "unknown --astra-topology 'Torus'" in bad.output
+
+
+def test_batch_refuses_bad_rank_start_and_network_values_before_any_work(tmp_path):
+    runner = CliRunner()
+    base = ["batch", "--kineto", str(tmp_path / "none*.json"), "--output-dir", str(tmp_path / "out")]
+    for extra, message in ((["--rank-start", "late"], "unknown --rank-start 'late'; choose one of measured, zero"),
+                           (["--astra-npus", "1"], "--astra-npus 1: ASTRA-sim needs at least 2 NPUs"),
+                           (["--astra-bandwidth", "0"], "--astra-bandwidth 0: must be a positive number of GB/s")):
+        result = runner.invoke(app, base + extra)
+        assert result.exit_code == 2 and result.output.strip() == f"et-link: error: {message}"
+        assert not (tmp_path / "out").exists()
