@@ -30,7 +30,7 @@ from linker import __version__
 from linker.model.errors import TraceInputError
 from linker.sim.engine import match_communication
 from linker.batch.rank_start import node_head
-from linker.sim.graph import META, SimGraph
+from linker.sim.graph import COLL, META, SimGraph
 from linker.write import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
 from linker.sim.network_fit import (ENDPOINT_DELAY_NS, LOCAL_MEM_BW_GBPS, Collective, NetworkFit, fit_network)
@@ -63,7 +63,7 @@ def job_collectives(graphs: list[SimGraph], comm_groups: dict[str, list[int]] | 
     if len(graphs) == 1:
         graph = graphs[0]
         for u, info in sorted(graph.comm.items()):
-            if info.role == 1:  # COLL
+            if info.role == COLL:
                 out.append(Collective(info.comm_type, info.size, 2, graph.duration[u]))
         return out
     offsets = [0]

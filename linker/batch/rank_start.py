@@ -257,8 +257,7 @@ def _set_json(path: Path, offset_us: int) -> bool:
             if len(causes) == len(deps):
                 node["data_dep_causes"] = [causes[k] for k in keep]
         kept.append(node)
-    roots = [n for n in kept if not n.get("data_deps") and n.get(parent_key) in (None, n["id"], -1)
-             or not n.get("data_deps") and n.get(parent_key) not in ids]
+    roots = [n for n in kept if not n.get("data_deps") and _is_root(n, parent_key, ids)]
     if offset_us:
         for node in roots:
             node.setdefault("data_deps", [])
@@ -273,6 +272,14 @@ def _set_json(path: Path, offset_us: int) -> bool:
     with atomic_output(path) as out:
         out.write(orjson.dumps(document))
     return True
+
+
+def _is_root(node: dict, parent_key: str, ids: set) -> bool:
+    """A node without a parent in the file: none, itself, -1, or an id the file does not hold."""
+    parent = node.get(parent_key)
+    if isinstance(parent, list):
+        parent = parent[0] if parent else None
+    return parent is None or parent == node["id"] or parent == -1 or not isinstance(parent, int) or parent not in ids
 
 
 # ---------------------------------------------------------------------------------------------
