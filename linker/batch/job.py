@@ -147,6 +147,7 @@ def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Pa
     output cannot be read back or rewritten."""
     from linker.batch.astra_setup import SETUP_DIR, write_setup
     from linker.batch.rank_start import apply_rank_starts
+    from linker.plan.rank_start import MEASURED
     from linker.sim.job import read_comm_groups
     from linker.sim.load import load_graph
 
@@ -154,8 +155,9 @@ def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Pa
     if not done:
         return None
     files = [(Path(r.output), r.rank) for r in done]
-    graphs = [load_graph(path, rank) for path, rank in files]
-    starts = apply_rank_starts(files, [g.measured_span() for g in graphs],
+    needed = config.fmt == "et" or (config.rank_start == MEASURED and len(files) > 1)
+    graphs = [load_graph(path, rank) for path, rank in files] if needed else []
+    starts = apply_rank_starts(files, graphs,
                                {r.rank: Path(r.report) for r in done if r.report}, config.rank_start)
     setup = {"rank_start": starts.to_json(), "lines": starts.lines()}
     if config.fmt == "et":

@@ -30,7 +30,8 @@ from linker.plan.rank_start import (DELAY_NODE_NAME, MEASURED, OFFSET_ATTR, RANK
                                     measured_offsets, offset_micros)
 from linker.read.files import atomic_output, read_trace_bytes
 from linker.write import et_def_pb2 as pb
-from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
+from linker.write.chakra_wire import (EtWriter, encode_varint, find_attr, iter_frames, make_attr, open_binary,
+                                      parse_metadata)
 
 
 @dataclass
@@ -55,16 +56,16 @@ class RankStarts:
         return [f"rank start offsets (--rank-start {self.rule}): none" + (f" ({self.note})" if self.note else "")]
 
 
-def apply_rank_starts(files: list[tuple[Path, int]], spans: list[tuple[float, float]], reports: dict[int, Path],
-                      rule: str) -> RankStarts:
+def apply_rank_starts(files: list[tuple[Path, int]], graphs: list, reports: dict[int, Path], rule: str) -> RankStarts:
     """Write the job's rank offsets into its outputs (rule ``measured``) or remove any (``zero``).
-    ``files``: [(output, rank)]; ``spans``: each file's (first measured start, last measured end),
-    as ``SimGraph.measured_span`` gives them; ``reports``: each rank's sidecar, updated when its
-    output is rewritten. Raises TraceInputError when an output cannot be read or written."""
+    ``files``: [(output, rank)]; ``graphs``: each file's ``SimGraph`` (``sim.load``; may be empty
+    for rule ``zero``), whose measured spans give the offsets; ``reports``: each rank's sidecar,
+    updated when its output is rewritten. Raises TraceInputError when an output cannot be read or
+    written."""
     result = RankStarts(rule)
     wanted = [0] * len(files)
     if rule == MEASURED and len(files) > 1:
-        offsets = measured_offsets(spans)
+        offsets = measured_offsets([graph.measured_span() for graph in graphs])
         if offsets is None:
             result.note = "the ranks' measured start times do not look like one clock"
         else:
@@ -72,18 +73,21 @@ def apply_rank_starts(files: list[tuple[Path, int]], spans: list[tuple[float, fl
             result.offsets_us = {rank: us for (_, rank), us in zip(files, wanted)}
     elif rule == MEASURED:
         result.note = "a single rank"
-    for (path, rank), offset in zip(files, wanted):
-        if set_rank_start(path, offset):
+    for k, ((path, rank), offset) in enumerate(zip(files, wanted)):
+        if set_rank_start(path, offset, graphs[k] if k < len(graphs) else None):
             result.rewritten.append(rank)
             if rank in reports:
                 _restamp_sidecar(reports[rank], path, offset)
     return result
 
 
-def set_rank_start(path: Path, offset_us: int) -> bool:
-    """Make ``path`` hold a delay node of ``offset_us`` (none when 0); True when it was rewritten."""
-    is_json = not path.name.endswith((".et", ".et.gz"))
-    return (_set_json if is_json else _set_chakra)(Path(path), offset_us)
+def set_rank_start(path: Path, offset_us: int, graph=None) -> bool:
+    """Make ``path`` hold a delay node of ``offset_us`` (none when 0); True when it was rewritten.
+    ``graph``: the file's ``SimGraph``, when already loaded (a ``.et`` is then read once)."""
+    path = Path(path)
+    if not path.name.endswith((".et", ".et.gz")):
+        return _set_json(path, offset_us)
+    return _set_chakra(path, offset_us, heads_from_graph(graph) if graph is not None else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,50 +185,120 @@ def ungate(node: pb.Node, delay_id: int) -> bool:
     return True
 
 
+_FRAMES_PER_WRITE = 4096  # frames joined into one write
+
+
 def _frame(payload: bytes) -> bytes:
     return encode_varint(len(payload)) + payload
 
 
-def _set_chakra(path: Path, offset_us: int) -> bool:
-    heads = []
-    old_id = old_offset = None
-    max_id = -1
+@dataclass
+class _Heads:
+    """What a rewrite needs to know of a ``.et``: its largest id, the delay node it already holds
+    (id, offset) if any, and the ids of the nodes to gate (those whose only dependency, if any, is
+    the old delay node); ``targets`` None: not known, every node with dependencies is looked at."""
+
+    max_id: int
+    old_id: int | None
+    old_offset: int
+    targets: set[int] | None
+
+
+def heads_from_graph(graph) -> _Heads:
+    """``_Heads`` from the rank's ``SimGraph`` as ``sim.load`` read it (no second pass over the
+    file). O(n)."""
+    delays = [u for u, name in enumerate(graph.names) if name == DELAY_NODE_NAME]
+    old = delays[0] if delays else None
+    missing = {u for u, _ in graph.missing_deps}
+    offsets, nodes = graph.dep_offsets, graph.dep_nodes
+    targets = {graph.ids[u] for u in range(len(graph))
+               if u != old and u not in missing
+               and all(nodes[k] == old for k in range(offsets[u], offsets[u + 1]))}
+    return _Heads(max(graph.ids, default=-1), graph.ids[old] if old is not None else None,
+                  round(graph.duration[old]) if old is not None else 0, targets)
+
+
+def _scan_heads(path: Path) -> _Heads:
+    heads = _Heads(-1, None, 0, set())
     for frame in iter_frames(path):
         if frame.index == 0:
             continue
         node_id, name, has_deps, _ = node_head(frame.payload)
-        max_id = max(max_id, node_id)
+        heads.max_id = max(heads.max_id, node_id)
         if name == DELAY_NODE_NAME:
-            old = pb.Node.FromString(frame.payload)
-            old_id, old_offset = node_id, old.duration_micros
+            heads.old_id, heads.old_offset = node_id, pb.Node.FromString(frame.payload).duration_micros
         elif not has_deps:
-            heads.append(node_id)
-    if (old_offset or 0) == offset_us:
+            heads.targets.add(node_id)
+    if heads.old_id is not None:
+        heads.targets = None
+    return heads
+
+
+def _frame_id(payload: bytes) -> int:
+    """The node id of a payload (its first field when the writer put it first)."""
+    if payload[:1] == b"\x08":
+        return _varint(payload, 1)[0]
+    return node_head(payload)[0]
+
+
+def _set_chakra(path: Path, offset_us: int, heads: _Heads | None = None) -> bool:
+    """Rewrite ``path`` with a delay node of ``offset_us``. Frames are copied as bytes; once every
+    node to change has been seen, the rest of the file is copied in blocks. O(file)."""
+    heads = heads or _scan_heads(path)
+    if heads.old_offset == offset_us and (heads.old_id is not None or offset_us == 0):
         return False
-    delay_id = old_id if old_id is not None else max_id + 1
-    free = set(heads)
+    old_id = heads.old_id
+    delay_id = old_id if old_id is not None else heads.max_id + 1
+    targets = heads.targets
+    left = len(targets) + (old_id is not None) if targets is not None else -1  # -1: never all seen
+    pending: list[bytes] = []
+    rest_at = None
     with EtWriter(path) as writer:
         for frame in iter_frames(path):
             if frame.index == 0:
                 writer.write_metadata(parse_metadata(frame, path))
                 if offset_us:
-                    writer.write_node(delay_node(delay_id, offset_us))
+                    pending.append(_frame(delay_node(delay_id, offset_us).SerializeToString()))
                 continue
-            node_id, name, has_deps, _ = node_head(frame.payload)
-            if name == DELAY_NODE_NAME:
+            if left == 0:
+                rest_at = frame.offset
+                break
+            node_id = _frame_id(frame.payload)
+            if node_id == old_id:
+                left -= targets is not None
                 continue
-            if offset_us and node_id in free:
+            if targets is None or node_id in targets:
                 node = pb.Node.FromString(frame.payload)
-                gate(node, delay_id)
-                writer.write_node(node)
-            elif old_id is not None and has_deps:
-                node = pb.Node.FromString(frame.payload)
-                if ungate(node, old_id) and offset_us:
+                changed = ungate(node, old_id) if old_id is not None else False
+                if offset_us and (changed or not node.data_deps and not node.ctrl_deps):
                     gate(node, delay_id)
-                writer.write_node(node)
+                pending.append(_frame(node.SerializeToString()))
+                if targets is not None:
+                    left -= 1
             else:
-                writer.write_frames_bytes(_frame(frame.payload), 1)
+                pending.append(_frame(frame.payload))
+            if len(pending) >= _FRAMES_PER_WRITE:
+                writer.write_frames_bytes(b"".join(pending), len(pending))
+                pending.clear()
+        if pending:
+            writer.write_frames_bytes(b"".join(pending), len(pending))
+        if rest_at is not None:
+            _copy_rest(path, rest_at, writer)
     return True
+
+
+def _copy_rest(path: Path, offset: int, writer: EtWriter) -> None:
+    """Copy the (uncompressed) bytes of ``path`` from ``offset`` to the end into ``writer``."""
+    stream = open_binary(path)
+    try:
+        stream.seek(offset)
+        while True:
+            block = stream.read(1 << 20)
+            if not block:
+                break
+            writer.write_frames_bytes(block, 0)
+    finally:
+        stream.close()
 
 
 # ---------------------------------------------------------------------------------------------
