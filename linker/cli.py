@@ -290,12 +290,24 @@ def batch_command(
                                         "disagree (the mismatch is still reported; otherwise exit status 8)."),
     skip_unpaired: bool = typer.Option(False, "--skip-unpaired", help="Link the ranks that have both files; "
                                        "a rank missing its ET or Kineto file is noted, not fatal."),
+    rank_start: str = typer.Option("measured", "--rank-start", help="measured: each rank's start offset "
+                                   "(from the job's earliest measured start) written as a leading delay node "
+                                   "(docs/rank-start.md); zero: none, every rank starts at 0."),
+    astra_topology: Optional[str] = typer.Option(None, "--astra-topology", help="ASTRA-sim setup (--format et): "
+                                                 "network topology instead of the fitted one (Ring, Switch, FullyConnected)."),
+    astra_npus: Optional[int] = typer.Option(None, "--astra-npus", help="ASTRA-sim setup: NPU count (default: the ranks, "
+                                             "at least 2)."),
+    astra_bandwidth: Optional[float] = typer.Option(None, "--astra-bandwidth", metavar="GB/S", help="ASTRA-sim setup: "
+                                                    "link bandwidth in GB/s (2^30 bytes) instead of the fitted one."),
+    astra_latency: Optional[float] = typer.Option(None, "--astra-latency", metavar="NS", help="ASTRA-sim setup: link "
+                                                  "latency in ns instead of the fitted one."),
     log_level: str = typer.Option("WARNING", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr (the table is still printed)."),
 ) -> None:
     """Link all ranks of a job: pair ET and Kineto files by rank, link each rank in its own process
     (locally or on Dask), skip ranks already done, check that the ranks' collectives agree, print a
-    table and write summary.json (and comm_groups.json with --format et)."""
+    table and write summary.json (with --format et also comm_groups.json and an ASTRA-sim setup in
+    astra/: network, system and memory files and a run script; docs/astra-sim.md)."""
     from linker.batch import BatchConfig, BatchSetupError, PairingError, format_table, parse_bytes, run_batch
 
     process_exit.disable()  # many pairs in this process and its forked workers: free and collect as usual
@@ -310,10 +322,11 @@ def batch_command(
     except ValueError as err:
         fail(f"--memory-budget: {err}")
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force, max_depth=max_depth)
+    simulator = _astra_overrides(rank_start, astra_topology, astra_npus, astra_bandwidth, astra_latency)
     config = BatchConfig(et_glob=et, kineto_glob=kineto, output_dir=output_dir, options=options, fmt=fmt,
                          gzip=gzip_output, workers=workers, scheduler=scheduler, rank_pattern=rank_pattern,
                          redo=redo, verify_existing=verify_existing, memory_budget=budget,
-                         skip_unpaired=skip_unpaired)
+                         skip_unpaired=skip_unpaired, rank_start=rank_start, simulator=simulator)
     try:
         summary = run_batch(config, quiet=quiet)
     except PairingError as err:
@@ -332,6 +345,49 @@ def batch_command(
         raise typer.Exit(EXIT_RANKS_FAILED)
     if summary.collectives is not None and summary.collectives.mismatch and not allow_mismatch:
         raise typer.Exit(EXIT_COLLECTIVE_MISMATCH)
+
+
+def _astra_overrides(rank_start: str, topology: Optional[str], npus: Optional[int], bandwidth: Optional[float],
+                     latency: Optional[float]) -> dict:
+    """The ASTRA-sim setup overrides of the options, checked (``fail`` on a bad value)."""
+    from linker.plan.rank_start import check_rank_start
+    from linker.sim.network_fit import check_overrides
+
+    try:
+        check_rank_start(rank_start)
+        return check_overrides(topology, npus, bandwidth, latency)
+    except ValueError as err:
+        fail(str(err))
+
+
+@app.command("astra-setup")
+def astra_setup_command(
+    files: list[Path] = typer.Argument(..., help="The .et file of a single pair, or a job's .et files / batch output "
+                                       "directory."),
+    output_dir: Optional[Path] = typer.Option(None, "--output-dir", help="Where the setup goes (default: astra/ beside "
+                                              "the first file)."),
+    astra_topology: Optional[str] = typer.Option(None, "--astra-topology", help="Ring, Switch or FullyConnected "
+                                                 "instead of the fitted topology."),
+    astra_npus: Optional[int] = typer.Option(None, "--astra-npus", help="NPU count (default: the ranks; a single pair "
+                                             "runs as 2 NPUs)."),
+    astra_bandwidth: Optional[float] = typer.Option(None, "--astra-bandwidth", metavar="GB/S",
+                                                    help="Link bandwidth in GB/s (2^30 bytes) instead of the fitted one."),
+    astra_latency: Optional[float] = typer.Option(None, "--astra-latency", metavar="NS",
+                                                  help="Link latency in ns instead of the fitted one."),
+) -> None:
+    """Write an ASTRA-sim setup (network, system and memory configuration, run script) for .et files
+    already written: what `batch --format et` writes beside a job, for a single pair too (run as 2
+    NPUs). The network is fitted to the files' collectives (docs/astra-sim.md)."""
+    from linker.batch.astra_setup import setup_for_files
+
+    simulator = _astra_overrides("measured", astra_topology, astra_npus, astra_bandwidth, astra_latency)
+    try:
+        lines = setup_for_files(files, output_dir, simulator)
+    except TraceInputError as err:
+        fail(str(err))
+    except ValueError as err:
+        fail(str(err))
+    typer.echo("\n".join(lines))
 
 
 @app.command("simulate")

@@ -404,10 +404,31 @@ def test_param_dlrm_batch_matches_single_pair_runs(tmp_path):
     summary = quiet_run(BatchConfig(str(DLRM / "rank*.et.json.gz"), str(DLRM / "rank*.kineto.json.gz"), out))
     assert [r.rank for r in summary.ranks] == list(range(8))
     assert all(r.status == "linked" for r in summary.ranks)
+    singles = {}
     for rank in range(8):
         single = link_pair(DLRM / f"rank{rank}.et.json.gz", DLRM / f"rank{rank}.kineto.json.gz", tmp_path / "s.json")
-        assert (out / f"rank{rank}_plus.json").read_bytes() == single.output.read_bytes()
+        singles[rank] = orjson.loads(single.output.read_bytes())
+    # each rank's start offset (docs/rank-start.md): its earliest measured start minus the job's
+    firsts = {rank: min(n["ts"] for n in doc["nodes"] if "ts" in n) for rank, doc in singles.items()}
+    offsets = {rank: round(first - min(firsts.values())) for rank, first in firsts.items()}
+    assert offsets[1] == 0 and max(offsets.values()) == 7519  # dlrm's ranks began up to 7.5 ms apart
+    for rank in range(8):
+        doc = orjson.loads((out / f"rank{rank}_plus.json").read_bytes())
+        expected = singles[rank]
+        if offsets[rank]:  # the delay node first, the process root depending on it; nothing else changed
+            delay, root = doc["nodes"][0], next(n for n in doc["nodes"] if n["name"].endswith("|process]"))
+            assert delay["name"] == "[et-link|rank_start]" and delay["sim_dur"] == offsets[rank]
+            assert root["data_deps"] == [delay["id"]] and root["data_dep_causes"] == ["rank_start"]
+            root["data_deps"], root["data_dep_causes"] = [], []
+            del doc["nodes"][0]
+        assert doc == expected
     assert len(orjson.loads((out / "summary.json").read_bytes())["ranks"]) == 8
+    zero = quiet_run(BatchConfig(str(DLRM / "rank*.et.json.gz"), str(DLRM / "rank*.kineto.json.gz"), tmp_path / "zero",
+                                 rank_start="zero"))
+    assert all(r.status == "linked" for r in zero.ranks)
+    for rank in range(8):  # --rank-start zero: byte for byte the single pair's output
+        link_pair(DLRM / f"rank{rank}.et.json.gz", DLRM / f"rank{rank}.kineto.json.gz", tmp_path / "s.json")
+        assert (tmp_path / "zero" / f"rank{rank}_plus.json").read_bytes() == (tmp_path / "s.json").read_bytes()
 
 
 # --- Dask ---------------------------------------------------------------------------------------

@@ -41,6 +41,8 @@ class BatchConfig:
     verify_existing: bool = False
     memory_budget: int | None = None
     skip_unpaired: bool = False  # link the ranks that have both files; note the others
+    rank_start: str = "measured"  # each rank's start offset in the outputs (``plan.rank_start``)
+    simulator: dict | None = None  # ASTRA-sim setup overrides (``batch.astra_setup``); --format et only
 
 
 @dataclass
@@ -125,15 +127,46 @@ def run_batch(config: BatchConfig, progress_stream=None, interactive: bool | Non
     output_dir = Path(config.output_dir).absolute()
     collectives = check_job({r.rank: r.report for r in ranks if r.ok}, [r.rank for r in ranks],
                             plan.pairing.world_size, output_dir / COMM_GROUPS_FILE if config.fmt == "et" else None)
+    setup = simulator_setup(config, ranks, output_dir)
     elapsed = time.monotonic() - started
     summary = BatchSummary(
         output_dir=str(output_dir), executor=executor, ranks=ranks,
         totals=summarize_totals(ranks, elapsed), outliers=find_outliers(ranks), notes=plan.pairing.notes,
         options={"link": asdict(config.options), "format": config.fmt, "gzip": config.gzip,
-                 "et": config.et_glob, "kineto": config.kineto_glob, "rank_pattern": config.rank_pattern},
-        collectives=collectives)
+                 "et": config.et_glob, "kineto": config.kineto_glob, "rank_pattern": config.rank_pattern,
+                 "rank_start": config.rank_start},
+        collectives=collectives, simulator=setup)
     write_summary(summary, Path(summary.output_dir) / "summary.json")
     return summary
+
+
+def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Path) -> dict | None:
+    """Once every rank is linked: each rank's start offset written into its output
+    (``rank_start``), then, for ``--format et``, the ASTRA-sim configuration and ``run`` script
+    in ``astra/`` (``astra_setup``). None when no rank was linked. Raises TraceInputError when an
+    output cannot be read back or rewritten."""
+    from linker.batch.astra_setup import SETUP_DIR, write_setup
+    from linker.batch.rank_start import apply_rank_starts
+    from linker.plan.rank_start import MEASURED
+    from linker.sim.job import read_comm_groups
+    from linker.sim.load import load_graph
+
+    done = [r for r in ranks if r.ok and r.output]
+    if not done:
+        return None
+    files = [(Path(r.output), r.rank) for r in done]
+    needed = config.fmt == "et" or (config.rank_start == MEASURED and len(files) > 1)
+    graphs = [load_graph(path, rank) for path, rank in files] if needed else []
+    starts = apply_rank_starts(files, graphs,
+                               {r.rank: Path(r.report) for r in done if r.report}, config.rank_start)
+    setup = {"rank_start": starts.to_json(), "lines": starts.lines()}
+    if config.fmt == "et":
+        groups_path = output_dir / COMM_GROUPS_FILE
+        groups = read_comm_groups(groups_path) if groups_path.is_file() else None
+        astra = write_setup(files, graphs, groups, output_dir / SETUP_DIR, config.simulator or {})
+        setup["astra_sim"] = {k: v for k, v in astra.items() if k != "lines"}
+        setup["lines"] += astra["lines"]
+    return setup
 
 
 def parse_bytes(text: str) -> int:

@@ -65,6 +65,7 @@ class BatchSummary:
     notes: list[str]
     options: dict
     collectives: CollectiveCheck | None = None
+    simulator: dict | None = None  # rank start offsets and the ASTRA-sim setup (``job.simulator_setup``)
 
     @property
     def failed(self) -> list[RankResult]:
@@ -178,6 +179,7 @@ def format_table(summary: BatchSummary) -> str:
         lines += [f"  rank {r.rank}: {r.error}" for r in summary.failed]
     if summary.collectives is not None:
         lines += format_check(summary.collectives)
+    lines += (summary.simulator or {}).get("lines", [])
     return "\n".join(lines)
 
 

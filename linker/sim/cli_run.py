@@ -15,13 +15,14 @@ import orjson
 from linker.schedule import process_exit
 from linker.model.errors import TraceInputError
 from linker.read.files import collector_paused
+from linker.plan.rank_start import MEASURED, RANK_STARTS, delay_positions
 from linker.sim.engine import MODELS, Scale, measured_release, replay
+from linker.sim.graph import SimGraph
 from linker.sim.job import read_comm_groups, resolve_inputs
 from linker.sim.load import load_graph
 from linker.sim.perfetto import write_trace
 from linker.sim.report import build_report, format_text
 
-RANK_STARTS = ("measured", "zero")
 
 
 @dataclass
@@ -44,6 +45,25 @@ def run_simulate(options: SimulateOptions) -> tuple[str, bool]:
         return _run_simulate(options)
 
 
+def _rank_release(graphs: list[SimGraph], rank_start: str) -> list[float] | None:
+    """When each rank starts (docs/rank-start.md): ``measured`` = the offsets the files' delay nodes
+    carry (``et-link batch`` writes them; ASTRA-sim replays them the same way), else, for files
+    without them, the same rule applied to their measured times; ``zero`` = every rank at 0. The
+    delay nodes are given duration 0 either way: the release replaces them, so each rank's
+    simulated step still starts at its first op. O(n)."""
+    carried = []
+    for graph in graphs:
+        positions = delay_positions(graph.names)
+        carried.append(sum(graph.duration[u] for u in positions))
+        for u in positions:
+            graph.duration[u] = 0.0
+    if rank_start != MEASURED:
+        return None
+    if any(carried):
+        return carried
+    return measured_release(graphs) if len(graphs) > 1 else None
+
+
 def _run_simulate(options: SimulateOptions) -> tuple[str, bool]:
     if options.model not in MODELS:
         raise ValueError(f"unknown --model {options.model!r}; choose one of {', '.join(MODELS)}")
@@ -61,11 +81,9 @@ def _run_simulate(options: SimulateOptions) -> tuple[str, bool]:
             raise TraceInputError(options.trace_out, "output directory does not exist")
     groups = read_comm_groups(inputs.comm_groups_path) if inputs.comm_groups_path is not None else None
     graphs = [load_graph(path, rank) for path, rank in inputs.files]
-    release, notes = None, list(inputs.notes)
-    if len(graphs) > 1 and options.rank_start == "measured":
-        release = measured_release(graphs)
-        if release is None:
-            notes.append("the ranks' measured start times do not look like one clock: every rank starts at 0")
+    release, notes = _rank_release(graphs, options.rank_start), list(inputs.notes)
+    if release is None and len(graphs) > 1 and options.rank_start == MEASURED:
+        notes.append("the ranks' measured start times do not look like one clock: every rank starts at 0")
     result = replay(graphs, options.model, scale, groups, release)
     report, _, _ = build_report(result, options.top, options.explain)
     report.notes = notes + report.notes

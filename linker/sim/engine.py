@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate, chain, repeat
 from operator import sub
 
+from linker.plan.rank_start import measured_offsets
 from linker.sim.graph import COLL, META, RECV, SEND, SimGraph, comm_type_name, lane_label
 
 ASTRA_SIM, LANES = "astra-sim", "lanes"
@@ -366,16 +367,9 @@ def _group_point_to_point(sends, recvs, position_of_rank, groups: CommGroups) ->
 
 def measured_release(graphs: list[SimGraph]) -> list[float] | None:
     """Each rank's first measured start minus the job's earliest, when the ranks' clocks agree
-    (every rank timed, and the first starts lie within one measured step of each other — true for
-    ranks whose Kineto clocks are one host clock); else None. O(n)."""
-    spans = [graph.measured_span() for graph in graphs]
-    if len(graphs) < 2 or any(first != first for first, _ in spans):
-        return None
-    firsts = [first for first, _ in spans]
-    earliest = min(firsts)
-    if max(firsts) - earliest > max(last - first for first, last in spans):
-        return None
-    return [first - earliest for first in firsts]
+    (``plan.rank_start.measured_offsets``: every rank timed, the first starts within one measured
+    step of each other); else None. O(n)."""
+    return measured_offsets([graph.measured_span() for graph in graphs])
 
 
 def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(),

@@ -7,7 +7,8 @@ file content (JSON starts with ``{``), not by the suffix alone.
 Invariants (docs/formats.md; ASTRA-sim's feeder aborts on the graph ones):
 - node ids are unique;
 - every ``ctrl_deps`` / ``data_deps`` / ``parent`` id is a node of the file (the ET process root,
-  whose parent is itself, is the one allowed self-reference);
+  whose parent is itself, and in ET+ JSON a rank's start delay node (docs/rank-start.md), a root
+  like it, are the allowed self-references);
 - the graph of ctrl + data dependencies is acyclic (a node on a cycle is named);
 - Chakra: the first message is a non-empty ``GlobalMetadata``; COMM nodes carry ``comm_type``
   (collectives) and ``comm_size`` > 0 as ``int64_val``, are not CPU ops, and collectives whose
@@ -43,6 +44,7 @@ from linker.write.chakra_wire import (
     parse_node,
 )
 from linker.model.errors import TraceInputError
+from linker.plan.rank_start import DELAY_NODE_NAME
 from linker.read.files import collector_paused, read_trace_bytes
 
 UNSET = msgspec.UNSET
@@ -608,7 +610,7 @@ def _add_json_node(
             log.add("bad_dependency", node_id, f"data_deps {node.data_deps!r}")
             data_deps = ()
     table.add_node(node_id, parents, data_deps)
-    if node_id in parents and node.name in PROCESS_ROOT_NAMES:
+    if node_id in parents and (node.name in PROCESS_ROOT_NAMES or node.name == DELAY_NODE_NAME):
         table.self_reference_ok.add(len(table) - 1)
 
 

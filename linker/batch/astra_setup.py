@@ -1,0 +1,191 @@
+"""An ASTRA-sim setup beside a job's (or a single pair's) ``.et`` files: ``astra/`` holding
+
+- ``network.yml``: one dimension, the topology, NPU count, bandwidth and latency fitted to the
+  measured collectives (``sim.network_fit``; any of them given by the user instead);
+- ``system.json``: the system layer configuration the fit's cost model assumes;
+- ``memory.json``: no remote memory;
+- ``workload.<rank>.et``: links to the rank files (a single pair: rank 0 and 1 both link to it,
+  since ASTRA-sim needs at least 2 NPUs; ``.et.gz`` files are decompressed by ``run`` first,
+  ASTRA-sim reads them raw). A file holding ``METADATA_NODE``s (``## process_group:init ##``)
+  gets a copy instead, those nodes written as zero-duration CPU ``COMP_NODE``s: ASTRA-sim
+  0ba29a2 aborts on the first metadata node it issues (``Statistics::get_operator_type`` has no
+  case for it: "Invalid node_type ... Assertion `false' failed");
+- ``comm_groups.json``: the process groups (a copy of the job's; a single pair's groups are its
+  ``pg_name``s over both NPUs);
+- ``run``: the exact command line, with the binary from ``$ASTRA_SIM_BIN``; extra arguments are
+  passed on. Its paths are relative to its own folder, so the job's folder can move.
+
+docs/astra-sim.md describes the files and what ASTRA-sim prints. Cost: one load of every rank's
+graph (``sim.load``) to collect the collectives, O(collectives) for the fit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from bisect import bisect_right
+from pathlib import Path
+
+from linker import __version__
+from linker.model.errors import TraceInputError
+from linker.sim.engine import match_communication
+from linker.batch.rank_start import node_head
+from linker.sim.graph import COLL, META, SimGraph
+from linker.write import et_def_pb2 as pb
+from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
+from linker.sim.network_fit import (ENDPOINT_DELAY_NS, LOCAL_MEM_BW_GBPS, Collective, NetworkFit, fit_network)
+
+SETUP_DIR = "astra"
+WORKLOAD_PREFIX = "workload"
+
+
+def system_config() -> dict:
+    """The system layer configuration the cost model of ``network_fit`` is derived for."""
+    ring = ["ring"]
+    return {"scheduling-policy": "LIFO", "endpoint-delay": ENDPOINT_DELAY_NS, "active-chunks-per-dimension": 1,
+            "preferred-dataset-splits": 1, "all-reduce-implementation": ring, "all-gather-implementation": ring,
+            "reduce-scatter-implementation": ring, "all-to-all-implementation": ring,
+            "collective-optimization": "localBWAware", "local-mem-bw": LOCAL_MEM_BW_GBPS, "boost-mode": 0,
+            "roofline-enabled": 0, "peak-perf": 900}
+
+
+def network_yaml(fit: NetworkFit) -> str:
+    return (f"# written by et-link {__version__}: {fit.topology}, fitted to the measured collectives "
+            f"(see et-link's docs/astra-sim.md)\n"
+            f"topology: [ {fit.topology} ]\nnpus_count: [ {fit.npus} ]\n"
+            f"bandwidth: [ {fit.bandwidth_gbps} ]  # GB/s\nlatency: [ {fit.latency_ns} ]  # ns\n")
+
+
+def job_collectives(graphs: list[SimGraph], comm_groups: dict[str, list[int]] | None) -> list[Collective]:
+    """Each collective as ``et-link simulate`` replays it: matched across ranks (the shortest
+    member's kernel is the transfer time), or, for a single rank, each on its own over 2 NPUs."""
+    out: list[Collective] = []
+    if len(graphs) == 1:
+        graph = graphs[0]
+        for u, info in sorted(graph.comm.items()):
+            if info.role == COLL:
+                out.append(Collective(info.comm_type, info.size, 2, graph.duration[u]))
+        return out
+    offsets = [0]
+    for graph in graphs:
+        offsets.append(offsets[-1] + len(graph))
+    groups = match_communication(graphs, offsets[:-1], comm_groups)
+    for g, members in enumerate(groups.members):
+        infos = []
+        for m in members:
+            r = bisect_right(offsets, m) - 1
+            infos.append((graphs[r].comm[m - offsets[r]], graphs[r].duration[m - offsets[r]]))
+        first = infos[0][0]
+        out.append(Collective(first.comm_type, max(i.size for i, _ in infos), groups.expected[g],
+                              min(d for _, d in infos)))
+    return out
+
+
+def _script(files: list[tuple[Path, int]], setup: Path, groups: bool) -> str:
+    lines = ["#!/bin/sh",
+             f"# Written by et-link {__version__}: run ASTRA-sim (analytical backend) on this job.",
+             "# ASTRA_SIM_BIN: the binary, e.g. .../bin/AstraSim_Analytical_Congestion_Unaware",
+             "# (or _Congestion_Aware). Extra arguments are passed on. See et-link's docs/astra-sim.md.",
+             "set -e",
+             'here=$(cd "$(dirname "$0")" && pwd)',
+             ': "${ASTRA_SIM_BIN:?set ASTRA_SIM_BIN to an ASTRA-sim analytical binary}"']
+    for path, rank in files:
+        if path.name.endswith(".gz"):
+            source = os.path.relpath(path, setup)
+            lines.append(f'gzip -dc "$here/{source}" > "$here/{WORKLOAD_PREFIX}.{rank}.et"')
+    command = ['"$ASTRA_SIM_BIN"', f'--workload-configuration="$here/{WORKLOAD_PREFIX}"']
+    if groups:
+        command.append('--comm-group-configuration="$here/comm_groups.json"')
+    command += ['--system-configuration="$here/system.json"', '--network-configuration="$here/network.yml"',
+                '--remote-memory-configuration="$here/memory.json"', '--logging-folder="$here/log"', '"$@"']
+    lines.append('cd "$here"')
+    lines.append("exec " + " \\\n  ".join(command))
+    return "\n".join(lines) + "\n"
+
+
+def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_groups: dict[str, list[int]] | None,
+                setup: Path, overrides: dict) -> dict:
+    """Write the setup for ``files`` ([(path, rank)], ranks 0..n-1) into ``setup``; return its
+    record (the fit, the notes, ``lines`` to print). Raises TraceInputError when it cannot write."""
+    single = len(files) == 1
+    fit = fit_network(job_collectives(graphs, comm_groups), 2 if single else len(files), overrides)
+    ranks = [rank for _, rank in files]
+    notes = []
+    if ranks != list(range(len(ranks))):
+        notes.append(f"ranks {ranks} are not 0..{len(ranks) - 1}: ASTRA-sim needs a workload file per NPU")
+    workload = [(files[0][0], 0), (files[0][0], 1)] if single else files
+    if single:
+        groups = sorted({info.pg_name for info in graphs[0].comm.values()})
+        comm_groups = {pg: [0, 1] for pg in groups} if groups else None
+        notes.append("a single rank, run as 2 NPUs (both replay the same file)")
+    try:
+        setup.mkdir(parents=True, exist_ok=True)
+        copies = []
+        for (path, rank), graph in zip(workload, graphs * 2 if single else graphs):
+            link = setup / f"{WORKLOAD_PREFIX}.{rank}.et"
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            if META in graph.kind:
+                copy_without_metadata(path, link)
+                copies.append(rank)
+            elif not path.name.endswith(".gz"):
+                link.symlink_to(os.path.relpath(path.absolute(), setup.absolute()))
+        if copies:
+            notes.append(f"workload {copies}: copies with METADATA_NODEs as CPU COMP_NODEs (ASTRA-sim 0ba29a2 "
+                         "aborts on metadata nodes)")
+        _write_text(setup / "network.yml", network_yaml(fit))
+        _write_text(setup / "system.json", json.dumps(system_config(), indent=4) + "\n")
+        _write_text(setup / "memory.json", json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}, indent=4) + "\n")
+        if comm_groups:
+            _write_text(setup / "comm_groups.json", json.dumps(comm_groups) + "\n")
+        run = setup / "run"
+        unpack = [(p.absolute(), r) for p, r in workload if r not in copies]
+        _write_text(run, _script(unpack, setup.absolute(), bool(comm_groups)))
+        run.chmod(0o755)
+    except OSError as err:
+        raise TraceInputError(setup, f"cannot write the ASTRA-sim setup ({err.strerror or err})") from None
+    lines = fit.lines() + [f"  note: {note}" for note in notes]
+    lines.append(f"ASTRA-sim setup: {setup}/run (set ASTRA_SIM_BIN; docs/astra-sim.md)")
+    return {"dir": str(setup), "network": fit.to_json(), "notes": notes, "lines": lines}
+
+
+def copy_without_metadata(source: Path, target: Path) -> None:
+    """Copy a ``.et``/``.et.gz`` to ``target`` (plain ``.et``) with every ``METADATA_NODE`` written as
+    a CPU ``COMP_NODE`` of duration 0; the other frames copied as bytes. O(file)."""
+    with EtWriter(target) as writer:
+        for frame in iter_frames(source):
+            if frame.index == 0:
+                writer.write_metadata(parse_metadata(frame, source))
+                continue
+            if node_head(frame.payload)[3] != pb.METADATA_NODE:
+                writer.write_frames_bytes(encode_varint(len(frame.payload)) + frame.payload, 1)
+                continue
+            node = pb.Node.FromString(frame.payload)
+            node.type = pb.COMP_NODE
+            node.duration_micros = 0
+            if find_attr(node, "is_cpu_op") is None:
+                node.attr.append(make_attr("is_cpu_op", True, "bool_val"))
+            writer.write_node(node)
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def setup_for_files(paths: list[Path], output_dir: Path | None, overrides: dict) -> list[str]:
+    """``et-link astra-setup``: the setup for already written ``.et`` files (one pair or a job).
+    Returns the lines to print."""
+    from linker.sim.job import read_comm_groups, resolve_inputs
+    from linker.sim.load import load_graph
+
+    inputs = resolve_inputs(paths, None)
+    for path, _ in inputs.files:
+        if not path.name.endswith((".et", ".et.gz")):
+            raise TraceInputError(path, "ASTRA-sim reads Chakra .et files; write the ET+ with -o NAME.et")
+    groups = read_comm_groups(inputs.comm_groups_path) if inputs.comm_groups_path is not None else None
+    graphs = [load_graph(path, rank) for path, rank in inputs.files]
+    setup = output_dir or inputs.files[0][0].absolute().parent / SETUP_DIR
+    return write_setup(inputs.files, graphs, groups, Path(setup), overrides)["lines"]
+

@@ -1,0 +1,217 @@
+"""Rank start offsets (docs/rank-start.md): the rule, the delay node in .et and ET+ JSON outputs,
+batch and simulate agreeing on it, and the ASTRA-sim setup written beside a job."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import stat
+from pathlib import Path
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from linker.batch import BatchConfig, run_batch
+from linker.batch.astra_setup import copy_without_metadata
+from linker.batch.rank_start import set_rank_start
+from linker.cli import app
+from linker.plan.rank_start import DELAY_NODE_NAME, RANK_START, measured_offsets
+from linker.sim.cli_run import SimulateOptions, run_simulate
+from linker.write import et_def_pb2 as pb
+from linker.write.chakra_wire import EtWriter, iter_frames, make_attr, read_et
+from linker.write.validate import validate_file
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+DLRM = SHARED / "traces" / "param_dlrm"
+LINEAR = SHARED / "traces" / "param_linear"
+
+
+def test_measured_offsets_rule():
+    assert measured_offsets([(105.0, 300.0), (100.0, 250.0), (130.0, 400.0)]) == [5.0, 0.0, 30.0]
+    assert measured_offsets([(0.0, 10.0)]) is None  # a single rank has nothing to be relative to
+    assert measured_offsets([(0.0, 10.0), (math.nan, math.nan)]) is None  # an untimed rank
+    assert measured_offsets([(0.0, 10.0), (1e6, 1e6 + 10)]) is None  # starts further apart than a step: two clocks
+
+
+def _tiny_et(path: Path) -> None:
+    """A root, a child and a GPU op: only the root has no dependency."""
+    with EtWriter(path) as writer:
+        writer.write_metadata(pb.GlobalMetadata(version="0.0.4"))
+        root = pb.Node(id=1, name="[pytorch|profiler|execution_trace|process]", type=pb.COMP_NODE)
+        root.attr.append(make_attr("is_cpu_op", True, "bool_val"))
+        child = pb.Node(id=2, name="aten::mm", type=pb.COMP_NODE, ctrl_deps=[1], data_deps=[1],
+                        start_time_micros=1000, duration_micros=40)
+        child.attr.extend([make_attr("is_cpu_op", True, "bool_val"), make_attr("data_dep_causes", ["parent"])])
+        kernel = pb.Node(id=7, name="gemm", type=pb.COMP_NODE, ctrl_deps=[2], data_deps=[2],
+                         start_time_micros=1010, duration_micros=30)
+        kernel.attr.extend([make_attr("is_cpu_op", False, "bool_val"), make_attr("data_dep_causes", ["launch"])])
+        for node in (root, child, kernel):
+            writer.write_node(node)
+
+
+def test_delay_node_in_et_is_leading_gates_the_root_and_validates(tmp_path):
+    path = tmp_path / "rank.1.et"
+    _tiny_et(path)
+    original = path.read_bytes()
+    assert set_rank_start(path, 0) is False and path.read_bytes() == original  # offset 0: nothing written
+    assert set_rank_start(path, 1234) is True
+    messages = list(read_et(path))
+    nodes = messages[1:]
+    delay = nodes[0]
+    assert (delay.id, delay.name, delay.type, delay.duration_micros) == (8, DELAY_NODE_NAME, pb.COMP_NODE, 1234)
+    assert not delay.ctrl_deps and not delay.data_deps and not delay.start_time_micros
+    root = nodes[1]
+    assert list(root.data_deps) == [8]
+    assert [a.string_list.values for a in root.attr if a.name == "data_dep_causes"] == [[RANK_START]]
+    (tmp_path / "orig.et").write_bytes(original)
+    assert [f.payload for f in iter_frames(path)][3:] == [f.payload for f in iter_frames(tmp_path / "orig.et")][2:]
+    result = validate_file(path)
+    assert result.ok, result
+    assert set_rank_start(path, 1234) is False  # already there
+    assert set_rank_start(path, 99) is True and list(read_et(path))[1].duration_micros == 99  # replaced, same id
+    assert len(list(read_et(path))) == 5
+    assert set_rank_start(path, 0) is True
+    assert path.read_bytes() == original  # removed: the file is the original again
+
+
+def test_delay_node_in_json(tmp_path):
+    doc = {"schema": "1.0.1", "nodes": [
+        {"id": 1, "name": "[pytorch|profiler|execution_graph|process]", "parent": 1, "tid": 0, "data_deps": [],
+         "data_dep_causes": []},
+        {"id": 2, "name": "aten::mm", "parent": 1, "tid": 1, "ts": 100, "dur": 5, "sim_dur": 5, "data_deps": [1],
+         "data_dep_causes": ["parent"]}]}
+    path = tmp_path / "rank2_plus.json"
+    path.write_bytes(orjson.dumps(doc))
+    assert set_rank_start(path, 70) is True
+    out = orjson.loads(path.read_bytes())
+    assert out["nodes"][0] == {"id": 3, "name": DELAY_NODE_NAME, "parent": 3, "tid": 0, "sim_dur": 70,
+                               "rank_start_micros": 70, "data_deps": [], "data_dep_causes": []}
+    assert out["nodes"][1]["data_deps"] == [3] and out["nodes"][1]["data_dep_causes"] == [RANK_START]
+    assert out["nodes"][2] == doc["nodes"][1]
+    assert validate_file(path).ok
+    assert set_rank_start(path, 0) is True and orjson.loads(path.read_bytes()) == doc
+
+
+def test_metadata_nodes_become_cpu_ops_in_the_astra_copy(tmp_path):
+    source = tmp_path / "rank.0.et"
+    with EtWriter(source) as writer:
+        writer.write_metadata(pb.GlobalMetadata(version="0.0.4"))
+        writer.write_node(pb.Node(id=1, name="root", type=pb.COMP_NODE))
+        writer.write_node(pb.Node(id=2, name="## process_group:init ##", type=pb.METADATA_NODE, ctrl_deps=[1],
+                                  duration_micros=3))
+    copy_without_metadata(source, tmp_path / "w.0.et")
+    nodes = list(read_et(tmp_path / "w.0.et"))[1:]
+    assert [n.type for n in nodes] == [pb.COMP_NODE, pb.COMP_NODE]
+    assert nodes[1].duration_micros == 0 and list(nodes[1].ctrl_deps) == [1]
+    assert [a.bool_val for a in nodes[1].attr if a.name == "is_cpu_op"] == [True]
+    assert nodes[0].SerializeToString() == list(read_et(source))[1].SerializeToString()
+
+
+def _simulate(paths, rank_start="measured") -> dict:
+    text, finished = run_simulate(SimulateOptions(list(paths), json_output=True, rank_start=rank_start))
+    assert finished
+    return orjson.loads(text)
+
+
+def test_dlrm_batch_et_delay_nodes_simulate_and_astra_setup(tmp_path):
+    if not DLRM.is_dir():
+        pytest.skip("shared traces not available")
+    et, kineto = str(DLRM / "rank*.et.json.gz"), str(DLRM / "rank*.kineto.json.gz")
+    measured = run_batch(BatchConfig(et, kineto, tmp_path / "m", fmt="et"), progress_stream=io.StringIO(),
+                         interactive=False)
+    zero = run_batch(BatchConfig(et, kineto, tmp_path / "z", fmt="et", rank_start="zero"),
+                     progress_stream=io.StringIO(), interactive=False)
+    assert all(r.status == "linked" for r in measured.ranks + zero.ranks)
+    # offsets computed here from the zero-start files: each rank's earliest start_time_micros
+    firsts = {}
+    for rank in range(8):
+        starts = [n.start_time_micros for n in list(read_et(tmp_path / "z" / f"rank.{rank}.et"))[1:] if n.start_time_micros]
+        firsts[rank] = min(starts)
+    offsets = {rank: first - min(firsts.values()) for rank, first in firsts.items()}
+    assert measured.simulator["rank_start"]["offsets_us"] == {str(r): v for r, v in offsets.items()}
+    for rank in range(8):
+        m_frames = [f.payload for f in iter_frames(tmp_path / "m" / f"rank.{rank}.et")]
+        z_frames = [f.payload for f in iter_frames(tmp_path / "z" / f"rank.{rank}.et")]
+        assert validate_file(tmp_path / "m" / f"rank.{rank}.et").ok
+        if offsets[rank] == 0:
+            assert m_frames == z_frames
+            continue
+        delay = pb.Node.FromString(m_frames[1])
+        assert delay.name == DELAY_NODE_NAME and delay.duration_micros == offsets[rank]
+        root = pb.Node.FromString(m_frames[2])
+        assert list(root.data_deps) == [delay.id]
+        del root.data_deps[:]
+        del root.attr[-1]
+        # only the delay node and the root's edge differ
+        assert [m_frames[0]] + [root.SerializeToString()] + m_frames[3:] == z_frames
+    # simulate: the delay nodes give the same replay as the offsets computed from measured times
+    with_nodes, without = _simulate([tmp_path / "m"]), _simulate([tmp_path / "z"])
+    assert [dict(r, file=None) for r in with_nodes["ranks"]] == [
+        dict(r, nodes=r["nodes"] + (offsets[r["rank"]] > 0), file=None) for r in without["ranks"]]
+    assert with_nodes["rank_start_us"] == [float(offsets[r]) for r in range(8)] == without["rank_start_us"]
+    zero_a, zero_b = _simulate([tmp_path / "m"], "zero"), _simulate([tmp_path / "z"], "zero")
+    assert [r["simulated_us"] for r in zero_a["ranks"]] == [r["simulated_us"] for r in zero_b["ranks"]]
+    assert zero_a["rank_start_us"] == [0.0] * 8
+    # the ASTRA-sim setup
+    astra = tmp_path / "m" / "astra"
+    run = astra / "run"
+    assert run.stat().st_mode & stat.S_IXUSR
+    script = run.read_text()
+    for part in ('--workload-configuration="$here/workload"', '--comm-group-configuration="$here/comm_groups.json"',
+                 '--system-configuration="$here/system.json"', '--network-configuration="$here/network.yml"',
+                 '--remote-memory-configuration="$here/memory.json"', "ASTRA_SIM_BIN"):
+        assert part in script
+    for rank in range(8):
+        assert os.readlink(astra / f"workload.{rank}.et") == f"../rank.{rank}.et"
+    network = (astra / "network.yml").read_text()
+    fit = measured.simulator["astra_sim"]["network"]
+    assert f"npus_count: [ 8 ]" in network and f"bandwidth: [ {fit['bandwidth_gbps']} ]" in network
+    assert fit["collectives"] == 8 and abs(fit["aggregate_error"]) < 0.10
+    assert json.loads((astra / "comm_groups.json").read_text()) == {"1": list(range(8))}
+    system = json.loads((astra / "system.json").read_text())
+    assert system["preferred-dataset-splits"] == 1 and system["all-to-all-implementation"] == ["ring"]
+    # a rerun skips every rank (the sidecars follow the rewritten outputs) and writes nothing new
+    before = {p.name: p.read_bytes() for p in (tmp_path / "m").glob("rank.*.et")}
+    again = run_batch(BatchConfig(et, kineto, tmp_path / "m", fmt="et"), progress_stream=io.StringIO(),
+                      interactive=False)
+    assert all(r.status == "skipped" for r in again.ranks)
+    assert again.simulator["rank_start"]["rewritten_ranks"] == []
+    assert {p.name: p.read_bytes() for p in (tmp_path / "m").glob("rank.*.et")} == before
+    # --rank-start zero over the same folder removes the delay nodes: the zero-start bytes again
+    run_batch(BatchConfig(et, kineto, tmp_path / "m", fmt="et", rank_start="zero"), progress_stream=io.StringIO(),
+              interactive=False)
+    for rank in range(8):
+        assert (tmp_path / "m" / f"rank.{rank}.et").read_bytes() == (tmp_path / "z" / f"rank.{rank}.et").read_bytes()
+
+
+def test_single_pair_astra_setup_runs_as_two_npus(tmp_path):
+    if not LINEAR.is_dir():
+        pytest.skip("shared traces not available")
+    runner = CliRunner()
+    target = tmp_path / "linear.et"
+    result = runner.invoke(app, ["--et-file", str(LINEAR / "et.json.gz"), "--kineto-file",
+                                 str(LINEAR / "kineto.json.gz"), "-o", str(target), "-q"])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["astra-setup", str(target), "--astra-bandwidth", "100"])
+    assert result.exit_code == 0, result.output
+    assert "ASTRA-sim network: FullyConnected, 2 NPUs, 100 GB/s, 500 ns" in result.output
+    astra = tmp_path / "astra"
+    assert [os.readlink(astra / f"workload.{k}.et") for k in (0, 1)] == ["../linear.et", "../linear.et"]
+    assert "npus_count: [ 2 ]" in (astra / "network.yml").read_text()
+    assert "--comm-group-configuration" not in (astra / "run").read_text()  # no collective, no group
+    bad = runner.invoke(app, ["astra-setup", str(target), "--astra-topology", "Torus"])
+    assert bad.exit_code == 2 and "unknown --astra-topology 'Torus'" in bad.output
+
+
+def test_batch_refuses_bad_rank_start_and_network_values_before_any_work(tmp_path):
+    runner = CliRunner()
+    base = ["batch", "--kineto", str(tmp_path / "none*.json"), "--output-dir", str(tmp_path / "out")]
+    for extra, message in ((["--rank-start", "late"], "unknown --rank-start 'late'; choose one of measured, zero"),
+                           (["--astra-npus", "1"], "--astra-npus 1: ASTRA-sim needs at least 2 NPUs"),
+                           (["--astra-bandwidth", "0"], "--astra-bandwidth 0: must be a positive number of GB/s")):
+        result = runner.invoke(app, base + extra)
+        assert result.exit_code == 2 and result.output.strip() == f"et-link: error: {message}"
+        assert not (tmp_path / "out").exists()
