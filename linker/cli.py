@@ -349,6 +349,10 @@ def simulate_command(
     top: int = typer.Option(10, "--top", help="How many ops of the critical path to list."),
     rank_start: str = typer.Option("measured", "--rank-start", help="Job replay: measured = each rank starts at "
                                    "its measured start offset (when the ranks' clocks agree); zero = all at 0."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Write one self-contained HTML page (opens offline) "
+                                        "drawing measured vs simulated lanes per rank, the critical path, divergence "
+                                        "points, busy time and the top critical-path ops. Needs pip install "
+                                        "'et-link[view]'."),
 ) -> None:
     """Replay the trace(s) as ASTRA-sim would and compare the simulated step with the measured one.
     Exit status 9 when the graph cannot finish (never-issued nodes or a stalled collective; reported)."""
@@ -356,7 +360,7 @@ def simulate_command(
 
     try:
         output, finished = run_simulate(SimulateOptions(files, model, scale, comm_groups, json_output, trace_out, top,
-                                                           rank_start))
+                                                        rank_start, html))
     except TraceInputError as err:
         fail(str(err))
     except ValueError as err:

@@ -34,6 +34,7 @@ class SimulateOptions:
     trace_out: Path | None = None
     top: int = 10
     rank_start: str = "measured"
+    html: Path | None = None
 
 
 def run_simulate(options: SimulateOptions) -> tuple[str, bool]:
@@ -52,12 +53,20 @@ def _run_simulate(options: SimulateOptions) -> tuple[str, bool]:
         raise ValueError("--top must be at least 0")
     scale = Scale.parse(options.scale)
     inputs = resolve_inputs(options.files, options.comm_groups)
-    if options.trace_out is not None:
+    for option, out in (("--trace-out", options.trace_out), ("--html", options.html)):
+        if out is None:
+            continue
         for path, _ in inputs.files:
-            if options.trace_out.exists() and options.trace_out.samefile(path):
-                raise TraceInputError(options.trace_out, "--trace-out is one of the input files; refusing to overwrite it")
-        if not options.trace_out.parent.is_dir():
-            raise TraceInputError(options.trace_out, "output directory does not exist")
+            if out.exists() and out.samefile(path):
+                raise TraceInputError(out, f"{option} is one of the input files; refusing to overwrite it")
+        if not out.parent.is_dir():
+            raise TraceInputError(out, "output directory does not exist")
+    if options.html is not None:
+        from linker.sim.view import ViewUnavailable, _plotly
+        try:
+            _plotly()  # before any reading: a missing extra is told at once
+        except ViewUnavailable as err:
+            raise TraceInputError(options.html, str(err)) from None
     groups = read_comm_groups(inputs.comm_groups_path) if inputs.comm_groups_path is not None else None
     graphs = [load_graph(path, rank) for path, rank in inputs.files]
     release, notes = None, list(inputs.notes)
@@ -66,10 +75,13 @@ def _run_simulate(options: SimulateOptions) -> tuple[str, bool]:
         if release is None:
             notes.append("the ranks' measured start times do not look like one clock: every rank starts at 0")
     result = replay(graphs, options.model, scale, groups, release)
-    report, _, _ = build_report(result, options.top)
+    report, critical, _ = build_report(result, options.top)
     report.notes = notes + report.notes
     if options.trace_out is not None:
         write_trace(result, options.trace_out, tuple(path for path, _ in inputs.files))
+    if options.html is not None:
+        from linker.sim.view import write_html
+        write_html(result, report, critical, options.html, tuple(path for path, _ in inputs.files))
     text = orjson.dumps(report.to_json()).decode() if options.json_output else format_text(report)
     process_exit.keep_until_exit(graphs, result)  # a one-shot run exits without freeing them
     return text, report.finished
