@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import orjson
 
 from linker.schedule import process_exit
 from linker.model.errors import TraceInputError
 from linker.read.files import collector_paused
+from linker.sim.hints import lanes_hints
 from linker.sim.engine import MODELS, Scale, measured_release, replay
 from linker.sim.job import read_comm_groups, resolve_inputs
 from linker.sim.load import load_graph
@@ -37,14 +39,22 @@ class SimulateOptions:
     html: Path | None = None
 
 
-def run_simulate(options: SimulateOptions) -> tuple[str, bool]:
+STAGES = ("loading", "replaying", "reporting", "writing")
+
+
+def run_simulate(options: SimulateOptions, progress: Callable[..., None] | None = None) -> tuple[str, bool]:
     """Run the whole command; return what to print on stdout and whether every node ran. The
-    cyclic garbage collector is paused meanwhile (the graphs are millions of objects, never garbage)."""
+    cyclic garbage collector is paused meanwhile (the graphs are millions of objects, never garbage).
+    ``progress(stage, detail="")`` is called as each of ``STAGES`` starts (loading: per rank)."""
     with collector_paused():
-        return _run_simulate(options)
+        return _run_simulate(options, progress or _silent)
 
 
-def _run_simulate(options: SimulateOptions) -> tuple[str, bool]:
+def _silent(stage: str, detail: str = "") -> None:
+    pass
+
+
+def _run_simulate(options: SimulateOptions, progress: Callable[..., None]) -> tuple[str, bool]:
     if options.model not in MODELS:
         raise ValueError(f"unknown --model {options.model!r}; choose one of {', '.join(MODELS)}")
     if options.rank_start not in RANK_STARTS:
@@ -62,21 +72,29 @@ def _run_simulate(options: SimulateOptions) -> tuple[str, bool]:
         if not out.parent.is_dir():
             raise TraceInputError(out, "output directory does not exist")
     if options.html is not None:
-        from linker.sim.view import ViewUnavailable, _plotly
+        from linker.sim.view import ViewUnavailable, require_plotly
         try:
-            _plotly()  # before any reading: a missing extra is told at once
+            require_plotly()  # before any reading: a missing extra is told at once
         except ViewUnavailable as err:
             raise TraceInputError(options.html, str(err)) from None
     groups = read_comm_groups(inputs.comm_groups_path) if inputs.comm_groups_path is not None else None
-    graphs = [load_graph(path, rank) for path, rank in inputs.files]
+    graphs = []
+    for k, (path, rank) in enumerate(inputs.files):
+        progress("loading", f"rank {rank}, {k + 1} of {len(inputs.files)}" if len(inputs.files) > 1 else "")
+        graphs.append(load_graph(path, rank))
     release, notes = None, list(inputs.notes)
     if len(graphs) > 1 and options.rank_start == "measured":
         release = measured_release(graphs)
         if release is None:
             notes.append("the ranks' measured start times do not look like one clock: every rank starts at 0")
+    progress("replaying")
     result = replay(graphs, options.model, scale, groups, release)
+    progress("reporting")
     report, critical, _ = build_report(result, options.top)
+    notes += lanes_hints(graphs, options.model, [rank.ratio for rank in report.ranks])
     report.notes = notes + report.notes
+    if options.trace_out is not None or options.html is not None:
+        progress("writing")
     if options.trace_out is not None:
         write_trace(result, options.trace_out, tuple(path for path, _ in inputs.files))
     if options.html is not None:

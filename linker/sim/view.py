@@ -40,7 +40,7 @@ class ViewUnavailable(ImportError):
     """plotly is not installed."""
 
 
-def _plotly():
+def require_plotly():
     try:
         import plotly.graph_objects as go
         import plotly.io as pio
@@ -226,7 +226,7 @@ _HOW_TO_READ = (
 
 def page_html(rp: Replay, report: SimReport, path_steps, title: str = "") -> str:
     """The whole page as a string (plotly.js inlined). Raises ViewUnavailable without plotly."""
-    go, pio, offline = _plotly()
+    go, pio, offline = require_plotly()
     timelines = rank_timelines(rp, path_steps)
     job = len(timelines) > 1
     ratio = f"{report.ratio:.3f}" if report.ratio is not None else "n/a"
