@@ -306,6 +306,16 @@ def _link_and_write(result, output: Path, report_path, protected: tuple, beside,
                        time.perf_counter() - started, et_plus)
 
 
+def write_linked(result, output: str | os.PathLike, report_path: str | os.PathLike | None = None) -> PairOutcome:
+    """Write an in-memory link ``result`` (``recipe.link``) as ``link_pair`` does: the ET+ (JSON or
+    Chakra by suffix) and, if asked, the report; the inputs are refused as outputs."""
+    output = Path(output)
+    protected = tuple(p for p in (result.et.path, result.kineto.path) if p)
+    check_output_paths([output, report_path], protected)
+    return _link_and_write(result, output, report_path, protected, protected[0] if protected else output,
+                           time.perf_counter())
+
+
 def _link_kineto_alone(kineto_path: str | os.PathLike, progress=_silent):
     """No ET: read and check the Kineto trace, build the host graph from it and attach its GPU work."""
     from linker.link.kineto_only import link_kineto_only
