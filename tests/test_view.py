@@ -283,3 +283,19 @@ def test_browser_draws_a_cpu_pair(browser, tmp_path):
     out = tmp_path / "threads.et"
     link_pair(et, kineto, out, LinkOptions(), None)
     assert_ranks_drawn(browser, html_page(tmp_path, out), [out])
+
+
+def test_trace_out_shows_the_wait_for_peers_and_the_replayed_busy_time(tmp_path):
+    import orjson
+
+    from linker.sim.perfetto import trace_events
+
+    r0 = write_et(tmp_path / "rank0.et", [cpu(1, 10, start=100), coll(2, 8, [1], pg="1", start=110)])
+    r1 = write_et(tmp_path / "rank1.et", [cpu(1, 20, start=200), coll(2, 4, [1], pg="1", start=220)])
+    rp, _, _, _ = timelines_of(r0, r1)
+    events = [e for e in trace_events(rp) if e["ph"] == "X"]
+    waits = [(e["pid"], e["ts"], e["dur"]) for e in events if e["name"].startswith("waiting for peers: ")]
+    assert waits == [(1, 10, 10)]  # rank 0 issued at 10, rank 1 arrived at 20
+    busy = {(e["pid"], e["args"]["id"]): e["args"]["replayed_busy_us"] for e in events if "replayed_busy_us" in e["args"]}
+    assert busy == {(1, 1): 10, (1, 2): 8, (2, 1): 20, (2, 2): 4}
+    assert orjson.dumps(events)  # still plain JSON
