@@ -129,7 +129,7 @@ def test_the_example_script_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("linked 62 of 63 ET ops by rf_id")
     try:
-        import pandas  # noqa: F401
+        import pandas  # noqa: F401  (is it installed?)
     except ImportError:
         assert "pandas is not installed" in proc.stdout
     else:

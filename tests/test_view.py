@@ -114,7 +114,8 @@ def test_collective_wait_for_the_peer_is_shaded_on_both_sides(tmp_path):
     # simulated: issued at 10, rank 1 arrives at 20, transfer 4.
     assert bars_of(t0, SIMULATED, lane) == [(1, 10, 20, WAIT), (1, 20, 24, BUSY)]
     assert bars_of(t1, SIMULATED, lane) == [(1, 20, 24, BUSY)]
-    assert [(d.node_id, d.jump_us) for d in t0.divergences] == [(2, 10)]
+    # Both ranks reach the collective in the replay when they reached it measured: no divergence.
+    assert t0.divergences == [] and t1.divergences == []
 
 
 # --- real traces: the measured CPU lanes cover what was measured ----------------------------------

@@ -18,7 +18,8 @@ on the critical path.
 
 Divergence points (computed here, from start times only): on each lane, the *landmarks* are
 the nodes nothing else nests in on that lane (GPU nodes, CPU leaves); a landmark's *drift* is
-its simulated minus its measured start, and its *jump* the drift minus the previous landmark's
+its simulated minus its measured start (a matched collective's simulated start: its issue, when
+its rank arrived), and its *jump* the drift minus the previous landmark's
 on the lane (the first's: minus 0). A lane's jumps add up to its last landmark's drift, so the
 largest jumps say where the replay gains or loses time against the measurement. Points are the
 largest ``|jump|`` per rank, at least ``max(1% of the rank's measured step, 10 µs)``.
@@ -208,8 +209,12 @@ def divergence_points(rp: Replay, r: int, landmarks: set[int], limit: int = DIVE
         return []
     floor = max(DIVERGENCE_SHARE * graph.measured_step(), DIVERGENCE_MIN_US)
     by_lane: dict[int, list[int]] = {}
+    group_of = rp.groups.group_of
+    # A matched collective is compared where its rank arrived: its issue (its start includes the wait
+    # for peers, which its measured start does not).
+    begin = {u: rp.issue[base + u] if group_of[base + u] >= 0 else rp.start[base + u] for u in landmarks}
     for u in landmarks:
-        if rp.start[base + u] == rp.start[base + u]:
+        if begin[u] == begin[u]:
             by_lane.setdefault(graph.lane[u], []).append(u)
     found: list[Divergence] = []
     for lane, nodes in by_lane.items():
@@ -217,7 +222,7 @@ def divergence_points(rp: Replay, r: int, landmarks: set[int], limit: int = DIVE
         previous = 0.0
         for u in sorted(nodes, key=lambda u: (graph.start[u], u)):
             measured = graph.start[u] - shift
-            simulated = rp.start[base + u]
+            simulated = begin[u]
             drift = simulated - measured
             jump = drift - previous
             previous = drift

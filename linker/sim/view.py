@@ -126,7 +126,7 @@ def timeline_figure(go, tl: RankTimeline, first: bool):
                              showlegend=False))
     title = f"rank {tl.rank}: {Path(tl.file).name}"
     if left_out:
-        title += f" ({left_out} shortest bars left out)"
+        title += f" ({left_out:,} shortest bars left out)"
     fig.update_layout(
         title={"text": html.escape(title), "x": 0.01}, barmode="overlay", bargap=0.15,
         height=160 + 34 * len(rows), margin={"l": 10, "r": 10, "t": 50, "b": 40},
