@@ -168,6 +168,14 @@ def test_page_is_self_contained(tmp_path):
     assert page.count("<section id='rank-") == 1
 
 
+def test_page_carries_the_reports_notes(tmp_path):
+    et, kineto = FIXTURES / "cpu" / "threads" / "et.json.gz", FIXTURES / "cpu" / "threads" / "kineto.json.gz"
+    out = tmp_path / "threads.et"
+    link_pair(et, kineto, out, LinkOptions(), None)
+    page = html_page(tmp_path, out).read_text()
+    assert "<li>the CPU threads ran in parallel for" in page and "--model lanes" in page
+
+
 def test_html_without_plotly_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
     import builtins
 

@@ -2,7 +2,7 @@
 
 Drawn with plotly (the optional extra ``et-link[view]``), imported here only, when a page is
 written; plotly.js is inlined once, so the page opens with no network. Contents:
-- the headline (measured and simulated step, ratio) and how to read the page;
+- the headline (measured and simulated step, ratio), the report's notes and how to read the page;
 - a job: measured vs simulated step per rank;
 - busy time per resource (the replay's units) on each side, busy and waiting;
 - the ops that take most time on the critical path;
@@ -236,6 +236,8 @@ def page_html(rp: Replay, report: SimReport, path_steps, title: str = "") -> str
              f"<p>{what}: measured {format_us(report.measured_us)}, simulated {format_us(report.simulated_us)}, "
              f"ratio {ratio}{'' if report.finished else f'; {report.never_issued} nodes never issued'}</p>",
              f"<p class='note'>{_HOW_TO_READ}</p>"]
+    if report.notes:
+        parts.append("<ul>" + "".join(f"<li>{html.escape(note)}</li>" for note in report.notes) + "</ul>")
     figures = []
     if job:
         figures.append(("ranks", ranks_figure(go, report), ""))
