@@ -161,7 +161,7 @@ def test_trace_out_prints_its_path_and_writes_gzip(tmp_path):
 
 def test_skip_reason_names_the_trace_set_relative_to_the_checkout():
     assert shared_reason(SHARED_TRACES / "param_dlrm" / "rank0.et.json.gz") == \
-        "needs ../shared/traces/param_dlrm (see README: Real traces)"
+        "needs ../shared/traces/param_dlrm (see README: Real test traces)"
 
 
 def test_a_checkout_without_the_shared_traces_skips_with_relative_reasons(tmp_path):
@@ -180,6 +180,6 @@ def test_a_checkout_without_the_shared_traces_skips_with_relative_reasons(tmp_pa
     skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
     assert skips, proc.stdout[-2000:]
     for line in skips:
-        assert "needs ../shared/traces/" in line and "(see README: Real traces)" in line, line
+        assert "needs ../shared/traces/" in line and "(see README: Real test traces)" in line, line
         reason = line.split(": ", 1)[1]
         assert str(tmp_path) not in reason and "/work" not in reason, line
