@@ -29,3 +29,121 @@ Reading order for a newcomer, one pair from files to output:
 """
 
 __version__ = "0.2.0"
+
+# Library API (docs/library.md): link_traces, write_et_plus, simulate, link_job and, with pandas,
+# ops_table / gpu_events_table. Each function imports what it needs when called, so ``import linker``
+# stays light. (Not named link/write/batch: those are the wings linker.link, linker.write, linker.batch.)
+
+import os
+from typing import TYPE_CHECKING, Iterable, Optional
+
+if TYPE_CHECKING:  # for the signatures only; nothing is imported at run time
+    from linker.batch.summary import BatchSummary
+    from linker.link.recipe import LinkResult
+    from linker.pipeline import PairOutcome
+    from linker.sim.simulation import Simulation
+
+
+def link_traces(et_file: Optional[str | os.PathLike], kineto_file: str | os.PathLike, *, method: str = "auto",
+         annotation: Optional[str] = None, window: Optional[int] = None, force: bool = False,
+         max_depth: int = 10) -> "LinkResult":
+    """Read one ET + Kineto pair and link them in memory, as ``et-link --et-file ET --kineto-file K``
+    does before writing. ``et_file`` None: the host graph is built from the Kineto trace alone.
+
+    ``method``: "auto" (rf_id when the ids validate, else exact, else approximate), "rf_id",
+    "exact" or "approximate"; ``annotation``, ``window``, ``force``, ``max_depth``: as the options
+    of the same names. Returns the ``LinkResult``: ``.report`` (``LinkReport``: counts, warnings,
+    ``.summary()`` as printed), ``.et``, ``.kineto``, ``.match``, ``.gpu``. Write it with ``write_et_plus``.
+    Raises ``TraceInputError`` (bad file) or ``MismatchedPairError`` (different runs). Cost: that
+    of reading and linking (a large Kineto trace is read by a forked child meanwhile)."""
+    from linker.link.recipe import METHODS, LinkOptions
+    from linker.link.recipe import link as link_read
+    from linker.pipeline import _link_kineto_alone, read_pair
+    from linker.read.files import collector_paused
+
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    options = LinkOptions(method=method, annotation=annotation, window=window, force=force, max_depth=max_depth)
+    with collector_paused():
+        if et_file is None:
+            return _link_kineto_alone(kineto_file)
+        et, kineto, warnings = read_pair(et_file, kineto_file, rf_id_first=method in ("auto", "rf_id"))
+        result = link_read(et, kineto, options)
+        result.report.warnings[:0] = warnings
+        return result
+
+
+def write_et_plus(result: "LinkResult", output: str | os.PathLike,
+          report_file: Optional[str | os.PathLike] = None) -> "PairOutcome":
+    """Write a ``link_traces`` result: the ET+ to ``output`` (format by suffix: ``.json``/``.json.gz`` ET+
+    JSON, ``.et``/``.et.gz`` Chakra protobuf) and the report JSON to ``report_file`` if given;
+    atomically (nothing is left on failure), never over an input. Fills the report's dependency
+    counts. Returns the ``PairOutcome`` (``.report``, ``.output``). Write a result once."""
+    from linker.pipeline import write_linked
+
+    return write_linked(result, output, report_file)
+
+
+def simulate(files: str | os.PathLike | Iterable[str | os.PathLike], *, model: str = "astra-sim",
+             scale: str = "", comm_groups: Optional[str | os.PathLike] = None, rank_start: str = "measured",
+             top: int = 10) -> "Simulation":
+    """Replay et-link outputs as ``et-link simulate`` does: one rank's ``.et``/``.et.gz``/ET+ JSON,
+    several files of one job, or a batch output directory.
+
+    ``model``: "astra-sim" (one CPU op, one GPU compute op, one collective in flight per rank) or
+    "lanes" (each CPU thread and GPU stream its own unit); ``scale``: what-if factors
+    ("cpu=0.5,gpu=1,comm=2"); ``comm_groups``: the process-group JSON; ``rank_start``: "measured"
+    or "zero"; ``top``: critical-path ops listed. Returns the ``Simulation``: ``.report``
+    (``SimReport``), ``.text()``, ``.write_html(path)``, ``.write_trace(path)``, and with pandas
+    ``.critical_path_table()``, ``.nodes_table()``. Raises ``TraceInputError`` / ``ValueError``."""
+    from pathlib import Path
+
+    from linker.sim.cli_run import SimulateOptions
+    from linker.sim.cli_run import simulate as run
+
+    paths = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
+    return run(SimulateOptions(paths, model, scale, Path(comm_groups) if comm_groups else None, top=top,
+                               rank_start=rank_start))
+
+
+def link_job(kineto: str, output_dir: str | os.PathLike, et: Optional[str] = None, *, fmt: str = "json",
+          gzip: bool = False, workers: Optional[int] = None, method: str = "auto", force: bool = False,
+          redo: bool = False, skip_unpaired: bool = False, scheduler: Optional[str] = None,
+          progress: bool = False) -> "BatchSummary":
+    """Link every rank of a job as ``et-link batch`` does: ``kineto`` and ``et`` are globs of the
+    ranks' files ("run/rank*.kineto.json.gz"; ``et`` None: host graphs from Kineto alone), paired
+    by rank; outputs, ``rank<N>.report.json`` and ``summary.json`` go to ``output_dir``.
+
+    ``fmt`` "json" or "et" (Chakra, with ``comm_groups.json``); ``workers``: ranks linked at once
+    (default: by CPU count and memory); ``scheduler``: a Dask scheduler address instead of local
+    processes; ``progress``: log each finished rank on stderr. Returns the ``BatchSummary``
+    (``.ranks``, ``.failed``, ``.collectives``). Raises ``BatchSetupError`` / ``PairingError``."""
+    import io
+    from pathlib import Path
+
+    from linker.batch import BatchConfig, run_batch
+    from linker.link.recipe import LinkOptions
+
+    config = BatchConfig(et_glob=et, kineto_glob=kineto, output_dir=Path(output_dir),
+                         options=LinkOptions(method=method, force=force), fmt=fmt, gzip=gzip, workers=workers,
+                         scheduler=scheduler, redo=redo, skip_unpaired=skip_unpaired)
+    if progress:
+        return run_batch(config, interactive=False)
+    return run_batch(config, progress_stream=io.StringIO(), interactive=False)
+
+
+def ops_table(result: "LinkResult"):
+    """The ops of a ``link_traces`` result as a pandas DataFrame (see ``linker.link.tables``)."""
+    from linker.link.tables import ops_table as table
+
+    return table(result)
+
+
+def gpu_events_table(result: "LinkResult"):
+    """Every GPU event of a ``link_traces`` result's Kineto file as a pandas DataFrame (see ``linker.link.tables``)."""
+    from linker.link.tables import gpu_events_table as table
+
+    return table(result)
+
+
+__all__ = ["link_traces", "write_et_plus", "simulate", "link_job", "ops_table", "gpu_events_table", "__version__"]

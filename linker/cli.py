@@ -11,6 +11,7 @@ failure never prints a traceback: an unexpected one is reported in one line as a
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -23,6 +24,7 @@ from linker.schedule import process_exit
 from linker.model.errors import MismatchedPairError, OptionError, TraceInputError
 from linker.model.exit_status import (
     EXIT_BELOW_MIN_LINKED,
+    EXIT_BROKEN_PIPE,
     EXIT_COLLECTIVE_MISMATCH,
     EXIT_INPUT,
     EXIT_INTERNAL,
@@ -38,6 +40,15 @@ from linker.model.exit_status import (
 )
 from linker.read.files import Terminated, terminate_as_interrupt
 from linker.link.recipe import METHODS, LinkOptions
+from linker.model.progress import StageProgress, is_terminal
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LINK_STAGES = ("reading", "linking", "writing")
+
+
+def _choices(values) -> str:
+    """The metavar listing an option's choices: "[auto|rf_id|exact|approximate]"."""
+    return "[" + "|".join(values) + "]"
 
 
 def _exit_epilog() -> str:
@@ -51,6 +62,7 @@ app = typer.Typer(
     invoke_without_command=True,
     no_args_is_help=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Link a PyTorch Execution Trace with its Kineto trace into an enhanced ET (ET+).",
     epilog=_exit_epilog(),
 )
@@ -98,13 +110,40 @@ def _stopped(stop: KeyboardInterrupt, left: str) -> typer.Exit:
     typer.echo(f"et-link: {'terminated' if isinstance(stop, Terminated) else 'interrupted'}; {left}", err=True)
     return typer.Exit(_stop_status(stop))
 
-def _run_pair(et_file: Path, kineto_file: Path, output_file, options: LinkOptions, report):
-    """``link_pair`` with every failure turned into one line and its exit status."""
+def write_stdout(text: str) -> None:
+    """Print ``text`` and a newline on stdout; a reader gone away (``et-link ... | head``) ends the
+    command quietly with ``EXIT_BROKEN_PIPE`` (stdout is pointed at /dev/null, so the exit's own
+    flush cannot complain)."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _broken_pipe()
+
+
+def _broken_pipe() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    raise typer.Exit(EXIT_BROKEN_PIPE)
+
+
+def _progress(quiet: bool) -> bool:
+    """Whether to draw progress bars: not with -q, and only on a terminal."""
+    return not quiet and is_terminal(sys.stderr)
+
+
+def _run_pair(et_file: Path, kineto_file: Path, output_file, options: LinkOptions, report, quiet: bool = True):
+    """``link_pair`` with every failure turned into one line and its exit status; a progress bar on
+    stderr when it takes a while (not with ``quiet``, only on a terminal)."""
     from linker.pipeline import link_pair
 
     pair = f"{et_file} + {kineto_file}" if et_file is not None else str(kineto_file)
     try:
-        return link_pair(et_file, kineto_file, output_file, options, report)
+        with StageProgress("et-link", LINK_STAGES, enabled=_progress(quiet)) as bar:
+            return link_pair(et_file, kineto_file, output_file, options, report, progress=bar.stage)
     except TraceInputError as err:
         fail(str(err), EXIT_INPUT)
     except OptionError as err:
@@ -124,7 +163,7 @@ def _run_pair(et_file: Path, kineto_file: Path, output_file, options: LinkOption
 def _setup_logging(level: str) -> None:
     numeric = getattr(logging, level.upper(), None)
     if not isinstance(numeric, int):
-        fail(f"unknown --log-level {level!r} (use DEBUG, INFO, WARNING, ERROR)")
+        fail(f"unknown --log-level {level!r} (use {', '.join(LOG_LEVELS)})")
     logging.basicConfig(level=numeric, format="et-link: %(levelname)s: %(message)s", stream=sys.stderr)
 
 
@@ -138,13 +177,13 @@ def main_command(
         None, "--output-file", "-o",
         help="ET+ output: .json / .json.gz (ET+ JSON) or .et / .et.gz (Chakra protobuf). "
              "Default: <ET name>_plus.json beside the ET (<Kineto name>_plus.json without an ET)."),
-    match: str = typer.Option("auto", "--match", help=f"Linking method: {', '.join(METHODS)}. "
-                              "auto = rf_id when the ids validate, else exact (order), "
+    match: str = typer.Option("auto", "--match", metavar=_choices(METHODS),
+                              help="Linking method. auto = rf_id when the ids validate, else exact (order), "
                               "falling back to approximate (structure)."),
     exact_match: bool = typer.Option(False, "--exact-match", help="Same as --match exact."),
     approximate: bool = typer.Option(False, "--approximate", help="Same as --match approximate."),
     annotation: Optional[str] = typer.Option(
-        None, "--annotation", help="Cut Kineto iterations where an op whose name contains this ends."),
+        None, "--annotation", metavar="NAME", help="Cut Kineto iterations where an op whose name contains this ends."),
     window: Optional[int] = typer.Option(None, "--window", help="Link against this Kineto iteration "
                                          "window (index shown in the report) instead of choosing by content."),
     max_depth: int = typer.Option(10, "--max-depth", help="Approximate matching: tree depth matched structurally."),
@@ -153,8 +192,8 @@ def main_command(
     min_linked: Optional[float] = typer.Option(
         None, "--min-linked", metavar="PCT", help="Exit with status 6 when less than PCT % of the ET ops "
         "are linked (the outputs are still written)."),
-    log_level: str = typer.Option("WARNING", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr."),
+    log_level: str = typer.Option("WARNING", "--log-level", metavar=_choices(LOG_LEVELS), help="What to log on stderr."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary and no progress bar on stderr."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
@@ -172,7 +211,7 @@ def main_command(
                    "--match/--annotation/--window are ignored", err=True)
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force,
                           max_depth=max_depth)
-    outcome = _run_pair(et_file, kineto_file, output_file, options, report)
+    outcome = _run_pair(et_file, kineto_file, output_file, options, report, quiet)
     process_exit.keep_until_exit(outcome)
     try:
         _finish_pair(outcome, et_file, kineto_file, quiet, min_linked)
@@ -220,7 +259,7 @@ def validate_command(
             typer.echo(f"et-link: error: {path}: internal error ({type(err).__name__}: {err}); please report it",
                        err=True)
             raise typer.Exit(EXIT_INTERNAL)
-        typer.echo(format_result(result, examples))
+        write_stdout(format_result(result, examples))
         invalid = invalid or not result.ok
     if unreadable:
         raise typer.Exit(EXIT_UNREADABLE)
@@ -252,48 +291,50 @@ def dump_command(
     except TraceInputError as err:
         fail(str(err))
     except BrokenPipeError:
-        pass
+        _broken_pipe()
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
 @app.command("batch")
 def batch_command(
-    et: Optional[str] = typer.Option(None, "--et", help="Glob of the ranks' Execution Traces (quote it), e.g. "
+    et: Optional[str] = typer.Option(None, "--et", metavar="GLOB", help="Glob of the ranks' Execution Traces (quote it), e.g. "
                                      "'run/rank*.et.json.gz'. Omitted: each rank's host graph is built from its Kineto trace."),
-    kineto: str = typer.Option(..., "--kineto", help="Glob of the ranks' Kineto traces (quote it)."),
+    kineto: str = typer.Option(..., "--kineto", metavar="GLOB", help="Glob of the ranks' Kineto traces (quote it)."),
     output_dir: Path = typer.Option(..., "--output-dir", help="Where the ET+ files, rank<N>.report.json and "
                                     "summary.json go (created if missing)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Local ranks linked at once (default: CPU "
                                           "count; fewer when memory is short)."),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Run on this Dask scheduler "
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="ADDRESS", help="Run on this Dask scheduler "
                                             "(tcp://host:port); paths must be on storage the workers share."),
-    rank_pattern: Optional[str] = typer.Option(None, "--rank-pattern", help="Regex with one group (or "
+    rank_pattern: Optional[str] = typer.Option(None, "--rank-pattern", metavar="REGEX", help="Regex with one group (or "
                                                "(?P<rank>...)) taking every file's rank from its name, "
                                                "instead of distributedInfo / the default name patterns."),
-    match: str = typer.Option("auto", "--match", help=f"Linking method: {', '.join(METHODS)}."),
+    match: str = typer.Option("auto", "--match", metavar=_choices(METHODS), help="Linking method (see et-link --help)."),
     exact_match: bool = typer.Option(False, "--exact-match", help="Same as --match exact."),
     approximate: bool = typer.Option(False, "--approximate", help="Same as --match approximate."),
     annotation: Optional[str] = typer.Option(
-        None, "--annotation", help="Cut Kineto iterations where an op whose name contains this ends."),
+        None, "--annotation", metavar="NAME", help="Cut Kineto iterations where an op whose name contains this ends."),
     window: Optional[int] = typer.Option(None, "--window", help="Link every rank against this Kineto window index."),
     max_depth: int = typer.Option(10, "--max-depth", help="Approximate matching: tree depth matched structurally."),
     force: bool = typer.Option(False, "--force", help="Link even if a pair looks like different runs."),
     redo: bool = typer.Option(False, "--redo", help="Link again the ranks whose output is already complete."),
     verify_existing: bool = typer.Option(False, "--verify-existing", help="Before skipping a complete rank, "
                                          "also validate its output file (slower)."),
-    fmt: str = typer.Option("json", "--format", help="json (ET+ JSON) or et (Chakra protobuf)."),
+    fmt: str = typer.Option("json", "--format", metavar=_choices(("json", "et")), help="json (ET+ JSON) or et (Chakra protobuf)."),
     gzip_output: bool = typer.Option(False, "--gzip", help="Gzip the outputs (.json.gz / .et.gz)."),
-    memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="Memory the local ranks may use "
+    memory_budget: Optional[str] = typer.Option(None, "--memory-budget", metavar="SIZE", help="Memory the local ranks may use "
                                                 "together, e.g. 16G (default: 85% of MemAvailable)."),
     allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help="Exit 0 even when the ranks' collectives "
                                         "disagree (the mismatch is still reported; otherwise exit status 8)."),
     skip_unpaired: bool = typer.Option(False, "--skip-unpaired", help="Link the ranks that have both files; "
                                        "a rank missing its ET or Kineto file is noted, not fatal."),
-    rank_start: str = typer.Option("measured", "--rank-start", help="measured: each rank's start offset "
+    rank_start: str = typer.Option("measured", "--rank-start", metavar=_choices(("measured", "zero")),
+                                   help="measured: each rank's start offset "
                                    "(from the job's earliest measured start) written as a leading delay node "
                                    "(docs/rank-start.md); zero: none, every rank starts at 0."),
-    astra_topology: Optional[str] = typer.Option(None, "--astra-topology", help="ASTRA-sim setup (--format et): "
+    astra_topology: Optional[str] = typer.Option(None, "--astra-topology",
+                                                 metavar=_choices(("Ring", "Switch", "FullyConnected")), help="ASTRA-sim setup (--format et): "
                                                  "network topology instead of the fitted one (Ring, Switch, FullyConnected)."),
     astra_npus: Optional[int] = typer.Option(None, "--astra-npus", help="ASTRA-sim setup: NPU count (default: the ranks, "
                                              "at least 2)."),
@@ -301,7 +342,7 @@ def batch_command(
                                                     "link bandwidth in GB/s (2^30 bytes) instead of the fitted one."),
     astra_latency: Optional[float] = typer.Option(None, "--astra-latency", metavar="NS", help="ASTRA-sim setup: link "
                                                   "latency in ns instead of the fitted one."),
-    log_level: str = typer.Option("WARNING", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
+    log_level: str = typer.Option("WARNING", "--log-level", metavar=_choices(LOG_LEVELS), help="What to log on stderr."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr (the table is still printed)."),
 ) -> None:
     """Link all ranks of a job: pair ET and Kineto files by rank, link each rank in its own process
@@ -339,8 +380,8 @@ def batch_command(
         raise _stopped(stop, "running ranks stopped (complete ranks are kept)")
     except TraceInputError as err:  # e.g. summary.json cannot be written
         fail(str(err))
-    typer.echo(format_table(summary))
-    typer.echo(f"summary: {Path(summary.output_dir) / 'summary.json'}")
+    write_stdout(format_table(summary))
+    write_stdout(f"summary: {Path(summary.output_dir) / 'summary.json'}")
     if summary.failed:
         raise typer.Exit(EXIT_RANKS_FAILED)
     if summary.collectives is not None and summary.collectives.mismatch and not allow_mismatch:
@@ -366,7 +407,8 @@ def astra_setup_command(
                                        "directory."),
     output_dir: Optional[Path] = typer.Option(None, "--output-dir", help="Where the setup goes (default: astra/ beside "
                                               "the first file)."),
-    astra_topology: Optional[str] = typer.Option(None, "--astra-topology", help="Ring, Switch or FullyConnected "
+    astra_topology: Optional[str] = typer.Option(None, "--astra-topology",
+                                                 metavar=_choices(("Ring", "Switch", "FullyConnected")), help="Ring, Switch or FullyConnected "
                                                  "instead of the fitted topology."),
     astra_npus: Optional[int] = typer.Option(None, "--astra-npus", help="NPU count (default: the ranks; a single pair "
                                              "runs as 2 NPUs)."),
@@ -394,33 +436,47 @@ def astra_setup_command(
 def simulate_command(
     files: list[Path] = typer.Argument(..., help="One rank's .et / .et.gz / ET+ JSON, or several files of one "
                                        "job (or a batch output directory): replayed together."),
-    model: str = typer.Option("astra-sim", "--model", help="astra-sim: one CPU op, one GPU compute op and one "
+    model: str = typer.Option("astra-sim", "--model", metavar=_choices(("astra-sim", "lanes")), help="astra-sim: one CPU op, one GPU compute op and one "
                               "collective in flight per rank; lanes: each CPU thread and GPU stream its own unit."),
-    scale: str = typer.Option("", "--scale", help="What-if duration factors, e.g. cpu=0.5,gpu=1,comm=2."),
+    scale: str = typer.Option("", "--scale", metavar="cpu=F,gpu=F,comm=F", help="What-if duration factors, e.g. cpu=0.5,gpu=1,comm=2."),
     comm_groups: Optional[Path] = typer.Option(None, "--comm-groups", help='Process groups as JSON {"<pg id>": list of global ranks} '
                                                "(default: comm_groups.json beside the inputs, else all ranks)."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of the text report."),
     trace_out: Optional[Path] = typer.Option(None, "--trace-out", help="Write a Chrome/Perfetto trace with the "
-                                             "measured and the simulated timeline side by side."),
+                                             "measured and the simulated timeline side by side (.json, or "
+                                             ".json.gz compressed; open it in ui.perfetto.dev)."),
     top: int = typer.Option(10, "--top", help="How many ops of the critical path to list."),
-    rank_start: str = typer.Option("measured", "--rank-start", help="Job replay: measured = each rank starts at "
+    rank_start: str = typer.Option("measured", "--rank-start", metavar=_choices(("measured", "zero")), help="Job replay: measured = each rank starts at "
                                    "its measured start offset (when the ranks' clocks agree); zero = all at 0."),
     explain: bool = typer.Option(False, "--explain", help="List where the simulated timeline drifts from the "
                                  "measured one: the first and the largest places on the critical path (node, lane, "
                                  "drift, the edge or resource that held it)."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Write one self-contained HTML page (opens offline) "
+                                        "drawing measured vs simulated lanes per rank, the critical path, divergence "
+                                        "points, busy time and the top critical-path ops. Needs pip install "
+                                        "'et-link[view]'."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no 'wrote' lines on stderr."),
 ) -> None:
     """Replay the trace(s) as ASTRA-sim would and compare the simulated step with the measured one.
     Exit status 9 when the graph cannot finish (never-issued nodes or a stalled collective; reported)."""
     from linker.sim.cli_run import SimulateOptions, run_simulate
 
+    from linker.sim.cli_run import STAGES
+
     try:
-        output, finished = run_simulate(SimulateOptions(files, model, scale, comm_groups, json_output, trace_out, top,
-                                                           rank_start, explain))
+        with StageProgress("et-link simulate", STAGES, enabled=_progress(quiet)) as bar:
+            output, finished = run_simulate(SimulateOptions(
+                files, model, scale, comm_groups, json_output, trace_out, top, rank_start,
+                explain=explain, html=html), bar.stage)
     except TraceInputError as err:
         fail(str(err))
     except ValueError as err:
         fail(str(err))
-    sys.stdout.write(output + "\n")
+    if not quiet:
+        for what, path in (("trace", trace_out), ("HTML view", html)):
+            if path is not None:
+                typer.echo(f"et-link simulate: wrote {what} {path}", err=True)
+    write_stdout(output)
     if not finished:
         raise typer.Exit(EXIT_SIM_STUCK)
 

@@ -187,6 +187,11 @@ def add_simulation_counts(report: LinkReport, et_plus) -> None:
         "blocking_copies": len(busy.blocking_copies), "clock_skew": busy.clock_skew,
         "cpu_collectives": len(et_plus.plan.cpu_comm),
     }
+    if summary.comm_unresolved:  # in the report's warnings, so stderr says what the report says
+        report.warnings.append("communication kernels replayed as plain GPU compute (their collective is not "
+                               "known: " + "; ".join(f"{n} {why}" for why, n in sorted(summary.comm_unresolved.items())) + ")")
+    if summary.ctrl_deps_dropped:
+        report.warnings.append(f"{summary.ctrl_deps_dropped} ops name a parent missing from the ET: written without it")
 
 
 def plan_simulation(et_plus, output: Path, report: LinkReport) -> None:
@@ -209,6 +214,7 @@ def link_pair(
     options: LinkOptions | None = None,
     report_path: str | os.PathLike | None = None,
     read_ahead: bool = True,
+    progress: Callable[[str], None] | None = None,
 ) -> PairOutcome:
     """Link one pair and write the ET+ (JSON or Chakra by suffix) and, if asked, the report.
 
@@ -217,12 +223,17 @@ def link_pair(
     spare, so a large Kineto trace is read by a forked child (``read_pair``) and a large JSON output
     is prefilled while linking (``output_space.prefill_later``); batch workers turn it off. Raises
     ``TraceInputError`` (bad file) or ``MismatchedPairError`` (different runs); then nothing is written.
+    ``progress``: called with "reading", "linking", "writing" as each stage starts.
     """
     with collector_paused():
-        return _link_pair(et_path, kineto_path, output, options, report_path, read_ahead)
+        return _link_pair(et_path, kineto_path, output, options, report_path, read_ahead, progress or _silent)
 
 
-def _link_pair(et_path, kineto_path, output, options, report_path, read_ahead) -> PairOutcome:
+def _silent(stage: str) -> None:
+    pass
+
+
+def _link_pair(et_path, kineto_path, output, options, report_path, read_ahead, progress) -> PairOutcome:
     started = time.perf_counter()
     beside = et_path if et_path is not None else kineto_path
     defaulted = not output
@@ -235,8 +246,10 @@ def _link_pair(et_path, kineto_path, output, options, report_path, read_ahead) -
             raise TraceInputError(output, f"{err.problem} (the default output beside the input; choose "
                                   "another with -o)") from None
         raise
+    progress("reading")
     if et_path is None:
-        return _link_and_write(_link_kineto_alone(kineto_path), output, report_path, protected, beside, started)
+        return _link_and_write(_link_kineto_alone(kineto_path, progress), output, report_path, protected, beside,
+                               started, progress=progress)
     fields = _fields_ahead(et_path, output) if read_ahead else None
     try:
         rf_id_first = (options or LinkOptions()).method in ("auto", "rf_id")
@@ -245,9 +258,10 @@ def _link_pair(et_path, kineto_path, output, options, report_path, read_ahead) -
             et, kineto, input_warnings = read_pair(et_path, kineto_path, read_ahead, fields, rf_id_first, et_read)
             if et_read is not None:
                 prefill(_prefill_bytes(output, et, kineto))  # its GPU ops too, now known
+            progress("linking")
             result = link(et, kineto, options)
             result.report.warnings[:0] = input_warnings
-            return _link_and_write(result, output, report_path, protected, beside, started, fields)
+            return _link_and_write(result, output, report_path, protected, beside, started, fields, progress)
     finally:
         if fields is not None:
             fields.cancel()
@@ -278,9 +292,10 @@ def _prefill_bytes(output: Path, et, kineto=None) -> int:
 
 
 def _link_and_write(result, output: Path, report_path, protected: tuple, beside, started: float,
-                    fields=None) -> PairOutcome:
+                    fields=None, progress=_silent) -> PairOutcome:
     """Build the ET+ of ``result``, plan it, write the report and the ET+ (``fields``: see
     ``_fields_ahead``)."""
+    progress("writing")
     et_plus = build_et_plus(result)
     plan_simulation(et_plus, output, result.report)
     report_output = atomic_output(report_path, protected) if report_path else contextlib.nullcontext()
@@ -293,12 +308,23 @@ def _link_and_write(result, output: Path, report_path, protected: tuple, beside,
                        time.perf_counter() - started, et_plus)
 
 
-def _link_kineto_alone(kineto_path: str | os.PathLike):
+def write_linked(result, output: str | os.PathLike, report_path: str | os.PathLike | None = None) -> PairOutcome:
+    """Write an in-memory link ``result`` (``recipe.link``) as ``link_pair`` does: the ET+ (JSON or
+    Chakra by suffix) and, if asked, the report; the inputs are refused as outputs."""
+    output = Path(output)
+    protected = tuple(p for p in (result.et.path, result.kineto.path) if p)
+    check_output_paths([output, report_path], protected)
+    return _link_and_write(result, output, report_path, protected, protected[0] if protected else output,
+                           time.perf_counter())
+
+
+def _link_kineto_alone(kineto_path: str | os.PathLike, progress=_silent):
     """No ET: read and check the Kineto trace, build the host graph from it and attach its GPU work."""
     from linker.link.kineto_only import link_kineto_only
 
     kineto = _read_kineto(kineto_path)
     warnings = check_kineto_trace(kineto)
+    progress("linking")
     result = link_kineto_only(kineto)
     result.report.warnings[:0] = warnings
     return result

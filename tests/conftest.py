@@ -9,13 +9,26 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
+README_SECTION = "Real test traces"  # the README section naming their public sources and the layout
+
+
+def shared_reason(path: Path) -> str:
+    """Why a test skips without a shared trace, in words a fresh clone understands: the trace set
+    it needs, relative to the checkout ("needs ../shared/traces/param_dlrm (see README: Real test
+    traces)"), never an absolute path."""
+    try:
+        parts = Path(path).resolve().relative_to(SHARED_TRACES.resolve()).parts
+    except ValueError:
+        parts = ()
+    where = "../shared/traces" + (f"/{parts[0]}" if parts else "")
+    return f"needs {where} (see README: {README_SECTION})"
 
 
 def shared_trace(*parts: str) -> Path:
-    """A file under ../shared/traces, or skip the test when the shared traces are absent."""
+    """A file under ../shared/traces, or skip the test (``shared_reason``) when it is absent."""
     path = SHARED_TRACES.joinpath(*parts)
     if not path.exists():
-        pytest.skip(f"shared traces not available ({path})")
+        pytest.skip(shared_reason(path))
     return path
 
 

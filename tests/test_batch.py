@@ -40,6 +40,7 @@ from linker.cli import app
 from linker.link.recipe import LinkOptions
 from linker.pipeline import link_pair
 from linker.batch.progress import BatchProgress
+from conftest import shared_reason
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cpu"
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -399,7 +400,7 @@ def test_small_helpers(tmp_path):
 
 def test_param_dlrm_batch_matches_single_pair_runs(tmp_path):
     if not DLRM.is_dir():
-        pytest.skip("shared traces not available")
+        pytest.skip(shared_reason(DLRM))
     out = tmp_path / "out"
     summary = quiet_run(BatchConfig(str(DLRM / "rank*.et.json.gz"), str(DLRM / "rank*.kineto.json.gz"), out))
     assert [r.rank for r in summary.ranks] == list(range(8))

@@ -20,6 +20,7 @@ from linker.write import chakra_wire as chakra_io
 from linker.write import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, TraceFormatError, open_et, read_et
 from linker.model.errors import TraceInputError
+from conftest import shared_reason
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "schema" / "et_def.proto"
@@ -29,7 +30,7 @@ REAL_ET = SHARED / "traces" / "chakra_protobuf" / "chakra.0.et.gz"
 
 def real_et() -> Path:
     if not REAL_ET.exists():
-        pytest.skip(f"{REAL_ET} not available")
+        pytest.skip(shared_reason(REAL_ET))
     return REAL_ET
 
 

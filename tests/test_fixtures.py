@@ -28,6 +28,7 @@ from tracetools import (
     save_trace,
     strip_record_function_ids,
 )
+from conftest import shared_reason
 
 TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures"
@@ -357,7 +358,7 @@ def test_rf_truth_covers_every_op_and_skips_ambiguous_ids():
 def test_rf_truth_on_shared_real_traces():
     threads = SHARED / "traces" / "torch_cpu" / "threads"
     if not threads.is_dir():
-        pytest.skip(f"shared traces not present at {threads}")
+        pytest.skip(shared_reason(threads))
     et, kineto = load_trace(threads / "et.json.gz"), load_trace(threads / "kineto.json.gz")
     truth = rf_truth(et, kineto)
     assert len(truth) == len(cpu_events(kineto))

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import shared_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGESTS = ROOT / "tests" / "output_digests.json"
@@ -64,7 +65,7 @@ CASES = [(name, method, fmt) for name in pair_names() for method in METHODS for 
 def test_output_bytes_unchanged(name, method, fmt, tmp_path):
     et, kineto = pair_paths(name)
     if not et.exists():
-        pytest.skip(f"shared traces not available ({et})")
+        pytest.skip(shared_reason(et))
     pinned = json.loads(DIGESTS.read_text())
     assert key(name, method, fmt) in pinned, "no pinned digest: run this file with --update"
     assert output_digest(name, method, fmt, tmp_path) == pinned[key(name, method, fmt)], (

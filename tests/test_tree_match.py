@@ -17,6 +17,7 @@ from linker.link.tree_match import (
     OrderedForest,
     match_forests,
 )
+from conftest import shared_reason
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -529,7 +530,7 @@ def _in_broken_leaf_run(forest: OrderedForest, rf_ids: list[int], kept: set[int]
 def _real_pair(drop_fraction: float, seed: int):
     pair_dir = SHARED / "traces" / "torch_cpu" / "mlp_1step"
     if not pair_dir.is_dir():
-        pytest.skip("shared traces not available")
+        pytest.skip(shared_reason(pair_dir))
     et, et_rf = _et_thread_forest(pair_dir / "et.json.gz", tid=1)
     kineto, k_rf, removed = _kineto_thread_forest(pair_dir / "kineto.json.gz", drop_fraction, seed)
     assert len(et.labels) > 150 and (removed > 0) == (drop_fraction > 0)

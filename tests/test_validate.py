@@ -13,6 +13,7 @@ from linker.write import chakra_wire as chakra_io
 from linker.write import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, TraceFormatError, make_attr
 from linker.write.validate import format_result, validate_file
+from conftest import shared_reason
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TRACES = SHARED / "traces"
@@ -23,7 +24,7 @@ THREAD_ROOT = "[pytorch|profiler|execution_trace|thread]"
 
 def need(path: Path) -> Path:
     if not path.exists():
-        pytest.skip(f"{path} not available")
+        pytest.skip(shared_reason(path))
     return path
 
 

@@ -1,8 +1,10 @@
-"""Progress of a batch on stderr: a redrawn one-line bar on a terminal, plain log lines otherwise.
+"""Progress of a batch on stderr: a bar on a terminal (ranks done, failed, running, elapsed, ETA),
+plain log lines otherwise, nothing with ``quiet``.
 
-No dependency: the bar is ``\\r`` + ANSI "erase to end of line". ETA is weighted by input bytes
-(a rank's link time grows with its input size), so one big rank does not look like one small one.
-Every method is O(1) except ``finished`` in log mode, which formats one line.
+The bar is drawn with rich (which typer brings), imported when it is first drawn, and redrawn by
+the caller's loop (``tick``), never by a thread: the batch forks its workers. ETA is weighted by
+input bytes (a rank's link time grows with its input size), so one big rank does not look like
+one small one. Every method is O(1) except ``finished`` in log mode, which formats one line.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
-BAR_WIDTH = 24
 REDRAW_SECONDS = 0.1
 
 
@@ -67,6 +68,8 @@ class BatchProgress:
         self.quiet = quiet
         self._last_draw = 0.0
         self._drawn = False
+        self._bar = None  # the rich Progress, once drawn
+        self._task = None
 
     def started(self, rank: int) -> None:
         self.counts.running += 1
@@ -91,12 +94,12 @@ class BatchProgress:
         """Print a line (above the bar in bar mode)."""
         if self.quiet:
             return
-        if self.interactive and self._drawn:
-            self.stream.write("\r\x1b[K")
+        if self._bar is not None:
+            self._bar.console.print(f"et-link batch: {line}", markup=False, highlight=False, soft_wrap=True)
+            self._bar.refresh()
+            return
         self.stream.write(f"et-link batch: {line}\n")
         self.stream.flush()
-        if self.interactive and self._drawn:
-            self._draw()
 
     def tick(self, force: bool = False) -> None:
         """Redraw the bar (bar mode only; at most every REDRAW_SECONDS unless forced)."""
@@ -108,23 +111,33 @@ class BatchProgress:
             self._last_draw = now
 
     def bar_text(self) -> str:
+        """The bar's words: "2/4: 1 done, 1 failed, 0 running, 0:03 elapsed, ETA 0:05"."""
         c = self.counts
         finished = c.done + c.failed
-        filled = int(BAR_WIDTH * finished / c.total) if c.total else BAR_WIDTH
-        bar = "#" * filled + "." * (BAR_WIDTH - filled)
-        return (f"[{bar}] {finished}/{c.total}: {c.done} done, {c.failed} failed, "
+        return (f"{finished}/{c.total}: {c.done} done, {c.failed} failed, "
                 f"{c.running} {self.running_label}, {format_duration(c.elapsed())} elapsed, "
                 f"ETA {format_duration(c.eta() if finished < c.total else 0.0)}")
 
     def _draw(self) -> None:
-        self.stream.write("\r\x1b[K" + self.bar_text())
-        self.stream.flush()
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn
+
+            console = Console(file=self.stream, force_terminal=True, highlight=False)
+            self._bar = Progress(TextColumn("et-link batch"), BarColumn(), TextColumn("{task.description}"),
+                                 console=console, auto_refresh=False, redirect_stdout=False, redirect_stderr=False)
+            self._task = self._bar.add_task("", total=max(self.counts.total, 1))
+            self._bar.start()
+        c = self.counts
+        self._bar.update(self._task, completed=c.done + c.failed, description=self.bar_text())
+        self._bar.refresh()
         self._drawn = True
 
     def close(self) -> None:
-        """End the bar's line (bar mode)."""
+        """Draw the bar a last time and leave it on its line (bar mode)."""
         if self.interactive and not self.quiet and self.counts.total:
             self._draw()
-            self.stream.write("\n")
-            self.stream.flush()
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
             self._drawn = False

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from array import array
 from dataclasses import asdict, dataclass, field
 
 from linker.read.et import ExecutionTrace
-from linker.link.gpu import BEFORE_TRACE, REASON_WORDS, UNDER_PROCESS_ROOT, GpuAttribution
+from linker.link.gpu import (BEFORE_TRACE, OUTSIDE_WINDOW, REASON_WORDS, UNDER_ANNOTATION, UNDER_GRAPH_OP, UNDER_OP,
+                             UNDER_PROCESS_ROOT, UNDER_PYTHON_FUNCTION, GpuAttribution)
 from linker.link.intervals import NESTING_SLACK_US, lies_within
 from linker.read.kineto import KinetoTrace
 from linker.link.threads import OpMatch
@@ -61,37 +63,65 @@ class LinkReport:
         return asdict(self)
 
     def summary(self, total_seconds: float | None = None) -> str:
-        """The stderr summary; its WARNING lines are exactly the report's ``warnings``."""
-        before = self.gpu_attribution.get("problems", {}).get(BEFORE_TRACE, 0)
-        adopted = sum(row["count"] for row in self.gpu_accounting if row["reason"] == UNDER_PROCESS_ROOT)
-        gpu = (f"{self.gpu_events_linked - adopted}/{self.gpu_events - before - adopted} GPU ops launched "
-               f"while tracing attached ({self.gpu_linked_pct:.2f}%)" if self.gpu_events
-               else "no GPU ops in the Kineto trace (CPU-only run)")
-        if adopted:
-            gpu += f", {adopted} launched before it under the process root"
+        """The stderr summary, in plain words; its WARNING lines are exactly the report's ``warnings``.
+
+        The headline counts every GPU event of the file: attached, outside the linked iteration,
+        launched before the trace, not attached (the JSON keys keep the internal reason names)."""
         timing = (f"in {total_seconds:.2f}s (matching {self.seconds:.2f}s)" if total_seconds is not None
                   else f"(matching {self.seconds:.2f}s)")
         if self.host_graph != "execution trace":
-            head = f"et-link: no ET: host graph of {self.et_ops} ops built from the Kineto trace alone, {gpu}"
+            head = f"et-link: no ET: host graph of {self.et_ops:,} ops built from the Kineto trace alone"
         else:
-            head = f"et-link: {self.method}: linked {self.linked_ops}/{self.et_ops} ET ops ({self.linked_pct:.2f}%), {gpu}"
-        lines = [f"{head} {timing}"]
+            head = (f"et-link: {self.method}: linked {self.linked_ops:,}/{self.et_ops:,} ET ops "
+                    f"({self.linked_pct:.2f}%)")
+        lines = [f"{head}, {self._gpu_headline()} {timing}"]
         lines += [f"  {reason}" for reason in self.method_reason]
         if self.gpu_accounting:
-            lines.append(f"  GPU events: {self.gpu_events_in_trace}")
-            lines += [f"    {row['count']}: {row['meaning']}" for row in self.gpu_accounting]
+            lines.append(f"  GPU events in the file: {self.gpu_events_in_trace:,}")
+            lines += [f"    {row['count']:,}: {row['meaning']}" for row in self.gpu_accounting]
         if self.window:
-            lines.append(f"  window: {self.window['label']} ({self.window['source']}, "
+            lines.append(f"  window: {_window_words(self.window['label'])} ({self.window['source']}, "
                          f"{self.window['candidates']} candidates)")
         et_unmatched = self.unmatched["et"]["count"]
         k_unmatched = self.unmatched["kineto"]["count"]
         if self.host_graph == "execution trace":
-            lines.append(f"  unmatched: {et_unmatched} ET ops, {k_unmatched} Kineto CPU events")
+            lines.append(f"  unmatched: {et_unmatched:,} ET ops, {k_unmatched:,} Kineto CPU events")
         if self.dependency_causes:
-            lines.append(f"  dependencies: {self.dependencies} (" + ", ".join(
-                f"{cause} {count}" for cause, count in self.dependency_causes.items()) + ")")
+            lines.append(f"  dependencies: {self.dependencies:,} (" + ", ".join(
+                f"{cause} {count:,}" for cause, count in self.dependency_causes.items()) + ")")
         lines += [f"  WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+    def _gpu_headline(self) -> str:
+        """"GPU events: 261 of 10,356 attached (2.52%; 10,095 outside the linked iteration)"."""
+        if not self.gpu_events and not self.gpu_events_in_trace:
+            return "no GPU events in the Kineto trace (CPU-only run)"
+        if not self.gpu_accounting:
+            return f"GPU events: {self.gpu_events_linked:,} of {self.gpu_events:,} attached"
+        parts = dict.fromkeys(("attached", "outside", "before", "unattached"), 0)
+        for row in self.gpu_accounting:
+            parts[_GPU_PART.get(row["reason"], "unattached")] += row["count"]
+        total = sum(parts.values())
+        share = [f"{100.0 * parts['attached'] / total:.2f}%"] if total else []
+        share += [f"{parts[key]:,} {words}" for key, words in (
+            ("outside", "outside the linked iteration"), ("before", "launched before the trace"),
+            ("unattached", "not attached")) if parts[key]]
+        return f"GPU events: {parts['attached']:,} of {total:,} attached" + (f" ({'; '.join(share)})" if share else "")
+
+
+# Each GPU accounting reason in one of the headline's parts (attached unless named here).
+_GPU_PART = {UNDER_OP: "attached", UNDER_GRAPH_OP: "attached", UNDER_ANNOTATION: "attached",
+             UNDER_PYTHON_FUNCTION: "attached", OUTSIDE_WINDOW: "outside", UNDER_PROCESS_ROOT: "before",
+             BEFORE_TRACE: "before"}
+
+_CUT_LABEL = re.compile(r"\(cut at '(.*)', located by '(.*)'\)")
+
+
+def _window_words(label: str) -> str:
+    """A window label in words: "iteration 1 (cut at 'a', located by 'b')" ->
+    "iteration 1 (starts at 'a'; found by 'b', which runs once per iteration)"."""
+    return _CUT_LABEL.sub(lambda m: f"(starts at '{m.group(1)}'; found by '{m.group(2)}', which runs once "
+                                    "per iteration)", label)
 
 
 def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int],

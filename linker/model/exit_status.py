@@ -12,6 +12,7 @@ EXIT_UNREADABLE = 7
 EXIT_COLLECTIVE_MISMATCH = 8
 EXIT_SIM_STUCK = 9
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a command whose reader went away
 EXIT_TERMINATED = 143
 
 EXIT_STATUS_TABLE = (
@@ -26,5 +27,6 @@ EXIT_STATUS_TABLE = (
     (EXIT_COLLECTIVE_MISMATCH, "batch: the ranks' collectives disagree (see summary.json; --allow-mismatch exits 0)"),
     (EXIT_SIM_STUCK, "simulate: the replay could not run every node (stuck graph or stalled collective; the report says where)"),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C); no partial output is left"),
+    (EXIT_BROKEN_PIPE, "the reader of stdout went away (et-link ... | head): stopped quietly"),
     (EXIT_TERMINATED, "terminated (SIGTERM); no partial output is left"),
 )

@@ -11,6 +11,11 @@ Module map (reading order; each depends only on the ones above it):
 - ``unheld``   — GPU waits on the measured timeline that no dependency explains (what a short
   replay cannot reproduce), O(n + e).
 - ``report``   — text and JSON report.
+- ``hints``    — when the other model fits (CPU threads that ran in parallel under ``astra-sim``).
 - ``perfetto`` — ``--trace-out``: measured and simulated timelines side by side.
+- ``timeline`` — measured and simulated bars per lane, made comparable (nested ops as exclusive
+  pieces, waits apart), and the divergence points; plain data.
+- ``view``     — ``--html``: the timelines and charts as one offline page (plotly, optional).
+- ``simulation`` — ``Simulation``: a replay with its report, as the library API returns it.
 - ``cli_run``  — the ``simulate`` command glued together.
 """

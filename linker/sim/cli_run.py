@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import orjson
 
@@ -18,10 +19,11 @@ from linker.read.files import collector_paused
 from linker.plan.rank_start import MEASURED, RANK_STARTS, delay_positions
 from linker.sim.engine import MODELS, Scale, measured_release, replay
 from linker.sim.graph import SimGraph
-from linker.sim.job import read_comm_groups, resolve_inputs
+from linker.sim.hints import lanes_hints
+from linker.sim.job import JobInputs, read_comm_groups, resolve_inputs
 from linker.sim.load import load_graph
-from linker.sim.perfetto import write_trace
 from linker.sim.report import build_report, format_text
+from linker.sim.simulation import Simulation
 
 
 
@@ -36,13 +38,30 @@ class SimulateOptions:
     top: int = 10
     rank_start: str = "measured"
     explain: bool = False
+    html: Path | None = None
 
 
-def run_simulate(options: SimulateOptions) -> tuple[str, bool]:
+STAGES = ("loading", "replaying", "reporting", "writing")
+
+
+def run_simulate(options: SimulateOptions, progress: Callable[..., None] | None = None) -> tuple[str, bool]:
     """Run the whole command; return what to print on stdout and whether every node ran. The
-    cyclic garbage collector is paused meanwhile (the graphs are millions of objects, never garbage)."""
+    cyclic garbage collector is paused meanwhile (the graphs are millions of objects, never garbage).
+    ``progress(stage, detail="")`` is called as each of ``STAGES`` starts (loading: per rank)."""
+    progress = progress or _silent
     with collector_paused():
-        return _run_simulate(options)
+        inputs = _checked_inputs(options)
+        simulation = simulate_inputs(inputs, options, progress)
+        if options.trace_out is not None or options.html is not None:
+            progress("writing")
+        if options.trace_out is not None:
+            simulation.write_trace(options.trace_out)
+        if options.html is not None:
+            simulation.write_html(options.html)
+        report = simulation.report
+        text = orjson.dumps(report.to_json()).decode() if options.json_output else format_text(report)
+        process_exit.keep_until_exit(simulation)  # a one-shot run exits without freeing it
+        return text, report.finished
 
 
 def _rank_release(graphs: list[SimGraph], rank_start: str) -> list[float] | None:
@@ -64,31 +83,59 @@ def _rank_release(graphs: list[SimGraph], rank_start: str) -> list[float] | None
     return measured_release(graphs) if len(graphs) > 1 else None
 
 
-def _run_simulate(options: SimulateOptions) -> tuple[str, bool]:
+def simulate(options: SimulateOptions, progress: Callable[..., None] | None = None) -> Simulation:
+    """Check the options, read the files, replay them and build the report (no output written).
+    Raises ``TraceInputError`` / ``ValueError`` on a user mistake."""
+    with collector_paused():
+        return simulate_inputs(_checked_inputs(options), options, progress or _silent)
+
+
+def _silent(stage: str, detail: str = "") -> None:
+    pass
+
+
+def _checked_inputs(options: SimulateOptions) -> JobInputs:
+    """The options checked and the inputs resolved, before anything is read."""
     if options.model not in MODELS:
         raise ValueError(f"unknown --model {options.model!r}; choose one of {', '.join(MODELS)}")
     if options.rank_start not in RANK_STARTS:
         raise ValueError(f"unknown --rank-start {options.rank_start!r}; choose one of {', '.join(RANK_STARTS)}")
     if options.top < 0:
         raise ValueError("--top must be at least 0")
-    scale = Scale.parse(options.scale)
+    Scale.parse(options.scale)
     inputs = resolve_inputs(options.files, options.comm_groups)
-    if options.trace_out is not None:
+    for option, out in (("--trace-out", options.trace_out), ("--html", options.html)):
+        if out is None:
+            continue
         for path, _ in inputs.files:
-            if options.trace_out.exists() and options.trace_out.samefile(path):
-                raise TraceInputError(options.trace_out, "--trace-out is one of the input files; refusing to overwrite it")
-        if not options.trace_out.parent.is_dir():
-            raise TraceInputError(options.trace_out, "output directory does not exist")
+            if out.exists() and out.samefile(path):
+                raise TraceInputError(out, f"{option} is one of the input files; refusing to overwrite it")
+        if not out.parent.is_dir():
+            raise TraceInputError(out, "output directory does not exist")
+    if options.html is not None:
+        from linker.sim.view import ViewUnavailable, require_plotly
+        try:
+            require_plotly()  # before any reading: a missing extra is told at once
+        except ViewUnavailable as err:
+            raise TraceInputError(options.html, str(err)) from None
+    return inputs
+
+
+def simulate_inputs(inputs: JobInputs, options: SimulateOptions, progress: Callable[..., None]) -> Simulation:
+    """Load every rank, replay, build the report (with the readers' notes and the lanes hint)."""
+    scale = Scale.parse(options.scale)
     groups = read_comm_groups(inputs.comm_groups_path) if inputs.comm_groups_path is not None else None
-    graphs = [load_graph(path, rank) for path, rank in inputs.files]
+    graphs = []
+    for k, (path, rank) in enumerate(inputs.files):
+        progress("loading", f"rank {rank}, {k + 1} of {len(inputs.files)}" if len(inputs.files) > 1 else "")
+        graphs.append(load_graph(path, rank))
     release, notes = _rank_release(graphs, options.rank_start), list(inputs.notes)
     if release is None and len(graphs) > 1 and options.rank_start == MEASURED:
         notes.append("the ranks' measured start times do not look like one clock: every rank starts at 0")
+    progress("replaying")
     result = replay(graphs, options.model, scale, groups, release)
-    report, _, _ = build_report(result, options.top, options.explain)
+    progress("reporting")
+    report, critical, _ = build_report(result, options.top, options.explain)
+    notes += lanes_hints(graphs, options.model, [rank.ratio for rank in report.ranks])
     report.notes = notes + report.notes
-    if options.trace_out is not None:
-        write_trace(result, options.trace_out, tuple(path for path, _ in inputs.files))
-    text = orjson.dumps(report.to_json()).decode() if options.json_output else format_text(report)
-    process_exit.keep_until_exit(graphs, result)  # a one-shot run exits without freeing them
-    return text, report.finished
+    return Simulation(report, result, critical, tuple(path for path, _ in inputs.files))

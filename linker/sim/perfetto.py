@@ -7,9 +7,13 @@ one process per rank ("rank 3"), whose lanes come in pairs: "cpu thread 1 (measu
 stream it ran on, whatever the model (under ``astra-sim`` all CPU lanes of a rank share one unit, so
 simulated events of different CPU lanes never overlap). Measured times are shifted so each rank's
 first measured op starts at its replay start (0, or its measured offset in a job whose clocks agree),
-so both sides share one time axis; simulated times start at 0. Event args: node id, kind, and for the
+so both sides share one time axis; simulated times start at 0. Event args: node id, kind; for the
+measured events ``replayed_busy_us``, the part of the measured time the simulator replays as busy
+(a nested CPU op's exclusive time; a collective's transfer without its wait for peers); for the
 simulated events the time the node waited after it was ready (its unit was busy, or peers had not
-arrived). Nodes never issued are absent from the simulated side.
+arrived). A collective that held its unit waiting for peer ranks also gets a slice "waiting for
+peers: <name>" before it on its simulated lane. Nodes never issued are absent from the simulated
+side. ``et-link simulate --html`` draws the same comparison with the nesting and waits resolved.
 Written atomically (no file on failure); the inputs are refused as output. Cost: O(n) events.
 """
 
@@ -74,8 +78,12 @@ def trace_events(rp: Replay) -> list[dict]:
             if s == s and first == first:
                 events.append({"ph": "X", "name": name, "pid": pids[MEASURED], "tid": tids[MEASURED][lane],
                                "ts": s - first, "dur": graph.measured_dur[local],
-                               "args": {"id": node_id, "kind": kind}})
+                               "args": {"id": node_id, "kind": kind, "replayed_busy_us": graph.duration[local]}})
             u = base + local
+            if rp.end[u] == rp.end[u] and rp.groups.group_of[u] >= 0 and rp.start[u] > rp.issue[u]:
+                events.append({"ph": "X", "name": f"waiting for peers: {name}", "pid": pids[SIMULATED],
+                               "tid": tids[SIMULATED][lane], "ts": rp.issue[u], "dur": rp.start[u] - rp.issue[u],
+                               "args": {"id": node_id, "kind": "wait for peer ranks"}})
             if rp.end[u] == rp.end[u]:
                 events.append({"ph": "X", "name": name, "pid": pids[SIMULATED], "tid": tids[SIMULATED][lane],
                                "ts": rp.start[u], "dur": rp.end[u] - rp.start[u],

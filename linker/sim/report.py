@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from linker.model.units import format_us, unit_for
 from linker.sim.critical import CriticalOp, PathLink, PathStep, critical_path, path_links, time_by_kind, top_ops
 from linker.sim.diagnose import Diagnosis, diagnose
 from linker.sim.engine import Replay, measured_release
@@ -238,8 +239,17 @@ def _dedupe(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def _us(value: float) -> str:
-    return f"{value:,.1f} us"
+def _us(value: float, unit: str = "") -> str:
+    """µs in the unit that keeps it readable ("13.34 s", "14.35 ms", "850 µs"); ``unit`` forces one."""
+    return format_us(value, unit)
+
+
+# How the critical path reaches its nodes, in words (the JSON keeps the names: "unit", "peer"...).
+_LINK_WORDS = {"start": "the start", "unit": "waiting for its resource", "peer": "waiting for a peer rank",
+               "dependency": "a dependency", "parent": "its parent op", "thread_order": "the previous op on its thread",
+               "launch": "its launching op", "stream_order": "the previous op on its stream",
+               "sync": "a synchronize", "event_wait": "an event wait", "fork": "a thread fork", "join": "a thread join",
+               "collective_order": "the previous collective"}
 
 
 def format_text(report: SimReport) -> str:
@@ -249,10 +259,11 @@ def format_text(report: SimReport) -> str:
     scale = ", ".join(f"{k}={v:g}" for k, v in report.scale.items())
     lines.append(f"simulate: {len(report.ranks)} rank{'s' if job else ''}, model {report.model}, scale {scale}")
     if job:
-        lines.append(f"  {'rank':>4}  {'nodes':>8}  {'measured':>14}  {'simulated':>14}  {'ratio':>6}  file")
+        unit = unit_for(max((max(r.measured_us, r.simulated_us) for r in report.ranks), default=0.0))
+        lines.append(f"  {'rank':>4}  {'nodes':>8}  {'measured':>12}  {'simulated':>12}  {'ratio':>6}  file")
         for r in report.ranks:
             ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
-            lines.append(f"  {r.rank:>4}  {r.nodes:>8}  {_us(r.measured_us):>14}  {_us(r.simulated_us):>14}  "
+            lines.append(f"  {r.rank:>4}  {r.nodes:>8}  {_us(r.measured_us, unit):>12}  {_us(r.simulated_us, unit):>12}  "
                          f"{ratio:>6}  {r.file}")
     ratio = f"{report.ratio:.3f}" if report.ratio is not None else "n/a (no measured time)"
     if not job:
@@ -297,12 +308,14 @@ def format_text(report: SimReport) -> str:
     if report.critical_path:
         kinds = ", ".join(f"{k} {_us(v)}" for k, v in report.critical_path_us_by_kind.items() if v > 0)
         lines.append(f"critical path: {kinds}")
-        lines.append("  entered via: " + ", ".join(f"{link.link} {link.count} ({_us(link.us)})"
-                                                  for link in report.critical_path_links))
-        lines.append(f"  {'time on path':>14}  {'share':>5}  {'count':>5}  kind  op")
+        lines.append("  its ops start after: " + ", ".join(
+            f"{_LINK_WORDS.get(link.link, link.link)} ({link.count} op{'s' if link.count != 1 else ''}, {_us(link.us)})"
+            for link in report.critical_path_links))
+        unit = unit_for(max((op.us for op in report.critical_path), default=0.0))
+        lines.append(f"  {'time on path':>12}  {'share':>5}  {'count':>5}  kind  op")
         for op in report.critical_path:
             share = op.us / report.simulated_us if report.simulated_us > 0 else 0.0
-            lines.append(f"  {_us(op.us):>14}  {share:>5.0%}  {op.count:>5}  {op.kind:<4}  {op.name}")
+            lines.append(f"  {_us(op.us, unit):>12}  {share:>5.0%}  {op.count:>5}  {op.kind:<4}  {op.name}")
     if report.drift is not None:
         lines += format_drift(report.drift)
     for note in report.notes:

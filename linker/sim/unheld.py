@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from linker.model.units import format_us
 from linker.sim.graph import COMM, GPU, SimGraph, lane_label
 
 LARGEST = 3
@@ -86,11 +87,11 @@ def unheld_note(wait: UnheldWait, measured_us: float, simulated_us: float, job: 
     if measured_us <= 0 or simulated_us >= SHORT * measured_us or wait.us < 0.01 * measured_us:
         return None
     top = wait.streams[0]
-    largest = ", ".join(f"{w['name'][:60]!r} (id {w['id']}) {w['us']:,.1f} us" for w in wait.largest)
+    largest = ", ".join(f"{w['name'][:60]!r} (id {w['id']}) {format_us(w['us'])}" for w in wait.largest)
     return (f"{'rank ' + str(wait.rank) + ': ' if job else ''}the measured step holds at least "
-            f"{wait.us:,.1f} us ({wait.us / measured_us:.0%}) the graph cannot reproduce: GPU ops that "
+            f"{format_us(wait.us)} ({wait.us / measured_us:.0%}) the graph cannot reproduce: GPU ops that "
             f"started after everything they depend on had finished ({top.lane}: {top.ops} ops waited "
-            f"{top.us:,.1f} us in all; largest: {largest}). They waited for something the graph does not "
+            f"{format_us(top.us)} in all; largest: {largest}). They waited for something the graph does not "
             f"hold (a wait the trace did not record or that could not be placed, work queued before "
             f"profiling started, other processes, peer ranks); the replay starts them at once, so it "
             f"can run short by up to that much")
