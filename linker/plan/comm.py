@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.read.et import FLAT, EtNode
 from linker.link.etplus import EtPlus, GpuNode
 

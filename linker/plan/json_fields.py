@@ -20,7 +20,7 @@ from operator import attrgetter, eq
 
 import msgspec
 
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.plan.comm import WORLD_GROUP_ID
 from linker.plan.deps import PARENT, THREAD_ORDER, DependencyPlan, WriteSummary, dependency_plan
 from linker.link.etplus import EtPlus, as_number

@@ -31,7 +31,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import msgspec
 
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import (
     Frame,
     TraceFormatError,
