@@ -17,7 +17,7 @@ from linker.model import et_def_pb2 as pb
 from linker.plan.comm import is_int
 from linker.read.et import UNSET, EtNode, decode_attr_values
 from linker.write.chakra_wire import make_attr
-from linker.write.protobuf_wire import MAX_INT64, MIN_INT64, delimited, encode_varint, int64_varint, tag, tags
+from linker.write.protobuf_wire import MAX_INT64, MIN_INT64, delimited, encode_varint, int64_varint, is_int64, tag, tags
 
 MAX_CACHED = 1 << 16
 # Caches of per-op values (fw_parent / seq_id entries, durations): a few MB at most (the write runs
@@ -50,11 +50,6 @@ def attr_spec(name: str, value: Any) -> AttrSpec | None:
         if all(isinstance(v, str) for v in value):
             return name, "string_list", tuple(value)
     return name, "string_val", orjson.dumps(value).decode()
-
-
-def is_int64(value: Any) -> bool:
-    """A Python int (not a bool) that fits int64."""
-    return type(value) is int and MIN_INT64 <= value <= MAX_INT64
 
 
 def int64_head(name: str) -> bytes:

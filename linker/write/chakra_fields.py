@@ -23,9 +23,9 @@ from linker.model import et_def_pb2 as pb
 from linker.plan.comm import IOParts
 from linker.read.et import UNSET, EtNode
 from linker.write.chakra_attrs import (ATTR, MAX_CACHED, MAX_CACHED_VALUES, PER_OP_ATTRS, AttrEncoder, int64_attr,
-                                       int64_head, is_int64)
+                                       int64_head)
 from linker.write.protobuf_wire import (CONTINUED_PAIRS, MAX_INT64, SMALL_VARINTS, SMALL_VARINTS_END, delimited,
-                                        encode_varint, tags)
+                                        encode_varint, is_int64, tags)
 
 INPUTS, OUTPUTS = tags(pb.Node, "inputs", "outputs")
 _IO_TAGS = tags(pb.IOInfo, "values", "shapes", "types", "strides")

@@ -47,6 +47,11 @@ SMALL_VARINTS = [bytes((v,)) if v < 0x80 else bytes((v & 0x7F | 0x80, v >> 7)) f
 CONTINUED_PAIRS = [bytes((v & 0x7F | 0x80, v >> 7 | 0x80)) for v in range(SMALL_VARINTS_END)]
 
 
+def is_int64(value) -> bool:
+    """A Python int (not a bool) that fits an int64 field."""
+    return type(value) is int and MIN_INT64 <= value <= MAX_INT64
+
+
 def int64_varint(value: int) -> bytes:
     """The varint of an int64 field's value: a negative one as its two's complement (10 bytes)."""
     return encode_varint(value if value >= 0 else value & UINT64_MASK)

@@ -15,6 +15,7 @@ import msgspec
 from linker.model.errors import TraceInputError
 from linker.read.files import collector_paused, read_trace_bytes
 from linker.write.chakra_wire import TraceFormatError
+from linker.write.protobuf_wire import is_int64
 from linker.write.validate.graph import DependencyTable, check_dependency_graph
 from linker.write.validate.report import DEFAULT_MAX_EXAMPLES, FORMAT_ET_JSON, ValidationResult, ViolationLog, make_result
 
@@ -85,18 +86,11 @@ def _detect_json_layout(nodes: list[_JsonNode | None]) -> str:
     return "parent"
 
 
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-
-
-def _is_int64(value: Any) -> bool:
-    return type(value) is int and _INT64_MIN <= value <= _INT64_MAX
-
-
 def _dep_list(value: Any) -> Sequence[int] | None:
     """A dependency field as a sequence of ints (JSON stores one int or a list); None if malformed."""
-    if _is_int64(value):
+    if is_int64(value):
         return (value,)
-    if isinstance(value, list) and all(map(_is_int64, value)):
+    if isinstance(value, list) and all(map(is_int64, value)):
         return value
     return None
 
@@ -134,7 +128,7 @@ def _add_json_node(
 ) -> None:
     """Count one JSON node and add it to the table (or report why it cannot be). O(#deps)."""
     node_id = node.id if node is not None else None
-    if not _is_int64(node_id):
+    if not is_int64(node_id):
         log.add("bad_id", -1, f"node #{position}: id {None if node_id is UNSET else node_id!r}")
         return
     counts["gpu" if node.cat in GPU_CATEGORIES else "cpu"] += 1
