@@ -8,19 +8,10 @@ input paths are refused as output).
 Node types:
 - CPU ops (every ET node, roots included) and kernels / memcpys / memsets: ``COMP_NODE``;
 - ``## process_group:init ##``: ``METADATA_NODE``;
-- NCCL/RCCL collective kernels: ``COMM_COLL_NODE`` with ``comm_type`` (from the kernel name, e.g.
-  ``ncclKernel_AllReduce_…``; for ``SendRecv`` / generic kernels from the launching ``nccl:*`` op,
-  its ``record_param_comms`` collective name, its ``c10d::*`` op, or Kineto's "Collective name"),
-  ``comm_size`` (bytes of the collective op's input tensors, else Kineto "In msg nelems" × dtype
-  size) and ``pg_name``: the job-wide group id, PyTorch's numeric group name + 1 (Kineto "Process
-  Group Name", record_param_comms' pg name, mapped through ``## process_group:init ##`` when it is a
-  description; the world group "0" -> "1" when the trace does not say), see ``plan.comm``;
-- ``SendRecv`` kernels under a send / recv op: ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` with the peer
-  (``comm_dst`` / ``comm_src``: the rank argument of record_param_comms, mapped to a global rank
-  through the process group's ranks when known), this rank on the other side when Kineto names it,
-  ``comm_tag`` when the ``c10d::send``/``recv`` op carries one, and ``comm_size``.
-  A communication kernel whose kind, size or peer cannot be determined is written as a
-  ``COMP_NODE`` (its duration kept) and counted in the summary, never invented.
+- communication kernels: ``COMM_COLL_NODE`` (``comm_type``, ``comm_size``, ``pg_name``) or
+  ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` (the peer, ``comm_size``), by the rules of ``plan.comm``;
+  one whose kind, size or peer cannot be determined is written as a ``COMP_NODE`` (its duration
+  kept) and counted in the summary, never invented.
 
 Dependencies (every id referenced exists; the graph is acyclic by construction):
 - ``ctrl_deps`` = the parent (a GPU op's parent is its launching CPU op). The process root's

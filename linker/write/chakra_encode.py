@@ -36,6 +36,7 @@ from linker.write.chakra_attrs import MAX_CACHED_VALUES, AttrEncoder, AttrSpec, 
 from linker.write.chakra_fields import EtOnlyFields
 from linker.write.protobuf_wire import CONTINUED_PAIRS, SMALL_VARINTS, SMALL_VARINTS_END, delimited, encode_varint, tags
 
+# AttrEncoder and EtOnlyFields: what a child encoding the ET's fields ahead needs (``schedule.fields_child``).
 __all__ = ["AttrEncoder", "EtOnlyFields", "NodeFrames", "TYPE_NAMES", "cpu_node_type_of", "gpu_attrs"]
 
 _ID, _NAME, _TYPE, _CTRL_DEPS, _DATA_DEPS, _START, _DURATION = tags(
@@ -227,7 +228,8 @@ class NodeFrames:
         """The ``name`` and ``type`` fields of the ops of ``key`` (a name, or a GPU op's name and type)."""
         name = key if isinstance(key, str) else key[0]
         encoded = name.encode("utf-8")
-        head = (delimited(_NAME, encoded) if encoded else b"") + (_TYPE + encode_varint(node_type) if node_type else b"")
+        head = ((delimited(_NAME, encoded) if encoded else b"")
+                + (_TYPE + encode_varint(node_type) if node_type else b""))
         self._heads[key] = head
         return head
 

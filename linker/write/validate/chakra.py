@@ -16,7 +16,8 @@ from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import (Frame, TraceFormatError, find_attr, has_unknown_fields, iter_frames,
                                       parse_metadata, parse_node)
 from linker.write.validate.graph import DependencyTable, check_dependency_graph
-from linker.write.validate.report import DEFAULT_MAX_EXAMPLES, FORMAT_CHAKRA, ValidationResult, ViolationLog, make_result
+from linker.write.validate.report import (DEFAULT_MAX_EXAMPLES, FORMAT_CHAKRA, ValidationResult, ViolationLog,
+                                          make_result)
 
 # Collectives ASTRA-sim simulates (BROADCAST by replaying its duration); the others abort it.
 ASTRA_SIM_COLLECTIVES = frozenset({pb.ALL_REDUCE, pb.ALL_TO_ALL, pb.ALL_GATHER, pb.REDUCE_SCATTER, pb.BROADCAST})

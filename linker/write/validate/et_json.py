@@ -17,7 +17,8 @@ from linker.read.files import collector_paused, read_trace_bytes
 from linker.write.chakra_wire import TraceFormatError
 from linker.write.protobuf_wire import is_int64
 from linker.write.validate.graph import DependencyTable, check_dependency_graph
-from linker.write.validate.report import DEFAULT_MAX_EXAMPLES, FORMAT_ET_JSON, ValidationResult, ViolationLog, make_result
+from linker.write.validate.report import (DEFAULT_MAX_EXAMPLES, FORMAT_ET_JSON, ValidationResult, ViolationLog,
+                                          make_result)
 
 UNSET = msgspec.UNSET
 # Written here again, not imported from the readers, so the checker stays independent of them.
