@@ -1,4 +1,4 @@
-"""The speed paths of the writers give the same bytes as the plain ones.
+"""The speed paths of the writers give the same bytes as a plain reference.
 
 - ``.et``: node messages are encoded a chunk at a time with caches of what repeats
   (``chakra_encode.NodeFrames``); the file and the summary must equal what protobuf makes of the
@@ -34,7 +34,7 @@ def _et_plus(et_path, kineto_path):
     return build_et_plus(link(read_execution_trace(et_path), read_kineto_trace(kineto_path)))
 
 
-def _plain_et(et_plus):
+def _expected_et(et_plus):
     """The ``.et`` bytes protobuf makes of the messages built one at a time, its frames (metadata
     first) and its summary (``chakra_oracle``)."""
     return expected_et(et_plus)
@@ -45,19 +45,19 @@ PAIRS = [lambda: fixture_pair("cpu", "threads"), lambda: fixture_pair("gpu", "gp
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=["cpu-threads", "gpu-v111", "dlrm-rank3", "gpu-v101-flat"])
-def test_chunked_et_write_equals_the_plain_path(pair, tmp_path, monkeypatch):
+def test_chunked_et_write_equals_protobuf_messages(pair, tmp_path, monkeypatch):
     """The writer's chunked encoder (``NodeFrames``: caches, inlined fields) gives the bytes and
     counts protobuf gives for the same messages built one at a time (``chakra_oracle``)."""
     et_plus = _et_plus(*pair())
-    plain, frames, plain_summary = _plain_et(et_plus)
-    assert plain_summary.counts_by_type["COMP_NODE"] > 0
+    expected, frames, expected_summary = _expected_et(et_plus)
+    assert expected_summary.counts_by_type["COMP_NODE"] > 0
     for chunk_nodes in (write_chakra.CHUNK_NODES, 7, 1):
         monkeypatch.setattr(write_chakra, "CHUNK_NODES", chunk_nodes)
         summary = write_chakra.write_chakra_trace(et_plus, tmp_path / f"chunks{chunk_nodes}.et")
-        assert (tmp_path / f"chunks{chunk_nodes}.et").read_bytes() == plain
+        assert (tmp_path / f"chunks{chunk_nodes}.et").read_bytes() == expected
         assert summary.nodes == len(frames) - 1 == len(list(read_et(tmp_path / f"chunks{chunk_nodes}.et"))) - 1
-        assert summary.counts_by_type == plain_summary.counts_by_type
-        assert summary.comm_unresolved == plain_summary.comm_unresolved
+        assert summary.counts_by_type == expected_summary.counts_by_type
+        assert summary.comm_unresolved == expected_summary.comm_unresolved
 
 
 class _AllFields:
@@ -80,7 +80,7 @@ def test_et_only_fields_equal_what_the_encoder_inlines(pair, tmp_path):
     et_plus = _et_plus(*pair())
     write_chakra.write_chakra_trace(et_plus, tmp_path / "inlined.et")
     write_chakra.write_chakra_trace(et_plus, tmp_path / "given.et", pre_encoded=_AllFields(et_plus.et))
-    assert (tmp_path / "given.et").read_bytes() == (tmp_path / "inlined.et").read_bytes() == _plain_et(et_plus)[0]
+    assert (tmp_path / "given.et").read_bytes() == (tmp_path / "inlined.et").read_bytes() == _expected_et(et_plus)[0]
 
 
 def test_json_in_pieces_equals_one_encode(tmp_path):
@@ -104,7 +104,7 @@ def test_json_in_pieces_equals_one_encode(tmp_path):
     assert et_plus.gpu_nodes, "the pair must have GPU nodes, so the pieces cross from ET to GPU nodes"
 
 
-def test_chunked_et_write_of_odd_start_times_equals_the_plain_path(tmp_path, monkeypatch):
+def test_chunked_et_write_of_odd_start_times_equals_protobuf_messages(tmp_path, monkeypatch):
     """Start times of every size and sign (the chunked encoder keeps the high bits of the last
     large one: crossing 2**14 and 2**28 boundaries, going back, negative and tiny ones)."""
     et_plus = _et_plus(*fixture_pair("cpu", "threads"))
@@ -113,11 +113,11 @@ def test_chunked_et_write_of_odd_start_times_equals_the_plain_path(tmp_path, mon
     timed = [node for node in et_plus.et.nodes if node.ts is not msgspec.UNSET]
     for k, node in enumerate(timed):
         node.ts = odd[k % len(odd)]
-    plain = _plain_et(et_plus)[0]
+    expected = _expected_et(et_plus)[0]
     for chunk_nodes in (write_chakra.CHUNK_NODES, 1):  # 1: each op first of its chunk
         monkeypatch.setattr(write_chakra, "CHUNK_NODES", chunk_nodes)
         write_chakra.write_chakra_trace(et_plus, tmp_path / f"odd{chunk_nodes}.et")
-        assert (tmp_path / f"odd{chunk_nodes}.et").read_bytes() == plain
+        assert (tmp_path / f"odd{chunk_nodes}.et").read_bytes() == expected
 
 
 class _SlowRecorder:

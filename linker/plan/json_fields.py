@@ -9,8 +9,9 @@ worker's thread root: the time before its first op). Every node gets ``data_deps
 and, for resolved communication kernels, ``comm_type`` (Chakra enum name), ``comm_size`` (bytes),
 ``pg_name`` (PyTorch's process-group name, as Kineto's "Process Group Name" that the node may
 already carry; the ``.et`` attribute holds the job-wide id, that name + 1), and ``comm_src`` /
-``comm_dst`` for point-to-point. Re-resolving an annotated node gives the same attributes. ``ts``, ``dur``, ``inclusive_dur``
-and ``exclusive_dur`` keep their meanings. Cost: O(n + g + edges) after the plan.
+``comm_dst`` for point-to-point. Re-resolving an annotated node gives the same attributes.
+``ts``, ``dur``, ``inclusive_dur`` and ``exclusive_dur`` keep their meanings.
+Cost: O(n + g + edges) after the plan.
 """
 
 from __future__ import annotations
