@@ -17,7 +17,8 @@ from linker.model import et_def_pb2 as pb
 from linker.plan.comm import is_int
 from linker.read.et import UNSET, EtNode, decode_attr_values
 from linker.write.chakra_wire import make_attr
-from linker.write.protobuf_wire import MAX_INT64, MIN_INT64, delimited, encode_varint, int64_varint, is_int64, tag, tags
+from linker.write.protobuf_wire import (MAX_INT64, MIN_INT64, UINT64_MASK, delimited, encode_varint, is_int64, tag,
+                                        tags)
 
 MAX_CACHED = 1 << 16
 # Caches of per-op values (fw_parent / seq_id entries, durations): a few MB at most (the write runs
@@ -59,7 +60,7 @@ def int64_head(name: str) -> bytes:
 
 def int64_attr(head: bytes, value: int) -> bytes:
     """``Node.attr`` of an int64 attribute: its head (``int64_head``), then the value's varint."""
-    varint = int64_varint(value)
+    varint = encode_varint(value if value >= 0 else value & UINT64_MASK)  # int64: two's complement
     return ATTR + encode_varint(len(head) + len(varint)) + head + varint
 
 

@@ -139,7 +139,8 @@ class NodeFrames:
         out: list[bytes] = []
         append = out.append
         for u, fields in zip(order, fields_of):
-            if u < n:  # an ET op
+            et_op = u < n
+            if et_op:
                 node = nodes[u]
                 head = heads.get(node.name) or self._head(node.name, cpu_node_type_of(node.name))
                 duration = sim[u]
@@ -165,7 +166,7 @@ class NodeFrames:
                 parts += (ctrl_tag, small[len(c)], c)
             # data_deps and their causes (written last)
             d = prev[u]
-            if u < n and u not in waits:  # the thread's previous op or none: ``plan.data_deps`` inlined
+            if et_op and u not in waits:  # the thread's previous op or none: ``plan.data_deps`` inlined
                 causes = (parent_cause if d == p else order_cause) if d >= 0 else b""
             else:
                 deps = data_deps(u)
@@ -193,7 +194,7 @@ class NodeFrames:
             if t > 0:
                 parts += (duration_tag, small[t] if t < end else varint(t))
             # inputs, outputs, attr
-            if u < n:
+            if et_op:
                 if fields is not None:
                     parts.append(fields)
                 elif flat:

@@ -24,12 +24,13 @@ from linker.plan.comm import IOParts
 from linker.read.et import UNSET, EtNode
 from linker.write.chakra_attrs import (ATTR, MAX_CACHED, MAX_CACHED_VALUES, PER_OP_ATTRS, AttrEncoder, int64_attr,
                                        int64_head)
-from linker.write.protobuf_wire import (CONTINUED_PAIRS, MAX_INT64, SMALL_VARINTS, SMALL_VARINTS_END, delimited,
-                                        encode_varint, is_int64, tags)
+from linker.write.protobuf_wire import (CONTINUED_PAIRS, MAX_INT64, MIN_INT64, SMALL_VARINTS, SMALL_VARINTS_END,
+                                        delimited, encode_varint, is_int64, tags)
 
 INPUTS, OUTPUTS = tags(pb.Node, "inputs", "outputs")
 _IO_TAGS = tags(pb.IOInfo, "values", "shapes", "types", "strides")
 _VALUES = _IO_TAGS[0]
+_VALUES_SIZE = len(_VALUES)
 
 
 def text(raw: Any) -> str:
@@ -112,7 +113,7 @@ class IoFields:
         if not size:
             return delimited(self._tag, tail)
         size_bytes = SMALL_VARINTS[size] if size < SMALL_VARINTS_END else encode_varint(size)
-        total = len(_VALUES) + len(size_bytes) + size + len(tail)
+        total = _VALUES_SIZE + len(size_bytes) + size + len(tail)
         total_bytes = SMALL_VARINTS[total] if total < SMALL_VARINTS_END else encode_varint(total)
         return b"".join((self._tag, total_bytes, _VALUES, size_bytes, values, tail))
 
@@ -225,7 +226,7 @@ def _written_int64(text: bytes, entry: bytes, head: bytes) -> bytes | None:
     then an int64 literal), without decoding; None for any other text."""
     if text.startswith(entry):
         value = _int_literal(text[len(entry):])
-        if is_int64(value):
+        if value is not None and MIN_INT64 <= value <= MAX_INT64:
             return int64_attr(head, value)
     return None
 

@@ -52,11 +52,6 @@ def is_int64(value) -> bool:
     return type(value) is int and MIN_INT64 <= value <= MAX_INT64
 
 
-def int64_varint(value: int) -> bytes:
-    """The varint of an int64 field's value: a negative one as its two's complement (10 bytes)."""
-    return encode_varint(value if value >= 0 else value & UINT64_MASK)
-
-
 _FIXED64_TYPES = {FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
 _FIXED32_TYPES = {FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_SFIXED32}
 _DELIMITED_TYPES = {FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES, FieldDescriptor.TYPE_MESSAGE}
