@@ -135,7 +135,7 @@ def network_check(setup: Path, files: list[Path], binary: str, work: Path) -> bo
     from linker.batch.astra_setup import job_collectives
     from linker.sim.job import read_comm_groups, resolve_inputs
     from linker.sim.load import load_graph
-    from linker.write import et_def_pb2 as pb
+    from linker.model import et_def_pb2 as pb
     from linker.write.chakra_wire import EtWriter, make_attr
 
     inputs = resolve_inputs(files)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate linker/write/et_def_pb2.py from schema/et_def.proto.
+"""Regenerate linker/model/et_def_pb2.py from schema/et_def.proto.
 
 Compiler: Debian's ``protoc`` (``apt-get install -y protobuf-compiler``, 3.21.12 on bookworm) is the
 one used for the committed module. protoc 3.21 writes code that does not pin a protobuf runtime
@@ -9,7 +9,7 @@ Newer compilers (protoc >= 26, e.g. recent grpcio-tools) emit code that calls
 the compiler: do not use them for the committed module.
 
 Usage:
-    python scripts/gen_proto.py            # rewrite linker/write/et_def_pb2.py
+    python scripts/gen_proto.py            # rewrite linker/model/et_def_pb2.py
     python scripts/gen_proto.py --check    # exit 1 if the committed module differs from protoc's
     python scripts/gen_proto.py --protoc /path/to/protoc
 """
@@ -26,8 +26,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = REPO_ROOT / "schema"
 PROTO_NAME = "et_def.proto"
-PACKAGE_DIR = "linker/write"
-OUTPUT_PATH = REPO_ROOT / "linker" / "write" / "et_def_pb2.py"
+PACKAGE_DIR = "linker/model"
+OUTPUT_PATH = REPO_ROOT / "linker" / "model" / "et_def_pb2.py"
 EXPECTED_PROTOC_MAJOR_MINOR = "3.21"
 
 
@@ -48,8 +48,8 @@ def protoc_version(protoc: str) -> str:
 def generate(protoc: str) -> str:
     """Compile the schema with ``protoc`` and return the generated Python text.
 
-    The schema is staged as ``linker/write/et_def.proto`` so the generated classes belong to the module
-    ``linker.write.et_def_pb2`` (their ``__module__``), which pickling (e.g. multiprocessing) needs.
+    The schema is staged as ``linker/model/et_def.proto`` so the generated classes belong to the module
+    ``linker.model.et_def_pb2`` (their ``__module__``), which pickling (e.g. multiprocessing) needs.
     """
     with tempfile.TemporaryDirectory() as work_dir:
         staged = Path(work_dir) / "include" / PACKAGE_DIR / PROTO_NAME

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, make_attr
 
 

@@ -17,7 +17,7 @@ import pytest
 
 import wire_decoder
 from linker.write import chakra_wire as chakra_io
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, TraceFormatError, open_et, read_et
 from linker.model.errors import TraceInputError
 from conftest import shared_reason
@@ -349,7 +349,7 @@ def test_generated_module_is_what_protoc_makes():
 
 def test_messages_pickle_for_multiprocessing():
     node = pb.Node(id=9, name="aten::mm", type=pb.COMP_NODE, ctrl_deps=[1])
-    assert type(node).__module__ == "linker.write.et_def_pb2"
+    assert type(node).__module__ == "linker.model.et_def_pb2"
     assert pickle.loads(pickle.dumps(node)) == node
 
 

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import shared_trace
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import attr_dict, read_et
 from linker.cli import app
 from linker.model.exit_status import EXIT_COLLECTIVE_MISMATCH

@@ -20,7 +20,7 @@ from linker.batch.rank_start import set_rank_start
 from linker.cli import app
 from linker.plan.rank_start import DELAY_NODE_NAME, RANK_START, measured_offsets
 from linker.sim.cli_run import SimulateOptions, run_simulate
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, iter_frames, make_attr, read_et
 from linker.write.validate import validate_file
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.sim.engine import ASTRA_SIM, LANES, Scale, measured_release, replay
 from linker.sim.load import load_graph
 from linker.sim.report import build_report

@@ -10,7 +10,7 @@ import pytest
 
 import wire_decoder
 from linker.write import chakra_wire as chakra_io
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, TraceFormatError, make_attr
 from linker.write.validate import format_result, validate_file
 from conftest import shared_reason

@@ -8,12 +8,11 @@ import json
 import math
 from pathlib import Path
 
-import msgspec
 import pytest
 
 import wire_decoder
 from conftest import dlrm_pair, fixture_pair
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.plan import comm as chakra_comm
 from linker.plan import deps as chakra_deps
 from linker.write import chakra as write_chakra
@@ -26,7 +25,8 @@ from linker.link.recipe import LinkOptions, link
 from linker.pipeline import link_pair
 from linker.write.validate import format_result, validate_file
 from linker.plan.comm import ProcessGroups, kind_from_kernel, kind_from_name, tensors_bytes
-from linker.write.chakra import attr_spec, write_chakra_trace
+from linker.write.chakra import write_chakra_trace
+from linker.write.chakra_attrs import attr_spec
 
 DLRM_RANKS = range(8)
 GPU_FIXTURES = ["gpu_v101", "gpu_v111"]
@@ -681,7 +681,8 @@ ATTRS_TEXTS = [
 
 @pytest.mark.parametrize("text", ATTRS_TEXTS)
 def test_cached_attrs_equal_plain_attrs(text):
-    from linker.write.chakra_encode import AttrEncoder, CpuAttrs
+    from linker.write.chakra_attrs import AttrEncoder
+    from linker.write.chakra_fields import CpuAttrs
     from linker.read.et import EtNode, Raw
 
     node = EtNode(id=1, name="x", attrs=Raw(text.encode()))
@@ -722,14 +723,14 @@ IO_TEXTS = [
 
 @pytest.mark.parametrize("text", IO_TEXTS)
 def test_cached_io_fields_equal_plain_ones(text):
-    from linker.write.chakra_encode import IoFields, _io_fields
+    from linker.write.chakra_fields import INPUTS, IoFields, io_fields
     from linker.read.et import EtNode, Raw
 
     node = EtNode(id=1, name="x", inputs=Raw(text))
-    plain = _io_fields(node, False)
-    fields = IoFields(b"\x42")
+    plain = io_fields(node, False)
+    fields = IoFields(INPUTS)
     other = Raw(b'{"values": [1], "shapes": [[9]], "types": ["Int"]}')
-    other_plain = _io_fields(EtNode(id=1, name="x", inputs=other), False)
+    other_plain = io_fields(EtNode(id=1, name="x", inputs=other), False)
     for _ in range(2):  # encoded, then with the shapes/types from the cache
         assert fields(node.inputs) == plain
         assert fields(other) == other_plain
@@ -741,11 +742,12 @@ def test_cached_io_fields_equal_plain_ones(text):
 def test_cached_attrs_stay_equal_when_their_caches_fill(monkeypatch):
     """The per-op value caches are emptied when full: texts seen before, after and across an
     emptying give the plain path's bytes."""
-    from linker.write import chakra_encode
-    from linker.write.chakra_encode import AttrEncoder, CpuAttrs
+    from linker.write import chakra_fields
+    from linker.write.chakra_attrs import AttrEncoder
+    from linker.write.chakra_fields import CpuAttrs
     from linker.read.et import EtNode, Raw
 
-    monkeypatch.setattr(chakra_encode, "MAX_CACHED_VALUES", 3)
+    monkeypatch.setattr(chakra_fields, "MAX_CACHED_VALUES", 3)
     fast = CpuAttrs(AttrEncoder())
     texts = ["[" + ",".join((_RF % (100 + k), _FW.replace("0}", "%d}" % (k % 5)), _SEQ % (k % 7), _REST)) + "]"
              for k in range(40)]
@@ -757,7 +759,8 @@ def test_cached_attrs_stay_equal_when_their_caches_fill(monkeypatch):
 
 def test_time_split_attribute_of_a_negative_value_is_zero():
     """``_IntAttr`` caches a rounded value as it comes; a negative one is written as 0."""
-    from linker.write.chakra_encode import _IntAttr, int64_attr, int64_head
+    from linker.write.chakra_attrs import int64_attr, int64_head
+    from linker.write.chakra_encode import _IntAttr
 
     attr = _IntAttr("blocked_micros")
     assert attr.miss(-2) == attr.cache[-2] == int64_attr(int64_head("blocked_micros"), 0)

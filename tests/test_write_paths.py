@@ -1,8 +1,8 @@
-"""The speed paths of the writers give the same bytes as the plain ones.
+"""The speed paths of the writers give the same bytes as a plain reference.
 
 - ``.et``: node messages are encoded a chunk at a time with caches of what repeats
-  (``chakra_encode.NodeFrames``); the file and the summary must equal the plain path's
-  (``write_chakra.node_messages``, one node at a time), whatever the chunk size.
+  (``chakra_encode.NodeFrames``); the file and the summary must equal what protobuf makes of the
+  same messages built one at a time (``chakra_oracle``), whatever the chunk size.
 - ET+ JSON: written in pieces by a writer thread, each encoded into a buffer the thread hands back
   once written (``fileio.BackgroundWriter.buffer``); it must equal one ``msgspec`` encode of the
   whole document.
@@ -16,10 +16,13 @@ import time
 import msgspec
 import pytest
 
+from chakra_oracle import expected_et
 from conftest import dlrm_pair, fixture_pair
 from linker.write import chakra as write_chakra
-from linker.write.chakra_wire import encode_varint, read_et
-from linker.read.et import read_execution_trace
+from linker.write.chakra_attrs import AttrEncoder
+from linker.write.chakra_fields import EtOnlyFields
+from linker.write.chakra_wire import read_et
+from linker.read.et import FLAT, read_execution_trace
 from linker.read.files import BackgroundWriter
 from linker.link.etplus import build_et_plus
 from linker.read.kineto import read_kineto_trace
@@ -31,15 +34,10 @@ def _et_plus(et_path, kineto_path):
     return build_et_plus(link(read_execution_trace(et_path), read_kineto_trace(kineto_path)))
 
 
-def _plain_et(et_plus):
-    """The ``.et`` bytes of the plain path (``node_messages``: one node at a time, GPU ops through
-    protobuf), its frames (metadata first) and its summary."""
-    summary = write_chakra.WriteSummary("")
-    plan = write_chakra.dependency_plan(et_plus, summary)
-    frames = [write_chakra.metadata_message(et_plus).SerializeToString()]
-    for message in write_chakra.node_messages(et_plus, plan, summary):
-        frames.append(message if isinstance(message, bytes) else message.SerializeToString())
-    return b"".join(encode_varint(len(frame)) + frame for frame in frames), frames, summary
+def _expected_et(et_plus):
+    """The ``.et`` bytes protobuf makes of the messages built one at a time, its frames (metadata
+    first) and its summary (``chakra_oracle``)."""
+    return expected_et(et_plus)
 
 
 PAIRS = [lambda: fixture_pair("cpu", "threads"), lambda: fixture_pair("gpu", "gpu_v111"), lambda: dlrm_pair(3),
@@ -47,19 +45,42 @@ PAIRS = [lambda: fixture_pair("cpu", "threads"), lambda: fixture_pair("gpu", "gp
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=["cpu-threads", "gpu-v111", "dlrm-rank3", "gpu-v101-flat"])
-def test_chunked_et_write_equals_the_plain_path(pair, tmp_path, monkeypatch):
+def test_chunked_et_write_equals_protobuf_messages(pair, tmp_path, monkeypatch):
     """The writer's chunked encoder (``NodeFrames``: caches, inlined fields) gives the bytes and
-    counts of the plain path (``node_messages``: one node at a time, GPU ops through protobuf)."""
+    counts protobuf gives for the same messages built one at a time (``chakra_oracle``)."""
     et_plus = _et_plus(*pair())
-    plain, frames, plain_summary = _plain_et(et_plus)
-    assert plain_summary.counts_by_type["COMP_NODE"] > 0
+    expected, frames, expected_summary = _expected_et(et_plus)
+    assert expected_summary.counts_by_type["COMP_NODE"] > 0
     for chunk_nodes in (write_chakra.CHUNK_NODES, 7, 1):
         monkeypatch.setattr(write_chakra, "CHUNK_NODES", chunk_nodes)
         summary = write_chakra.write_chakra_trace(et_plus, tmp_path / f"chunks{chunk_nodes}.et")
-        assert (tmp_path / f"chunks{chunk_nodes}.et").read_bytes() == plain
+        assert (tmp_path / f"chunks{chunk_nodes}.et").read_bytes() == expected
         assert summary.nodes == len(frames) - 1 == len(list(read_et(tmp_path / f"chunks{chunk_nodes}.et"))) - 1
-        assert summary.counts_by_type == plain_summary.counts_by_type
-        assert summary.comm_unresolved == plain_summary.comm_unresolved
+        assert summary.counts_by_type == expected_summary.counts_by_type
+        assert summary.comm_unresolved == expected_summary.comm_unresolved
+
+
+class _AllFields:
+    """A stand-in for ``fields_child.PreEncoded``: every ET op's fields from ``EtOnlyFields``
+    called op by op (as the child calls it), none for GPU ops."""
+
+    def __init__(self, et):
+        fields = EtOnlyFields(AttrEncoder(), et.layout == FLAT)
+        self._fields = [fields(node) for node in et.nodes]
+
+    def chunk(self, order):
+        n = len(self._fields)
+        return [self._fields[u] if u < n else None for u in order]
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=["cpu-threads", "gpu-v111", "dlrm-rank3", "gpu-v101-flat"])
+def test_et_only_fields_equal_what_the_encoder_inlines(pair, tmp_path):
+    """``NodeFrames.chunk`` inlines ``EtOnlyFields`` for nested-layout ops: the fields it takes
+    from ``EtOnlyFields`` (as from the child) give the same file, for both layouts."""
+    et_plus = _et_plus(*pair())
+    write_chakra.write_chakra_trace(et_plus, tmp_path / "inlined.et")
+    write_chakra.write_chakra_trace(et_plus, tmp_path / "given.et", pre_encoded=_AllFields(et_plus.et))
+    assert (tmp_path / "given.et").read_bytes() == (tmp_path / "inlined.et").read_bytes() == _expected_et(et_plus)[0]
 
 
 def test_json_in_pieces_equals_one_encode(tmp_path):
@@ -83,7 +104,7 @@ def test_json_in_pieces_equals_one_encode(tmp_path):
     assert et_plus.gpu_nodes, "the pair must have GPU nodes, so the pieces cross from ET to GPU nodes"
 
 
-def test_chunked_et_write_of_odd_start_times_equals_the_plain_path(tmp_path, monkeypatch):
+def test_chunked_et_write_of_odd_start_times_equals_protobuf_messages(tmp_path, monkeypatch):
     """Start times of every size and sign (the chunked encoder keeps the high bits of the last
     large one: crossing 2**14 and 2**28 boundaries, going back, negative and tiny ones)."""
     et_plus = _et_plus(*fixture_pair("cpu", "threads"))
@@ -92,11 +113,11 @@ def test_chunked_et_write_of_odd_start_times_equals_the_plain_path(tmp_path, mon
     timed = [node for node in et_plus.et.nodes if node.ts is not msgspec.UNSET]
     for k, node in enumerate(timed):
         node.ts = odd[k % len(odd)]
-    plain = _plain_et(et_plus)[0]
+    expected = _expected_et(et_plus)[0]
     for chunk_nodes in (write_chakra.CHUNK_NODES, 1):  # 1: each op first of its chunk
         monkeypatch.setattr(write_chakra, "CHUNK_NODES", chunk_nodes)
         write_chakra.write_chakra_trace(et_plus, tmp_path / f"odd{chunk_nodes}.et")
-        assert (tmp_path / f"odd{chunk_nodes}.et").read_bytes() == plain
+        assert (tmp_path / f"odd{chunk_nodes}.et").read_bytes() == expected
 
 
 class _SlowRecorder:

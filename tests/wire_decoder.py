@@ -1,4 +1,4 @@
-"""An independent decoder of the protobuf wire format, for cross-checking ``linker.write.et_def_pb2``.
+"""An independent decoder of the protobuf wire format, for cross-checking ``linker.model.et_def_pb2``.
 
 It knows only the wire format (varints, 64/32-bit fixed fields, length-delimited fields) and, for
 the Chakra messages, which field numbers hold nested messages, packed varints or zigzag / signed

@@ -31,7 +31,7 @@ from linker.model.errors import TraceInputError
 from linker.sim.engine import match_communication
 from linker.batch.rank_start import node_head
 from linker.sim.graph import COLL, META, SimGraph
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
 from linker.sim.network_fit import (ENDPOINT_DELAY_NS, LOCAL_MEM_BW_GBPS, Collective, NetworkFit, fit_network)
 

@@ -36,7 +36,7 @@ from typing import Iterable
 
 import orjson
 
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.plan.comm import WORLD_GROUP_ID, is_comm_kernel, read_process_groups
 from linker.plan.cpu_comm import issue_numbers
 from linker.plan.deps import dependency_plan

@@ -1,11 +1,23 @@
-"""Communication attributes of NCCL/RCCL kernels for the Chakra writer.
+"""Communication attributes of NCCL/RCCL kernels, for both outputs (``.et`` and ET+ JSON) and
+the cross-rank check.
 
 What a communication kernel is (collective type from the kernel name or the launching
 ``nccl:*`` / ``record_param_comms`` / ``c10d::*`` ops, send / recv), how many bytes it moves
 (the collective op's input tensors, else Kineto "In msg nelems" × dtype size), its element type
-when known, its process group and, for point-to-point, its peer as a global rank.
-See ``write_chakra``'s docstring for the rules; a kernel whose kind, size or peer cannot be
-determined resolves to ``COMP_NODE`` with a ``problem``, never an invented value.
+when known, its process group and, for point-to-point, its peer as a global rank:
+- NCCL/RCCL collective kernels: ``COMM_COLL_NODE`` with ``comm_type`` (from the kernel name, e.g.
+  ``ncclKernel_AllReduce_…``; for ``SendRecv`` / generic kernels from the launching ``nccl:*`` op,
+  its ``record_param_comms`` collective name, its ``c10d::*`` op, or Kineto's "Collective name"),
+  ``comm_size`` (bytes of the collective op's input tensors, else Kineto "In msg nelems" × dtype
+  size) and ``pg_name``: the job-wide group id, PyTorch's numeric group name + 1 (Kineto "Process
+  Group Name", record_param_comms' pg name, mapped through ``## process_group:init ##`` when it is a
+  description; the world group "0" -> "1" when the trace does not say; see below);
+- ``SendRecv`` kernels under a send / recv op: ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` with the peer
+  (``comm_dst`` / ``comm_src``: the rank argument of record_param_comms, mapped to a global rank
+  through the process group's ranks when known), this rank on the other side when Kineto names it,
+  ``comm_tag`` when the ``c10d::send``/``recv`` op carries one, and ``comm_size``.
+A kernel whose kind, size or peer cannot be determined resolves to ``COMP_NODE`` with a
+``problem`` (the writers keep its duration and count it), never an invented value.
 
 Process-group numbering (the ``pg_name`` written to ``.et`` files and the ids of a job's
 ``comm_groups.json``): **job id = PyTorch's numeric pg_name + 1**, so the default (world) group
@@ -28,7 +40,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.read.et import FLAT, EtNode
 from linker.link.etplus import EtPlus, GpuNode
 

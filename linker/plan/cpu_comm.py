@@ -28,7 +28,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from itertools import compress, repeat
 
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.plan.comm import (COLL, PARAM_COMMS_NAME, PYTORCH_WORLD_GROUP, CommAttrs, dtype_name, job_group_id,
                               kind_from_name, op_inputs, read_process_groups, tensors_bytes, _TENSOR_DTYPE)
 

@@ -1,16 +1,17 @@
-"""Fill the ET+ JSON's simulation fields from the dependency plan (``chakra_deps``).
+"""Fill the ET+ JSON's simulation fields from the dependency plan (``plan.deps``).
 
 Every linked CPU node gets ``blocked_dur`` (µs of its exclusive time spent waiting: blocking runtime
 calls, another thread), ``host_gap_dur`` (uncovered thread time folded into it, 0 when none) and
 ``sim_dur`` (= exclusive_dur − blocked_dur + host_gap_dur: the ``.et`` ``duration_micros`` before
 rounding); an unlinked node gets ``sim_dur`` and ``host_gap_dur`` only when it carries a gap (a
 worker's thread root: the time before its first op). Every node gets ``data_deps`` (node ids) and
-``data_dep_causes`` (same order; ``chakra_deps.CAUSES``). GPU nodes get ``sim_dur`` (their ``dur``)
+``data_dep_causes`` (same order; ``plan.deps.CAUSES``). GPU nodes get ``sim_dur`` (their ``dur``)
 and, for resolved communication kernels, ``comm_type`` (Chakra enum name), ``comm_size`` (bytes),
 ``pg_name`` (PyTorch's process-group name, as Kineto's "Process Group Name" that the node may
 already carry; the ``.et`` attribute holds the job-wide id, that name + 1), and ``comm_src`` /
-``comm_dst`` for point-to-point. Re-resolving an annotated node gives the same attributes. ``ts``, ``dur``, ``inclusive_dur``
-and ``exclusive_dur`` keep their meanings. Cost: O(n + g + edges) after the plan.
+``comm_dst`` for point-to-point. Re-resolving an annotated node gives the same attributes.
+``ts``, ``dur``, ``inclusive_dur`` and ``exclusive_dur`` keep their meanings.
+Cost: O(n + g + edges) after the plan.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from operator import attrgetter, eq
 
 import msgspec
 
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.plan.comm import WORLD_GROUP_ID
 from linker.plan.deps import PARENT, THREAD_ORDER, DependencyPlan, WriteSummary, dependency_plan
 from linker.link.etplus import EtPlus, as_number
 
 
 def pytorch_group_name(group_id: str) -> str:
-    """PyTorch's process-group name of a job-wide group id (``chakra_comm.job_group_id`` inverse)."""
+    """PyTorch's process-group name of a job-wide group id (``comm.job_group_id`` inverse)."""
     return str(int(group_id) - 1) if group_id.isdigit() else group_id
 
 

@@ -34,7 +34,7 @@ import msgspec
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.plan.comm import PROCESS_GROUP_INIT, kind_from_kernel, kind_from_name
 from linker.write.chakra_wire import TraceFormatError, attr_value, frame_boundary, iter_frames, iter_frames_from, open_binary
 from linker.model.errors import TraceInputError

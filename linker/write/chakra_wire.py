@@ -25,10 +25,11 @@ from typing import IO, Any, Iterator, NamedTuple
 from google.protobuf import unknown_fields
 from google.protobuf.message import DecodeError, Message
 
-from linker.write import et_def_pb2 as pb
+from linker.model import et_def_pb2 as pb
 from linker.model.errors import TraceInputError
 from linker.read.files import GZIP_MAGIC, BackgroundWriter, atomic_output, open_input
 from linker.schedule.prefill import reserve_space
+from linker.write.protobuf_wire import encode_varint
 
 GlobalMetadata = pb.GlobalMetadata
 Node = pb.Node
@@ -56,39 +57,8 @@ class TraceFormatError(TraceInputError):
 
 
 # ---------------------------------------------------------------------------------------------
-# Varints and framing
+# Framing
 # ---------------------------------------------------------------------------------------------
-
-
-def encode_varint(value: int) -> bytes:
-    """Return the base-128 varint encoding of a non-negative int. Cost: O(bytes); table lookups
-    of 14 bits at a time below 2**56."""
-    if value < _SMALL_VARINTS_END:
-        if value < 0:
-            raise ValueError(f"varint of a negative value: {value}")
-        return _SMALL_VARINTS[value]
-    if value < 1 << 28:  # ids of large traces
-        return _CONTINUED_PAIRS[value & 0x3FFF] + _SMALL_VARINTS[value >> 14]
-    if value < 1 << 42:
-        return _CONTINUED_PAIRS[value & 0x3FFF] + _CONTINUED_PAIRS[value >> 14 & 0x3FFF] + _SMALL_VARINTS[value >> 28]
-    if value < 1 << 56:  # times in µs since the epoch
-        return (_CONTINUED_PAIRS[value & 0x3FFF] + _CONTINUED_PAIRS[value >> 14 & 0x3FFF]
-                + _CONTINUED_PAIRS[value >> 28 & 0x3FFF] + _SMALL_VARINTS[value >> 42])
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_SMALL_VARINTS_END = 1 << 14
-_SMALL_VARINTS = [bytes((v,)) if v < 0x80 else bytes((v & 0x7F | 0x80, v >> 7)) for v in range(_SMALL_VARINTS_END)]
-# The low 14 bits of a larger value: two bytes, both with the continuation bit.
-_CONTINUED_PAIRS = [bytes((v & 0x7F | 0x80, v >> 7 | 0x80)) for v in range(_SMALL_VARINTS_END)]
-# For encoders that inline the common cases: the varint of v < SMALL_VARINTS_END is
-# SMALL_VARINTS[v]; of v < 2**28, CONTINUED_PAIRS[v & 0x3FFF] + SMALL_VARINTS[v >> 14].
-SMALL_VARINTS, SMALL_VARINTS_END, CONTINUED_PAIRS = _SMALL_VARINTS, _SMALL_VARINTS_END, _CONTINUED_PAIRS
 
 
 class Frame(NamedTuple):
@@ -378,7 +348,7 @@ class EtWriter:
     metadata is an error (the file would not be a Chakra trace). An empty ``GlobalMetadata`` is
     refused: its zero-length frame reads as end-of-file in the reference reader.
     ``background=True``: blocks are written (and gzip-compressed) by a thread
-    (``fileio.BackgroundWriter``, at most ``BACKGROUND_BLOCKS`` waiting) while the caller encodes
+    (``read.files.BackgroundWriter``, at most ``BACKGROUND_BLOCKS`` waiting) while the caller encodes
     the next ones; a write error is raised by a later write or at the end of the block.
     Cost: O(bytes written); output is flushed in ``WRITE_FLUSH_BYTES`` blocks.
     """
@@ -453,7 +423,7 @@ class EtWriter:
         self.nodes_written += 1
 
     def reserve(self, size: int) -> None:
-        """Have the file's first ``size`` bytes allocated now (``output_space.reserve_space``: best effort;
+        """Have the file's first ``size`` bytes allocated now (``schedule.prefill.reserve_space``: best effort;
         the file still ends where the writing does)."""
         reserve_space(self._stream, size)
 

@@ -153,31 +153,28 @@ class _ItemGap:
 
     def open_a(self, i: int, j: int) -> Opening:
         """xs[i] opened: its children paired greedily, in order, with ys[j], ys[j + 1], ..."""
-        key = (0, i, j)
-        if key not in self.opened:
-            label_a, lb, ys = self.et.label, self.lb, self.ys
-            u, total, made = j, 0, []
-            for c in self.kids_a[i]:
-                if u < len(ys) and label_a[c] == lb[u]:
-                    total += self.score(c, ys[u])
-                    made.append((i, u, c, ys[u]))
-                    u += 1
-            self.opened[key] = (total, u - j, made)
-        return self.opened[key]
+        return self.opened.get((0, i, j)) or self._open(0, i, j)
 
     def open_b(self, i: int, j: int) -> Opening:
         """ys[j] opened: its children paired greedily, in order, with xs[i], xs[i + 1], ..."""
-        key = (1, i, j)
-        if key not in self.opened:
-            label_b, la, xs = self.kineto.label, self.la, self.xs
-            u, total, made = i, 0, []
-            for c in self.kids_b[j]:
-                if u < len(xs) and label_b[c] == la[u]:
-                    total += self.score(xs[u], c)
-                    made.append((u, j, xs[u], c))
-                    u += 1
-            self.opened[key] = (total, u - i, made)
-        return self.opened[key]
+        return self.opened.get((1, i, j)) or self._open(1, i, j)
+
+    def _open(self, side: int, i: int, j: int) -> Opening:
+        """The opening of xs[i] (side 0) or ys[j] (side 1), computed and cached."""
+        et_side = side == 0
+        if et_side:
+            kids, labels, other_labels, others, start = self.kids_a[i], self.et.label, self.lb, self.ys, j
+        else:
+            kids, labels, other_labels, others, start = self.kids_b[j], self.kineto.label, self.la, self.xs, i
+        u, total, made = start, 0, []
+        for c in kids:
+            if u < len(others) and labels[c] == other_labels[u]:
+                x, y = (c, others[u]) if et_side else (others[u], c)
+                total += self.score(x, y)
+                made.append((i, u, x, y) if et_side else (u, j, x, y))
+                u += 1
+        opening = self.opened[(side, i, j)] = (total, u - start, made)
+        return opening
 
 
 def _band_limits(m: int, n: int, band: int | None) -> tuple[list[int], list[int]]:

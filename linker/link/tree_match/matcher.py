@@ -6,6 +6,8 @@ Cost: O(n + gap work); memory O(n) plus bounded DP tables.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from linker.link.tree_match.edit_distance import keyroot_cells, postorder_forest, tree_edit_pairs
 from linker.link.tree_match.forest import IndexedForest, OrderedForest, children, index_forest, owner, preorder_of
 from linker.link.tree_match.items import GapSolver
@@ -201,20 +203,13 @@ def match_forests(et: OrderedForest, kineto: OrderedForest, max_depth: int = 10)
                  + unmatched_subtrees(ib, pair_kineto, kineto.labels, KINETO_SIDE, *span))
     unmatched.sort(key=lambda u: (-u.size, u.side, u.root))
     stats = matcher.stats
+    stats.paired_identical, stats.paired_aligned = counts[_HOW_IDENTICAL], counts[_HOW_ALIGNED]
+    stats.paired_by_order, stats.inconsistent_dropped = counts[_HOW_ORDER], dropped
     return ForestMatch(
         pairs=pairs,
         edit_cost=(len(pair_et) - len(pairs)) + (kineto_in_span - len(pairs)),
         tree_nodes=(len(pair_et), len(pair_kineto)),
         unmatched_subtrees=unmatched,
         kineto_span=span,
-        paired_identical=counts[_HOW_IDENTICAL],
-        paired_aligned=counts[_HOW_ALIGNED],
-        paired_by_order=counts[_HOW_ORDER],
-        item_cells=stats.item_cells,
-        ted_cells=stats.ted_cells,
-        dp_cells=stats.dp_cells,
-        chunked_fallbacks=stats.chunked_fallbacks,
-        ambiguous_unpaired=stats.ambiguous_unpaired,
-        gaps_unresolved=stats.gaps_unresolved,
-        inconsistent_dropped=dropped,
+        **asdict(stats),
     )

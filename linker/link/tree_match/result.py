@@ -26,8 +26,24 @@ class UnmatchedSubtree:
 
 
 @dataclass
-class ForestMatch:
-    """Result of match_forests.
+class MatchStats:
+    """Work and outcome counters of one match_forests call (see ``ForestMatch`` for each)."""
+
+    paired_identical: int = 0
+    paired_aligned: int = 0
+    paired_by_order: int = 0
+    item_cells: int = 0
+    ted_cells: int = 0
+    dp_cells: int = 0
+    chunked_fallbacks: int = 0
+    ambiguous_unpaired: int = 0
+    gaps_unresolved: int = 0
+    inconsistent_dropped: int = 0
+
+
+@dataclass(kw_only=True)
+class ForestMatch(MatchStats):
+    """Result of match_forests: the pairs, and the counters of ``MatchStats``.
 
     pairs: (et index, kineto index), sorted by et index; each index occurs at most once; labels equal;
       together an ordered tree mapping (see module docstring).
@@ -59,25 +75,3 @@ class ForestMatch:
     tree_nodes: tuple[int, int]
     unmatched_subtrees: list[UnmatchedSubtree]
     kineto_span: tuple[int, int] = (0, 0)
-    paired_identical: int = 0
-    paired_aligned: int = 0
-    paired_by_order: int = 0
-    item_cells: int = 0
-    ted_cells: int = 0
-    dp_cells: int = 0
-    chunked_fallbacks: int = 0
-    ambiguous_unpaired: int = 0
-    gaps_unresolved: int = 0
-    inconsistent_dropped: int = 0
-
-
-@dataclass
-class MatchStats:
-    """Work and outcome counters of one match_forests call (copied into ForestMatch)."""
-
-    gaps_unresolved: int = 0
-    item_cells: int = 0
-    ted_cells: int = 0
-    dp_cells: int = 0
-    chunked_fallbacks: int = 0
-    ambiguous_unpaired: int = 0
