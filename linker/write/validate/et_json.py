@@ -13,12 +13,12 @@ from typing import Any, Sequence
 import msgspec
 
 from linker.model.errors import TraceInputError
+from linker.plan.rank_start import DELAY_NODE_NAME
 from linker.read.files import collector_paused, read_trace_bytes
 from linker.write.chakra_wire import TraceFormatError
 from linker.write.protobuf_wire import is_int64
 from linker.write.validate.graph import DependencyTable, check_dependency_graph
 from linker.write.validate.report import (DEFAULT_MAX_EXAMPLES, FORMAT_ET_JSON, ValidationResult, ViolationLog,
-from linker.plan.rank_start import DELAY_NODE_NAME
                                           make_result)
 
 UNSET = msgspec.UNSET
