@@ -41,7 +41,7 @@ from linker.plan.comm import WORLD_GROUP_ID, is_comm_kernel, read_process_groups
 from linker.plan.deps import dependency_plan
 from linker.model.errors import TraceInputError
 from linker.link.etplus import EtPlus
-from linker.read.files import atomic_output
+from linker.write.sink import atomic_output
 
 COMM_GROUPS_FILE = "comm_groups.json"
 SIDECAR_KEY = "collectives"

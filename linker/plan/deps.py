@@ -250,18 +250,14 @@ class TreeOrder:
 
 
 def tree_order(et) -> TreeOrder:
-    """``et``'s ``TreeOrder``, computed once and kept on it (``ExecutionTrace.tree_order``; its
-    columns must not change afterwards). ``pipeline.read_pair`` has it computed while the Kineto
-    child is still at work; the plan takes it and drops it (a later plan computes it again).
-    O(n log n), one sort and stack sweeps when the id order is the pre-order."""
-    if et.tree_order is None:
-        n = len(et.nodes)
-        by_id = id_order(et.ids)
-        counts = WriteSummary(et.path)
-        preorder, parent = _preorder(et, et.index_of_id(), counts, by_id)
-        et.tree_order = TreeOrder(by_id, preorder, parent, counts.ctrl_deps_dropped,
-                                  _thread_chains(preorder, et.tid, n))
-    return et.tree_order
+    """``et``'s ``TreeOrder`` (a value: the pipeline may compute it while the Kineto child is still
+    at work and hand it to ``dependency_plan``). O(n log n), one sort and stack sweeps when the id
+    order is the pre-order."""
+    n = len(et.nodes)
+    by_id = id_order(et.ids)
+    counts = WriteSummary(et.path)
+    preorder, parent = _preorder(et, et.index_of_id(), counts, by_id)
+    return TreeOrder(by_id, preorder, parent, counts.ctrl_deps_dropped, _thread_chains(preorder, et.tid, n))
 
 
 def _thread_chains(order: list[int], tid: list[int], total: int) -> array:
@@ -527,12 +523,13 @@ def _collective_order(plan: DependencyPlan, placement: GpuPlacement, extra: dict
 
 
 def plan_dependencies(et_plus: EtPlus, summary: WriteSummary,
-                      resolver: CommResolver | None = None) -> DependencyPlan:
+                      resolver: CommResolver | None = None, tree: TreeOrder | None = None) -> DependencyPlan:
     """ctrl / thread-chain / launcher / stream / fork-join / collective dependencies, the write
-    order, then the waits; every data dependency with its cause (counted in ``summary``)."""
+    order, then the waits; every data dependency with its cause (counted in ``summary``).
+    ``tree``: the ET's ``tree_order`` when already computed."""
     et = et_plus.et
     n, g = len(et.nodes), len(et_plus.gpu_nodes)
-    tree, et.tree_order = tree_order(et), None  # used once: not held through the write
+    tree = tree if tree is not None else tree_order(et)
     by_id, preorder = tree.by_id, tree.preorder
     summary.ctrl_deps_dropped += tree.dropped
     ctrl = tree.parent + array("q", [NO_NODE]) * g
@@ -549,7 +546,6 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary,
     exclusive = et_plus.op_exclusive if et_plus.op_exclusive is not None else _exclusive_of_ops(et_plus)
     starts = et_plus.op_times[0] if et_plus.op_times is not None else None
     busy = compute_busy(et_plus, exclusive, preorder)
-    et_plus.op_times = et_plus.op_exclusive = None  # only the busy times needed them
     extra: dict[int, list[tuple[int, str]]] = {}
     for source, target, cause in busy.cross:
         if source != target and source != prev[target] and source != ctrl[target]:
@@ -597,12 +593,14 @@ def _count_causes(plan: DependencyPlan, counts: Counter) -> None:
             counts[cause] += count
 
 
-def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
-    """The plan of ``et_plus`` (durations, dependencies with causes), computed once and kept on it."""
+def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None,
+                    tree: TreeOrder | None = None) -> DependencyPlan:
+    """The plan of ``et_plus`` (durations, dependencies with causes), computed once and kept on it.
+    ``tree``: the ET's ``tree_order`` when already computed (used only by the first call)."""
     if et_plus.plan is None:
         summary = summary if summary is not None else WriteSummary("")
         resolver = CommResolver(et_plus, et_plus.et.index_of_id()) if et_plus.gpu_nodes else None  # GPU nodes only
-        et_plus.plan = plan_dependencies(et_plus, summary, resolver)
+        et_plus.plan = plan_dependencies(et_plus, summary, resolver, tree)
         et_plus.plan_summary = summary
     elif summary is not None and summary is not et_plus.plan_summary:
         _copy_plan_counts(et_plus.plan_summary, summary)

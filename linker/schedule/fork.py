@@ -49,14 +49,6 @@ def can_fork() -> bool:
     return hasattr(os, "fork") and hasattr(signal, "pthread_sigmask") and threading.active_count() == 1
 
 
-def spare_core() -> bool:
-    """True when this process may run on two cores or more (a child working beside it then runs
-    in parallel; on one core it would only take the parent's time)."""
-    try:
-        return len(os.sched_getaffinity(0)) > 1
-    except (AttributeError, OSError):
-        return (os.cpu_count() or 1) > 1
-
 
 class ForkedCall:
     """``fn()`` (returning bytes, or an iterator of bytes) running in a forked child; see the

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import orjson
 
-from linker.schedule import process_exit
+from linker.schedule import Schedule
 from linker.model.errors import TraceInputError
-from linker.read.files import collector_paused
 from linker.sim.engine import MODELS, Scale, measured_release, replay
 from linker.sim.job import read_comm_groups, resolve_inputs
 from linker.sim.load import load_graph
@@ -36,14 +35,16 @@ class SimulateOptions:
     rank_start: str = "measured"
 
 
-def run_simulate(options: SimulateOptions) -> tuple[str, bool]:
+def run_simulate(options: SimulateOptions, schedule: Schedule | None = None) -> tuple[str, bool]:
     """Run the whole command; return what to print on stdout and whether every node ran. The
-    cyclic garbage collector is paused meanwhile (the graphs are millions of objects, never garbage)."""
-    with collector_paused():
-        return _run_simulate(options)
+    cyclic garbage collector is paused meanwhile (the graphs are millions of objects, never
+    garbage). ``schedule``: default ``Schedule.serial()`` (the CLI's: ``Schedule.auto()``)."""
+    schedule = schedule or Schedule.serial()
+    with schedule.collector_paused():
+        return _run_simulate(options, schedule)
 
 
-def _run_simulate(options: SimulateOptions) -> tuple[str, bool]:
+def _run_simulate(options: SimulateOptions, schedule: Schedule) -> tuple[str, bool]:
     if options.model not in MODELS:
         raise ValueError(f"unknown --model {options.model!r}; choose one of {', '.join(MODELS)}")
     if options.rank_start not in RANK_STARTS:
@@ -59,7 +60,7 @@ def _run_simulate(options: SimulateOptions) -> tuple[str, bool]:
         if not options.trace_out.parent.is_dir():
             raise TraceInputError(options.trace_out, "output directory does not exist")
     groups = read_comm_groups(inputs.comm_groups_path) if inputs.comm_groups_path is not None else None
-    graphs = [load_graph(path, rank) for path, rank in inputs.files]
+    graphs = [load_graph(path, rank, schedule) for path, rank in inputs.files]
     release, notes = None, list(inputs.notes)
     if len(graphs) > 1 and options.rank_start == "measured":
         release = measured_release(graphs)
@@ -71,5 +72,5 @@ def _run_simulate(options: SimulateOptions) -> tuple[str, bool]:
     if options.trace_out is not None:
         write_trace(result, options.trace_out, tuple(path for path, _ in inputs.files))
     text = orjson.dumps(report.to_json()).decode() if options.json_output else format_text(report)
-    process_exit.keep_until_exit(graphs, result)  # a one-shot run exits without freeing them
+    schedule.keep_until_exit(graphs, result)  # a one-shot run exits without freeing them
     return text, report.finished

@@ -7,7 +7,7 @@ reused buffer handed to a writer thread (``fileio.BackgroundWriter``, at most
 ``WRITE_QUEUE_PIECES`` waiting) while the next is encoded. Memory: a few pieces, not a second copy
 of the document. ``.gz`` paths are gzip-compressed (in the writer thread). The file
 appears only when complete (``fileio.atomic_output``); its blocks are reserved at once from the size
-the first piece suggests (``output_space.reserve_space``). Cost: O(output bytes).
+the first piece suggests (``sink.reserve_space``). Cost: O(output bytes).
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Iterator
 import msgspec
 
 from linker.link.etplus import EtPlus
-from linker.read.files import BackgroundWriter, atomic_output
-from linker.schedule.prefill import reserve_space
+from linker.write.sink import BackgroundWriter, atomic_output, reserve_space
 
 NODES_PER_PIECE = 4096
 WRITE_QUEUE_PIECES = 3  # pieces (~4.5 MB each on large traces) waiting for the writer: gzip is the slow side
