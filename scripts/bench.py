@@ -108,14 +108,12 @@ SIMULATE_OK = (0, 6)
 TRICKS = [
     ("kineto child", "json", ("plain", "gzip"), "the Kineto trace read by this process (Schedule.kineto_child off)"),
     ("pending CPU events", "json", ("plain", "gzip"), "the child's CPU events decoded at the hand-over"),
-    ("events on the shelf", "json", ("plain", "gzip"), "the encoded CPU events sent through the pipe"),
     ("early tree order", "json", ("plain", "gzip"), "the ET's tree order made by the plan, not beside the child"),
     ("fields child", "et", ("plain", "gzip"), "the .et's ET-only fields all encoded by the writer"),
     ("prefill", "json", ("plain", "gzip"), "no prefill of the JSON output's file"),
     ("background writer", "json", ("plain", "gzip"), "the writer writes each chunk itself"),
     ("background writer .et", "et", ("plain", "gzip"), "the .et writer writes each chunk itself"),
     ("one-shot exit", "json", ("plain", "gzip"), "the process collects and frees as usual at the end"),
-    ("lazy write order", "json", ("plain", "gzip"), "the plan's write order made at once"),
     ("positional attrs", "json", ("plain", "gzip"), "the ET's attrs columns read by name"),
     ("ISA-L inflate", "json", ("gzip",), "gzip inflated by zlib"),
 ]
@@ -159,29 +157,18 @@ elif trick == "pending CPU events":
             checked.trace.cpu_events
         return checked
     pipeline.finish = eager
-elif trick == "events on the shelf":
-    from linker.schedule import fork
-    fork._new_shelf = lambda: -1
 elif trick == "early tree order":
     pipeline._EtChecked.__init__.__defaults__ = (False,)
 elif trick.startswith("background writer"):
     from linker.write import chakra_wire, etplus_json
     etplus_json.BackgroundWriter = chakra_wire.BackgroundWriter = SyncWriter
-elif trick == "lazy write order":
-    from linker.plan import deps
-    real_plan = deps.plan_dependencies
-    def eager_order(*args, **kwargs):
-        plan = real_plan(*args, **kwargs)
-        plan.order
-        return plan
-    deps.plan_dependencies = eager_order
 elif trick == "positional attrs":
     from linker.read import et
     et._positional_decoder = lambda nodes: None
 elif trick == "ISA-L inflate":
     from linker.read import files
     files.inflating = zlib
-elif trick != "none":
+elif trick not in ("none", "one-shot exit"):
     raise SystemExit("unknown trick " + trick)
 if trick == "one-shot exit":
     cli.app()
@@ -190,8 +177,12 @@ else:
 """
 
 
+LAST_CPU = [0.0]  # CPU seconds (user + system) of the last measured process and the children it reaped
+
+
 def measure(cmd: list[str], ok: tuple[int, ...] = (0,)) -> tuple[float, float, str]:
-    """Run ``cmd``; return (wall seconds, peak RSS in MB, stdout+stderr)."""
+    """Run ``cmd``; return (wall seconds, peak RSS in MB, stdout+stderr); its CPU time goes to
+    ``LAST_CPU``."""
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
     output = proc.stdout.read().decode()
@@ -199,6 +190,7 @@ def measure(cmd: list[str], ok: tuple[int, ...] = (0,)) -> tuple[float, float, s
     wall = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) not in ok:
         raise SystemExit(f"command failed: {' '.join(cmd)}\n{output}")
+    LAST_CPU[0] = usage.ru_utime + usage.ru_stime
     return wall, usage.ru_maxrss / 1024.0, output
 
 
@@ -341,11 +333,11 @@ def run_tricks(form: str, et: Path, kineto: Path, repeat: int, work: Path) -> No
     outputs = sorted({fmt for _, fmt, _, _ in tricks})
     pair = ["--et-file", str(et), "--kineto-file", str(kineto), "-q"]
 
-    def run(trick: str, fmt: str) -> tuple[float, float]:
+    def run(trick: str, fmt: str) -> tuple[float, float, float]:
         output = work / f"trick.{fmt}"
         output.unlink(missing_ok=True)
         wall, rss, _ = measure([sys.executable, "-c", TRICK_DRIVER, trick] + pair + ["-o", str(output)])
-        return wall, rss
+        return wall, rss, LAST_CPU[0]
 
     on = {fmt: [] for fmt in outputs}
     off = {name: [] for name, _, _, _ in tricks}
@@ -354,14 +346,20 @@ def run_tricks(form: str, et: Path, kineto: Path, repeat: int, work: Path) -> No
             on[fmt].append(run("none", fmt))
         for name, fmt, _, _ in tricks:
             off[name].append(run(name, fmt))
-    print(f"what each speed decision buys, {form} inputs (median of {repeat} paired round(s)):")
-    print(f"{'trick':<24} {'out':<5} {'on s':>7} {'off s':>7} {'saves':>7} {'peak on/off MB':>15}")
+    print(f"what each speed decision buys, {form} inputs (median of {repeat} paired round(s); "
+          "saves = (off - on) / on, wall and CPU):")
+    print(f"{'trick':<24} {'out':<5} {'on s':>7} {'off s':>7} {'saves':>7} {'CPU on':>7} {'CPU off':>7} "
+          f"{'saves':>7} {'peak on/off MB':>15}")
+
+    def median(runs, k):
+        return statistics.median(run[k] for run in runs)
+
     for name, fmt, _, what in tricks:
         saves = statistics.median((o[0] - n[0]) / n[0] for n, o in zip(on[fmt], off[name]))
-        print(f"{name:<24} {fmt:<5} {statistics.median(w for w, _ in on[fmt]):7.2f} "
-              f"{statistics.median(w for w, _ in off[name]):7.2f} {100 * saves:6.1f}% "
-              f"{statistics.median(r for _, r in on[fmt]):7.0f}/{statistics.median(r for _, r in off[name]):<7.0f}"
-              f"  off: {what}", flush=True)
+        cpu_saves = statistics.median((o[2] - n[2]) / n[2] for n, o in zip(on[fmt], off[name]))
+        print(f"{name:<24} {fmt:<5} {median(on[fmt], 0):7.2f} {median(off[name], 0):7.2f} {100 * saves:6.1f}% "
+              f"{median(on[fmt], 2):7.2f} {median(off[name], 2):7.2f} {100 * cpu_saves:6.1f}% "
+              f"{median(on[fmt], 1):7.0f}/{median(off[name], 1):<7.0f}  off: {what}", flush=True)
 
 
 def run_methods(args, work: Path) -> None:

@@ -1,5 +1,5 @@
 """The Kineto child's CPU events reach the parent as columns, the events themselves left encoded
-(on the child's shelf) until something reads them: linking by rf_id on real pairs never decodes
+(as they came through the pipe) until something reads them: linking by rf_id on real pairs never decodes
 them and writes what the serial read writes; everything else decodes them on first read and sees
 the serial read's events."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 
 import pytest
 
@@ -15,8 +14,6 @@ from conftest import fixture_pair
 from test_read_paths import FORCED, SERIAL, needs_fork, read_both, real_pairs
 from linker import pipeline
 from linker.read.kineto import CpuColumns, read_kineto_trace
-from linker.schedule import fork as forked
-from linker.schedule import kineto_child
 
 
 @needs_fork
@@ -58,55 +55,6 @@ def test_linking_reads_the_events_only_where_it_needs_them(case, tmp_path):
     else:
         assert decoded
     assert forced == serial
-
-
-def _handed_over(kineto_path, shelf: bool) -> tuple[list[int], object]:
-    """The sizes of the parts a child sends for the trace, and the trace taken from them."""
-    child = forked.ForkedCall(lambda: kineto_child._read_and_check(kineto_path), shelf=shelf)
-    parts = list(child.parts())
-    trace, _, pending = kineto_child.from_wire(iter(parts))
-    assert pending.find_shelved(child.shelf())
-    child.cancel()
-    return [len(part) for part in parts], trace
-
-
-@needs_fork
-def test_events_on_the_shelf_never_go_through_the_pipe():
-    """Only the columns and the shelf's offsets are sent; with no shelf (a platform without memory
-    files) the encoded events go through the pipe instead, and give the same trace."""
-    kineto_path = fixture_pair("cpu", "threads")[1]
-    serial = read_kineto_trace(kineto_path)
-    on_shelf, trace = _handed_over(kineto_path, True)
-    assert trace.cpu_events == serial.cpu_events
-    by_pipe, trace = _handed_over(kineto_path, False)
-    assert trace.cpu_events == serial.cpu_events
-    assert sum(by_pipe) > sum(on_shelf) + 20 * len(serial.cpu_events)  # the events' maps came by the pipe
-
-
-@needs_fork
-def test_a_shelf_without_the_chunks_cannot_give_the_events():
-    kineto_path = fixture_pair("cpu", "threads")[1]
-    child = forked.ForkedCall(lambda: kineto_child._read_and_check(kineto_path), shelf=True)
-    _, _, pending = kineto_child.from_wire(child.parts())
-    child.cancel()
-    assert not pending.find_shelved(None)  # ``finish`` then gives None: the parent reads the file
-
-
-@needs_fork
-@pytest.mark.parametrize("sizes", [[5], [3, 0, 1 << 20, 7]])
-def test_shelved_bytes_reach_the_parent_in_place(sizes):
-    blobs = [os.urandom(size) for size in sizes]
-
-    def shelve_all():
-        yield b"".join(forked.shelve(blob).to_bytes(8, "little") for blob in blobs)
-
-    child = forked.ForkedCall(shelve_all, shelf=True)
-    offsets = [int.from_bytes(p[k:k + 8], "little") for p in child.parts() for k in range(0, len(p), 8)]
-    shelf = child.shelf()
-    child.cancel()
-    assert [bytes(shelf[at:at + len(blob)]) for at, blob in zip(offsets, blobs)] == blobs
-    assert forked.shelve(b"x") is None  # in no child: the caller sends the bytes itself
-    assert forked.ForkedCall(lambda: b"").shelf() is None
 
 
 def test_a_trace_read_here_has_its_events():

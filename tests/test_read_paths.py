@@ -226,8 +226,8 @@ def read_both(et_path, kineto_path) -> tuple:
 
 
 def child_of(fn) -> forked.ForkedCall:
-    """A Kineto child running ``fn`` (as ``kineto_child.start`` makes one, with a shelf)."""
-    return forked.ForkedCall(fn, shelf=True)
+    """A Kineto child running ``fn`` (as ``kineto_child.start`` makes one)."""
+    return forked.ForkedCall(fn)
 
 
 @needs_fork

@@ -23,10 +23,9 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import partial
 from itertools import accumulate, compress, islice
 from operator import attrgetter, countOf, eq, gt, lt, ne
-from typing import Any, Callable
+from typing import Any
 
 import msgspec
 
@@ -118,10 +117,8 @@ class DependencyPlan:
     ``ctrl[u]``: parent (-1 none). ``prev[u]``: previous node of u's CPU thread chain, or, for a
     GPU node, the previous op on its stream (-1 none); a GPU node's launcher is ``ctrl[u]``.
     ``waits[u]``: other (source, cause) data dependencies of u: fork/join, sync, event_wait,
-    collective_order. ``order``: topological write order, and ``position`` each node's place in it;
-    made when first read (``make_order``) where no wait edge needs them first: a JSON ET+ of a CPU
-    trace never reads them (0.05 s less on the large pair, for the time keys and the tree order kept
-    meanwhile: 6 MB more at the peak). ``busy``: busy times of the ET nodes; ``comm[k]``:
+    collective_order. ``order``: topological write order, and ``position`` each node's place in it.
+    ``busy``: busy times of the ET nodes; ``comm[k]``:
     communication attributes of GPU node k (None for non-communication kernels).
     """
 
@@ -132,22 +129,8 @@ class DependencyPlan:
     busy: BusyTimes | None = None
     comm: list[CommAttrs | None] = field(default_factory=list)
     launchless: frozenset = frozenset()  # GPU nodes with no launch (before the trace): no ``launch`` edge
-    # (order, position) once made; until then, the call that makes them.
-    order_made: tuple[list[int], array] | None = field(default=None, repr=False)
-    make_order: Callable[[], tuple[list[int], array]] | None = field(default=None, repr=False)
-
-    @property
-    def order(self) -> list[int]:
-        return self._made()[0]
-
-    @property
-    def position(self) -> array:
-        return self._made()[1]
-
-    def _made(self) -> tuple[list[int], array]:
-        if self.order_made is None:
-            self.order_made, self.make_order = self.make_order(), None
-        return self.order_made
+    order: list[int] = field(default_factory=list, repr=False)
+    position: array = field(default_factory=lambda: array("q"), repr=False)
 
     def data_deps(self, u: int) -> list[tuple[int, str]]:
         """(source node, cause) of every data dependency of u, in the order written."""
@@ -555,11 +538,8 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary,
     _collective_order(plan, placement, extra)
     ids = et.ids + [node.id for node in gpu_nodes] if g else et.ids
     keys = _time_keys(et_plus, placement, starts)
-    ordering = partial(_write_order, ctrl, prev, keys, ids, extra, by_id, preorder)
-    if g:  # the waits keep only the edges that go forward in the order: it is made first
-        plan.order_made = ordering()
-    else:  # no wait edge will be added: made from these same edges when first read (``.et`` writer)
-        plan.make_order = ordering
+    # The waits keep only the edges that go forward in the order: it is made first.
+    plan.order, plan.position = _write_order(ctrl, prev, keys, ids, extra, by_id, preorder)
     add_wait_edges(et_plus, plan, placement, summary)
     _count_causes(plan, summary.dependency_causes)
     return plan

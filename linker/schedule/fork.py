@@ -10,9 +10,7 @@ strings as it is made (from a writer thread: making the next does not wait for t
 this one), and ``parts()`` gives them to the parent as they come: the parent can work on the first
 while the child makes the next. ``cancel()`` kills and reaps
 a child still running (Ctrl-C, an error in the parent). No temporary file is used; a reaped child
-leaves no zombie. A child started with ``shelf=True`` may also ``shelve`` bytes into a memory file
-the parent maps (``shelf()``) without reading them: data the parent may never need costs it
-nothing (where the platform has no memory files, ``shelve`` says so and the bytes go by the pipe).
+leaves no zombie.
 
 Ctrl-C and SIGTERM are blocked in the parent around ``fork`` so that a signal arriving then is taken
 by the parent after the child is registered (and cancelled), never by the child running the
@@ -24,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import mmap
 import os
 import signal
 import threading
@@ -54,12 +51,10 @@ class ForkedCall:
     """``fn()`` (returning bytes, or an iterator of bytes) running in a forked child; see the
     module docstring."""
 
-    def __init__(self, fn: Callable[[], bytes | Iterator[bytes]], shelf: bool = False):
-        """Fork and start ``fn`` in the child (with ``shelf``, one where ``shelve`` works). Raises
-        ``OSError`` when no process can be made."""
+    def __init__(self, fn: Callable[[], bytes | Iterator[bytes]]):
+        """Fork and start ``fn`` in the child. Raises ``OSError`` when no process can be made."""
         self._pid = 0
         self._fd = -1
-        self._shelf = _new_shelf() if shelf else -1
         read_end, write_end = os.pipe()
         with contextlib.suppress(OSError, AttributeError):  # a pipe-full per copy, not 64 KB
             fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
@@ -69,12 +64,9 @@ class ForkedCall:
         except BaseException:
             os.close(read_end)
             os.close(write_end)
-            self._close_shelf()
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
             raise
         if pid == 0:
-            global _SHELF
-            _SHELF = _Shelf(self._shelf) if self._shelf != -1 else None
             _run_child(fn, read_end, write_end, previous)  # never returns
         os.close(write_end)
         self._pid, self._fd = pid, read_end
@@ -122,33 +114,12 @@ class ForkedCall:
         view.release()
         return buffer
 
-    def shelf(self) -> mmap.mmap | None:
-        """What the child has put on its shelf so far (``shelve``), read-only, shared (not copied:
-        a page is mapped when first read); None when it put nothing or there is no shelf. Valid
-        after the child is gone."""
-        if self._shelf == -1:
-            return None
-        try:
-            return mmap.mmap(self._shelf, 0, prot=mmap.PROT_READ)
-        except (OSError, ValueError):  # ValueError: an empty shelf
-            return None
-
     def cancel(self) -> None:
-        """Kill the child if it still runs and reap it, and close the shelf (what ``shelf()`` mapped
-        stays); idempotent."""
-        self._close_shelf()
+        """Kill the child if it still runs and reap it; idempotent."""
         if self._pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._pid, signal.SIGKILL)
             self._reap()
-
-    def _close_shelf(self) -> None:
-        if self._shelf != -1:
-            os.close(self._shelf)
-            self._shelf = -1
-
-    def __del__(self) -> None:
-        self._close_shelf()  # its mappings (``shelf()``) stay valid
 
     def _reap(self) -> int:
         pid, self._pid = self._pid, 0
@@ -164,39 +135,6 @@ class ForkedCall:
             except ChildProcessError:
                 return -1
         return os.waitstatus_to_exitcode(status)
-
-
-class _Shelf:
-    """The child's end of a shelf: a memory file it appends to."""
-
-    def __init__(self, fd: int):
-        self.fd, self.size = fd, 0
-
-    def put(self, data) -> int:
-        at = self.size
-        _write_all(self.fd, data)
-        self.size += len(data)
-        return at
-
-
-_SHELF: _Shelf | None = None  # in a child started with ``shelf``
-
-
-def _new_shelf() -> int:
-    """A memory file (-1 where the platform has none)."""
-    try:
-        return os.memfd_create("et-link-shelf", os.MFD_CLOEXEC)
-    except (AttributeError, OSError):
-        return -1
-
-
-def shelve(data) -> int | None:
-    """In a child started with ``shelf``: append ``data`` to its shelf, which the parent maps
-    (``ForkedCall.shelf()``) without copying it through the pipe, and return its offset there.
-    None elsewhere (no shelf: send ``data`` itself)."""
-    if _SHELF is None:
-        return None
-    return _SHELF.put(data)
 
 
 def _run_child(fn: Callable[[], bytes | Iterator[bytes]], read_end: int, write_end: int, mask) -> None:

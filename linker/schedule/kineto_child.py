@@ -15,17 +15,16 @@ holds only dims): the same trace and warnings the serial read and check give
 
 The CPU events, most of a trace, are not decoded then. Each of their chunks comes as its
 ``CpuColumns`` (start, duration, rf_id, name, thread: what linking by rf_id and its report read
-of every event), while the chunk itself, encoded as above, goes on the child's shelf (``fork.shelve``: a memory file
-the parent maps, no copy through the pipe). The trace's ``cpu_events`` are then pending
-(``PendingEvents``, a ``kineto.PendingCpuEvents``): decoded from the shelf, all at once, the first
-time anything reads them (tests/test_kineto_deferred.py).
+of every event), beside the chunk itself, encoded as above, which the parent keeps as it came. The
+trace's ``cpu_events`` are then pending (``PendingEvents``, a ``kineto.PendingCpuEvents``): decoded,
+all at once, the first time anything reads them (tests/test_kineto_deferred.py).
 
 Then the child nests the CPU events (``durations.nest_cpu_events``, which linking needs and which
 needs nothing but this trace) and sends the nesting's three columns as machine arrays
 (``nesting_to_wire``). ``finish`` gives them back as a ``CpuNesting`` value beside the trace (C
 conversions), or None if they do not come (the link then nests the events itself). When there is
 no child (the schedule started none) or it failed for any reason (a bad file,
-a trace the check refuses, a shelf without its chunks), ``finish`` gives None and the caller reads
+a trace the check refuses, a payload cut short), ``finish`` gives None and the caller reads
 and checks the file itself, so a bad file fails with the same ``TraceInputError``, in the same
 order, as without a child.
 
@@ -38,7 +37,6 @@ columns likewise; the CPU events, if read, cost what decoding them did before.
 from __future__ import annotations
 
 import contextlib
-import mmap
 import operator
 import os
 from array import array
@@ -51,7 +49,7 @@ import msgspec
 from msgspec.structs import force_setattr
 
 from linker.link.durations import CpuNesting, nest_cpu_events
-from linker.schedule.fork import ForkedCall, shelve
+from linker.schedule.fork import ForkedCall
 from linker.read.kineto import NO_ARGS, CpuColumns, FlowEnd, KinetoEvent, KinetoTrace, read_kineto_trace
 from linker.read.sanity import check_kineto_trace
 
@@ -96,14 +94,11 @@ class _Chunk(msgspec.Struct, array_like=True):
 
 
 class _CpuChunk(msgspec.Struct, array_like=True):
-    """A chunk of CPU events: their columns, and the events as an encoded ``_Chunk``, decoded only
-    if they are read: on the child's shelf (``fork.shelve``) at ``shelf_at``, else here (a
-    msgpack binary the parent takes as a view)."""
+    """A chunk of CPU events: their columns, and the events as an encoded ``_Chunk`` (a msgpack
+    binary the parent takes as a view), decoded only if they are read."""
 
     columns: _Columns
     chunk: memoryview
-    shelf_at: int = -1
-    shelf_size: int = 0
 
 
 _HEAD, _CHUNK, _CPU_CHUNK = (msgspec.msgpack.Decoder(kind) for kind in (_Head, _Chunk, _CpuChunk))
@@ -115,7 +110,7 @@ def start(path: str | os.PathLike) -> ForkedCall | None:
     """A child reading and checking the Kineto trace at ``path`` (the schedule decides whether to
     start one: ``Schedule.kineto_reader``), or None when no process can be made."""
     try:
-        return ForkedCall(lambda: _read_and_check(path), shelf=True)
+        return ForkedCall(lambda: _read_and_check(path))
     except OSError:
         return None
 
@@ -145,8 +140,6 @@ def finish(child: ForkedCall | None) -> CheckedKineto | None:
     checked = None
     with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError, StopIteration):
         checked = from_wire(parts)
-        if not checked[2].find_shelved(child.shelf() if child is not None else None):
-            checked = None
     wire = next(parts, None) if checked is not None else None
     if child is not None:
         child.cancel()
@@ -168,7 +161,7 @@ def to_wire(trace: KinetoTrace, warnings: list[str], chunk_events: int = CHUNK_E
     then each event list in chunks of ``chunk_events`` (``_Chunk``). Each ``Input Dims`` leaves its
     event (reset in place to the default, so the event's map omits it) for one JSON array per chunk,
     beside the positions of the events they belong to. A CPU chunk carries its columns too
-    (``_CpuChunk``), and goes on the child's shelf where there is one."""
+    (``_CpuChunk``)."""
     lists = _lists(trace)
     bare = _Trace(trace.path, trace.pid, trace.rank, trace.world_size, trace.flows)
     yield msgspec.msgpack.encode(_Head(bare, warnings, [len(events) for events in lists]))
@@ -183,12 +176,7 @@ def to_wire(trace: KinetoTrace, warnings: list[str], chunk_events: int = CHUNK_E
             dims = b"[" + b",".join(map(_INPUT_DIMS, carried)) + b"]"
             deque(map(force_setattr, carried, repeat("input_dims"), repeat(_NO_DIMS)), maxlen=0)
             part = encode(_Chunk(chunk, positions, dims))
-            if columns is None:
-                yield part
-            elif (at := shelve(part)) is not None:
-                yield encode(_CpuChunk(columns, memoryview(b""), at, len(part)))
-            else:
-                yield encode(_CpuChunk(columns, memoryview(part)))
+            yield part if columns is None else encode(_CpuChunk(columns, memoryview(part)))
 
 
 def _columns(chunk: list[KinetoEvent], args: list) -> _Columns:
@@ -205,7 +193,7 @@ def from_wire(parts: Iterator) -> tuple[KinetoTrace, list[str], PendingEvents]:
     """The trace and warnings ``to_wire`` encoded, taken from ``parts`` (the parts after them are
     left there), each ``Input Dims`` back in its event: a view into its chunk's JSON array (which
     holds only dims), split in C by one JSON decode and put back by C loops, no Python per event.
-    The CPU events are pending (the third value: their shelf is still to be found). Raises
+    The CPU events are pending (the third value). Raises
     ``StopIteration`` when the parts end early."""
     head = _HEAD.decode(next(parts))
     pending = PendingEvents(head.sizes[0])
@@ -242,8 +230,7 @@ class PendingEvents:
         self.events: list[KinetoEvent] = []
         self.count, self.taken = count, 0
         self.columns: CpuColumns | None = None
-        self._chunks: list[memoryview | tuple[int, int]] = []  # encoded ``_Chunk``s, or where shelved
-        self.shelf: mmap.mmap | None = None  # the child's shelf, once all chunks are on it
+        self._chunks: list[memoryview] = []  # encoded ``_Chunk``s
         self._ts, self._dur = array("d"), array("d")
         self._rf_id: list[int | None] = []
         self._names: list[str] = []
@@ -267,7 +254,7 @@ class PendingEvents:
         lengths = {len(self._ts), len(self._dur), len(self._rf_id), len(self._names), len(self._tids)}
         if lengths != {self.taken}:
             raise msgspec.ValidationError(f"CPU event columns of unequal lengths for {size} events")
-        self._chunks.append(chunk.chunk if chunk.shelf_at < 0 else (chunk.shelf_at, chunk.shelf_size))
+        self._chunks.append(chunk.chunk)
 
     def close(self) -> None:
         """Every chunk has come: make the columns. Raises ``ValidationError`` when more events
@@ -276,36 +263,14 @@ class PendingEvents:
             raise msgspec.ValidationError(f"{self.taken} events for {self.count}")
         self.columns = CpuColumns(self._ts.tolist(), self._dur.tolist(), self._rf_id, self._names, self._tids)
 
-    def find_shelved(self, shelf: mmap.mmap | None) -> bool:
-        """Take the child's ``shelf`` (``ForkedCall.shelf()``, once every chunk has come); False
-        when a chunk said to be on it is not (then the events cannot be made: the caller reads the
-        file itself)."""
-        self.shelf = shelf
-        room = len(shelf) if shelf is not None else 0
-        return all(chunk[0] + chunk[1] <= room for chunk in self._chunks if isinstance(chunk, tuple))
-
     def fill(self) -> list[KinetoEvent]:
-        """Decode the events into ``events`` (in order, their ``Input Dims`` back) and return it."""
+        """Decode the events into ``events`` (in order, their ``Input Dims`` back) and return it;
+        each chunk's bytes are dropped once decoded."""
         chunks, self._chunks = self._chunks, []
-        shelf, self.shelf = self.shelf, None  # unmapped once done: the events hold copies
-        view = memoryview(shelf) if shelf is not None else None
-        for chunk in chunks:
-            if isinstance(chunk, tuple):
-                at, size = chunk
-                self.events += _events(view[at:at + size])
-                _forget(shelf, at, size)
-            else:
-                self.events += _events(chunk)
+        chunks.reverse()
+        while chunks:
+            self.events += _events(chunks.pop())
         return self.events
-
-
-def _forget(shelf: mmap.mmap, at: int, size: int) -> None:
-    """Drop the whole pages of ``shelf[at:at + size]`` from this process (its resident size then
-    holds one chunk of the shelf at a time, not all of it)."""
-    start = -(-at // mmap.PAGESIZE) * mmap.PAGESIZE
-    end = (at + size) // mmap.PAGESIZE * mmap.PAGESIZE
-    if end > start and hasattr(shelf, "madvise"):
-        shelf.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 def nesting_to_wire(nesting: CpuNesting) -> bytes:
