@@ -232,9 +232,8 @@ def check_output_paths(outputs: list, inputs: tuple = ()) -> None:
 
 
 @contextlib.contextmanager
-def collector_paused(leave_off: bool = False):
-    """Pause Python's cyclic garbage collector for the block (restored after, even on error, unless
-    ``leave_off``: a process that ends with the block exits without collecting).
+def collector_paused():
+    """Pause Python's cyclic garbage collector for the block (restored after, even on error).
 
     Reading or linking a large trace allocates millions of small objects that are never garbage (nodes,
     events, columns); each full collection walks all of them, which more than doubled the time
@@ -244,5 +243,5 @@ def collector_paused(leave_off: bool = False):
     try:
         yield
     finally:
-        if was_enabled and not leave_off:
+        if was_enabled:
             gc.enable()
