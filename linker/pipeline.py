@@ -69,6 +69,12 @@ class Inputs(NamedTuple):
     warnings: list[str]
     nesting: object = None
     tree: object = None
+    child: object = None  # the Kineto child, kept while its pending CPU events may be read
+
+
+def _cancel(child) -> None:
+    if child is not None:
+        child.cancel()
 
 
 def read_pair(et_path, kineto_path, schedule: Schedule | None = None):
@@ -76,7 +82,12 @@ def read_pair(et_path, kineto_path, schedule: Schedule | None = None):
 
     Errors are those of reading and checking the files one after the other (the ET's first),
     under any ``schedule`` (default ``Schedule.serial()``)."""
-    return read_inputs(et_path, kineto_path, schedule or Schedule.serial())[:3]
+    inputs = read_inputs(et_path, kineto_path, schedule or Schedule.serial())
+    try:
+        inputs.kineto.cpu_events  # taken from a child before it goes
+    finally:
+        _cancel(inputs.child)
+    return inputs[:3]
 
 
 def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None) -> Inputs:
@@ -85,7 +96,8 @@ def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None) -> Inputs
     while this process reads the ET, then checks it and computes its tree order; a child that
     failed leaves the Kineto read to this process (same trace, same errors). ``fields`` (a
     ``fields_child.FieldsAhead``): the ET is inflated into its shared text, and its child told to
-    go once the ET is read."""
+    go once the ET is read. The caller cancels ``Inputs.child`` once done with the Kineto trace
+    (its CPU events stay on the child until read)."""
     child = schedule.kineto_reader(kineto_path)
     try:
         with decoding(et_path, "Execution Trace"):
@@ -95,17 +107,18 @@ def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None) -> Inputs
             fields.go(et)
         ahead = _EtChecked(et) if child is not None else None
         checked = finish(child)
-    finally:
-        if child is not None:
-            child.cancel()
-    if checked is None:
-        kineto = _read_kineto(kineto_path)
-        checked = CheckedKineto(kineto, check_kineto_trace(kineto))
-    else:
-        _log_kineto(kineto_path, checked.trace)
-    if ahead is None:
-        ahead = _EtChecked(et, tree=False)
-    return Inputs(et, checked.trace, ahead.result() + checked.warnings, checked.nesting, ahead.tree)
+        if checked is None:
+            child = None  # reaped
+            kineto = _read_kineto(kineto_path)
+            checked = CheckedKineto(kineto, check_kineto_trace(kineto))
+        else:
+            _log_kineto(kineto_path, checked.trace)
+        if ahead is None:
+            ahead = _EtChecked(et, tree=False)
+        return Inputs(et, checked.trace, ahead.result() + checked.warnings, checked.nesting, ahead.tree, child)
+    except BaseException:
+        _cancel(child)
+        raise
 
 
 class _EtChecked:
@@ -233,6 +246,7 @@ def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Sch
         result = _link_kineto_alone(kineto_path)
         return _link_and_write(result, output, report_path, protected, beside, started)
     fields = schedule.fields_encoder(et_path, output)
+    inputs = None
     try:
         inputs = read_inputs(et_path, kineto_path, schedule, fields)
         result = link(inputs.et, inputs.kineto, options, inputs.nesting)
@@ -241,6 +255,8 @@ def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Sch
     finally:
         if fields is not None:
             fields.cancel()
+        if inputs is not None:
+            _cancel(inputs.child)
 
 
 def _link_and_write(result, output: Output, report_path, protected: tuple, beside, started: float,

@@ -250,9 +250,11 @@ def test_the_kineto_child_hands_over_the_checked_trace_and_its_nesting(pair):
     _, kineto_path = pair
     serial = read_kineto_trace(kineto_path)
     warnings = check_kineto_trace(serial)
-    checked = kineto_child.finish(kineto_child.start(kineto_path))
+    child = kineto_child.start(kineto_path)
+    checked = kineto_child.finish(child)
     assert checked is not None and checked.trace == serial and checked.warnings == warnings
     assert checked.nesting == nest_cpu_events(serial.cpu_events)
+    child.cancel()
 
 
 @needs_fork
@@ -260,8 +262,10 @@ def test_the_kineto_child_hands_over_the_checked_trace_and_its_nesting(pair):
 def test_kineto_only_traces_through_the_wire_are_the_serial_read(path):
     serial = read_kineto_trace(path)
     warnings = check_kineto_trace(serial)
-    checked = kineto_child.finish(kineto_child.start(path))
+    child = kineto_child.start(path)
+    checked = kineto_child.finish(child)
     assert checked is not None and (checked.trace, checked.warnings) == (serial, warnings)
+    child.cancel()
 
 
 def odd_events() -> list[KinetoEvent]:
@@ -359,17 +363,25 @@ def test_a_refused_et_is_named_after_a_bad_kineto_file_under_any_schedule(tmp_pa
 
 
 @needs_fork
-def test_a_child_that_fails_after_sending_the_trace_leaves_the_nesting_to_the_link():
+@pytest.mark.parametrize("nested", [False, True], ids=["no nesting", "nesting"])
+def test_a_child_that_fails_after_sending_the_trace_leaves_the_rest_to_the_parent(nested):
+    """Without the nesting the link nests the events; without the CPU events they are read from
+    the file, as the serial schedule reads them."""
     _, kineto_path = fixture_pair("gpu", "gpu_v111")
     serial = read_kineto_trace(kineto_path)
 
     def trace_then_fail():
         trace = read_kineto_trace(kineto_path, own_dims=False)
-        yield from kineto_child.to_wire(trace, check_kineto_trace(trace))
-        raise RuntimeError("no nesting")
+        yield from kineto_child.trace_to_wire(trace, check_kineto_trace(trace))
+        if nested:
+            yield kineto_child.nesting_to_wire(nest_cpu_events(trace.cpu_events))
+        raise RuntimeError("cut short")
 
-    checked = kineto_child.finish(child_of(trace_then_fail))
-    assert checked.trace == serial and checked.nesting is None
+    child = child_of(trace_then_fail)
+    checked = kineto_child.finish(child)
+    assert checked.trace == serial  # the CPU events read again, from the file
+    assert checked.nesting == (nest_cpu_events(serial.cpu_events) if nested else None)
+    child.cancel()
 
 
 @needs_fork
@@ -395,18 +407,22 @@ def test_the_trace_comes_in_many_parts():
     trace = read_kineto_trace(kineto_path, own_dims=False)
     parts = list(kineto_child.to_wire(trace, ["w"], chunk_events=7))
     sizes = [len(events) for events in kineto_child._lists(serial)]
-    assert min(sizes[:3]) > 7 and len(parts) == 1 + sum(-(-size // 7) for size in sizes)
+    # the CPU events' columns first, their events last
+    assert min(sizes[:3]) > 7 and len(parts) == 1 + -(-sizes[0] // 7) + sum(-(-size // 7) for size in sizes)
     back, warnings, _ = kineto_child.from_wire(iter(parts))
     assert back == serial and warnings == ["w"]
     assert [bytes(e.args.input_dims) for e in back.cpu_events] == [bytes(e.args.input_dims) for e in serial.cpu_events]
 
     def in_small_parts():
         trace = read_kineto_trace(kineto_path, own_dims=False)
-        yield from kineto_child.to_wire(trace, check_kineto_trace(trace), chunk_events=7)
+        yield from kineto_child.trace_to_wire(trace, check_kineto_trace(trace), chunk_events=7)
         yield kineto_child.nesting_to_wire(nest_cpu_events(trace.cpu_events))
+        yield from kineto_child.cpu_events_to_wire(trace, chunk_events=7)
 
-    checked = kineto_child.finish(child_of(in_small_parts))
+    child = child_of(in_small_parts)
+    checked = kineto_child.finish(child)
     assert checked.trace == serial and checked.nesting == nest_cpu_events(serial.cpu_events)
+    child.cancel()
 
 
 def test_setting_cpu_events_sets_their_columns():

@@ -121,6 +121,10 @@ class ForkedCall:
                 os.kill(self._pid, signal.SIGKILL)
             self._reap()
 
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit ``os`` may be gone already
+            self.cancel()  # a child nobody holds any more (a caller that forgot ``cancel``) is not left behind
+
     def _reap(self) -> int:
         pid, self._pid = self._pid, 0
         if self._fd != -1:

@@ -49,6 +49,7 @@ import msgspec
 from msgspec.structs import force_setattr
 
 from linker.link.durations import CpuNesting, nest_cpu_events
+from linker.model.errors import TraceInputError
 from linker.schedule.fork import ForkedCall
 from linker.read.kineto import NO_ARGS, CpuColumns, FlowEnd, KinetoEvent, KinetoTrace, read_kineto_trace
 from linker.read.sanity import check_kineto_trace
@@ -94,11 +95,9 @@ class _Chunk(msgspec.Struct, array_like=True):
 
 
 class _CpuChunk(msgspec.Struct, array_like=True):
-    """A chunk of CPU events: their columns, and the events as an encoded ``_Chunk`` (a msgpack
-    binary the parent takes as a view), decoded only if they are read."""
+    """A chunk of CPU events' columns (the events themselves come last: ``cpu_events_to_wire``)."""
 
     columns: _Columns
-    chunk: memoryview
 
 
 _HEAD, _CHUNK, _CPU_CHUNK = (msgspec.msgpack.Decoder(kind) for kind in (_Head, _Chunk, _CpuChunk))
@@ -116,11 +115,14 @@ def start(path: str | os.PathLike) -> ForkedCall | None:
 
 
 def _read_and_check(path) -> Iterator[bytes]:
-    """The child's work: the checked trace (``to_wire``'s parts), then its CPU events' nesting."""
+    """The child's work: the checked trace without its CPU events (``trace_to_wire``), the CPU
+    events' nesting, then the CPU events (``cpu_events_to_wire``), which the parent reads only if
+    something reads them: until then the child waits on the full pipe."""
     trace = read_kineto_trace(path, own_dims=False)
     warnings = check_kineto_trace(trace)
-    yield from to_wire(trace, warnings)
+    yield from trace_to_wire(trace, warnings)
     yield nesting_to_wire(nest_cpu_events(trace.cpu_events))
+    yield from cpu_events_to_wire(trace)
 
 
 class CheckedKineto(NamedTuple):
@@ -135,15 +137,16 @@ class CheckedKineto(NamedTuple):
 def finish(child: ForkedCall | None) -> CheckedKineto | None:
     """The child's trace, checked, with the warnings of the check and, when it came, its CPU
     events' nesting; or None (no child, or it failed (a bad file, a trace the check refuses): the
-    caller reads and checks the file itself)."""
+    caller reads and checks the file itself, and the child is reaped). The trace's CPU events are
+    pending on the child, which the caller keeps until it is done with them (``cancel()``)."""
     parts = child.parts() if child is not None else iter(())
     checked = None
     with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError, StopIteration):
         checked = from_wire(parts)
     wire = next(parts, None) if checked is not None else None
-    if child is not None:
-        child.cancel()
     if checked is None:
+        if child is not None:
+            child.cancel()
         return None
     nesting = None
     if wire is not None:
@@ -157,26 +160,46 @@ def _lists(trace) -> tuple:
 
 
 def to_wire(trace: KinetoTrace, warnings: list[str], chunk_events: int = CHUNK_EVENTS) -> Iterator[bytes]:
+    """``trace_to_wire``'s parts, then ``cpu_events_to_wire``'s: all ``from_wire`` and the pending
+    events need."""
+    yield from trace_to_wire(trace, warnings, chunk_events)
+    yield from cpu_events_to_wire(trace, chunk_events)
+
+
+def trace_to_wire(trace: KinetoTrace, warnings: list[str], chunk_events: int = CHUNK_EVENTS) -> Iterator[bytes]:
     """The trace and its check's warnings as msgpack parts: the trace without its events (``_Head``),
-    then each event list in chunks of ``chunk_events`` (``_Chunk``). Each ``Input Dims`` leaves its
-    event (reset in place to the default, so the event's map omits it) for one JSON array per chunk,
-    beside the positions of the events they belong to. A CPU chunk carries its columns too
-    (``_CpuChunk``)."""
+    the CPU events' columns in chunks of ``chunk_events`` (``_CpuChunk``), then the other event
+    lists in chunks (``_Chunk``, see ``_encoded``)."""
     lists = _lists(trace)
     bare = _Trace(trace.path, trace.pid, trace.rank, trace.world_size, trace.flows)
     yield msgspec.msgpack.encode(_Head(bare, warnings, [len(events) for events in lists]))
     encode = msgspec.msgpack.Encoder().encode
-    for events in lists:
-        for start in range(0, len(events), chunk_events):
-            chunk = events[start:start + chunk_events]
-            args = list(map(_ARGS, chunk))
-            columns = _columns(chunk, args) if events is trace.cpu_events else None
-            positions = [i for i, d in enumerate(map(_INPUT_DIMS, args)) if d is not _NO_DIMS]
-            carried = list(map(args.__getitem__, positions))
-            dims = b"[" + b",".join(map(_INPUT_DIMS, carried)) + b"]"
-            deque(map(force_setattr, carried, repeat("input_dims"), repeat(_NO_DIMS)), maxlen=0)
-            part = encode(_Chunk(chunk, positions, dims))
-            yield part if columns is None else encode(_CpuChunk(columns, memoryview(part)))
+    cpu = trace.cpu_events
+    for start in range(0, len(cpu), chunk_events):
+        chunk = cpu[start:start + chunk_events]
+        yield encode(_CpuChunk(_columns(chunk, list(map(_ARGS, chunk)))))
+    for events in lists[1:]:
+        yield from _encoded(events, chunk_events)
+
+
+def cpu_events_to_wire(trace: KinetoTrace, chunk_events: int = CHUNK_EVENTS) -> Iterator[bytes]:
+    """The CPU events in chunks of ``chunk_events`` (``_Chunk``, see ``_encoded``)."""
+    yield from _encoded(trace.cpu_events, chunk_events)
+
+
+def _encoded(events: list[KinetoEvent], chunk_events: int) -> Iterator[bytes]:
+    """``events`` as ``_Chunk`` parts. Each ``Input Dims`` leaves its event (reset in place to the
+    default, so the event's map omits it) for one JSON array per chunk, beside the positions of
+    the events they belong to."""
+    encode = msgspec.msgpack.Encoder().encode
+    for start in range(0, len(events), chunk_events):
+        chunk = events[start:start + chunk_events]
+        args = list(map(_ARGS, chunk))
+        positions = [i for i, d in enumerate(map(_INPUT_DIMS, args)) if d is not _NO_DIMS]
+        carried = list(map(args.__getitem__, positions))
+        dims = b"[" + b",".join(map(_INPUT_DIMS, carried)) + b"]"
+        deque(map(force_setattr, carried, repeat("input_dims"), repeat(_NO_DIMS)), maxlen=0)
+        yield encode(_Chunk(chunk, positions, dims))
 
 
 def _columns(chunk: list[KinetoEvent], args: list) -> _Columns:
@@ -189,14 +212,14 @@ def _columns(chunk: list[KinetoEvent], args: list) -> _Columns:
                     list(map(_RF_ID, args)), list(names), name_at.tobytes(), list(tids), tid_at.tobytes())
 
 
-def from_wire(parts: Iterator) -> tuple[KinetoTrace, list[str], PendingEvents]:
-    """The trace and warnings ``to_wire`` encoded, taken from ``parts`` (the parts after them are
-    left there), each ``Input Dims`` back in its event: a view into its chunk's JSON array (which
-    holds only dims), split in C by one JSON decode and put back by C loops, no Python per event.
-    The CPU events are pending (the third value). Raises
-    ``StopIteration`` when the parts end early."""
+def from_wire(parts: Iterator, skip: int = 0) -> tuple[KinetoTrace, list[str], PendingEvents]:
+    """The trace and warnings ``trace_to_wire`` encoded, taken from ``parts``, each ``Input Dims``
+    back in its event: a view into its chunk's JSON array (which holds only dims), split in C by
+    one JSON decode and put back by C loops, no Python per event. The CPU events are pending (the
+    third value): read from the rest of ``parts`` when first needed, after ``skip`` other parts
+    (the nesting). Raises ``StopIteration`` when the parts end early."""
     head = _HEAD.decode(next(parts))
-    pending = PendingEvents(head.sizes[0])
+    pending = PendingEvents(head.sizes[0], parts, skip, head.trace.path)
     while pending.taken < pending.count:
         pending.take(_CPU_CHUNK.decode(next(parts)))
     lists: list[list[KinetoEvent]] = [[], [], []]
@@ -221,16 +244,18 @@ def _events(part) -> list[KinetoEvent]:
 
 
 class PendingEvents:
-    """The CPU events of a trace from the wire, left encoded until something reads
+    """The CPU events of a trace from the wire, not taken until something reads
     ``KinetoTrace.cpu_events`` (linking by rf_id reads only their ``columns``: ``CpuColumns``).
-    ``fill()`` decodes them all (what decoding them at once would cost: a quarter of reading the
-    JSON) and returns them; it is called once, by the trace."""
+    ``fill()`` takes them from the rest of the wire (the child encodes them meanwhile; the caller
+    keeps it until then) and decodes them; it is called once, by the trace. A child that is gone
+    (cancelled, failed) leaves them to this process: the file is read and checked again, as the
+    serial schedule reads it."""
 
-    def __init__(self, count: int):
+    def __init__(self, count: int, parts: Iterator = iter(()), skip: int = 0, path: str = ""):
         self.events: list[KinetoEvent] = []
         self.count, self.taken = count, 0
         self.columns: CpuColumns | None = None
-        self._chunks: list[memoryview] = []  # encoded ``_Chunk``s
+        self._parts, self._skip, self._path = parts, skip, path
         self._ts, self._dur = array("d"), array("d")
         self._rf_id: list[int | None] = []
         self._names: list[str] = []
@@ -254,7 +279,6 @@ class PendingEvents:
         lengths = {len(self._ts), len(self._dur), len(self._rf_id), len(self._names), len(self._tids)}
         if lengths != {self.taken}:
             raise msgspec.ValidationError(f"CPU event columns of unequal lengths for {size} events")
-        self._chunks.append(chunk.chunk)
 
     def close(self) -> None:
         """Every chunk has come: make the columns. Raises ``ValidationError`` when more events
@@ -264,12 +288,20 @@ class PendingEvents:
         self.columns = CpuColumns(self._ts.tolist(), self._dur.tolist(), self._rf_id, self._names, self._tids)
 
     def fill(self) -> list[KinetoEvent]:
-        """Decode the events into ``events`` (in order, their ``Input Dims`` back) and return it;
-        each chunk's bytes are dropped once decoded."""
-        chunks, self._chunks = self._chunks, []
-        chunks.reverse()
-        while chunks:
-            self.events += _events(chunks.pop())
+        """Take and decode the events into ``events`` (in order, their ``Input Dims`` back) and
+        return it; from the file again when the wire cannot give them all."""
+        parts, self._parts = self._parts, iter(())
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError, StopIteration):
+            for _ in range(self._skip):
+                next(parts)
+            while len(self.events) < self.count:
+                self.events += _events(next(parts))
+        if len(self.events) != self.count:  # the child is gone: as the serial schedule reads it
+            trace = read_kineto_trace(self._path)
+            check_kineto_trace(trace)
+            if len(trace.cpu_events) != self.count:
+                raise TraceInputError(self._path, "changed while it was being read")
+            self.events[:] = trace.cpu_events
         return self.events
 
 
