@@ -19,7 +19,7 @@ import typer
 
 from linker import __version__
 
-from linker.schedule import Schedule
+from linker.schedule import Schedule, process_exit
 from linker.model.errors import MismatchedPairError, OptionError, TraceInputError
 from linker.model.exit_status import (
     EXIT_BELOW_MIN_LINKED,
@@ -98,6 +98,15 @@ def _stopped(stop: KeyboardInterrupt, left: str) -> typer.Exit:
     typer.echo(f"et-link: {'terminated' if isinstance(stop, Terminated) else 'interrupted'}; {left}", err=True)
     return typer.Exit(_stop_status(stop))
 
+_one_shot = False  # set by ``main``: this process ends with the command
+
+
+def _schedule() -> Schedule:
+    """The schedule of a command: ``Schedule.auto()``, one-shot when run from ``main`` (the
+    ``et-link`` process; not when ``app`` is called in another program's process)."""
+    return Schedule.auto(one_shot=_one_shot)
+
+
 def _run_pair(et_file: Path, kineto_file: Path, output_file, options: LinkOptions, report, schedule: Schedule):
     """``link_pair`` with every failure turned into one line and its exit status."""
     from linker.pipeline import link_pair
@@ -172,7 +181,9 @@ def main_command(
                    "--match/--annotation/--window are ignored", err=True)
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force,
                           max_depth=max_depth)
-    outcome = _run_pair(et_file, kineto_file, output_file, options, report, Schedule.auto())
+    schedule = _schedule()
+    outcome = _run_pair(et_file, kineto_file, output_file, options, report, schedule)
+    schedule.keep_until_exit(outcome)
     try:
         _finish_pair(outcome, et_file, kineto_file, quiet, min_linked)
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM after the outputs were complete: they are kept
@@ -354,7 +365,7 @@ def simulate_command(
 
     try:
         output, finished = run_simulate(SimulateOptions(files, model, scale, comm_groups, json_output, trace_out, top,
-                                                           rank_start), Schedule.auto())
+                                                           rank_start), _schedule())
     except TraceInputError as err:
         fail(str(err))
     except ValueError as err:
@@ -365,8 +376,16 @@ def simulate_command(
 
 
 def main() -> None:
-    """The ``et-link`` entry point."""
-    app()
+    """The ``et-link`` entry point: one command, then the process ends (``process_exit``: a
+    command run under ``Schedule.auto()`` kept what it built, and it is not freed)."""
+    global _one_shot
+    _one_shot = True
+    try:
+        app()
+    except SystemExit as stop:
+        if process_exit.kept_anything() and isinstance(stop.code, (int, type(None))):
+            process_exit.exit_now(stop.code or 0)
+        raise
 
 
 if __name__ == "__main__":

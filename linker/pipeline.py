@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import orjson
 
@@ -27,12 +27,12 @@ from linker.link.report import LinkReport
 from linker.model.errors import TraceInputError
 from linker.model.output import CHAKRA, Output
 from linker.read.et import read_execution_trace
-from linker.read.files import check_output_paths, collector_paused, decoding
+from linker.read.files import check_output_paths, decoding
 from linker.read.kineto import read_kineto_trace
 from linker.read.sanity import check_execution_trace, check_kineto_trace
 from linker.schedule import Schedule
 from linker.schedule.kineto_child import CheckedKineto, finish
-from linker.write.sink import atomic_output
+from linker.write.sink import atomic_output, prefill_later
 
 log = logging.getLogger("et_link")
 
@@ -90,19 +90,23 @@ def read_pair(et_path, kineto_path, schedule: Schedule | None = None):
     return inputs[:3]
 
 
-def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None) -> Inputs:
+def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None,
+                et_read: Callable[[object], object] | None = None) -> Inputs:
     """``read_pair``'s work, with what was computed beside it. Under a schedule with a Kineto
     child (``Schedule.kineto_reader``) the Kineto trace is read, checked and nested by the child
     while this process reads the ET, then checks it and computes its tree order; a child that
     failed leaves the Kineto read to this process (same trace, same errors). ``fields`` (a
     ``fields_child.FieldsAhead``): the ET is inflated into its shared text, and its child told to
-    go once the ET is read. The caller cancels ``Inputs.child`` once done with the Kineto trace
-    (its CPU events stay on the child until read)."""
+    go once the ET is read. ``et_read(et)`` is called once the ET is read (the output's prefill
+    starts then). The caller cancels ``Inputs.child`` once done with the Kineto trace (its CPU
+    events stay on the child until read)."""
     child = schedule.kineto_reader(kineto_path)
     try:
         with decoding(et_path, "Execution Trace"):
             et = read_execution_trace(et_path, fields.inflate_into if fields is not None else None)
         log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
+        if et_read is not None:
+            et_read(et)
         if fields is not None:
             fields.go(et)
         ahead = _EtChecked(et) if child is not None else None
@@ -225,8 +229,9 @@ def link_pair(
     threads; the outputs and errors are the same under every one. Raises ``TraceInputError`` (bad
     file) or ``MismatchedPairError`` (different runs); then nothing is written.
     """
-    with collector_paused():
-        return _link_pair(et_path, kineto_path, output, options, report_path, schedule or Schedule.serial())
+    schedule = schedule or Schedule.serial()
+    with schedule.collector_paused():
+        return _link_pair(et_path, kineto_path, output, options, report_path, schedule)
 
 
 def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Schedule) -> PairOutcome:
@@ -248,10 +253,14 @@ def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Sch
     fields = schedule.fields_encoder(et_path, output)
     inputs = None
     try:
-        inputs = read_inputs(et_path, kineto_path, schedule, fields)
-        result = link(inputs.et, inputs.kineto, options, inputs.nesting)
-        result.report.warnings[:0] = inputs.warnings
-        return _link_and_write(result, output, report_path, protected, beside, started, fields, inputs.tree)
+        with prefill_later(output.path) as prefill:
+            et_read = (lambda et: prefill(schedule.prefill_size(output, et))) if schedule.prefill else None
+            inputs = read_inputs(et_path, kineto_path, schedule, fields, et_read)
+            if et_read is not None:
+                prefill(schedule.prefill_size(output, inputs.et, inputs.kineto))  # its GPU ops too, now known
+            result = link(inputs.et, inputs.kineto, options, inputs.nesting)
+            result.report.warnings[:0] = inputs.warnings
+            return _link_and_write(result, output, report_path, protected, beside, started, fields, inputs.tree)
     finally:
         if fields is not None:
             fields.cancel()

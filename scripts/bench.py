@@ -110,8 +110,10 @@ TRICKS = [
     ("pending CPU events", "json", ("plain", "gzip"), "the child's CPU events decoded at the hand-over"),
     ("early tree order", "json", ("plain", "gzip"), "the ET's tree order made by the plan, not beside the child"),
     ("fields child", "et", ("plain", "gzip"), "the .et's ET-only fields all encoded by the writer"),
+    ("prefill", "json", ("plain", "gzip"), "no prefill of the JSON output's file"),
     ("background writer", "json", ("plain", "gzip"), "the writer writes each chunk itself"),
     ("background writer .et", "et", ("plain", "gzip"), "the .et writer writes each chunk itself"),
+    ("one-shot exit", "json", ("plain", "gzip"), "the process collects and frees as usual at the end"),
     ("positional attrs", "json", ("plain", "gzip"), "the ET's attrs columns read by name"),
     ("ISA-L inflate", "json", ("gzip",), "gzip inflated by zlib"),
 ]
@@ -126,7 +128,7 @@ from linker.schedule import Schedule
 
 def schedule_without(**fields):
     auto = Schedule.auto.__func__
-    Schedule.auto = classmethod(lambda cls: replace(auto(cls), **fields))
+    Schedule.auto = classmethod(lambda cls, one_shot=True: replace(auto(cls, one_shot), **fields))
 
 class SyncWriter:
     def __init__(self, stream, depth=8):
@@ -145,6 +147,8 @@ if trick == "kineto child":
     schedule_without(kineto_child=False)
 elif trick == "fields child":
     schedule_without(fields_child=False)
+elif trick == "prefill":
+    schedule_without(prefill=False)
 elif trick == "pending CPU events":
     real_finish = pipeline.finish
     def eager(child):
@@ -164,9 +168,12 @@ elif trick == "positional attrs":
 elif trick == "ISA-L inflate":
     from linker.read import files
     files.inflating = zlib
-elif trick != "none":
+elif trick not in ("none", "one-shot exit"):
     raise SystemExit("unknown trick " + trick)
-cli.main()
+if trick == "one-shot exit":
+    cli.app()
+else:
+    cli.main()
 """
 
 

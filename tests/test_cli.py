@@ -130,13 +130,32 @@ def test_conflicting_method_flags(tmp_path):
     assert proc.returncode == 2 and len(_errors(proc)) == 1
 
 
+def test_one_shot_exit_keeps_the_status_the_messages_and_the_files(tmp_path):
+    """``main()`` ends a linking process without freeing the ET+ (``process_exit``): what it printed,
+    its exit status and its files must still be those of a normal exit."""
+    from linker.model.exit_status import EXIT_BELOW_MIN_LINKED
+    from linker.write.validate import validate_file
+
+    other_et, _ = fixture_pair("cpu", "threads")
+    out, report = tmp_path / "o.et", tmp_path / "r.json"
+    proc = run("--et-file", other_et, "--kineto-file", KINETO, "-o", out, "--report", report, "--force",
+               "--min-linked", "90")
+    assert proc.returncode == EXIT_BELOW_MIN_LINKED, proc.stderr
+    lines = _errors(proc)
+    assert "linked" in lines[0] and "below --min-linked 90" in lines[-1]
+    assert validate_file(out).ok
+    assert json.loads(report.read_text())["et_ops"] > 0
+
+
 def test_library_calls_collect_and_free_as_usual(tmp_path):
-    """``link_pair`` pauses the cyclic collector while it runs and restores it."""
+    """Only the CLI's ``main()`` makes a process one-shot: ``link_pair`` called as a library restores
+    the cyclic collector and keeps nothing alive."""
     import gc
 
+    from linker.schedule import process_exit
     from linker.pipeline import link_pair
 
-    assert gc.isenabled()
+    assert gc.isenabled() and not process_exit.kept_anything()
     outcome = link_pair(ET, KINETO, tmp_path / "o.json")
     assert outcome.report.linked_ops > 0
-    assert gc.isenabled()
+    assert gc.isenabled() and not process_exit.kept_anything()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from itertools import repeat
+
 from typing import Sequence
 
 from linker.read.kineto import KinetoEvent
@@ -35,12 +35,6 @@ class CpuNesting:
     parents: list[int]
     exclusive: list[float]
     end: array
-
-
-def rounded_exclusive(exclusive: list[float]) -> list[float]:
-    """Each exclusive duration rounded to 3 decimals (ns), as the ET+ writes a non-integral one
-    (``round(x, 3)``: about 0.2 µs each, most of the ET+ fields' cost when done per op). O(n)."""
-    return list(map(round, exclusive, repeat(3)))
 
 
 def nest_cpu_events(events: Sequence[KinetoEvent]) -> CpuNesting:

@@ -18,7 +18,6 @@ from typing import Any
 
 import msgspec
 
-from linker.link import durations
 from linker.read.et import FLAT, ExecutionTrace
 from linker.link.gpu import GpuLink
 from linker.link.recipe import LinkResult
@@ -99,11 +98,10 @@ def as_number(value: float) -> float | int:
 
 def build_et_plus(result: LinkResult) -> EtPlus:
     """Fill ET+ time fields into ``result.et.nodes`` (in place) and create the GPU nodes. A
-    non-integral ``exclusive_dur`` is written rounded to 3 decimals (``durations.rounded_exclusive``,
-    for every event: C passes). O(n + g)."""
+    non-integral ``exclusive_dur`` is written rounded to 3 decimals (``round(x, 3)``), for the
+    linked ops only. O(n + g)."""
     et, columns, exclusive = result.et, result.kineto.cpu_columns(), result.exclusive
     nodes, event_ts, event_dur = et.nodes, columns.ts, columns.dur
-    rounded_exclusive = durations.rounded_exclusive(exclusive)
     starts, ends = [math.nan] * len(nodes), [math.nan] * len(nodes)
     op_exclusive, exclusive_us = [0.0] * len(nodes), [0] * len(nodes)
     for i, e in enumerate(result.match.event_of_op):
@@ -117,7 +115,7 @@ def build_et_plus(result: LinkResult) -> EtPlus:
         if excl.is_integer():
             node.exclusive_dur = exclusive_us[i] = int(excl)
         else:
-            rounded = node.exclusive_dur = rounded_exclusive[e]
+            rounded = node.exclusive_dur = round(excl, 3)
             exclusive_us[i] = int(rounded) if rounded.is_integer() else rounded
     next_id = max(et.ids) + 1
     flat = et.layout == FLAT

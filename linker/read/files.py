@@ -232,8 +232,9 @@ def check_output_paths(outputs: list, inputs: tuple = ()) -> None:
 
 
 @contextlib.contextmanager
-def collector_paused():
-    """Pause Python's cyclic garbage collector for the block (restored after, even on error).
+def collector_paused(leave_off: bool = False):
+    """Pause Python's cyclic garbage collector for the block (restored after, even on error, unless
+    ``leave_off``: a process that ends with the block exits without collecting).
 
     Reading or linking a large trace allocates millions of small objects that are never garbage (nodes,
     events, columns); each full collection walks all of them, which more than doubled the time
@@ -243,5 +244,5 @@ def collector_paused():
     try:
         yield
     finally:
-        if was_enabled:
+        if was_enabled and not leave_off:
             gc.enable()

@@ -26,7 +26,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
-from queue import SimpleQueue
+from queue import Full, Queue
 from typing import Callable
 
 try:
@@ -38,6 +38,7 @@ _HEADER = 8  # payload length, little-endian
 _READ_SIZE = 1 << 20
 _PIPE_BYTES = 1 << 20  # the pipe's size where the system allows it (Linux: at most pipe-max-size)
 _BLOCKED = {signal.SIGINT, signal.SIGTERM}
+_PARTS_AHEAD = 2  # parts made and waiting for the writer thread (one more is being written)
 
 
 def can_fork() -> bool:
@@ -166,11 +167,21 @@ def _send(fd: int, payload) -> None:
 
 def _send_parts(fd: int, parts: Iterator) -> None:
     """Send each part from a writer thread, so that the child makes the next part while the parent
-    has yet to read this one (a full pipe makes a write wait for the reader). The parts made before
+    has yet to read this one (a full pipe makes a write wait for the reader). At most
+    ``_PARTS_AHEAD`` parts wait for the writer: a child whose parent stops reading stops making
+    parts soon after (the parts it would make next may never be asked for). The parts made before
     a failure of ``parts`` are sent whole, then the failure is raised; a failed write (the parent
     has gone) stops the parts."""
-    queue: SimpleQueue = SimpleQueue()
+    queue: Queue = Queue(maxsize=_PARTS_AHEAD)
     failed: list[OSError] = []
+
+    def put(item) -> None:
+        while not failed and writer.is_alive():
+            try:
+                queue.put(item, timeout=0.1)
+                return
+            except Full:
+                continue
 
     def write() -> None:
         while (payload := queue.get()) is not None:
@@ -186,9 +197,9 @@ def _send_parts(fd: int, parts: Iterator) -> None:
         for payload in parts:
             if failed:
                 break
-            queue.put(payload)
+            put(payload)
     finally:
-        queue.put(None)
+        put(None)
         writer.join()
     if failed:
         raise failed[0]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import orjson
 
-from linker.read.files import collector_paused
 from linker.schedule import Schedule
 from linker.model.errors import TraceInputError
 from linker.sim.engine import MODELS, Scale, measured_release, replay
@@ -40,8 +39,9 @@ def run_simulate(options: SimulateOptions, schedule: Schedule | None = None) -> 
     """Run the whole command; return what to print on stdout and whether every node ran. The
     cyclic garbage collector is paused meanwhile (the graphs are millions of objects, never
     garbage). ``schedule``: default ``Schedule.serial()`` (the CLI's: ``Schedule.auto()``)."""
-    with collector_paused():
-        return _run_simulate(options, schedule or Schedule.serial())
+    schedule = schedule or Schedule.serial()
+    with schedule.collector_paused():
+        return _run_simulate(options, schedule)
 
 
 def _run_simulate(options: SimulateOptions, schedule: Schedule) -> tuple[str, bool]:
@@ -72,4 +72,5 @@ def _run_simulate(options: SimulateOptions, schedule: Schedule) -> tuple[str, bo
     if options.trace_out is not None:
         write_trace(result, options.trace_out, tuple(path for path, _ in inputs.files))
     text = orjson.dumps(report.to_json()).decode() if options.json_output else format_text(report)
+    schedule.keep_until_exit(graphs, result)  # a one-shot run exits without freeing them
     return text, report.finished

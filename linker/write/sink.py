@@ -1,4 +1,4 @@
-"""The output sink: files that appear only complete, written from a thread, their blocks reserved.
+"""The output sink: files that appear only complete, written from a thread, with room made early.
 
 ``atomic_output(path)`` gives a binary stream that becomes ``path`` only if its block finishes
 without an exception: the data goes to a hidden temporary file beside the target, renamed at the
@@ -6,12 +6,24 @@ end and removed on any exception, Ctrl-C and SIGTERM (``files.terminate_as_inter
 disk is a one-line ``TraceInputError``. ``.gz`` paths are gzip-compressed. ``BackgroundWriter``
 writes a writer's chunks from a thread.
 
-``reserve_space``: the file system allocates an output's blocks in one call (Linux
-``fallocate(2)``) instead of page by page as the writes come (ext4's delayed allocation). Writers
-call it once their first piece tells the size; the file still ends where the writing did
-(``atomic_output`` cuts it). Best effort; never glibc's emulation, which writes zeros.
+Writing a 400 MB ET+ into the page cache is not free: on this project's 2-core VM, 410 MB took the
+writer thread 0.3-1.0 s, more than encoding it (0.3 s), so it bounded the JSON write. Two remedies,
+both leaving the file's bytes as they would be (``atomic_output`` cuts the file where the
+writing ended):
 
-Cost: O(1) calls for a reservation; writing is one pass.
+- ``reserve_space``: the file system allocates the blocks in one call (Linux ``fallocate(2)``)
+  instead of page by page as the writes come (ext4's delayed allocation). Writers call it once their
+  first piece tells the size. Best effort; never glibc's emulation, which writes zeros.
+- ``prefilled(path, size)``: while the block runs (the link, when a core is idle), a thread writes
+  ``size`` zero bytes into the hidden temporary file the output will be written to, so the output's
+  page-cache pages exist when the real bytes come and writing them is a copy. ``atomic_output`` takes
+  that file (``take_prefilled``); if it never does (an error, Ctrl-C), the file is removed at the end
+  of the block. ``prefill_later(path)``: the same, started when the block says so (``pipeline``
+  starts it once the ET is read, so that it is done before the write comes). Whether and how much
+  to prefill is the schedule's decision (``Schedule.prefill_size``: only with a spare core).
+
+Cost: O(1) calls for a reservation; a prefill writes ``size`` bytes from its own thread (the GIL is
+released while it writes).
 """
 
 from __future__ import annotations
@@ -23,11 +35,16 @@ import gzip
 import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 from linker.model.errors import TraceInputError
 from linker.read.files import check_output_paths
+
+_PREFILL_PIECE = 8 << 20  # zero bytes per write of the filling thread
+_prefilled: dict[str, _Filler] = {}  # absolute output path -> its filling thread
+
 
 def hidden_temporary(out: Path) -> tuple[int, str]:
     """A new hidden temporary file beside ``out`` (``.NAME.XXXX.tmp``): (descriptor, path)."""
@@ -67,6 +84,104 @@ def _fallocate():
     return function
 
 
+class _Filler:
+    """A thread writing ``size`` zero bytes into ``fd`` from offset 0 (positional writes: the
+    descriptor's own offset stays 0), stopping early when asked or on any write error. ``grow``
+    raises the size: the thread goes on, or a new one goes on where it ended."""
+
+    def __init__(self, fd: int, tmp: str, size: int):
+        self.fd, self.tmp, self.size = fd, tmp, 0
+        self._offset = 0
+        self._running = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.grow(size)
+
+    def _run(self) -> None:
+        zeros = memoryview(bytes(_PREFILL_PIECE))
+        try:
+            _allocate(self.fd, self.size)  # refused: nothing (best effort)
+            while True:
+                with self._lock:
+                    if self._offset >= self.size or self._stop.is_set():
+                        return
+                    size = self.size
+                self._offset += os.pwrite(self.fd, zeros[:min(_PREFILL_PIECE, size - self._offset)], self._offset)
+        except OSError:
+            return
+        finally:
+            with self._lock:
+                self._running = False
+
+    def grow(self, size: int) -> None:
+        with self._lock:
+            if size <= self.size or self._stop.is_set():
+                return
+            self.size = size
+            if self._running:
+                return
+            self._running = True
+        self._thread = threading.Thread(target=self._run, name="prefill-output", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+@contextlib.contextmanager
+def prefilled(path: str | os.PathLike, size: int) -> Iterator[None]:
+    """Prefill the temporary file of output ``path`` with ``size`` bytes while the block runs
+    (nothing when ``size`` <= 0 or the file cannot be made: ``atomic_output`` then makes its own)."""
+    with prefill_later(path) as start:
+        start(size)
+        yield
+
+
+@contextlib.contextmanager
+def prefill_later(path: str | os.PathLike) -> Iterator[Callable[[int], None]]:
+    """``prefilled``, started when the block calls the function it is given with a size (from
+    the moment a core is free, say); calling it again with a larger size prefills more."""
+    key = os.path.abspath(path)
+    fillers: list[_Filler] = []
+
+    def start(size: int) -> None:
+        if fillers:
+            fillers[0].grow(size)
+            return
+        if size <= 0 or key in _prefilled or not hasattr(os, "pwrite"):
+            return
+        try:
+            fd, tmp = hidden_temporary(Path(path))
+        except OSError:
+            return
+        _prefilled[key] = filler = _Filler(fd, tmp, size)
+        fillers.append(filler)
+
+    try:
+        yield start
+    finally:
+        for filler in fillers:
+            if _prefilled.get(key) is filler:  # never taken: the output was not written
+                del _prefilled[key]
+                filler.stop()
+                os.close(filler.fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(filler.tmp)
+
+
+def take_prefilled(out: Path) -> tuple[int, str] | None:
+    """The (descriptor, path) of ``out``'s prefilled temporary file, its filling stopped (the caller
+    now owns both), or None."""
+    filler = _prefilled.pop(os.path.abspath(out), None)
+    if filler is None:
+        return None
+    filler.stop()
+    return filler.fd, filler.tmp
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -86,15 +201,16 @@ def _write_problem(err: OSError) -> str:
 def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO[bytes]]:
     """Open a binary stream that becomes ``path`` only if the block finishes without an exception.
 
-    Data goes to a temporary file in the same directory, renamed over ``path`` at the end, so a
-    reader never sees a half-written output; the file ends where the writing did (room reserved
-    beyond it is given back). ``.gz`` paths are gzip-compressed. Writing to any of the ``protected`` paths (the
+    Data goes to a temporary file in the same directory (the one ``prefilled`` has
+    been filling, if any), renamed over ``path`` at the end, so a reader never sees a half-written
+    output; the file ends where the writing did (room reserved or prefilled beyond it is given
+    back). ``.gz`` paths are gzip-compressed. Writing to any of the ``protected`` paths (the
     inputs) is refused with ``TraceInputError``.
     """
     out = Path(path)
     check_output_paths([out], protected)
     try:
-        fd, tmp = hidden_temporary(out)
+        fd, tmp = take_prefilled(out) or hidden_temporary(out)
     except OSError as err:
         raise TraceInputError(out, _write_problem(err)) from None
     try:
