@@ -55,7 +55,7 @@ def link_traces(et_file: Optional[str | os.PathLike], kineto_file: str | os.Path
     of the same names. Returns the ``LinkResult``: ``.report`` (``LinkReport``: counts, warnings,
     ``.summary()`` as printed), ``.et``, ``.kineto``, ``.match``, ``.gpu``. Write it with ``write_et_plus``.
     Raises ``TraceInputError`` (bad file) or ``MismatchedPairError`` (different runs). Cost: that
-    of reading and linking (a large Kineto trace is read by a forked child meanwhile)."""
+    of reading and linking, in this process (the library's schedule is serial)."""
     from linker.link.recipe import METHODS, LinkOptions
     from linker.link.recipe import link as link_read
     from linker.pipeline import _link_kineto_alone, read_pair
@@ -67,7 +67,7 @@ def link_traces(et_file: Optional[str | os.PathLike], kineto_file: str | os.Path
     with collector_paused():
         if et_file is None:
             return _link_kineto_alone(kineto_file)
-        et, kineto, warnings = read_pair(et_file, kineto_file, rf_id_first=method in ("auto", "rf_id"))
+        et, kineto, warnings = read_pair(et_file, kineto_file)
         result = link_read(et, kineto, options)
         result.report.warnings[:0] = warnings
         return result

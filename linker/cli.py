@@ -20,7 +20,7 @@ import typer
 
 from linker import __version__
 
-from linker.schedule import process_exit
+from linker.schedule import Schedule, process_exit
 from linker.model.errors import MismatchedPairError, OptionError, TraceInputError
 from linker.model.exit_status import (
     EXIT_BELOW_MIN_LINKED,
@@ -110,6 +110,15 @@ def _stopped(stop: KeyboardInterrupt, left: str) -> typer.Exit:
     typer.echo(f"et-link: {'terminated' if isinstance(stop, Terminated) else 'interrupted'}; {left}", err=True)
     return typer.Exit(_stop_status(stop))
 
+_one_shot = False  # set by ``main``: this process ends with the command
+
+
+def _schedule() -> Schedule:
+    """The schedule of a command: ``Schedule.auto()``, one-shot when run from ``main`` (the
+    ``et-link`` process; not when ``app`` is called in another program's process)."""
+    return Schedule.auto(one_shot=_one_shot)
+
+
 def write_stdout(text: str) -> None:
     """Print ``text`` and a newline on stdout; a reader gone away (``et-link ... | head``) ends the
     command quietly with ``EXIT_BROKEN_PIPE`` (stdout is pointed at /dev/null, so the exit's own
@@ -135,15 +144,16 @@ def _progress(quiet: bool) -> bool:
     return not quiet and is_terminal(sys.stderr)
 
 
-def _run_pair(et_file: Path, kineto_file: Path, output_file, options: LinkOptions, report, quiet: bool = True):
-    """``link_pair`` with every failure turned into one line and its exit status; a progress bar on
-    stderr when it takes a while (not with ``quiet``, only on a terminal)."""
+def _run_pair(et_file: Path, kineto_file: Path, output_file, options: LinkOptions, report, schedule: Schedule,
+              quiet: bool = True):
+    """``link_pair`` under ``schedule`` with every failure turned into one line and its exit status;
+    a progress bar on stderr when it takes a while (not with ``quiet``, only on a terminal)."""
     from linker.pipeline import link_pair
 
     pair = f"{et_file} + {kineto_file}" if et_file is not None else str(kineto_file)
     try:
         with StageProgress("et-link", LINK_STAGES, enabled=_progress(quiet)) as bar:
-            return link_pair(et_file, kineto_file, output_file, options, report, progress=bar.stage)
+            return link_pair(et_file, kineto_file, output_file, options, report, schedule, progress=bar.stage)
     except TraceInputError as err:
         fail(str(err), EXIT_INPUT)
     except OptionError as err:
@@ -211,8 +221,9 @@ def main_command(
                    "--match/--annotation/--window are ignored", err=True)
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force,
                           max_depth=max_depth)
-    outcome = _run_pair(et_file, kineto_file, output_file, options, report, quiet)
-    process_exit.keep_until_exit(outcome)
+    schedule = _schedule()
+    outcome = _run_pair(et_file, kineto_file, output_file, options, report, schedule, quiet)
+    schedule.keep_until_exit(outcome)
     try:
         _finish_pair(outcome, et_file, kineto_file, quiet, min_linked)
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM after the outputs were complete: they are kept
@@ -351,7 +362,6 @@ def batch_command(
     astra/: network, system and memory files and a run script; docs/astra-sim.md)."""
     from linker.batch import BatchConfig, BatchSetupError, PairingError, format_table, parse_bytes, run_batch
 
-    process_exit.disable()  # many pairs in this process and its forked workers: free and collect as usual
     terminate_as_interrupt()
     _setup_logging(log_level)
     method = _chosen_method(exact_match, approximate, match)
@@ -467,7 +477,7 @@ def simulate_command(
         with StageProgress("et-link simulate", STAGES, enabled=_progress(quiet)) as bar:
             output, finished = run_simulate(SimulateOptions(
                 files, model, scale, comm_groups, json_output, trace_out, top, rank_start,
-                explain=explain, html=html), bar.stage)
+                explain=explain, html=html), bar.stage, _schedule())
     except TraceInputError as err:
         fail(str(err))
     except ValueError as err:
@@ -482,8 +492,10 @@ def simulate_command(
 
 
 def main() -> None:
-    """The ``et-link`` entry point: one command, then the process ends (``process_exit``)."""
-    process_exit.enable()
+    """The ``et-link`` entry point: one command, then the process ends (``process_exit``: a
+    command run under ``Schedule.auto()`` kept what it built, and it is not freed)."""
+    global _one_shot
+    _one_shot = True
     try:
         app()
     except SystemExit as stop:

@@ -1,8 +1,9 @@
 """One pair from files to files: check outputs, read, check inputs, link, write ET+ and report.
 
 ``link_pair`` is what the CLI and the batch runner call for each (ET, Kineto) pair, or for a Kineto
-trace alone. Order matters
-for trust: output paths are checked before any reading or linking (``fileio.check_output_paths``),
+trace alone, under a ``Schedule`` (serial unless told: the CLI's is ``Schedule.auto()``). The
+output is decided once (``Output.of``: path, format, compression). Order matters
+for trust: output paths are checked before any reading or linking (``files.check_output_paths``),
 the decoded inputs go through ``sanity`` (refuse or repair, with warnings), and the report is
 written to its temporary file before the ET+ so that a failure leaves neither. Every user-fixable
 failure is a ``TraceInputError`` naming the file. Cost: that of reading + linking + writing.
@@ -16,28 +17,24 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import orjson
 
-from linker.schedule import kineto_child as kineto_ahead
-
-from linker.schedule import prefill as output_space
-from linker.read.et import read_execution_trace
-from linker.model.errors import TraceInputError
 from linker.link.etplus import EtPlus, build_et_plus
-from linker.read.files import atomic_output, check_output_paths, collector_paused, decoding
-from linker.schedule.fork import spare_core
-from linker.read.kineto import read_kineto_trace
 from linker.link.recipe import LinkOptions, link
 from linker.link.report import LinkReport
+from linker.model.errors import TraceInputError
+from linker.model.output import CHAKRA, Output
+from linker.read.et import read_execution_trace
+from linker.read.files import check_output_paths, decoding
+from linker.read.kineto import read_kineto_trace
 from linker.read.sanity import check_execution_trace, check_kineto_trace
+from linker.schedule import Schedule
+from linker.schedule.kineto_child import CheckedKineto, finish
+from linker.write.sink import atomic_output, prefill_later
 
 log = logging.getLogger("et_link")
-
-JSON_SUFFIXES = (".json", ".json.gz")
-CHAKRA_SUFFIXES = (".et", ".et.gz")
-
 
 def default_output_path(et_path: str | os.PathLike, fmt: str = "json") -> Path:
     """``<ET name>_plus.json`` (or ``.et``) beside the ET; ``x.json.gz`` -> ``x_plus.json``."""
@@ -47,12 +44,6 @@ def default_output_path(et_path: str | os.PathLike, fmt: str = "json") -> Path:
         if stem.endswith(suffix):
             stem = stem[: -len(suffix)]
     return p.with_name(f"{stem}_plus.{'et' if fmt == 'et' else 'json'}")
-
-
-def output_format(path: str | os.PathLike) -> str:
-    """"json" or "et" from the output path's suffix (json when unknown)."""
-    name = str(path)
-    return "et" if name.endswith(CHAKRA_SUFFIXES) else "json"
 
 
 @dataclass
@@ -68,26 +59,48 @@ def _report_bytes(report: LinkReport) -> bytes:
     return orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2)
 
 
-def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None, rf_id_first: bool = False,
-              et_read: Callable[[object], object] | None = None):
+class Inputs(NamedTuple):
+    """Both inputs read and checked: the ET, the Kineto trace, the checks' warnings (the ET's
+    first), and what was computed beside the reading (None when it was not: the link and the plan
+    compute it): the Kineto CPU events' nesting, the ET's tree order."""
+
+    et: object
+    kineto: object
+    warnings: list[str]
+    nesting: object = None
+    tree: object = None
+    child: object = None  # the Kineto child, kept while its pending CPU events may be read
+
+
+def _cancel(child) -> None:
+    if child is not None:
+        child.cancel()
+
+
+def read_pair(et_path, kineto_path, schedule: Schedule | None = None):
     """Read both files and run the input sanity checks. Returns (et, kineto, warnings).
 
-    With ``read_ahead`` a large Kineto trace is read and checked by a forked child meanwhile
-    (``kineto_ahead``: faster when a core is free, about 0.7 s more CPU on a 400k-event trace, so
-    batch workers, which already fill the cores, turn it off); errors are those of reading and
-    checking the files one after the other (the ET's first), whichever process met them.
-    ``fields`` (a ``chakra_ahead.FieldsAhead``): the ET is inflated into its shared text, and its
-    child told to go once the ET is read (the Kineto child is about done: going then, rather than
-    once it was, took 0.1 s off a large ``.et``).
-    With a Kineto child, the ET's own work (input check, tree order: ``_EtAhead``) comes next,
-    while the child finishes (nesting its CPU events, on a CPU run whose ET is the larger file) or
-    still reads (a Kineto trace larger than its ET, as GPU runs have); taking the child's trace is
-    then quick (``kineto_ahead.finish``: the CPU events stay encoded until read). ``rf_id_first``:
-    the link will try record-function ids first; a CPU trace with ids then keeps its CPU events in
-    the file, where they are read again only if something reads them (``kineto_ahead.start``).
-    ``et_read(et)`` is called once the ET is read (the output's prefill starts then)."""
-    child = kineto_ahead.start(kineto_path, rf_id_first) if read_ahead else None
-    ahead = None
+    Errors are those of reading and checking the files one after the other (the ET's first),
+    under any ``schedule`` (default ``Schedule.serial()``)."""
+    inputs = read_inputs(et_path, kineto_path, schedule or Schedule.serial())
+    try:
+        inputs.kineto.cpu_events  # taken from a child before it goes
+    finally:
+        _cancel(inputs.child)
+    return inputs[:3]
+
+
+def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None,
+                et_read: Callable[[object], object] | None = None) -> Inputs:
+    """``read_pair``'s work, with what was computed beside it. Under a schedule with a Kineto
+    child (``Schedule.kineto_reader``) the Kineto trace is read, checked and nested by the child
+    while this process reads the ET, then checks it and computes its tree order; a child that
+    failed leaves the Kineto read to this process (same trace, same errors). ``fields`` (a
+    ``fields_child.FieldsAhead``): the ET is inflated into its shared text, and its child told to
+    go once the ET is read. ``et_read(et)`` is called once the ET is read (the output's prefill
+    starts then). The caller cancels ``Inputs.child`` once done with the Kineto trace (its CPU
+    events stay on the child until read)."""
+    child = schedule.kineto_reader(kineto_path)
     try:
         with decoding(et_path, "Execution Trace"):
             et = read_execution_trace(et_path, fields.inflate_into if fields is not None else None)
@@ -96,49 +109,47 @@ def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None, rf_id_
             et_read(et)
         if fields is not None:
             fields.go(et)
-        if child is not None:
-            ahead = _EtAhead(et)
-        checked = kineto_ahead.finish(child)
+        ahead = _EtChecked(et) if child is not None else None
+        checked = finish(child)
         if checked is None:
+            child = None  # reaped
             kineto = _read_kineto(kineto_path)
-            checked = kineto, check_kineto_trace(kineto)
+            checked = CheckedKineto(kineto, check_kineto_trace(kineto))
         else:
-            _log_kineto(kineto_path, checked[0])
-    finally:
-        if child is not None:
-            child.cancel()
-    kineto, kineto_warnings = checked
-    return et, kineto, _et_warnings(et, ahead) + kineto_warnings
+            _log_kineto(kineto_path, checked.trace)
+        if ahead is None:
+            ahead = _EtChecked(et, tree=False)
+        return Inputs(et, checked.trace, ahead.result() + checked.warnings, checked.nesting, ahead.tree, child)
+    except BaseException:
+        _cancel(child)
+        raise
 
 
-class _EtAhead:
-    """The ET's input check and the plan's part that needs only the ET (``chakra_deps.tree_order``,
-    kept on the ET), run while the parent would wait for the Kineto child: the check's outcome,
-    warnings or refusal, is kept and given where reading the files one after the other has it
-    (``_et_warnings``: after the Kineto file is read, so a bad Kineto file is still named first).
-    The tree order waits for a check that passed: a repair may change the columns."""
+class _EtChecked:
+    """The ET's input check and, once it passed, the ET's tree order (``plan.deps.tree_order``:
+    the plan's part that needs only the ET), made while a Kineto child still works. The check's
+    outcome, warnings or refusal, is kept and given where reading the files one after the other
+    has it (``result``: after the Kineto file is read, so a bad Kineto file is still named first)."""
 
-    def __init__(self, et):
+    def __init__(self, et, tree: bool = True):
         self.warnings: list[str] = []
         self.refusal: TraceInputError | None = None
+        self.tree = None
         try:
             self.warnings = check_execution_trace(et)
         except TraceInputError as err:
             self.refusal = err
             return
-        from linker.plan.deps import tree_order
+        if tree:
+            from linker.plan.deps import tree_order
 
-        tree_order(et)
+            self.tree = tree_order(et)
 
-
-def _et_warnings(et, ahead: _EtAhead | None) -> list[str]:
-    """The ET input check's warnings (``check_execution_trace``), or its refusal raised; from
-    ``ahead`` when it ran there."""
-    if ahead is None:
-        return check_execution_trace(et)
-    if ahead.refusal is not None:
-        raise ahead.refusal
-    return ahead.warnings
+    def result(self) -> list[str]:
+        """The check's warnings, or its refusal raised."""
+        if self.refusal is not None:
+            raise self.refusal
+        return self.warnings
 
 
 def _read_kineto(kineto_path):
@@ -154,20 +165,20 @@ def _log_kineto(kineto_path, kineto) -> None:
              kineto.cpu_count(), len(kineto.gpu_events))
 
 
-def _write_et_plus(et_plus, output: Path, protected: tuple, et_path, fields=None) -> None:
+def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=None) -> None:
     try:
-        if output_format(output) == "et":
+        if output.format == CHAKRA:
             from linker.write.chakra import write_et_plus_chakra
 
             pre_encoded = fields.take(et_plus.et) if fields is not None else None
-            write_et_plus_chakra(et_plus, output, protected, pre_encoded)
+            write_et_plus_chakra(et_plus, output.path, protected, pre_encoded)
         else:
             from linker.write.etplus_json import write_et_plus_json
 
-            write_et_plus_json(et_plus, output, protected)
+            write_et_plus_json(et_plus, output.path, protected)
     except (ValueError, OverflowError) as err:
         # A value of the input that the output format cannot hold (nothing was left behind).
-        raise TraceInputError(et_path, f"cannot be written as {output.name}: {err}") from None
+        raise TraceInputError(et_path, f"cannot be written as {output.path.name}: {err}") from None
 
 
 def add_simulation_counts(report: LinkReport, et_plus) -> None:
@@ -194,13 +205,14 @@ def add_simulation_counts(report: LinkReport, et_plus) -> None:
         report.warnings.append(f"{summary.ctrl_deps_dropped} ops name a parent missing from the ET: written without it")
 
 
-def plan_simulation(et_plus, output: Path, report: LinkReport) -> None:
+def plan_simulation(et_plus, output: Output, report: LinkReport, tree=None) -> None:
     """Compute the dependency plan (busy durations, dependencies with causes) once, before the
-    report and the ET+ are written; for JSON output also fill the ET+ simulation fields."""
+    report and the ET+ are written; for JSON output also fill the ET+ simulation fields.
+    ``tree``: the ET's tree order when already computed (``read_inputs``)."""
     from linker.plan.deps import dependency_plan
 
-    dependency_plan(et_plus)
-    if output_format(output) != "et":
+    dependency_plan(et_plus, tree=tree)
+    if output.format != CHAKRA:
         from linker.plan.json_fields import annotate_et_plus
 
         annotate_et_plus(et_plus)
@@ -213,108 +225,89 @@ def link_pair(
     output: str | os.PathLike | None = None,
     options: LinkOptions | None = None,
     report_path: str | os.PathLike | None = None,
-    read_ahead: bool = True,
+    schedule: Schedule | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> PairOutcome:
-    """Link one pair and write the ET+ (JSON or Chakra by suffix) and, if asked, the report.
+    """Link one pair and write the ET+ (JSON or Chakra by suffix: ``Output.of``) and, if asked,
+    the report.
 
-    With ``et_path`` None the host graph comes from the Kineto trace alone (``kineto_graph``; the
-    default output is then ``<Kineto name>_plus.json`` beside it). ``read_ahead``: a core is
-    spare, so a large Kineto trace is read by a forked child (``read_pair``) and a large JSON output
-    is prefilled while linking (``output_space.prefill_later``); batch workers turn it off. Raises
-    ``TraceInputError`` (bad file) or ``MismatchedPairError`` (different runs); then nothing is written.
-    ``progress``: called with "reading", "linking", "writing" as each stage starts.
+    With ``et_path`` None the host graph comes from the Kineto trace alone (``kineto_only``; the
+    default output is then ``<Kineto name>_plus.json`` beside it). ``schedule`` (default
+    ``Schedule.serial()``; the CLI gives ``Schedule.auto()``) lays the work out over processes and
+    threads; the outputs and errors are the same under every one. Raises ``TraceInputError`` (bad
+    file) or ``MismatchedPairError`` (different runs); then nothing is written. ``progress``: called
+    with "reading", "linking", "writing" as each stage starts.
     """
-    with collector_paused():
-        return _link_pair(et_path, kineto_path, output, options, report_path, read_ahead, progress or _silent)
+    schedule = schedule or Schedule.serial()
+    with schedule.collector_paused():
+        return _link_pair(et_path, kineto_path, output, options, report_path, schedule, progress or _silent)
 
 
 def _silent(stage: str) -> None:
     pass
 
 
-def _link_pair(et_path, kineto_path, output, options, report_path, read_ahead, progress) -> PairOutcome:
+def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Schedule, progress) -> PairOutcome:
     started = time.perf_counter()
     beside = et_path if et_path is not None else kineto_path
     defaulted = not output
-    output = Path(output) if output else default_output_path(beside)
+    output = Output.of(output if output else default_output_path(beside))
     protected = tuple(p for p in (et_path, kineto_path) if p is not None)
     try:
-        check_output_paths([output, report_path], protected)
+        check_output_paths([output.path, report_path], protected)
     except TraceInputError as err:
-        if defaulted and err.path == str(output):
-            raise TraceInputError(output, f"{err.problem} (the default output beside the input; choose "
+        if defaulted and err.path == str(output.path):
+            raise TraceInputError(output.path, f"{err.problem} (the default output beside the input; choose "
                                   "another with -o)") from None
         raise
     progress("reading")
     if et_path is None:
-        return _link_and_write(_link_kineto_alone(kineto_path, progress), output, report_path, protected, beside,
-                               started, progress=progress)
-    fields = _fields_ahead(et_path, output) if read_ahead else None
+        result = _link_kineto_alone(kineto_path, progress)
+        return _link_and_write(result, output, report_path, protected, beside, started, progress=progress)
+    fields = schedule.fields_encoder(et_path, output)
+    inputs = None
     try:
-        rf_id_first = (options or LinkOptions()).method in ("auto", "rf_id")
-        with output_space.prefill_later(output) as prefill:
-            et_read = (lambda et: prefill(_prefill_bytes(output, et))) if read_ahead and spare_core() else None
-            et, kineto, input_warnings = read_pair(et_path, kineto_path, read_ahead, fields, rf_id_first, et_read)
+        with prefill_later(output.path) as prefill:
+            et_read = (lambda et: prefill(schedule.prefill_size(output, et))) if schedule.prefill else None
+            inputs = read_inputs(et_path, kineto_path, schedule, fields, et_read)
             if et_read is not None:
-                prefill(_prefill_bytes(output, et, kineto))  # its GPU ops too, now known
+                prefill(schedule.prefill_size(output, inputs.et, inputs.kineto))  # its GPU ops too, now known
             progress("linking")
-            result = link(et, kineto, options)
-            result.report.warnings[:0] = input_warnings
-            return _link_and_write(result, output, report_path, protected, beside, started, fields, progress)
+            result = link(inputs.et, inputs.kineto, options, inputs.nesting)
+            result.report.warnings[:0] = inputs.warnings
+            return _link_and_write(result, output, report_path, protected, beside, started, fields, inputs.tree,
+                                   progress)
     finally:
         if fields is not None:
             fields.cancel()
+        if inputs is not None:
+            _cancel(inputs.child)
 
 
-def _fields_ahead(et_path, output: Path):
-    """For a ``.et`` output: the child encoding the ET's own fields of its ops meanwhile
-    (``chakra_ahead``; None for a small ET or where it cannot run)."""
-    if output_format(output) != "et":
-        return None
-    from linker.schedule import fields_child as chakra_ahead
-
-    return chakra_ahead.start(et_path)
-
-
-PREFILL_MIN_BYTES = 64 << 20  # smaller outputs are written quickly enough as they come
-
-
-def _prefill_bytes(output: Path, et, kineto=None) -> int:
-    """How much of a plain JSON output to prefill while linking (``output_space.prefill_later``):
-    the ET's text plus a little per node and GPU op (under the ET+ on the traces we have: 388 of
-    410 MB on the large pair; without ``kineto``, the ET's part); 0 for other formats and outputs
-    under ``PREFILL_MIN_BYTES``."""
-    if not str(output).endswith(".json"):
-        return 0
-    guess = et.text_bytes + 64 * len(et.nodes) + (256 * len(kineto.gpu_events) if kineto is not None else 0)
-    return guess if guess >= PREFILL_MIN_BYTES else 0
-
-
-def _link_and_write(result, output: Path, report_path, protected: tuple, beside, started: float,
-                    fields=None, progress=_silent) -> PairOutcome:
-    """Build the ET+ of ``result``, plan it, write the report and the ET+ (``fields``: see
-    ``_fields_ahead``)."""
+def _link_and_write(result, output: Output, report_path, protected: tuple, beside, started: float,
+                    fields=None, tree=None, progress=_silent) -> PairOutcome:
+    """Build the ET+ of ``result``, plan it, write the report and the ET+ (``fields``: the ET's
+    own fields encoded by a child, ``Schedule.fields_encoder``)."""
     progress("writing")
     et_plus = build_et_plus(result)
-    plan_simulation(et_plus, output, result.report)
+    plan_simulation(et_plus, output, result.report, tree)
     report_output = atomic_output(report_path, protected) if report_path else contextlib.nullcontext()
     with report_output as report_stream:
         if report_stream is not None:
             report_stream.write(_report_bytes(result.report))
             report_stream.flush()  # a full disk shows here, before the ET+ is written
         _write_et_plus(et_plus, output, protected, beside, fields)
-    return PairOutcome(result.report, output, Path(report_path) if report_path else None,
+    return PairOutcome(result.report, output.path, Path(report_path) if report_path else None,
                        time.perf_counter() - started, et_plus)
 
 
 def write_linked(result, output: str | os.PathLike, report_path: str | os.PathLike | None = None) -> PairOutcome:
     """Write an in-memory link ``result`` (``recipe.link``) as ``link_pair`` does: the ET+ (JSON or
     Chakra by suffix) and, if asked, the report; the inputs are refused as outputs."""
-    output = Path(output)
+    output = Output.of(output)
     protected = tuple(p for p in (result.et.path, result.kineto.path) if p)
-    check_output_paths([output, report_path], protected)
-    return _link_and_write(result, output, report_path, protected, protected[0] if protected else output,
+    check_output_paths([output.path, report_path], protected)
+    return _link_and_write(result, output, report_path, protected, protected[0] if protected else output.path,
                            time.perf_counter())
 
 

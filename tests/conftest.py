@@ -40,3 +40,12 @@ def dlrm_pair(rank: int) -> tuple[Path, Path]:
 def fixture_pair(*parts: str) -> tuple[Path, Path]:
     directory = FIXTURES.joinpath(*parts)
     return directory / "et.json.gz", directory / "kineto.json.gz"
+
+
+@pytest.fixture(params=["serial", "forced"])
+def schedule(request):
+    """Each schedule a test's outputs must not depend on: ``Schedule.serial()`` (all in this
+    process) and ``Schedule.forced()`` (every child and thread, whatever the sizes and cores)."""
+    from linker.schedule import Schedule
+
+    return Schedule.serial() if request.param == "serial" else Schedule.forced()

@@ -1,5 +1,5 @@
 """The ET's own fields of a ``.et`` encoded by a forked child while the parent links
-(``chakra_ahead``): the output is the same bytes as without the child, whether the child did every
+(``schedule.fields_child``, under a schedule that starts it): the output is the same bytes as without the child, whether the child did every
 node, some, or none (it failed, was stopped, or its nodes were not the parent's), and no child is
 left behind."""
 
@@ -14,6 +14,8 @@ import pytest
 
 from conftest import fixture_pair, shared_trace
 from linker import pipeline
+from linker.model.output import Output
+from linker.schedule import Schedule
 from linker.schedule import fields_child as chakra_ahead
 from linker.write import chakra_encode
 from linker.write import chakra as write_chakra
@@ -21,6 +23,7 @@ from linker.model.errors import TraceInputError
 from linker.read.et import read_execution_trace
 from linker.read.files import read_trace_bytes
 
+FORCED = Schedule.forced()
 NESTED = [("cpu", "threads"), ("cpu", "autograd_threads"), ("cpu", "dataloader_annotated"), ("gpu", "gpu_v111"),
           ("gpu", "shapes_rocm")]
 
@@ -59,7 +62,6 @@ class Spy:
             spy.from_parent += sum(f is None for f in ops)
             return fields
 
-        monkeypatch.setattr(chakra_ahead, "MIN_BYTES", 0)
         monkeypatch.setattr(chakra_ahead.FieldsAhead, "take", take)
         monkeypatch.setattr(chakra_ahead.PreEncoded, "chunk", chunk)
 
@@ -72,8 +74,8 @@ def _plain_copy(path: Path, tmp_path: Path) -> Path:
 
 def _link_both(et_path, kineto_path, tmp_path) -> tuple[bytes, bytes]:
     ahead, alone = tmp_path / "ahead.et", tmp_path / "alone.et"
-    pipeline.link_pair(et_path, kineto_path, ahead)
-    pipeline.link_pair(et_path, kineto_path, alone, read_ahead=False)
+    pipeline.link_pair(et_path, kineto_path, ahead, schedule=FORCED)
+    pipeline.link_pair(et_path, kineto_path, alone, schedule=Schedule.serial())
     return ahead.read_bytes(), alone.read_bytes()
 
 
@@ -132,8 +134,7 @@ def test_a_flat_et_stops_the_child(tmp_path, monkeypatch):
 
 def test_nodes_that_are_not_the_parents_are_not_used(monkeypatch):
     et_path, _ = fixture_pair("cpu", "threads")
-    monkeypatch.setattr(chakra_ahead, "MIN_BYTES", 0)
-    ahead = chakra_ahead.start(et_path)
+    ahead = chakra_ahead.start(et_path, 0)
     et = read_execution_trace(et_path, ahead.inflate_into)
     ahead.go(et)
     et.ids = et.ids[:-2] + [et.ids[-1], et.ids[-2]]  # as if the parent had other nodes
@@ -143,30 +144,25 @@ def test_nodes_that_are_not_the_parents_are_not_used(monkeypatch):
 
 def test_an_error_while_linking_stops_the_child(tmp_path, monkeypatch):
     et_path, kineto_path = fixture_pair("cpu", "threads")
-    monkeypatch.setattr(chakra_ahead, "MIN_BYTES", 0)
     started = []
     real_start = chakra_ahead.start
-    monkeypatch.setattr(chakra_ahead, "start", lambda path: started.append(real_start(path)) or started[-1])
+    monkeypatch.setattr(chakra_ahead, "start", lambda *args: started.append(real_start(*args)) or started[-1])
 
     def failing_link(*args):
         raise TraceInputError(et_path, "refused")
 
     monkeypatch.setattr(pipeline, "link", failing_link)
     with pytest.raises(TraceInputError, match="refused"):
-        pipeline.link_pair(et_path, kineto_path, tmp_path / "out.et")
+        pipeline.link_pair(et_path, kineto_path, tmp_path / "out.et", schedule=FORCED)
     assert started[0] is not None and started[0]._child is None and _no_child_left()
     assert not list(tmp_path.iterdir())
 
 
-def test_json_outputs_and_small_ets_start_no_child(tmp_path, monkeypatch):
-    et_path, kineto_path = fixture_pair("cpu", "threads")
-    started = []
-    monkeypatch.setattr(chakra_ahead, "start", lambda path: started.append(path))
-    pipeline.link_pair(et_path, kineto_path, tmp_path / "out.json")
-    pipeline.link_pair(et_path, kineto_path, tmp_path / "out.et", read_ahead=False)
-    assert not started
-    monkeypatch.undo()
-    assert chakra_ahead.start(et_path) is None  # under MIN_BYTES
+def test_json_outputs_and_small_ets_start_no_child(tmp_path):
+    et_path, _ = fixture_pair("cpu", "threads")
+    assert FORCED.fields_encoder(et_path, Output.of(tmp_path / "out.json")) is None
+    assert Schedule.serial().fields_encoder(et_path, Output.of(tmp_path / "out.et")) is None
+    assert chakra_ahead.start(et_path, Schedule().child_min_bytes) is None  # under the threshold
 
 
 def test_batches_asked_for_are_given_back(tmp_path, monkeypatch):
@@ -213,22 +209,3 @@ def test_an_et_that_does_not_fit_its_trailers_size_stops_the_child(tmp_path, mon
     ahead, alone = _link_both(two, kineto_path, tmp_path)
     assert ahead == alone
     assert spy.taken == [None] and _no_child_left()
-
-
-def test_no_child_on_a_single_core(monkeypatch):
-    """On one core a child would only take the parent's time: neither read-ahead child starts."""
-    from linker.schedule import fork as forked
-    from linker.schedule import kineto_child as kineto_ahead
-
-    et_path, kineto_path = fixture_pair("cpu", "threads")
-    monkeypatch.setattr(chakra_ahead, "MIN_BYTES", 0)
-    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
-    monkeypatch.setattr(forked.os, "sched_getaffinity", lambda pid: {0}, raising=False)
-    assert not forked.spare_core()
-    assert chakra_ahead.start(et_path) is None and kineto_ahead.start(kineto_path) is None
-    monkeypatch.setattr(forked.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    ahead, child = chakra_ahead.start(et_path), kineto_ahead.start(kineto_path)
-    assert ahead is not None and child is not None
-    ahead.cancel()
-    child.cancel()
-    assert _no_child_left()

@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from linker.link.intervals import TimePoint, cover_index, cpu_cover_index, innermost_covering
-from linker.read.kineto import KinetoEvent, KinetoTrace, cpu_event_order
+from linker.link.durations import nest_cpu_events
+from linker.link.intervals import TimePoint, cover_index, innermost_covering
+from linker.read.kineto import KinetoEvent, cpu_event_order
 
 
 def _nested_events(rng: random.Random, threads: list[tuple], per_thread: int, integral: bool) -> list[KinetoEvent]:
@@ -74,13 +75,10 @@ def test_threads_not_contiguous_give_no_index():
     assert innermost_covering(events, [TimePoint(1, 1, 3.5)], None) == [2]
 
 
-def test_the_trace_keeps_one_index_per_event_list():
-    events = _nested_events(random.Random(3), [(1, 1)], 50, True)
-    trace = KinetoTrace("k.json", 1, None, None, events, [], [])
-    first = cpu_cover_index(trace)
-    assert cpu_cover_index(trace) is first
-    trace.cpu_events = events[:10]  # another list: a new index
-    again = cpu_cover_index(trace)
-    assert again is not first and again.spans[(1, 1)] == (0, 10)
-    assert list(again.ends) == [e.ts + e.dur for e in events[:10]]  # the trace's nesting's ends
-    assert cover_index(events[:10]).below == again.below
+def test_the_index_on_the_nestings_ends_is_the_index_on_the_events():
+    """Linking builds the index on the nesting's end column (``attribute_gpu_ops``): the same index."""
+    events = _nested_events(random.Random(3), [(1, 1), (1, 2)], 50, True)
+    from_ends = cover_index(events, nest_cpu_events(events).end)
+    plain = cover_index(events)
+    assert (from_ends.spans, from_ends.starts, list(from_ends.ends), from_ends.below) == (
+        plain.spans, plain.starts, list(plain.ends), plain.below)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import math
 import os
 import pickle
 import time
@@ -18,7 +17,7 @@ from linker.write.chakra_wire import frame_boundary, iter_frames
 from linker.model.errors import TraceInputError
 from linker.link.recipe import LinkOptions
 from linker.pipeline import link_pair
-from linker.sim import load
+from linker.schedule import Schedule
 from linker.sim.engine import replay
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
@@ -116,50 +115,49 @@ def _linked_et(tmp_path, et, kineto, name):
     return out
 
 
-@pytest.fixture
-def split_always(monkeypatch):
-    """Every plain .et read in two processes, however small."""
-    monkeypatch.setattr(load, "SPLIT_MIN_BYTES", 0)
-
-
-def _serial_graph(path, monkeypatch):
-    monkeypatch.setattr(load, "SPLIT_MIN_BYTES", math.inf)
-    graph = load_graph(path)
-    monkeypatch.setattr(load, "SPLIT_MIN_BYTES", 0)
-    return graph
+SERIAL, SPLIT = Schedule.serial(), Schedule.forced()  # a plain .et read by one process, or two
 
 
 @pytest.mark.parametrize("pair", ["cpu_threads", "dlrm_rank3"])
-def test_two_process_read_gives_the_one_process_graph(tmp_path, monkeypatch, split_always, pair):
+def test_two_process_read_gives_the_one_process_graph(tmp_path, pair):
     et, kineto = fixture_pair("cpu", "threads") if pair == "cpu_threads" else dlrm_pair(3)
     path = _linked_et(tmp_path, et, kineto, f"{pair}.et")
     offset, index = frame_boundary(path, path.stat().st_size // 2)
     assert 0 < offset < path.stat().st_size and index > 1  # a real split, mid-file
     assert [f.offset for f in iter_frames(path)][index] == offset
-    split = load_graph(path)
-    serial = _serial_graph(path, monkeypatch)
+    split = load_graph(path, 0, SPLIT)
+    serial = load_graph(path, 0, SERIAL)
     assert _graph_fields(split) == _graph_fields(serial)
     assert build_report(replay([split]))[0].to_json() == build_report(replay([serial]))[0].to_json()
 
 
-def test_two_process_read_reports_a_cut_file_as_one_process_does(tmp_path, monkeypatch, split_always):
+def test_two_process_read_reports_a_cut_file_as_one_process_does(tmp_path):
     et, kineto = fixture_pair("cpu", "threads")
     path = _linked_et(tmp_path, et, kineto, "threads.et")
     data = path.read_bytes()
     cut = tmp_path / "cut.et"
     cut.write_bytes(data[: len(data) - 5])  # the last message of the second half is truncated
     with pytest.raises(TraceInputError) as from_split:
-        load_graph(cut)
+        load_graph(cut, 0, SPLIT)
     with pytest.raises(TraceInputError) as from_serial:
-        _serial_graph(cut, monkeypatch)
+        load_graph(cut, 0, SERIAL)
     assert "truncated" in str(from_split.value)
     assert str(from_split.value) == str(from_serial.value)
 
 
-def test_gzip_et_is_read_in_one_process(tmp_path, monkeypatch, split_always):
+def test_gzip_et_is_read_in_one_process(tmp_path):
     et, kineto = fixture_pair("cpu", "threads")
     path = _linked_et(tmp_path, et, kineto, "threads.et")
     packed = tmp_path / "threads.et.gz"
     packed.write_bytes(gzip.compress(path.read_bytes()))
     assert frame_boundary(packed, 10) is None
-    assert _graph_fields(load_graph(packed)) | {"path": ""} == _graph_fields(load_graph(path)) | {"path": ""}
+    assert _graph_fields(load_graph(packed, 0, SPLIT)) | {"path": ""} == _graph_fields(load_graph(path, 0, SPLIT)) | {"path": ""}
+
+
+def test_only_the_schedule_splits_the_read(tmp_path):
+    """The library reads in one process unless told; ``auto`` splits only large files with a spare core."""
+    et, kineto = fixture_pair("cpu", "threads")
+    path = _linked_et(tmp_path, et, kineto, "threads.et")
+    assert not SERIAL.splits_load(path) and SPLIT.splits_load(path)
+    assert not Schedule.auto().splits_load(path)  # under its size threshold
+    assert not Schedule.forced().splits_load(tmp_path / "absent.et")

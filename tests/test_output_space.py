@@ -1,5 +1,7 @@
-"""Output blocks reserved up front (``output_space.reserve_space``): the file still ends where the writing
-did, gzip outputs are left alone, and the writers' size guesses are close to what they write."""
+"""Output blocks reserved up front (``sink.reserve_space``) and output files prefilled while linking
+(``sink.prefill_later``, when the schedule says so): the file still ends where the writing did, gzip
+outputs are left alone, the writers' size guesses are close to what they write, and the bytes are
+those written without either."""
 
 from __future__ import annotations
 
@@ -12,22 +14,24 @@ from pathlib import Path
 import pytest
 
 from conftest import fixture_pair
-from linker.write import chakra_wire as chakra_io
-from linker.read import files as fileio
-from linker.schedule import prefill as output_space
-from linker.write import etplus_json as write_json
+from linker import pipeline
+from linker.model.output import Output
 from linker.pipeline import link_pair
+from linker.schedule import Schedule
+from linker.write import chakra_wire as chakra_io
+from linker.write import etplus_json as write_json
+from linker.write import sink
 
 RESERVED = 64 << 20
 
 
 def test_a_reservation_beyond_the_writing_is_given_back(tmp_path):
-    if output_space._fallocate() is None:
+    if sink._fallocate() is None:
         pytest.skip("no fallocate(2) here")
     path, data = tmp_path / "out.json", os.urandom(10_000)
-    with fileio.atomic_output(path) as out:
+    with sink.atomic_output(path) as out:
         out.write(data)
-        output_space.reserve_space(out, RESERVED)
+        sink.reserve_space(out, RESERVED)
         out.flush()
         if os.fstat(out.fileno()).st_size < RESERVED:
             pytest.skip("this file system refuses fallocate")
@@ -37,9 +41,9 @@ def test_a_reservation_beyond_the_writing_is_given_back(tmp_path):
 
 def test_gzip_outputs_are_not_reserved(tmp_path):
     path = tmp_path / "out.json.gz"
-    with fileio.atomic_output(path) as out:
+    with sink.atomic_output(path) as out:
         out.write(b'{"nodes": []}')
-        output_space.reserve_space(out, RESERVED)
+        sink.reserve_space(out, RESERVED)
     assert gzip.decompress(path.read_bytes()) == b'{"nodes": []}'
     assert path.stat().st_size < 1000
 
@@ -48,22 +52,20 @@ def test_gzip_outputs_are_not_reserved(tmp_path):
 @pytest.mark.parametrize("fixture", [("cpu", "mlp_steps"), ("gpu", "gpu_v101")])
 def test_writers_reserve_about_what_they_write_and_write_the_same_bytes(tmp_path, monkeypatch, suffix, fixture):
     et, kineto = fixture_pair(*fixture)
-    plain = tmp_path / f"plain{suffix}"
-    monkeypatch.setattr(output_space, "_fallocate", lambda: None)  # reserve_space does nothing
-    link_pair(et, kineto, plain)
-    monkeypatch.undo()
+    packed = tmp_path / f"packed{suffix}.gz"  # a gzip output is never reserved
+    link_pair(et, kineto, packed)
     asked: list[int] = []
     module = write_json if suffix == ".json" else chakra_io
 
     def spy(stream, size):
         asked.append(size)
-        output_space.reserve_space(stream, size)
+        sink.reserve_space(stream, size)
 
     monkeypatch.setattr(module, "reserve_space", spy)
     reserved = tmp_path / f"reserved{suffix}"
     link_pair(et, kineto, reserved)
-    assert reserved.read_bytes() == plain.read_bytes()
-    size = plain.stat().st_size
+    assert reserved.read_bytes() == gzip.decompress(packed.read_bytes())
+    size = reserved.stat().st_size
     assert len(asked) == 1 and size / 2 <= asked[0] <= 2 * size + (1 << 16), (asked, size)
 
 
@@ -73,10 +75,10 @@ def _listing(directory) -> list[str]:
 
 def test_atomic_output_writes_into_the_prefilled_file_and_cuts_it(tmp_path):
     path, data = tmp_path / "out.json", os.urandom(100_000)
-    with output_space.prefilled(path, 3 * output_space._PREFILL_PIECE):
+    with sink.prefilled(path, 3 * sink._PREFILL_PIECE):
         hidden = [p for p in tmp_path.iterdir() if p.name.startswith(".out.json.")]
         assert len(hidden) == 1  # the temporary file is made (and being filled) before any write
-        with fileio.atomic_output(path) as out:
+        with sink.atomic_output(path) as out:
             out.write(data)
         assert not hidden[0].exists()  # it became the output
     assert _listing(tmp_path) == ["out.json"] and path.read_bytes() == data
@@ -85,53 +87,51 @@ def test_atomic_output_writes_into_the_prefilled_file_and_cuts_it(tmp_path):
 def test_a_prefill_never_written_to_is_removed(tmp_path):
     path = tmp_path / "out.json"
     with pytest.raises(KeyboardInterrupt):
-        with output_space.prefilled(path, 2 * output_space._PREFILL_PIECE):
+        with sink.prefilled(path, 2 * sink._PREFILL_PIECE):
             raise KeyboardInterrupt
-    with output_space.prefilled(path, 2 * output_space._PREFILL_PIECE):
+    with sink.prefilled(path, 2 * sink._PREFILL_PIECE):
         pass  # an output that was not written in the end (a refused pair)
     assert _listing(tmp_path) == []
 
 
-def test_pipeline_prefills_a_json_output_only_with_a_spare_core(tmp_path, monkeypatch):
-    from linker import pipeline
+def test_the_schedule_prefills_plain_json_outputs_only():
+    et = type("Et", (), {"text_bytes": 1000, "nodes": [None] * 10})()
+    forced, serial = Schedule.forced(), Schedule.serial()
+    assert forced.prefill_size(Output.of("o.json"), et) == 1000 + 64 * 10
+    assert forced.prefill_size(Output.of("o.json.gz"), et) == 0
+    assert forced.prefill_size(Output.of("o.et"), et) == 0
+    assert serial.prefill_size(Output.of("o.json"), et) == 0
+    assert Schedule.auto().prefill_size(Output.of("o.json"), et) == 0  # under its threshold
 
+
+def test_a_prefilled_output_holds_what_was_written_and_nothing_is_left_behind(tmp_path, monkeypatch):
     et, kineto = fixture_pair("cpu", "mlp_steps")
     plain = tmp_path / "plain" / "o.json"
     plain.parent.mkdir()
     link_pair(et, kineto, plain)
-    monkeypatch.setattr(pipeline, "PREFILL_MIN_BYTES", 0)
     sizes: list[int] = []
-    real = output_space.prefill_later
+    real = sink.prefill_later
 
     @contextlib.contextmanager
     def spy(path):
         with real(path) as start:
             yield lambda size: sizes.append(size) or start(size)
 
-    monkeypatch.setattr(output_space, "prefill_later", spy)
+    monkeypatch.setattr(pipeline, "prefill_later", spy)
     out = tmp_path / "prefilled" / "o.json"
     out.parent.mkdir()
-    link_pair(et, kineto, out)
+    link_pair(et, kineto, out, schedule=Schedule.forced())
     # from the ET once it is read, then with the Kineto trace's GPU ops (none here)
     assert len(sizes) == 2 and sizes[0] == sizes[1] >= out.stat().st_size // 2  # the guess was used
     assert out.read_bytes() == plain.read_bytes() and _listing(out.parent) == ["o.json"]
-    link_pair(et, kineto, out.with_suffix(".et"))
-    assert sizes[2:] == [0, 0]  # only JSON is prefilled
-    link_pair(et, kineto, out, read_ahead=False)  # batch workers: no core to spare
-    with monkeypatch.context() as single:
-        from linker.schedule import fork as forked
-
-        single.setattr(forked.os, "sched_getaffinity", lambda pid: {0}, raising=False)
-        link_pair(et, kineto, out)  # one core: the filling thread would only slow the link
-    assert len(sizes) == 4
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pipeline, "link", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        link_pair(et, kineto, tmp_path / "prefilled" / "new.json")
-    assert len(sizes) == 6 and sizes[-1] > 0 and _listing(out.parent) == ["o.et", "o.json"]
+        link_pair(et, kineto, tmp_path / "prefilled" / "new.json", schedule=Schedule.forced())
+    assert len(sizes) == 4 and sizes[-1] > 0 and _listing(out.parent) == ["o.json"]
 
 
 def _grown_to(path: Path, size: int) -> bool:
@@ -148,14 +148,14 @@ def _grown_to(path: Path, size: int) -> bool:
 def test_a_prefill_started_later_grows_on_demand(tmp_path):
     """``prefill_later``: nothing until started; a larger size later fills on where it ended (the
     file then holds the larger size), a smaller one changes nothing; the output is what was written."""
-    path, piece = tmp_path / "out.json", output_space._PREFILL_PIECE
-    with output_space.prefill_later(path) as start:
+    path, piece = tmp_path / "out.json", sink._PREFILL_PIECE
+    with sink.prefill_later(path) as start:
         assert _listing(tmp_path) == []
         start(piece)
         assert _grown_to(path, piece)
         start(3 * piece)
         start(2 * piece)
         assert _grown_to(path, 3 * piece)
-        with fileio.atomic_output(path) as out:
+        with sink.atomic_output(path) as out:
             out.write(b"[1]")
     assert _listing(tmp_path) == ["out.json"] and path.read_bytes() == b"[1]"

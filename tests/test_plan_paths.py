@@ -52,8 +52,7 @@ def test_fast_paths_match_the_general_algorithms(name, monkeypatch):
     order, parent = _preorder(et, et.index_of_id(), summary)
     assert (order, list(parent), summary.ctrl_deps_dropped) == _general_preorder(et, monkeypatch)
     plan = chakra_deps.dependency_plan(et_plus)
-    # No GPU node, no wait edge to place: the write order is left to be made when first read.
-    assert (plan.order_made is None) == (not et_plus.gpu_nodes)
+    # The write order is the one Kahn's sort gives.
     keys = chakra_deps._time_keys(et_plus, chakra_deps._gpu_placement(et_plus))
     ids = et.ids + [node.id for node in et_plus.gpu_nodes]
     kahn = _topological_order(plan.ctrl, plan.prev, keys, ids, plan.waits)
@@ -195,7 +194,7 @@ def test_busy_times_do_not_depend_on_the_order_hint(name):
 @pytest.mark.parametrize("name", ["cpu/autograd_threads", "gpu/gpu_v111", "dlrm_rank0"])
 def test_columns_gathered_by_the_build_give_what_the_nodes_give(name):
     """The plan and the simulation fields from the columns ``build_et_plus`` gathers (starts, ends,
-    exclusive times; used once, then dropped) equal those read again from the nodes and events."""
+    exclusive times) equal those read again from the nodes and events; the columns stay as built."""
     import msgspec
 
     from linker.plan.json_fields import annotate_et_plus
@@ -207,9 +206,10 @@ def test_columns_gathered_by_the_build_give_what_the_nodes_give(name):
         chakra_deps._time_keys(gathered, placement)
     again.op_times = again.op_exclusive = again.exclusive_us = None
     assert chakra_deps._exclusive_of_ops(gathered) == gathered.op_exclusive
+    built = (list(gathered.op_exclusive), list(gathered.exclusive_us), tuple(map(list, gathered.op_times)))
     annotate_et_plus(gathered)
     annotate_et_plus(again)
-    assert gathered.op_exclusive is None and gathered.exclusive_us is None
+    assert (gathered.op_exclusive, gathered.exclusive_us, tuple(map(list, gathered.op_times))) == built
     assert gathered.plan.busy == again.plan.busy
     assert gathered.plan.order == again.plan.order and gathered.plan.position == again.plan.position
     assert msgspec.json.encode(gathered.all_nodes()) == msgspec.json.encode(again.all_nodes())

@@ -9,11 +9,9 @@ import gzip
 import json
 import mmap
 import os
-import time
 import zlib
 from array import array
 from pathlib import Path
-from types import SimpleNamespace
 
 import msgspec
 import pytest
@@ -23,8 +21,9 @@ from linker import pipeline
 from linker.read import et as et_reader
 from linker.read import files as fileio
 from linker.schedule import fork as forked
-from linker.schedule import kineto_child as kineto_ahead
-from linker.link.durations import cpu_nesting, nest_cpu_events
+from linker.model.output import Output
+from linker.schedule import Schedule, kineto_child
+from linker.link.durations import nest_cpu_events
 from linker.model.errors import TraceInputError
 from linker.read.et import read_execution_trace
 from linker.read.files import read_trace_bytes
@@ -217,48 +216,45 @@ def kineto_only_traces() -> list[Path]:
 
 
 needs_fork = pytest.mark.skipif(not forked.can_fork(), reason="no os.fork here")
+SERIAL, FORCED = Schedule.serial(), Schedule.forced()
 
 
-def serial_read(monkeypatch, et_path, kineto_path):
-    with monkeypatch.context() as m:
-        m.setattr(kineto_ahead, "FORK_MIN_BYTES", 1 << 62)
-        return pipeline.read_pair(et_path, kineto_path)
+def read_both(et_path, kineto_path) -> tuple:
+    """``read_inputs`` of the pair under the serial schedule, then under the forced one (the
+    Kineto trace read, checked and nested by a child, the ET's tree order made meanwhile)."""
+    return pipeline.read_inputs(et_path, kineto_path, SERIAL), pipeline.read_inputs(et_path, kineto_path, FORCED)
 
 
-def serial_and_child_reads(monkeypatch, et_path, kineto_path, **options):
-    """The pair's ``read_pair`` answer with the Kineto file read serially, then by the child
-    (``only_in_child``, left on for the rest of the test)."""
-    serial = serial_read(monkeypatch, et_path, kineto_path)
-    only_in_child(monkeypatch)
-    return serial, pipeline.read_pair(et_path, kineto_path, **options)
-
-
-def only_in_child(monkeypatch):
-    """Fork for any size, and fail the test if the parent reads the Kineto file itself."""
-    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
-
-    def parent_read(path):
-        raise AssertionError("the parent read the Kineto trace: the child's was not used")
-
-    monkeypatch.setattr(pipeline, "read_kineto_trace", parent_read)
+def child_of(fn) -> forked.ForkedCall:
+    """A Kineto child running ``fn`` (as ``kineto_child.start`` makes one)."""
+    return forked.ForkedCall(fn)
 
 
 @needs_fork
 @pytest.mark.parametrize("pair", real_pairs(), ids=lambda p: f"{p[0].parent.name}/{p[0].name}")
-def test_kineto_read_in_a_child_is_the_serial_read(pair, monkeypatch):
+def test_kineto_read_under_any_schedule_is_the_serial_read(pair):
     et_path, kineto_path = pair
-    serial, child = serial_and_child_reads(monkeypatch, et_path, kineto_path)
-    (et, kineto, warnings), (et2, kineto2, warnings2) = serial, child
-    assert kineto2 == kineto and warnings2 == warnings
-    assert columns(et2) == columns(et)
-    assert [bytes(e.args.input_dims) for e in kineto2.cpu_events] == [
-        bytes(e.args.input_dims) for e in kineto.cpu_events]
-    # The child's nesting came along, for these very events, and is the one linking takes.
-    assert kineto.cpu_nesting is None and kineto2.cpu_nesting[0] is kineto2.cpu_events
-    assert cpu_nesting(kineto2) is kineto2.cpu_nesting[1]
-    assert cpu_nesting(kineto2) == nest_cpu_events(kineto.cpu_events)
-    # its exclusive durations rounded too only where the events were left in the file (rf_id_first)
-    assert cpu_nesting(kineto2).rounded is None
+    serial, forced = read_both(et_path, kineto_path)
+    assert forced.kineto == serial.kineto and forced.warnings == serial.warnings
+    assert columns(forced.et) == columns(serial.et)
+    assert [bytes(e.args.input_dims) for e in forced.kineto.cpu_events] == [
+        bytes(e.args.input_dims) for e in serial.kineto.cpu_events]
+    # What was made beside the read, when it was, is what the link and the plan would make.
+    assert serial.nesting is None and serial.tree is None
+    assert forced.nesting in (None, nest_cpu_events(serial.kineto.cpu_events))
+
+
+@needs_fork
+@pytest.mark.parametrize("pair", real_pairs()[:4], ids=lambda p: f"{p[0].parent.name}/{p[0].name}")
+def test_the_kineto_child_hands_over_the_checked_trace_and_its_nesting(pair):
+    _, kineto_path = pair
+    serial = read_kineto_trace(kineto_path)
+    warnings = check_kineto_trace(serial)
+    child = kineto_child.start(kineto_path)
+    checked = kineto_child.finish(child)
+    assert checked is not None and checked.trace == serial and checked.warnings == warnings
+    assert checked.nesting == nest_cpu_events(serial.cpu_events)
+    child.cancel()
 
 
 @needs_fork
@@ -266,8 +262,10 @@ def test_kineto_read_in_a_child_is_the_serial_read(pair, monkeypatch):
 def test_kineto_only_traces_through_the_wire_are_the_serial_read(path):
     serial = read_kineto_trace(path)
     warnings = check_kineto_trace(serial)
-    child = forked.ForkedCall(lambda: kineto_ahead._read_and_check(path))
-    assert kineto_ahead.finish(child) == (serial, warnings)
+    child = kineto_child.start(path)
+    checked = kineto_child.finish(child)
+    assert checked is not None and (checked.trace, checked.warnings) == (serial, warnings)
+    child.cancel()
 
 
 def odd_events() -> list[KinetoEvent]:
@@ -283,7 +281,7 @@ def odd_events() -> list[KinetoEvent]:
 def test_wire_keeps_odd_values():
     flows = {5: [FlowEnd(1, "x", 2.5)], "s": [FlowEnd("a", 2, -1.0)]}
     trace = KinetoTrace("k.json", 7, 0, 2, odd_events(), [], [], flows, odd_events()[1:])
-    back, warnings = kineto_ahead.from_wire(kineto_ahead.to_wire(trace, ["w"]))  # (takes dims out in place)
+    back, warnings, _ = kineto_child.from_wire(kineto_child.to_wire(trace, ["w"]))  # (takes dims out in place)
     assert warnings == ["w"]
     expected = odd_events()
     assert [bytes(e.args.input_dims) for e in back.cpu_events] == [bytes(e.args.input_dims) for e in expected]
@@ -297,77 +295,48 @@ def test_nesting_through_the_wire_is_bit_for_bit():
     events = odd_events()[:1] + [KinetoEvent(ph="X", cat="cpu_op", name=n, ts=t, dur=d) for n, t, d in
                                  (("p", 10.0, 5.0), ("c", 11.0, 7.5), ("z", 12.0, 0.0), ("q", 0.1 + 0.2, -0.0))]
     nesting = nest_cpu_events(events)
-    trace = KinetoTrace("k.json", 1, None, None, events, [], [])
-    kineto_ahead.nesting_from_wire(trace, memoryview(kineto_ahead.nesting_to_wire(nesting)))
-    got = trace.cpu_nesting[1]
-    assert trace.cpu_nesting[0] is events and got.parents == nesting.parents and cpu_nesting(trace) is got
+    got = kineto_child.nesting_from_wire(len(events), memoryview(kineto_child.nesting_to_wire(nesting)))
+    assert got.parents == nesting.parents
     for column in ("exclusive", "end"):
         assert array("d", getattr(got, column)).tobytes() == array("d", getattr(nesting, column)).tobytes()
     with pytest.raises(ValueError):  # not for these events
-        kineto_ahead.nesting_from_wire(trace, kineto_ahead.nesting_to_wire(nest_cpu_events(events[:-1])))
+        kineto_child.nesting_from_wire(len(events), kineto_child.nesting_to_wire(nest_cpu_events(events[:-1])))
 
 
-def slow_child(monkeypatch, seconds: float = 0.5):
-    """A Kineto child still at work when the parent has read the ET (any size forks)."""
-    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
-    real = kineto_ahead._read_and_check
-
-    def slow(path):
-        time.sleep(seconds)
-        yield from real(path)
-
-    monkeypatch.setattr(kineto_ahead, "_read_and_check", slow)
-
-
-def spied_et_work_ahead(monkeypatch) -> list:
-    ran = []
-
-    class Spied(pipeline._EtAhead):
-        def __init__(self, et):
-            ran.append(et)
-            super().__init__(et)
-
-    monkeypatch.setattr(pipeline, "_EtAhead", Spied)
-    return ran
+def repaired_pair(tmp_path) -> tuple[Path, Path]:
+    """The threads pair with a node whose parent is missing: the ET check re-attaches it."""
+    et_path, kineto_path = fixture_pair("cpu", "threads")
+    document = json.loads(gzip.decompress(et_path.read_bytes()))
+    document["nodes"][5]["ctrl_deps"] = 987654321
+    et_path = tmp_path / "et.json"
+    et_path.write_text(json.dumps(document))
+    return et_path, kineto_path
 
 
 @needs_fork
 @pytest.mark.parametrize("case", [("cpu", "threads"), ("gpu", "gpu_v111"), ("cpu", "repaired")],
                          ids=lambda c: "/".join(c))
-def test_the_ets_own_work_is_done_while_the_kineto_child_works(monkeypatch, tmp_path, case):
-    """Input check and tree order while the parent would wait: same read, same warnings, the tree
-    order kept on the ET is the one the plan computes, and the same ET+."""
-    from linker.plan import deps as chakra_deps
+def test_the_ets_own_work_beside_the_kineto_child_gives_the_serial_answers(tmp_path, case):
+    """Input check and tree order while a Kineto child works: the same warnings, the tree order
+    the plan computes itself, and the same ET+."""
+    from linker.plan import deps
 
-    if case[1] == "repaired":  # a node whose parent is missing: the check re-attaches it
-        et_path, kineto_path = fixture_pair("cpu", "threads")
-        document = json.loads(gzip.decompress(et_path.read_bytes()))
-        document["nodes"][5]["ctrl_deps"] = 987654321
-        et_path = tmp_path / "et.json"
-        et_path.write_text(json.dumps(document))
-    else:
-        et_path, kineto_path = fixture_pair(*case)
-    et, kineto, warnings = serial_read(monkeypatch, et_path, kineto_path)
-    assert et.tree_order is None and (case[1] != "repaired" or "re-attached" in " ".join(warnings))
-    slow_child(monkeypatch)
-    ran = spied_et_work_ahead(monkeypatch)
-    et2, kineto2, warnings2 = pipeline.read_pair(et_path, kineto_path)
-    assert ran == [et2] and kineto2 == kineto and warnings2 == warnings and columns(et2) == columns(et)
-    early = et2.tree_order
-    assert early is not None and chakra_deps.tree_order(et2) is early
-    et2.tree_order = None
-    fresh = chakra_deps.tree_order(et2)
+    et_path, kineto_path = repaired_pair(tmp_path) if case[1] == "repaired" else fixture_pair(*case)
+    serial, forced = read_both(et_path, kineto_path)
+    assert case[1] != "repaired" or "re-attached" in " ".join(serial.warnings)
+    assert forced.kineto == serial.kineto and forced.warnings == serial.warnings
+    assert columns(forced.et) == columns(serial.et)
+    fresh = deps.tree_order(serial.et)
+    early = forced.tree
     assert (early.by_id, early.preorder, early.parent, early.dropped, early.chains) == (
         fresh.by_id, fresh.preorder, fresh.parent, fresh.dropped, fresh.chains)
-    pipeline.link_pair(et_path, kineto_path, tmp_path / "ahead.et")
-    monkeypatch.undo()
-    pipeline.link_pair(et_path, kineto_path, tmp_path / "serial.et", read_ahead=False)
-    assert (tmp_path / "ahead.et").read_bytes() == (tmp_path / "serial.et").read_bytes()
+    pipeline.link_pair(et_path, kineto_path, tmp_path / "forced.et", schedule=FORCED)
+    pipeline.link_pair(et_path, kineto_path, tmp_path / "serial.et", schedule=SERIAL)
+    assert (tmp_path / "forced.et").read_bytes() == (tmp_path / "serial.et").read_bytes()
 
 
-def refused_et_and_serial_errors(monkeypatch, tmp_path) -> tuple[Path, list[tuple[Path, str]]]:
-    """The threads pair's ET with an id out of range, and for its intact Kineto file and a cut one,
-    the error the serial read gives: (ET, [(Kineto file, error)])."""
+def refused_et_and_kineto_files(tmp_path) -> tuple[Path, list[Path]]:
+    """The threads pair's ET with an id out of range, and its intact Kineto file and a cut one."""
     et_path, kineto_path = fixture_pair("cpu", "threads")
     document = json.loads(gzip.decompress(et_path.read_bytes()))
     document["nodes"][3]["id"] = -5
@@ -375,88 +344,94 @@ def refused_et_and_serial_errors(monkeypatch, tmp_path) -> tuple[Path, list[tupl
     bad_et.write_text(json.dumps(document))
     cut_kineto = tmp_path / "kineto.json.gz"
     cut_kineto.write_bytes(kineto_path.read_bytes()[:-100])
-    serial = []
-    for kineto in (kineto_path, cut_kineto):
-        with pytest.raises(TraceInputError) as err:
-            serial_read(monkeypatch, bad_et, kineto)
-        serial.append((kineto, str(err.value)))
-    assert "out of range" in serial[0][1] and str(bad_et) in serial[0][1] and str(cut_kineto) in serial[1][1]
-    return bad_et, serial
+    return bad_et, [kineto_path, cut_kineto]
 
 
-@needs_fork
-def test_an_et_refused_while_the_kineto_child_works_is_named_where_a_serial_read_names_it(monkeypatch, tmp_path):
+def read_error(et_path, kineto_path, schedule) -> str:
+    with pytest.raises(TraceInputError) as err:
+        pipeline.read_pair(et_path, kineto_path, schedule)
+    return str(err.value)
+
+
+def test_a_refused_et_is_named_after_a_bad_kineto_file_under_any_schedule(tmp_path, schedule):
     """A refused ET: its refusal comes after the Kineto file is read, so a bad Kineto file is
     still the one named (as when reading the two one after the other)."""
-    bad_et, serial = refused_et_and_serial_errors(monkeypatch, tmp_path)
-    slow_child(monkeypatch)
-    ran = spied_et_work_ahead(monkeypatch)
-    for kineto, expected in serial:
-        with pytest.raises(TraceInputError) as err:
-            pipeline.read_pair(bad_et, kineto)
-        assert str(err.value) == expected
-    assert len(ran) == 2
+    bad_et, kineto_files = refused_et_and_kineto_files(tmp_path)
+    intact, cut = (read_error(bad_et, kineto, schedule) for kineto in kineto_files)
+    assert "out of range" in intact and str(bad_et) in intact
+    assert str(kineto_files[1]) in cut and "out of range" not in cut
 
 
 @needs_fork
-def test_a_child_that_fails_after_sending_the_trace_leaves_the_nesting_to_the_parent(tmp_path, monkeypatch):
-    et_path, kineto_path = fixture_pair("gpu", "gpu_v111")
+@pytest.mark.parametrize("nested", [False, True], ids=["no nesting", "nesting"])
+def test_a_child_that_fails_after_sending_the_trace_leaves_the_rest_to_the_parent(nested):
+    """Without the nesting the link nests the events; without the CPU events they are read from
+    the file, as the serial schedule reads them."""
+    _, kineto_path = fixture_pair("gpu", "gpu_v111")
     serial = read_kineto_trace(kineto_path)
 
-    def trace_then_fail(path):
-        trace = read_kineto_trace(path, own_dims=False)
-        yield from kineto_ahead.to_wire(trace, check_kineto_trace(trace))
-        raise RuntimeError("no nesting")
+    def trace_then_fail():
+        trace = read_kineto_trace(kineto_path, own_dims=False)
+        yield from kineto_child.trace_to_wire(trace, check_kineto_trace(trace))
+        if nested:
+            yield kineto_child.nesting_to_wire(nest_cpu_events(trace.cpu_events))
+        raise RuntimeError("cut short")
 
-    monkeypatch.setattr(kineto_ahead, "_read_and_check", trace_then_fail)
-    trace, _ = kineto_ahead.finish(forked.ForkedCall(lambda: kineto_ahead._read_and_check(kineto_path)))
-    assert trace == serial and trace.cpu_nesting is None
-    assert cpu_nesting(trace) == nest_cpu_events(serial.cpu_events)
+    child = child_of(trace_then_fail)
+    checked = kineto_child.finish(child)
+    assert checked.trace == serial  # the CPU events read again, from the file
+    assert checked.nesting == (nest_cpu_events(serial.cpu_events) if nested else None)
+    child.cancel()
 
 
 @needs_fork
 @pytest.mark.parametrize("sent", [0, 1, 3], ids=lambda k: f"{k} parts sent")
-def test_a_child_that_fails_before_the_whole_trace_is_sent_leaves_the_read_to_the_parent(monkeypatch, sent):
-    et_path, kineto_path = fixture_pair("gpu", "gpu_v111")
-    monkeypatch.setattr(kineto_ahead, "CHUNK_EVENTS", 100)
+def test_a_child_that_fails_before_the_whole_trace_is_sent_leaves_the_read_to_the_parent(sent):
+    _, kineto_path = fixture_pair("gpu", "gpu_v111")
 
-    def some_parts_then_fail(path):
-        trace = read_kineto_trace(path, own_dims=False)
-        parts = kineto_ahead.to_wire(trace, check_kineto_trace(trace))
+    def some_parts_then_fail():
+        trace = read_kineto_trace(kineto_path, own_dims=False)
+        parts = kineto_child.to_wire(trace, check_kineto_trace(trace), chunk_events=100)
         for _ in range(sent):
             yield next(parts)
         raise RuntimeError("cut short")
 
-    monkeypatch.setattr(kineto_ahead, "_read_and_check", some_parts_then_fail)
-    assert kineto_ahead.finish(forked.ForkedCall(lambda: kineto_ahead._read_and_check(kineto_path))) is None
+    assert kineto_child.finish(child_of(some_parts_then_fail)) is None
 
 
 @needs_fork
-def test_the_trace_comes_in_many_parts(monkeypatch):
+def test_the_trace_comes_in_many_parts():
     """Chunks of a few events: every list split, its parts in order, each chunk's dims its own."""
-    et_path, kineto_path = fixture_pair("gpu", "gpu_v111")
+    _, kineto_path = fixture_pair("gpu", "gpu_v111")
     serial = read_kineto_trace(kineto_path)
-    monkeypatch.setattr(kineto_ahead, "CHUNK_EVENTS", 7)
     trace = read_kineto_trace(kineto_path, own_dims=False)
-    parts = list(kineto_ahead.to_wire(trace, ["w"]))
-    sizes = [len(events) for events in kineto_ahead._lists(serial)]
-    assert min(sizes[:3]) > 7 and len(parts) == 1 + sum(-(-size // 7) for size in sizes)
-    back, warnings = kineto_ahead.from_wire(iter(parts))
+    parts = list(kineto_child.to_wire(trace, ["w"], chunk_events=7))
+    sizes = [len(events) for events in kineto_child._lists(serial)]
+    # the CPU events' columns first, their events last
+    assert min(sizes[:3]) > 7 and len(parts) == 1 + -(-sizes[0] // 7) + sum(-(-size // 7) for size in sizes)
+    back, warnings, _ = kineto_child.from_wire(iter(parts))
     assert back == serial and warnings == ["w"]
     assert [bytes(e.args.input_dims) for e in back.cpu_events] == [bytes(e.args.input_dims) for e in serial.cpu_events]
-    child = forked.ForkedCall(lambda: kineto_ahead._read_and_check(kineto_path))
-    trace, _ = kineto_ahead.finish(child)
-    assert trace == serial and cpu_nesting(trace) is trace.cpu_nesting[1]
+
+    def in_small_parts():
+        trace = read_kineto_trace(kineto_path, own_dims=False)
+        yield from kineto_child.trace_to_wire(trace, check_kineto_trace(trace), chunk_events=7)
+        yield kineto_child.nesting_to_wire(nest_cpu_events(trace.cpu_events))
+        yield from kineto_child.cpu_events_to_wire(trace, chunk_events=7)
+
+    child = child_of(in_small_parts)
+    checked = kineto_child.finish(child)
+    assert checked.trace == serial and checked.nesting == nest_cpu_events(serial.cpu_events)
+    child.cancel()
 
 
-def test_cpu_nesting_is_kept_for_its_event_list_only():
+def test_setting_cpu_events_sets_their_columns():
     events = [KinetoEvent(ph="X", cat="cpu_op", name="a", ts=1.0, dur=4.0),
-              KinetoEvent(ph="X", cat="cpu_op", name="b", ts=2.0, dur=1.0)]
+              KinetoEvent(ph="X", cat="cpu_op", name="b", ts=2.0, dur=1.0, args=KinetoArgs(rf_id=9))]
     trace = KinetoTrace("k.json", 1, None, None, events, [], [])
-    first = cpu_nesting(trace)
-    assert first.parents == [-1, 0] and first.exclusive == [3.0, 1.0] and cpu_nesting(trace) is first
-    trace.cpu_events = events[1:]  # another list: nested again
-    assert cpu_nesting(trace).parents == [-1] and cpu_nesting(trace) is not first
+    assert trace.cpu_columns().name == ["a", "b"] and trace.cpu_columns().rf_id == [None, 9]
+    trace.cpu_events = events[1:]
+    assert trace.cpu_columns().ts == [2.0] and trace.cpu_count() == 1 and trace.has_record_function_ids()
 
 
 def test_wire_puts_each_lists_dims_back_in_its_own_events():
@@ -466,25 +441,19 @@ def test_wire_puts_each_lists_dims_back_in_its_own_events():
 
     lists = [events(tag) for tag in "crgp"]
     trace = KinetoTrace("k.json", 1, None, None, *lists[:3], {}, lists[3])
-    back, _ = kineto_ahead.from_wire(kineto_ahead.to_wire(trace, []))
+    back, _, _ = kineto_child.from_wire(kineto_child.to_wire(trace, []))
     for got, tag in zip((back.cpu_events, back.runtime_events, back.gpu_events, back.python_events), "crgp"):
         assert got == events(tag)
         assert [bytes(e.args.input_dims) for e in got] == [bytes(e.args.input_dims) for e in events(tag)]
         assert all(e.args.input_dims is NO_ARGS.input_dims for e in got[::2])  # no dims: the default
 
 
-@needs_fork
 @pytest.mark.parametrize("content", [b"{}", b'{"traceEvents": [', b'{"nodes": []}', b"\xff\xfe"])
-def test_bad_kineto_file_fails_as_in_the_serial_read(tmp_path, monkeypatch, content):
+def test_bad_kineto_file_fails_as_in_the_serial_read(tmp_path, content):
     et_path, _ = fixture_pair("cpu", "dataloader")
     bad = tmp_path / "kineto.json"
     bad.write_bytes(content)
-    with pytest.raises(TraceInputError) as serial:
-        serial_read(monkeypatch, et_path, bad)
-    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
-    with pytest.raises(TraceInputError) as forked_read:
-        pipeline.read_pair(et_path, bad)
-    assert str(forked_read.value) == str(serial.value)
+    assert read_error(et_path, bad, FORCED) == read_error(et_path, bad, SERIAL)
 
 
 @needs_fork
@@ -493,11 +462,14 @@ def test_bad_et_fails_first_and_the_child_is_reaped(tmp_path, monkeypatch):
     bad = tmp_path / "et.json"
     bad.write_bytes(b'{"nodes": 3}')
     started = []
-    real_start = kineto_ahead.start
-    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
-    monkeypatch.setattr(kineto_ahead, "start", lambda path, *rest: started.append(real_start(path, *rest)) or started[-1])
+
+    class Spied(Schedule):
+        def kineto_reader(self, path):
+            started.append(super().kineto_reader(path))
+            return started[-1]
+
     with pytest.raises(TraceInputError, match="et.json"):
-        pipeline.read_pair(bad, kineto_path)
+        pipeline.read_pair(bad, kineto_path, Spied(**vars(FORCED)))
     assert started and started[0] is not None and started[0]._pid == 0  # cancelled and reaped
 
 
@@ -523,20 +495,19 @@ def odd_pair(tmp_path: Path, bad_times: str, et_case: str) -> tuple[Path, Path]:
     return et, kineto
 
 
-@needs_fork
+def read_or_error(et_path, kineto_path, schedule):
+    try:
+        return pipeline.read_pair(et_path, kineto_path, schedule)
+    except TraceInputError as err:
+        return str(err)
+
+
 @pytest.mark.parametrize("bad_times", ["none", "some", "all"])
 @pytest.mark.parametrize("et_case", ["fine", "self_parent", "bad_id"])
-def test_checks_in_the_child_give_the_serial_warnings_and_errors(tmp_path, monkeypatch, bad_times, et_case):
+def test_checks_give_the_serial_warnings_and_errors_under_any_schedule(tmp_path, bad_times, et_case):
     et_path, kineto_path = odd_pair(tmp_path, bad_times, et_case)
-    try:
-        expected = serial_read(monkeypatch, et_path, kineto_path)
-    except TraceInputError as err:
-        expected = str(err)
-    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
-    try:
-        got = pipeline.read_pair(et_path, kineto_path)
-    except TraceInputError as err:
-        got = str(err)
+    expected = read_or_error(et_path, kineto_path, SERIAL)
+    got = read_or_error(et_path, kineto_path, FORCED)
     if isinstance(expected, str):
         assert got == expected
     else:
@@ -606,25 +577,34 @@ def test_et_attrs_that_cannot_be_read_by_name_fail_as_by_name(tmp_path, monkeypa
     assert "node 51's attrs: Object missing required field `name`" in str(by_name.value)
 
 
-def test_batch_workers_read_without_a_child(tmp_path, monkeypatch):
-    """A batch worker reads its Kineto file itself (the ranks already fill the cores); a single pair
-    forks for it. Both write the same ET+."""
+def test_the_library_and_batch_workers_start_no_child(tmp_path):
+    """The library's default schedule (a batch worker's: the ranks already fill the cores) is the
+    serial one, which starts no child; a batch rank writes what a forced schedule writes."""
     from linker.batch import RankTask
     from linker.batch.link_rank import run_rank_task
     from linker.link.recipe import LinkOptions
 
     et_path, kineto_path = fixture_pair("cpu", "mlp_steps")
-    monkeypatch.setattr(kineto_ahead, "FORK_MIN_BYTES", 0)
-    forks = []
-    real_start = kineto_ahead.start
-    monkeypatch.setattr(kineto_ahead, "start", lambda path, *rest: forks.append(path) or real_start(path, *rest))
+    assert Schedule.serial() == Schedule() and SERIAL.kineto_reader(kineto_path) is None
+    assert SERIAL.fields_encoder(et_path, Output.of("o.et")) is None
     task = RankTask(0, et_path, kineto_path, tmp_path / "batch.json", tmp_path / "batch.report.json",
                     LinkOptions(), 0, 0)
-    result = run_rank_task(task)
-    assert result.status == "linked" and forks == []
-    pipeline.link_pair(et_path, kineto_path, tmp_path / "single.json")
-    assert forks == [kineto_path]
+    assert run_rank_task(task).status == "linked"
+    pipeline.link_pair(et_path, kineto_path, tmp_path / "single.json", schedule=FORCED)
     assert (tmp_path / "batch.json").read_bytes() == (tmp_path / "single.json").read_bytes()
+
+
+@needs_fork
+def test_a_forced_schedule_starts_its_children_on_any_core_count(tmp_path):
+    et_path, kineto_path = fixture_pair("cpu", "mlp_steps")
+    child = FORCED.kineto_reader(kineto_path)
+    fields = FORCED.fields_encoder(et_path, Output.of(tmp_path / "o.et"))
+    try:
+        assert child is not None and fields is not None
+        assert FORCED.fields_encoder(et_path, Output.of(tmp_path / "o.json")) is None  # JSON: no .et fields
+    finally:
+        child.cancel()
+        fields.cancel()
 
 
 def test_et_parent_index_marks_missing_and_own_parents(tmp_path):

@@ -396,7 +396,7 @@ def test_full_disk_leaves_nothing(tmp_path, target):
 @pytest.mark.parametrize("suffix", [".json", ".json.gz", ".et"])
 def test_write_error_mid_output_leaves_nothing(dirs, monkeypatch, suffix):
     """Without root: the same as a full disk, by making the output's writes fail."""
-    import linker.read.files as fileio
+    import linker.write.sink as sink
 
     _, outputs = dirs
     real_fdopen = os.fdopen
@@ -415,7 +415,7 @@ def test_write_error_mid_output_leaves_nothing(dirs, monkeypatch, suffix):
             os.close(self.fd)
             super().close()
 
-    monkeypatch.setattr(fileio.os, "fdopen", lambda fd, mode="r", *a, **k: FullFile(fd) if "w" in mode
+    monkeypatch.setattr(sink.os, "fdopen", lambda fd, mode="r", *a, **k: FullFile(fd) if "w" in mode
                         else real_fdopen(fd, mode, *a, **k))
     code, stderr = invoke("--et-file", NESTED_ET, "--kineto-file", NESTED_KINETO, "-o", outputs / f"o{suffix}")
     assert code == cli.EXIT_INPUT and "no space left" in stderr, stderr
@@ -424,8 +424,8 @@ def test_write_error_mid_output_leaves_nothing(dirs, monkeypatch, suffix):
 
 SIGTERM_DURING_WRITE = """
 import os, signal, sys
-import linker.read.files as fileio
-real = fileio.atomic_output
+import linker.write.sink as sink
+real = sink.atomic_output
 def killing(path, protected=()):
     manager = real(path, protected)
     class Wrapped:

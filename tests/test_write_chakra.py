@@ -259,10 +259,10 @@ def test_dlrm_waits_become_edges_without_cycles(tmp_path):
 
 
 @pytest.mark.parametrize("name", GPU_FIXTURES)
-def test_gpu_fixture(tmp_path, name):
+def test_gpu_fixture(tmp_path, name, schedule):
     et_path, kineto_path = fixture_pair("gpu", name)
     out = tmp_path / "x.et.gz"
-    link_pair(et_path, kineto_path, out, LinkOptions())
+    link_pair(et_path, kineto_path, out, LinkOptions(), schedule=schedule)
     result = validate_file(out)
     assert result.ok and not result.warnings, format_result(result)
     metadata, nodes = read_chakra(out)
@@ -549,13 +549,13 @@ def test_failure_leaves_no_file_and_keeps_an_existing_one(tmp_path, synthetic_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["et.json", "kineto.json", "old.et.gz"]
 
 
-def test_never_overwrites_an_input(tmp_path, synthetic_pair):
+def test_never_overwrites_an_input(tmp_path, synthetic_pair, schedule):
     et_path, kineto_path = synthetic_pair
     before = et_path.read_bytes()
     with pytest.raises(TraceInputError, match="input"):
-        link_pair(et_path, kineto_path, et_path)
+        link_pair(et_path, kineto_path, et_path, schedule=schedule)
     assert et_path.read_bytes() == before
-    outcome = link_pair(et_path, kineto_path, tmp_path / "out.et")
+    outcome = link_pair(et_path, kineto_path, tmp_path / "out.et", schedule=schedule)
     assert outcome.output.exists() and validate_file(outcome.output).ok
 
 

@@ -42,7 +42,7 @@ from linker.plan.cpu_comm import issue_numbers
 from linker.plan.deps import dependency_plan
 from linker.model.errors import TraceInputError
 from linker.link.etplus import EtPlus
-from linker.read.files import atomic_output
+from linker.write.sink import atomic_output
 
 COMM_GROUPS_FILE = "comm_groups.json"
 SIDECAR_KEY = "collectives"

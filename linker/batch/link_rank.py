@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 
 from linker.model.errors import MismatchedPairError, TraceInputError
-from linker.read.files import atomic_output
+from linker.write.sink import atomic_output
 from linker.batch.collectives import SIDECAR_KEY
 from linker.batch.tasks import RankResult, RankTask, base_result, failed_result, fill_from_report
 
@@ -61,7 +61,7 @@ def run_rank_task(task: RankTask) -> RankResult:
     with contextlib.suppress(OSError):
         task.report_path.unlink()
     try:
-        outcome = link_pair(task.et, task.kineto, task.output, task.options, read_ahead=False)
+        outcome = link_pair(task.et, task.kineto, task.output, task.options)  # Schedule.serial()
         collectives = rank_collectives(outcome.et_plus).to_record()
         outcome.et_plus = None
     except MismatchedPairError as err:

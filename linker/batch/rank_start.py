@@ -28,7 +28,8 @@ import orjson
 from linker.model.errors import TraceInputError
 from linker.plan.rank_start import (DELAY_NODE_NAME, MEASURED, OFFSET_ATTR, RANK_START, delay_node_json,
                                     measured_offsets, offset_micros)
-from linker.read.files import atomic_output, read_trace_bytes
+from linker.read.files import read_trace_bytes
+from linker.write.sink import atomic_output
 from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import (EtWriter, encode_varint, find_attr, iter_frames, make_attr, open_binary,
                                       parse_metadata)

@@ -11,7 +11,7 @@ from typing import Callable
 
 import orjson
 
-from linker.read.files import atomic_output
+from linker.write.sink import atomic_output
 from linker.batch.collectives import CollectiveCheck, format_check
 from linker.batch.tasks import RankResult
 

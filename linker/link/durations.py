@@ -9,15 +9,15 @@ reads of a few hundred thousand events are most of the cost. With those parents 
 children of one event never overlap (a child starting inside an earlier sibling would be that
 sibling's child), so each child's clipped length is subtracted as it comes. O(n).
 
-``cpu_nesting(kineto)`` is the same for a whole trace, computed once and kept on it (the Kineto
-read-ahead child computes it beside the read and hands it over: ``kineto_ahead``).
+The nesting of a whole trace's CPU events is computed once per link (``link.recipe.link``, or
+beside the read by the Kineto child: ``schedule.kineto_child``) and passed on as a value.
 """
 
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field
-from itertools import repeat
+from dataclasses import dataclass
+
 from typing import Sequence
 
 from linker.read.kineto import KinetoEvent
@@ -35,24 +35,6 @@ class CpuNesting:
     parents: list[int]
     exclusive: list[float]
     end: array
-    # ``rounded_exclusive(exclusive)`` when made beside (the Kineto child's idle time), else None:
-    # derived from ``exclusive``, so not compared.
-    rounded: list[float] | None = field(default=None, compare=False)
-
-
-def rounded_exclusive(exclusive: list[float]) -> list[float]:
-    """Each exclusive duration rounded to 3 decimals (ns), as the ET+ writes a non-integral one
-    (``round(x, 3)``: about 0.2 µs each, most of the ET+ fields' cost when done per op). O(n)."""
-    return list(map(round, exclusive, repeat(3)))
-
-
-def cpu_nesting(kineto) -> CpuNesting:
-    """``nest_cpu_events(kineto.cpu_events)``, computed once per trace (kept on the trace, for the
-    same event list only)."""
-    cached = kineto.cpu_nesting
-    if cached is None or cached[0] is not kineto.cpu_events_key():
-        cached = kineto.cpu_nesting = (kineto.cpu_events, nest_cpu_events(kineto.cpu_events))
-    return cached[1]
 
 
 def nest_cpu_events(events: Sequence[KinetoEvent]) -> CpuNesting:

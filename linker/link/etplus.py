@@ -6,8 +6,8 @@ the layout has it) is its launching CPU node, carrying ``cat, name, ph, ts, dur,
 exclusive_dur, stream, device, correlation`` (and ``pg_name`` when the trace names the process
 group). New ids continue after the largest existing id. Each linked node's Kineto start and end
 and its exclusive time, raw and as written, are gathered on the way (``EtPlus.op_times``,
-``op_exclusive``, ``exclusive_us``) for the plan's busy times and the simulation fields, which
-drop them once used. Cost O(n + g).
+``op_exclusive``, ``exclusive_us``: values of the build, never changed after it) for the plan's
+busy times and the simulation fields. Cost O(n + g).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 
 import msgspec
 
-from linker.link import durations
 from linker.read.et import FLAT, ExecutionTrace
 from linker.link.gpu import GpuLink
 from linker.link.measured import apply_placement
@@ -78,11 +77,10 @@ class EtPlus:
     plan: Any = None  # chakra_deps.DependencyPlan once computed (write_chakra.dependency_plan)
     plan_summary: Any = None  # the chakra_deps.WriteSummary it was computed with
     # Per ET node: its linked Kineto event's start and end (µs, NaN when unlinked), gathered by
-    # ``build_et_plus`` for the plan (``busy``), which drops them once used.
+    # ``build_et_plus`` for the plan (``busy``; None: read off the events again).
     op_times: tuple[list[float], list[float]] | None = None
-    # Per ET node: its exclusive µs (0.0 when unlinked), for the plan's busy times (dropped there),
-    # and ``exclusive_dur`` as written, integral values as int (0 when unlinked), for
-    # ``sim_fields`` (dropped there).
+    # Per ET node: its exclusive µs (0.0 when unlinked), for the plan's busy times, and
+    # ``exclusive_dur`` as written, integral values as int (0 when unlinked), for ``json_fields``.
     op_exclusive: list[float] | None = None
     exclusive_us: list[float | int] | None = None
 
@@ -101,14 +99,11 @@ def as_number(value: float) -> float | int:
 
 def build_et_plus(result: LinkResult) -> EtPlus:
     """Fill ET+ time fields into ``result.et.nodes`` (in place) and create the GPU nodes. A
-    non-integral ``exclusive_dur`` is written rounded to 3 decimals: from ``result.exclusive_rounded``
-    when the Kineto child made it, else rounded here (for every event: C passes). O(n + g)."""
+    non-integral ``exclusive_dur`` is written rounded to 3 decimals (``round(x, 3)``), for the
+    linked ops only. O(n + g)."""
     et, columns, exclusive = result.et, result.kineto.cpu_columns(), result.exclusive
     apply_placement(et, result.placement)  # where the ET's tree contradicts the measurement
     nodes, event_ts, event_dur = et.nodes, columns.ts, columns.dur
-    rounded_exclusive = result.exclusive_rounded
-    if rounded_exclusive is None or len(rounded_exclusive) != len(exclusive):
-        rounded_exclusive = durations.rounded_exclusive(exclusive)
     starts, ends = [math.nan] * len(nodes), [math.nan] * len(nodes)
     op_exclusive, exclusive_us = [0.0] * len(nodes), [0] * len(nodes)
     for i, e in enumerate(result.match.event_of_op):
@@ -122,7 +117,7 @@ def build_et_plus(result: LinkResult) -> EtPlus:
         if excl.is_integer():
             node.exclusive_dur = exclusive_us[i] = int(excl)
         else:
-            rounded = node.exclusive_dur = rounded_exclusive[e]
+            rounded = node.exclusive_dur = round(excl, 3)
             exclusive_us[i] = int(rounded) if rounded.is_integer() else rounded
     next_id = max(et.ids) + 1
     flat = et.layout == FLAT

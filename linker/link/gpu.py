@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from linker.model.columns import unique_positions
-from linker.link.intervals import TimePoint, cpu_cover_index, innermost_covering
+from linker.link.intervals import CoverIndex, TimePoint, cover_index, innermost_covering
 from linker.read.kineto import GRAPH_LAUNCH_NAMES, LAUNCH_NAMES, KinetoEvent, KinetoTrace
 
 # How a GPU op found its launch.
@@ -100,6 +100,9 @@ class GpuAttribution:
     outside_window: int = 0  # GPU ops launched outside the linked window: left out
     graph_launches: int = 0  # distinct graph-launch calls that carried GPU ops
     graph_gpu_ops: int = 0  # GPU ops carried by them
+    # The cover index of the CPU events the attribution built (None without GPU ops): the plan's
+    # busy times look up the blocking calls in it.
+    cover: CoverIndex | None = None
 
     @property
     def attributed(self) -> int:
@@ -215,15 +218,16 @@ def uncovered_launch_points(kineto: KinetoTrace) -> list[TimePoint]:
         if point is not None and point not in seen:
             seen.add(point)
             points.append(point)
-    covering = innermost_covering(kineto.cpu_events, points, cpu_cover_index(kineto))
+    events = kineto.cpu_events
+    covering = innermost_covering(events, points, cover_index(events))
     return [p for p, e in zip(points, covering) if e < 0]
 
 
 def attribute_gpu_ops(
-    kineto: KinetoTrace, op_of_event: list[int], parents: list[int], window=None
+    kineto: KinetoTrace, op_of_event: list[int], nesting, window=None
 ) -> GpuAttribution:
     """Attribute every GPU op of ``kineto``. ``op_of_event[e]``: host-graph index linked to CPU
-    event ``e`` (or -1); ``parents``: the Kineto nesting parents of the CPU events. With a
+    event ``e`` (or -1); ``nesting``: the CPU events' ``durations.CpuNesting`` (parents, ends). With a
     ``window`` (an object with ``contains(ts)``), GPU ops launched outside it (or, without a
     launch, running outside it) are left out and only counted."""
     result = GpuAttribution([])
@@ -252,7 +256,9 @@ def attribute_gpu_ops(
         result.links.append(link)
     result.graph_launches = len(graph_correlations)
 
-    for q, e in zip(point_of_link, innermost_covering(kineto.cpu_events, points, cpu_cover_index(kineto))):
+    parents = nesting.parents
+    result.cover = cover_index(kineto.cpu_events, nesting.end)
+    for q, e in zip(point_of_link, innermost_covering(kineto.cpu_events, points, result.cover)):
         result.links[q].cpu_event = e
     _look_up_python_functions(kineto, result.links, points, point_of_link)
     for link in result.links:

@@ -9,7 +9,6 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Sequence
 
-from linker.link.durations import cpu_nesting
 from linker.read.kineto import KinetoEvent
 
 ThreadKey = tuple  # (pid, tid) of a Kineto thread
@@ -110,17 +109,6 @@ def cover_index(events: Sequence[KinetoEvent], ends: Sequence[float] | None = No
     if key is not None:
         spans[key] = (first, len(events))
     return CoverIndex(spans, starts, ends, below)
-
-
-def cpu_cover_index(kineto) -> CoverIndex | None:
-    """``cover_index`` of ``kineto.cpu_events``, built once per trace (kept on the trace, for the
-    same event list only), on the ends of the trace's nesting (``durations.cpu_nesting``: linking
-    has it already)."""
-    cached = kineto.cpu_cover
-    if cached is None or cached[0] is not kineto.cpu_events_key():
-        events = kineto.cpu_events
-        cached = kineto.cpu_cover = (events, cover_index(events, cpu_nesting(kineto).end))
-    return cached[1]
 
 
 def innermost_covering(events: Sequence[KinetoEvent], points: Sequence[TimePoint],

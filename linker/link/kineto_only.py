@@ -10,7 +10,7 @@ of the pipeline (GPU attribution, durations, ``EtPlus``, both writers) runs unch
 - a process root and one thread root per Kineto (pid, tid), numbered 1, 2, ... in (pid, tid)
   order (the ``tid`` attr is that number, as in an ET);
 - ids in start order per thread (ET ids are given at op start), parents from interval nesting on
-  the thread (``durations.cpu_nesting``, which gives the exclusive durations in the same sweep), a top-level event under its thread root;
+  the thread (``durations.nest_cpu_events``, which gives the exclusive durations in the same sweep), a top-level event under its thread root;
 - inputs' shapes from ``Input Dims`` where the trace recorded them (values and types are not
   written);
 - attrs ``rf_id`` (the Kineto ``Record function id``; 0 = unknown), ``tid``, and the usual
@@ -30,7 +30,7 @@ from operator import attrgetter
 
 import msgspec
 
-from linker.link.durations import CpuNesting, cpu_nesting
+from linker.link.durations import CpuNesting, nest_cpu_events
 from linker.read.et import NESTED, PROCESS_ROOT_NAMES, THREAD_ROOT_NAMES, EtNode, ExecutionTrace
 from linker.link.gpu import adopt_before_trace, attribute_gpu_ops, innermost_python_functions, uncovered_launch_points
 from linker.read.kineto import KinetoEvent, KinetoTrace, cpu_event_order
@@ -122,7 +122,7 @@ def build_host_graph(kineto: KinetoTrace) -> KinetoGraph:
     """The host graph of ``kineto`` as an ``ExecutionTrace`` (nested layout). O(n log n)."""
     kineto, python_nodes = _with_python_events(kineto)
     events = kineto.cpu_events
-    nesting = cpu_nesting(kineto)
+    nesting = nest_cpu_events(events)
     parents = nesting.parents
     thread_number: dict[tuple, int] = {}
     thread_of = [thread_number.setdefault((e.pid, e.tid), len(thread_number) + 1) for e in events]
@@ -161,7 +161,7 @@ def link_kineto_only(kineto: KinetoTrace) -> LinkResult:
     events = graph.kineto.cpu_events
     nesting = graph.nesting
     ops = op_of_event(graph.event_of_op, len(events))
-    gpu = attribute_gpu_ops(graph.kineto, ops, nesting.parents)
+    gpu = attribute_gpu_ops(graph.kineto, ops, nesting)
     adopt_before_trace(gpu, 0)  # node 0 is the process root
     threads = len(set(graph.et.tid)) - 1
     note = (f"no Execution Trace: the host graph was built from the Kineto trace alone "

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from linker.link.durations import cpu_nesting
+from linker.link.durations import CpuNesting, nest_cpu_events
 from linker.model.errors import MismatchedPairError, OptionError
 from linker.read.et import ExecutionTrace
 from linker.link.gpu import GpuAttribution, adopt_before_trace, attribute_gpu_ops
@@ -57,7 +57,6 @@ class LinkResult:
     exclusive: list[float]  # per Kineto CPU event
     report: LinkReport
     warnings: list[str] = field(default_factory=list)
-    exclusive_rounded: list[float] | None = None  # ``durations.rounded_exclusive``, when made beside
     # Joined ops whose ET thread / parent the measurement contradicts (``measured``): applied by the build.
     placement: Placement = field(default_factory=Placement)
 
@@ -150,9 +149,11 @@ def unused_option_warnings(options: LinkOptions, method: str, window: Window | N
     return warnings
 
 
-def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = None) -> LinkResult:
+def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = None,
+         nesting: CpuNesting | None = None) -> LinkResult:
     """Link ``et`` with ``kineto``. Raises ``MismatchedPairError`` for two different runs unless
-    ``options.force``. Does not modify its inputs; see ``apply_to_et`` for the ET+ fields."""
+    ``options.force``. Does not modify its inputs; see ``apply_to_et`` for the ET+ fields.
+    ``nesting``: the nesting of ``kineto``'s CPU events when already made (``nest_cpu_events``)."""
     options = options or LinkOptions()
     started = time.perf_counter()
     warnings = []
@@ -168,14 +169,14 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
         warnings.append(message)
     match, window, notes = choose_and_match(et, kineto, options, rf_join)
     warnings += unused_option_warnings(options, match.method, window)
-    nesting = cpu_nesting(kineto)
+    if nesting is None:
+        nesting = nest_cpu_events(kineto.cpu_events)
     ops = op_of_event(match.event_of_op, kineto.cpu_count())
-    gpu = attribute_gpu_ops(kineto, ops, nesting.parents, window)
+    gpu = attribute_gpu_ops(kineto, ops, nesting, window)
     adopt_before_trace(gpu, et.process_root())
     report = build_report(et, kineto, match, window, gpu, notes, warnings, seconds=time.perf_counter() - started,
                           nesting=(nesting.parents, nesting.end), op_of_event=ops)
-    result = LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, report, warnings,
-                        nesting.rounded)
+    result = LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, report, warnings)
     result.placement = measured_placement(result, report.nesting_violations)
     note_tree_disagreements(report, result.placement)
     return result

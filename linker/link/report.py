@@ -195,7 +195,7 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
     et_missing = [i for i in ops if event_of_op[i] < 0]
     linked = len(ops) - len(et_missing)
     k_missing = _unlinked_events(event_of_op, in_window, events, op_of_event)
-    columns = kineto.cpu_columns()  # not the events: deferred ones stay encoded (``kineto_ahead``)
+    columns = kineto.cpu_columns()  # not the events: pending ones stay encoded (``schedule.kineto_child``)
     unmatched = {
         "et": asdict(Unmatched(len(et_missing), [
             {"id": et.ids[i], "name": et.names[i], "tid": et.tid[i]} for i in et_missing[:EXAMPLES]])),

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate, compress
 from operator import add, eq, gt, lt, not_
 
-from linker.link.intervals import TimePoint, cpu_cover_index, innermost_covering
+from linker.link.intervals import TimePoint, cover_index, innermost_covering
 from linker.link.recipe import op_of_event
 from linker.plan.clocks import blocking_copies, clock_skew
 
@@ -128,7 +128,7 @@ def blocking_calls(et_plus, copies: list[int] | None = None) -> list:
 
 def ops_covering(et_plus, calls: list) -> list[int]:
     """For each runtime call, the innermost linked ET op covering it (-1 if none).
-    O(n + w log n) for w calls (the trace's cover index is built once: ``cpu_cover_index``)."""
+    O(n + w log n) for w calls (the cover index the GPU attribution built; else one built here)."""
     if not calls:
         return []
     result = et_plus.result
@@ -136,7 +136,8 @@ def ops_covering(et_plus, calls: list) -> list[int]:
     op_of = op_of_event(result.match.event_of_op, len(events))
     points = [TimePoint(call.pid, call.tid, call.ts) for call in calls]
     covering = []
-    for e in innermost_covering(events, points, cpu_cover_index(result.kineto)):
+    cover = result.gpu.cover if result.gpu.cover is not None else cover_index(events)
+    for e in innermost_covering(events, points, cover):
         while e >= 0 and op_of[e] < 0:
             e = result.parents[e]
         covering.append(op_of[e] if e >= 0 else -1)

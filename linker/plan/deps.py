@@ -23,10 +23,9 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import partial
 from itertools import accumulate, compress, islice
 from operator import attrgetter, countOf, eq, gt, lt, ne
-from typing import Any, Callable
+from typing import Any
 
 import msgspec
 
@@ -119,10 +118,8 @@ class DependencyPlan:
     ``ctrl[u]``: parent (-1 none). ``prev[u]``: previous node of u's CPU thread chain, or, for a
     GPU node, the previous op on its stream (-1 none); a GPU node's launcher is ``ctrl[u]``.
     ``waits[u]``: other (source, cause) data dependencies of u: fork/join, sync, event_wait,
-    collective_order. ``order``: topological write order, and ``position`` each node's place in it;
-    made when first read (``make_order``) where no wait edge needs them first: a JSON ET+ of a CPU
-    trace never reads them (0.05 s less on the large pair, for the time keys and the tree order kept
-    meanwhile: 6 MB more at the peak). ``busy``: busy times of the ET nodes; ``comm[k]``:
+    collective_order. ``order``: topological write order, and ``position`` each node's place in it.
+    ``busy``: busy times of the ET nodes; ``comm[k]``:
     communication attributes of GPU node k (None for non-communication kernels).
     """
 
@@ -134,22 +131,8 @@ class DependencyPlan:
     comm: list[CommAttrs | None] = field(default_factory=list)
     launchless: frozenset = frozenset()  # GPU nodes with no launch (before the trace): no ``launch`` edge
     cpu_comm: dict[int, CommAttrs] = field(default_factory=dict)  # ET index -> CPU collective (``cpu_comm``)
-    # (order, position) once made; until then, the call that makes them.
-    order_made: tuple[list[int], array] | None = field(default=None, repr=False)
-    make_order: Callable[[], tuple[list[int], array]] | None = field(default=None, repr=False)
-
-    @property
-    def order(self) -> list[int]:
-        return self._made()[0]
-
-    @property
-    def position(self) -> array:
-        return self._made()[1]
-
-    def _made(self) -> tuple[list[int], array]:
-        if self.order_made is None:
-            self.order_made, self.make_order = self.make_order(), None
-        return self.order_made
+    order: list[int] = field(default_factory=list, repr=False)
+    position: array = field(default_factory=lambda: array("q"), repr=False)
 
     def data_deps(self, u: int) -> list[tuple[int, str]]:
         """(source node, cause) of every data dependency of u, in the order written."""
@@ -252,18 +235,14 @@ class TreeOrder:
 
 
 def tree_order(et) -> TreeOrder:
-    """``et``'s ``TreeOrder``, computed once and kept on it (``ExecutionTrace.tree_order``; its
-    columns must not change afterwards). ``pipeline.read_pair`` has it computed while the Kineto
-    child is still at work; the plan takes it and drops it (a later plan computes it again).
-    O(n log n), one sort and stack sweeps when the id order is the pre-order."""
-    if et.tree_order is None:
-        n = len(et.nodes)
-        by_id = id_order(et.ids)
-        counts = WriteSummary(et.path)
-        preorder, parent = _preorder(et, et.index_of_id(), counts, by_id)
-        et.tree_order = TreeOrder(by_id, preorder, parent, counts.ctrl_deps_dropped,
-                                  _thread_chains(preorder, et.tid, n))
-    return et.tree_order
+    """``et``'s ``TreeOrder`` (a value: the pipeline may compute it while the Kineto child is still
+    at work and hand it to ``dependency_plan``). O(n log n), one sort and stack sweeps when the id
+    order is the pre-order."""
+    n = len(et.nodes)
+    by_id = id_order(et.ids)
+    counts = WriteSummary(et.path)
+    preorder, parent = _preorder(et, et.index_of_id(), counts, by_id)
+    return TreeOrder(by_id, preorder, parent, counts.ctrl_deps_dropped, _thread_chains(preorder, et.tid, n))
 
 
 def _thread_chains(order: list[int], tid: list[int], total: int) -> array:
@@ -529,12 +508,13 @@ def _collective_order(plan: DependencyPlan, placement: GpuPlacement, extra: dict
 
 
 def plan_dependencies(et_plus: EtPlus, summary: WriteSummary,
-                      resolver: CommResolver | None = None) -> DependencyPlan:
+                      resolver: CommResolver | None = None, tree: TreeOrder | None = None) -> DependencyPlan:
     """ctrl / thread-chain / launcher / stream / fork-join / collective dependencies, the write
-    order, then the waits; every data dependency with its cause (counted in ``summary``)."""
+    order, then the waits; every data dependency with its cause (counted in ``summary``).
+    ``tree``: the ET's ``tree_order`` when already computed."""
     et = et_plus.et
     n, g = len(et.nodes), len(et_plus.gpu_nodes)
-    tree, et.tree_order = tree_order(et), None  # used once: not held through the write
+    tree = tree if tree is not None else tree_order(et)
     by_id, preorder = tree.by_id, tree.preorder
     summary.ctrl_deps_dropped += tree.dropped
     ctrl = tree.parent + array("q", [NO_NODE]) * g
@@ -553,7 +533,6 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary,
     busy = compute_busy(et_plus, exclusive, preorder)
     cpu_comm = cpu_collectives(et_plus)  # gloo / MPI / UCC collectives: communication nodes
     cpu_comm_order = hold_for_measured_duration(busy, et, cpu_comm)
-    et_plus.op_times = et_plus.op_exclusive = None  # only the busy times needed them
     extra: dict[int, list[tuple[int, str]]] = {}
     for source, target, cause in busy.cross:
         if source != target and source != prev[target] and source != ctrl[target]:
@@ -567,11 +546,8 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary,
             extra.setdefault(target, []).append((source, COLLECTIVE_ORDER))
     ids = et.ids + [node.id for node in gpu_nodes] if g else et.ids
     keys = _time_keys(et_plus, placement, starts)
-    ordering = partial(_write_order, ctrl, prev, keys, ids, extra, by_id, preorder)
-    if g:  # the waits keep only the edges that go forward in the order: it is made first
-        plan.order_made = ordering()
-    else:  # no wait edge will be added: made from these same edges when first read (``.et`` writer)
-        plan.make_order = ordering
+    # The waits keep only the edges that go forward in the order: it is made first.
+    plan.order, plan.position = _write_order(ctrl, prev, keys, ids, extra, by_id, preorder)
     add_wait_edges(et_plus, plan, placement, summary)
     _count_causes(plan, summary.dependency_causes)
     return plan
@@ -605,12 +581,14 @@ def _count_causes(plan: DependencyPlan, counts: Counter) -> None:
             counts[cause] += count
 
 
-def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
-    """The plan of ``et_plus`` (durations, dependencies with causes), computed once and kept on it."""
+def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None,
+                    tree: TreeOrder | None = None) -> DependencyPlan:
+    """The plan of ``et_plus`` (durations, dependencies with causes), computed once and kept on it.
+    ``tree``: the ET's ``tree_order`` when already computed (used only by the first call)."""
     if et_plus.plan is None:
         summary = summary if summary is not None else WriteSummary("")
         resolver = CommResolver(et_plus, et_plus.et.index_of_id()) if et_plus.gpu_nodes else None  # GPU nodes only
-        et_plus.plan = plan_dependencies(et_plus, summary, resolver)
+        et_plus.plan = plan_dependencies(et_plus, summary, resolver, tree)
         et_plus.plan_summary = summary
     elif summary is not None and summary is not et_plus.plan_summary:
         _copy_plan_counts(et_plus.plan_summary, summary)

@@ -41,17 +41,17 @@ def _us(value: float) -> float | int:
 def _sim_us_column(et_plus: EtPlus, busy) -> list[float | int]:
     """``_us(sim)`` of every ET node. A linked node with no blocked time and no host gap has
     sim = its exclusive time, whose ``_us`` is the ``exclusive_dur`` just written (as a number:
-    rounded to 3 digits, integral as int): ``EtPlus.exclusive_us`` as the build gathered it (used
-    once: dropped), else read off the nodes with C passes; the other nodes (non-zero times,
+    rounded to 3 digits, integral as int): ``EtPlus.exclusive_us`` as the build gathered it, else
+    read off the nodes with C passes; the other nodes (non-zero times,
     unlinked) are converted one by one. O(n)."""
     nodes, sim = et_plus.et.nodes, busy.sim
-    gathered, et_plus.exclusive_us = et_plus.exclusive_us, None
+    gathered = et_plus.exclusive_us
     n = len(nodes)
     others = set(compress(range(n), busy.blocked))
     others.update(compress(range(n), busy.host_gap),
                   compress(range(n), map((0).__gt__, et_plus.result.match.event_of_op)))
     if gathered is not None and len(gathered) == n:
-        column = gathered
+        column = list(gathered)  # the build's column stays as it was
     else:
         column = list(map(attrgetter("exclusive_dur"), nodes))
         for i in others:

@@ -140,7 +140,6 @@ class ExecutionTrace:
     _root_positions: list[int] | None = field(default=None, repr=False)
     _index_of_id: dict[int, int] | None = field(default=None, repr=False)
     _parent_index: list[int] | None = field(default=None, repr=False)
-    tree_order: Any = field(default=None, repr=False)  # ``chakra_deps.tree_order``, once computed
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -480,7 +479,7 @@ def _find(attrs: list[_AttrValue], name: str) -> Any:
 
 def read_execution_trace(path: str | Path, inflate_into=None) -> ExecutionTrace:
     """Load an ET file (``.json`` or gzip). Raises ``TraceInputError`` with a one-line reason.
-    ``inflate_into``: see ``fileio.read_trace_bytes``."""
+    ``inflate_into``: see ``files.read_trace_bytes``."""
     path = Path(path)
     data = read_trace_bytes(path, inflate_into)
     doc = _decode(path, data)

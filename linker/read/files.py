@@ -1,29 +1,23 @@
-"""Reading trace files (plain or gzip), checking output paths, and writing outputs atomically.
+"""Reading trace files (plain or gzip) and checking output paths before any work.
 
 Every failure a user can fix becomes a one-line ``TraceInputError`` naming the file: missing or
 unreadable input, JSON that cannot be decoded (invalid UTF-8, nesting too deep), an output path that
-is an input, a directory, in a missing or read-only directory, or a full disk. Outputs appear only
-complete: they are written to a hidden temporary file beside the target and renamed at the end; the
-temporary file is removed on any exception, Ctrl-C, and SIGTERM (see ``terminate_as_interrupt``).
-Cost: O(1) per path check; writing is one pass.
+is an input, a directory, or in a missing or read-only directory. Outputs themselves are written by
+``write.sink`` (atomically); SIGTERM is raised as ``Terminated`` so that its cleanup runs (see
+``terminate_as_interrupt``). Cost: O(1) per path check; reading is one pass.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import errno
-import gzip
 import os
 import signal
 import stat
 import zlib
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable
 
-from linker.schedule import prefill as output_space
-
-from linker.schedule import process_exit
 from linker.model.errors import TraceInputError
 
 try:  # ISA-L's inflate: the same bytes as zlib's, in about half the time (docs/performance.md)
@@ -57,7 +51,7 @@ def read_trace_bytes(path: str | os.PathLike, inflate_into: Callable[[int], Any]
     Gzip is inflated into one buffer of the text's size (``_gunzip``), so peak memory stays near the
     size of the result (``gzip.decompress`` holds about twice that). That buffer is
     ``inflate_into(size)`` when given and not None (a writable buffer of exactly ``size`` bytes:
-    ``chakra_ahead``'s shared text); the result is then a memoryview of it, unless the text did not
+    ``schedule.fields_child``'s shared text); the result is then a memoryview of it, unless the text did not
     fit (several gzip members: the trailer gives the last one's size), when it goes on in a private
     buffer. Raises ``TraceInputError`` for a missing, unreadable, empty or truncated file. Cost: one
     read, one pass of inflation.
@@ -156,12 +150,6 @@ def plausible_gzip_size(compressed_bytes: int, isize: int) -> bool:
     return compressed_bytes <= isize <= compressed_bytes * MAX_GZIP_RATIO
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     """True when two paths name the same existing file (or the same path)."""
     try:
@@ -243,123 +231,10 @@ def check_output_paths(outputs: list, inputs: tuple = ()) -> None:
         seen.append(out)
 
 
-def _write_problem(err: OSError) -> str:
-    if err.errno == errno.ENOSPC:
-        return "cannot write: no space left on device (nothing was left behind)"
-    if err.errno == errno.EDQUOT:
-        return "cannot write: disk quota exceeded (nothing was left behind)"
-    return f"cannot write: {err.strerror or err}"
-
-
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO[bytes]]:
-    """Open a binary stream that becomes ``path`` only if the block finishes without an exception.
-
-    Data goes to a temporary file in the same directory (the one ``output_space.prefilled`` has
-    been filling, if any), renamed over ``path`` at the end, so a reader never sees a half-written
-    output; the file ends where the writing did (room reserved or prefilled beyond it is given
-    back). ``.gz`` paths are gzip-compressed. Writing to any of the ``protected`` paths (the
-    inputs) is refused with ``TraceInputError``.
-    """
-    out = Path(path)
-    check_output_paths([out], protected)
-    try:
-        fd, tmp = output_space.take_prefilled(out) or output_space.hidden_temporary(out)
-    except OSError as err:
-        raise TraceInputError(out, _write_problem(err)) from None
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual mode
-        with os.fdopen(fd, "wb") as raw:
-            if out.name.endswith(".gz"):
-                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
-                    yield gz
-            else:
-                yield raw
-                raw.truncate()
-        os.replace(tmp, out)
-    except OSError as err:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise TraceInputError(out, _write_problem(err)) from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-class BackgroundWriter:
-    """Writes byte chunks to ``stream`` from a thread, so writing (and gzip compression, which
-    releases the GIL) overlaps the caller's encoding of the next chunks.
-
-    ``write`` queues a chunk (at most ``depth`` wait; then it blocks); ``close`` waits for every
-    chunk to be written and raises the first write error, if any (``write`` raises it too, early).
-    A caller that encodes into buffers (``msgspec``'s ``encode_into``) takes one with ``buffer()``
-    and queues a slice of it with ``write_buffer``; the thread hands it back for reuse once written,
-    so each chunk is encoded into memory already touched, without a new ``bytes`` grown to its size
-    (on the large CPU pair's JSON, 0.31-0.39 -> 0.20 s of encoding). Cost: one thread, at most
-    ``depth`` chunks waiting; with buffers, up to ``depth + 1`` of them kept, each as large as the
-    largest chunk it held, until the writer is dropped."""
-
-    def __init__(self, stream: IO[bytes], depth: int = 8):
-        import queue
-        import threading
-
-        self._stream = stream
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
-        self._free: queue.Queue = queue.Queue()  # buffers written, to be filled again
-        self._buffers = depth + 1  # made at most: one being filled while ``depth`` wait
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="write-output", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            chunk = self._queue.get()
-            if chunk is None:
-                return
-            buffer = None
-            if isinstance(chunk, tuple):  # (buffer, start, end) of ``write_buffer``
-                buffer, start, end = chunk
-                chunk = memoryview(buffer)[start:end]
-            if self._error is None:
-                try:
-                    self._stream.write(chunk)
-                except BaseException as err:  # raised in the caller's thread
-                    self._error = err
-            if buffer is not None:
-                chunk.release()  # the buffer may be resized again
-                self._free.put(buffer)
-
-    def write(self, chunk: bytes) -> None:
-        if self._error is not None:
-            raise self._error
-        self._queue.put(chunk)
-
-    def buffer(self) -> bytearray:
-        """A buffer to fill and queue with ``write_buffer``: a new one while fewer than ``depth + 1``
-        were made, else the next one written (waiting for it)."""
-        if self._free.empty() and self._buffers > 0:
-            self._buffers -= 1
-            return bytearray()
-        return self._free.get()
-
-    def write_buffer(self, buffer: bytearray, start: int, end: int) -> None:
-        """Queue ``buffer[start:end]`` (a buffer of ``buffer()``, not to be touched until it comes
-        back from ``buffer()``)."""
-        if self._error is not None:
-            raise self._error
-        self._queue.put((buffer, start, end))
-
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-
-
-@contextlib.contextmanager
-def collector_paused():
-    """Pause Python's cyclic garbage collector for the block (restored after, even on error).
+def collector_paused(leave_off: bool = False):
+    """Pause Python's cyclic garbage collector for the block (restored after, even on error, unless
+    ``leave_off``: a process that ends with the block exits without collecting).
 
     Reading or linking a large trace allocates millions of small objects that are never garbage (nodes,
     events, columns); each full collection walks all of them, which more than doubled the time
@@ -369,5 +244,5 @@ def collector_paused():
     try:
         yield
     finally:
-        if was_enabled and not process_exit.one_shot():  # a one-shot CLI run exits without collecting
+        if was_enabled and not leave_off:
             gc.enable()

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -46,7 +46,7 @@ PYTHON_CATEGORY = "python_function"
 
 
 class KinetoArgs(msgspec.Struct, frozen=True, omit_defaults=True):
-    """The ``args`` keys et-link uses; all optional. (``omit_defaults``: only for ``kineto_ahead``'s
+    """The ``args`` keys et-link uses; all optional. (``omit_defaults``: only for ``schedule.kineto_child``'s
     compact encoding; these structs are never written to an output.)"""
 
     external_id: int | None = msgspec.field(default=None, name="External id")
@@ -123,7 +123,7 @@ class CpuColumns:
     """What linking reads of every CPU event, as columns (index = position in ``cpu_events``):
     start and duration (µs, as the events hold them), ``Record function id`` (None when absent),
     name and thread (for the report's examples of unlinked events). Linking by rf_id reads nothing
-    else of most events, so a trace whose events come decoded later (``kineto_ahead``) is linked
+    else of most events, so a trace whose events are pending (``schedule.kineto_child``) is linked
     without making them."""
 
     ts: list[float]
@@ -153,62 +153,65 @@ class KinetoTrace:
     ``flows``: ``ac2g`` flow id -> its endpoints (usually one on the host, one on the device).
     ``python_events``: the ``python_function`` events that may matter (``python_events_in_use``),
     in file order (not sorted).
+
+    ``cpu_events`` may be given as a list or as ``PendingCpuEvents`` (events still encoded, with
+    their columns: ``schedule.kineto_child``), which are decoded the first time ``cpu_events`` is
+    read; ``cpu_columns()`` and ``cpu_count()`` never decode them. Setting ``cpu_events`` sets the
+    columns with them.
     """
 
     path: str
     pid: int | None
     rank: int | None
     world_size: int | None
-    cpu_events: list[KinetoEvent]
+    cpu_events: list[KinetoEvent]  # a property: see ``_cpu_events`` below the class
     runtime_events: list[KinetoEvent]
     gpu_events: list[KinetoEvent]
     flows: dict[int | str, list[FlowEnd]] = field(default_factory=dict)
     python_events: list[KinetoEvent] = field(default_factory=list)
-    # ``intervals.cpu_cover_index``'s cache: (the cpu_events list it indexes, its ``CoverIndex``).
-    cpu_cover: Any = field(default=None, repr=False, compare=False)
-    # ``durations.cpu_nesting``'s cache: (the cpu_events list it nests, its ``CpuNesting``).
-    cpu_nesting: Any = field(default=None, repr=False, compare=False)
-    # ``cpu_columns()``'s cache: (the cpu_events list they describe, its ``CpuColumns``).
-    cpu_columns_cache: Any = field(default=None, repr=False, compare=False)
-    # CPU events not decoded yet (a ``DeferredEvents``: ``kineto_ahead``): ``cpu_events`` is then
-    # no attribute of the instance, and is made from it when first read (``__getattr__``).
-    deferred_cpu: Any = field(default=None, repr=False, compare=False)
-
-    def __getattr__(self, name: str):
-        # Called only for an attribute the instance lacks: ``cpu_events`` while deferred.
-        deferred = self.__dict__.get("deferred_cpu")
-        if name != "cpu_events" or deferred is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        events = deferred.fill()
-        self.cpu_events, self.deferred_cpu = events, None
-        # The columns are read off the events from now on, sharing their values (the wire's
-        # columns hold copies: a float, an int per event and column).
-        self.cpu_columns_cache = None
-        return events
-
-    def cpu_events_key(self) -> list:
-        """The list ``cpu_events`` is, or will be once decoded (the same object): what a cache of
-        values over the events is kept for, found without decoding them."""
-        deferred = self.__dict__.get("deferred_cpu")
-        return deferred.events if deferred is not None else self.cpu_events
 
     def cpu_count(self) -> int:
-        """``len(cpu_events)``, without decoding deferred events."""
-        deferred = self.__dict__.get("deferred_cpu")
-        return deferred.count if deferred is not None else len(self.cpu_events)
+        """``len(cpu_events)``, without decoding pending events. O(1)."""
+        return len(self.__dict__["_cpu_columns"].ts)
 
     def cpu_columns(self) -> CpuColumns:
-        """The ``CpuColumns`` of ``cpu_events``: given with deferred events, else read off the
-        events once (four C-speed passes) and kept for the same list."""
-        key = self.cpu_events_key()
-        cached = self.cpu_columns_cache
-        if cached is None or cached[0] is not key:
-            cached = self.cpu_columns_cache = (key, CpuColumns.of(self.cpu_events))
-        return cached[1]
+        """The ``CpuColumns`` of ``cpu_events`` (made when the events were set). O(1)."""
+        return self.__dict__["_cpu_columns"]
+
+    def cpu_events_decoded(self) -> bool:
+        """False while the CPU events are pending (given encoded, not read since)."""
+        return isinstance(self.__dict__["_cpu_events"], list)
 
     def has_record_function_ids(self) -> bool:
         """True when some CPU event has a non-zero ``Record function id`` (0 means unknown)."""
         return any(self.cpu_columns().rf_id)
+
+
+class PendingCpuEvents(Protocol):
+    """CPU events not decoded yet: their count and columns, and ``fill()`` making them (once)."""
+
+    columns: CpuColumns
+
+    def fill(self) -> list[KinetoEvent]: ...
+
+
+def _get_cpu_events(trace: KinetoTrace) -> list[KinetoEvent]:
+    events = trace.__dict__["_cpu_events"]
+    if not isinstance(events, list):  # pending: decoded now, once
+        events = trace.__dict__["_cpu_events"] = events.fill()
+    return events
+
+
+def _set_cpu_events(trace: KinetoTrace, events) -> None:
+    """The events (a list, or ``PendingCpuEvents``) and their columns, set together. O(n) for a
+    list (``CpuColumns.of``), O(1) for pending events."""
+    trace.__dict__["_cpu_events"] = events
+    trace.__dict__["_cpu_columns"] = CpuColumns.of(events) if isinstance(events, list) else events.columns
+
+
+# A property on the dataclass (set after it is made, so that ``cpu_events`` stays an ``__init__``
+# field): the one place where pending events become a list.
+KinetoTrace.cpu_events = property(_get_cpu_events, _set_cpu_events)
 
 
 def _cpu_order(event: KinetoEvent) -> tuple:
@@ -232,7 +235,7 @@ def read_kineto_trace(path: str | Path, own_dims: bool = True) -> KinetoTrace:
     """Load a Kineto trace file (``.json`` or gzip). Raises ``TraceInputError`` on bad input.
 
     ``own_dims=False`` leaves each ``Input Dims`` a view into the decoded file (for a caller that
-    copies them anyway: ``kineto_ahead``)."""
+    copies them anyway: ``schedule.kineto_child``)."""
     path = Path(path)
     data = read_trace_bytes(path)
     try:

@@ -19,7 +19,6 @@ are never touched. Cost: O(nodes + events), no sorting.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from itertools import count
 from dataclasses import dataclass, field
@@ -132,7 +131,6 @@ def repair_parents(et: ExecutionTrace) -> ParentRepairs:
         _set_parent(et, i, et.ids[replacement])
     if repairs.total() and hasattr(et, "_parent_index"):
         et._parent_index = None  # the cached parent index was built from the old parents
-        et.tree_order = None  # so was a tree order (``chakra_deps.tree_order``)
     return repairs
 
 

@@ -1,14 +1,137 @@
-"""The schedule wing: the speed machinery, apart from the stages it speeds up.
+"""The schedule: how one command's work is laid out over processes and threads.
 
-Everything here changes when and where work runs, never its result: each child's output is what
-the serial path gives, and when a child fails the parent does the work itself (same result, same
-errors). Figures and the design are in ``docs/performance.md``.
+Every speed decision of et-link is made here, and only here: whether a large Kineto trace is read
+by a forked child while the parent reads the ET (``kineto_child``), whether a ``.et`` output's
+ET-only fields are encoded by a child while the parent links (``fields_child``), whether a large
+plain JSON output's file is prefilled while linking (``prefill``), whether ``simulate`` reads a
+large plain ``.et`` in two halves (``sim.load``), the size thresholds of each, the check for a
+spare core, and whether the process ends with the command (``one_shot``: the collector is left
+off, what was built is kept and the process exits without freeing it: ``process_exit``).
 
-| module | what |
-|---|---|
-| ``fork`` | ``ForkedCall``: run a function in a forked child and take back its bytes (in parts, or on a memory-file shelf); signals and cancellation handled |
-| ``kineto_child`` | read and check a large Kineto trace in a child while the parent reads the ET; CPU events handed over as columns, decoded only if read |
-| ``fields_child`` | encode the ET's own share of each ``.et`` node in a child while the parent links |
-| ``prefill`` | room for a large output before its bytes come: block reservation, zero prefill of the temporary file |
-| ``process_exit`` | a one-shot ``et-link`` process ends with ``os._exit`` instead of freeing what it built |
+A ``Schedule`` is a frozen value chosen once, by whoever knows the machine, and passed down:
+``Schedule.serial()`` (no child, no thread, no one-shot exit) is the default of the library
+(``pipeline.link_pair``, ``pipeline.read_pair``, ``sim.load``) and of batch workers (which already
+fill the cores); ``Schedule.auto()`` is the CLI's (children only with a spare core; one-shot
+exit); ``Schedule.forced()`` runs every child whatever the sizes and cores (tests).
+
+The outputs and the errors are the same under every schedule. The rule that makes them so, stated
+once: a child that fails for any reason (a bad file, a signal, a payload that does not come whole)
+leaves its work to the parent, which does it as the serial schedule does; an error is therefore
+raised by the parent, in the order the serial schedule meets it (the ET first). Cost: O(1) per
+decision (a ``stat`` of the input at most).
+
+The wing's modules, which only this one decides to use: ``fork`` (run a function in a forked child,
+take back its bytes), ``kineto_child`` (read, check and nest a Kineto trace in a child),
+``fields_child`` (encode a ``.et``'s ET-only fields in a child), ``process_exit`` (end a one-shot
+process without freeing). The prefill's file thread is part of the output sink (``write.sink``).
 """
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from linker.read.files import collector_paused
+from linker.schedule import process_exit
+from linker.schedule.fork import can_fork
+
+
+def spare_core() -> bool:
+    """True when this process may run on two cores or more (a child working beside it then runs
+    in parallel; on one core it would only take the parent's time)."""
+    try:
+        return len(os.sched_getaffinity(0)) > 1
+    except (AttributeError, OSError):
+        return (os.cpu_count() or 1) > 1
+
+
+def _at_least(path, size: int) -> bool:
+    """True when the file at ``path`` has ``size`` bytes or more (False when it cannot be read)."""
+    try:
+        return Path(path).stat().st_size >= size
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How a command's work is laid out; see the module docstring. Outputs are the same for all."""
+
+    kineto_child: bool = False  # read, check and nest a large Kineto trace in a forked child
+    fields_child: bool = False  # encode a large ET's own fields of a ``.et`` output in a forked child
+    prefill: bool = False  # prefill a large plain JSON output's file from a thread while linking
+    split_load: bool = False  # ``simulate``: read a large plain ``.et`` in two processes
+    one_shot: bool = False  # the process ends with the command: no collection, no freeing
+    child_min_bytes: int = 2 << 20  # smaller inputs are read (and encoded) quickly where they are
+    prefill_min_bytes: int = 64 << 20  # smaller outputs are written quickly enough as they come
+    split_min_bytes: int = 64 << 20  # smaller ``.et`` files are read quickly enough by one process
+
+    @classmethod
+    def serial(cls) -> Schedule:
+        """Everything in this process, one thing after the other: the library's default."""
+        return cls()
+
+    @classmethod
+    def auto(cls, one_shot: bool = True) -> Schedule:
+        """The CLI's: children and the prefill thread where a second core can run them; the
+        process ends with the command when ``one_shot``."""
+        spare = spare_core()
+        return cls(kineto_child=spare, fields_child=spare, prefill=spare, split_load=spare, one_shot=one_shot)
+
+    @classmethod
+    def forced(cls) -> Schedule:
+        """Every child and thread, whatever the sizes and the cores (tests: the paths a large
+        trace takes, on the fixtures)."""
+        return cls(kineto_child=True, fields_child=True, prefill=True, split_load=True,
+                   child_min_bytes=0, prefill_min_bytes=0, split_min_bytes=0)
+
+    def without(self, **fields: bool) -> Schedule:
+        """This schedule with some decisions turned off (or thresholds changed)."""
+        return replace(self, **fields)
+
+    # -- the decisions ----------------------------------------------------------------------------
+
+    def kineto_reader(self, kineto_path):
+        """A forked child reading and checking the Kineto trace at ``kineto_path``
+        (``kineto_child.start``), or None: the parent reads it (``kineto_child.finish`` then
+        gives None, as it does for a child that failed)."""
+        if not (self.kineto_child and _at_least(kineto_path, self.child_min_bytes) and can_fork()):
+            return None
+        from linker.schedule import kineto_child
+
+        return kineto_child.start(kineto_path)
+
+    def fields_encoder(self, et_path, output):
+        """For a ``.et`` output (an ``Output``): a forked child encoding the ET's own fields of
+        its ops (``fields_child.FieldsAhead``), or None: the writer encodes them all."""
+        if not (self.fields_child and output.format == "et" and can_fork()):
+            return None
+        from linker.schedule import fields_child
+
+        return fields_child.start(et_path, self.child_min_bytes)
+
+    def prefill_size(self, output, et, kineto=None) -> int:
+        """How much of a plain JSON output (an ``Output``) to prefill while linking: the ET's text
+        plus a little per node and GPU op (under the ET+ on the traces we have; without
+        ``kineto``, the ET's part); 0 when this schedule does not prefill, for other formats, and
+        under ``prefill_min_bytes``."""
+        if not self.prefill or output.format != "json" or output.compressed:
+            return 0
+        guess = et.text_bytes + 64 * len(et.nodes) + (256 * len(kineto.gpu_events) if kineto is not None else 0)
+        return guess if guess >= self.prefill_min_bytes else 0
+
+    def splits_load(self, path) -> bool:
+        """Whether ``simulate`` reads the plain ``.et`` at ``path`` in two processes."""
+        return self.split_load and _at_least(path, self.split_min_bytes) and can_fork()
+
+    def collector_paused(self):
+        """The cyclic collector paused while the block runs (``files.collector_paused``); a
+        one-shot process leaves it off (it exits without collecting)."""
+        return collector_paused(leave_off=self.one_shot)
+
+    def keep_until_exit(self, *objects) -> None:
+        """A one-shot process keeps ``objects`` until it exits (``process_exit``); others drop them."""
+        if self.one_shot:
+            process_exit.keep_until_exit(*objects)
+

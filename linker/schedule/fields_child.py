@@ -3,11 +3,11 @@
 Most of a Chakra ``.et`` written from a PyTorch ET comes from the ET alone: each op's ``inputs``,
 ``outputs`` and own attributes (``chakra_encode.EtOnlyFields``: 159 of 213 MB on the large pair,
 and 1.4 of the 2.2 s the encoder takes). Nothing of the link or the plan goes into them, so the core
-left idle once the Kineto child (``kineto_ahead``) is done can encode them while the parent decodes
+left idle once the Kineto child (``schedule.kineto_child``) is done can encode them while the parent decodes
 Kineto's hand-over, links and plans:
 
 - ``start(et_path)``, at the start of a pair, while the process is still small (a cheap fork, no
-  copy-on-write later): for an ET of ``MIN_BYTES`` or more, a shared anonymous mapping for the
+  copy-on-write later): for an ET of the schedule's ``child_min_bytes`` or more, a shared anonymous mapping for the
   encoded fields, and for a gzip ET one for its text, of the size its trailer gives; the parent
   inflates into it (``inflate_into``, given to ``et_reader.read_execution_trace``). A plain ET is
   mapped from its file by the child. Then a child is forked, which waits.
@@ -46,10 +46,8 @@ import msgspec
 from linker.write.chakra_encode import AttrEncoder, EtOnlyFields
 from linker.read.et import FLAT
 from linker.read.files import GZIP_MAGIC, plausible_gzip_size
-from linker.schedule.fork import ForkedCall, can_fork, spare_core
+from linker.schedule.fork import ForkedCall
 
-# Below this size on disk the encoder is quick enough where it is (and the fork is not free).
-MIN_BYTES = 2 << 20
 _COUNT = 8  # bytes of a message between the processes: an int64, little-endian
 BATCH = 2048  # nodes the child encodes between two reports of its progress
 
@@ -100,7 +98,7 @@ class FieldsAhead:
 
     def inflate_into(self, size: int) -> mmap.mmap | None:
         """The shared mapping to inflate the ET's text into, if ``size`` is the one it was made
-        for (``fileio.read_trace_bytes``)."""
+        for (``files.read_trace_bytes``)."""
         if self._text is None or size != len(self._text):
             return None
         self._inflated = True
@@ -288,17 +286,17 @@ def _read_count(fd: int) -> int:
     return int.from_bytes(message, "little", signed=True)
 
 
-def start(et_path) -> FieldsAhead | None:
-    """A child to encode the fields of the ET at ``et_path`` (gzip or plain JSON of ``MIN_BYTES``
-    or more), or None (a small or unreadable file, an implausible gzip trailer, no ``fork``, a
-    single core)."""
-    if not can_fork() or not spare_core() or not hasattr(mmap, "PROT_READ"):
+def start(et_path, min_bytes: int) -> FieldsAhead | None:
+    """A child to encode the fields of the ET at ``et_path`` (gzip or plain JSON of ``min_bytes``
+    or more: the schedule's threshold, ``Schedule.fields_encoder``), or None (a smaller or
+    unreadable file, an implausible gzip trailer, no process could be made)."""
+    if not hasattr(mmap, "PROT_READ"):
         return None
     path = Path(et_path)
     try:
         with open(path, "rb") as stream:
             size = os.fstat(stream.fileno()).st_size
-            if size < MIN_BYTES:
+            if size < min_bytes:
                 return None
             gzipped = stream.read(2) == GZIP_MAGIC
             if gzipped:

@@ -10,9 +10,7 @@ strings as it is made (from a writer thread: making the next does not wait for t
 this one), and ``parts()`` gives them to the parent as they come: the parent can work on the first
 while the child makes the next. ``cancel()`` kills and reaps
 a child still running (Ctrl-C, an error in the parent). No temporary file is used; a reaped child
-leaves no zombie. A child started with ``shelf=True`` may also ``shelve`` bytes into a memory file
-the parent maps (``shelf()``) without reading them: data the parent may never need costs it
-nothing (where the platform has no memory files, ``shelve`` says so and the bytes go by the pipe).
+leaves no zombie.
 
 Ctrl-C and SIGTERM are blocked in the parent around ``fork`` so that a signal arriving then is taken
 by the parent after the child is registered (and cancelled), never by the child running the
@@ -24,12 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import mmap
 import os
 import signal
 import threading
 from collections.abc import Iterator
-from queue import SimpleQueue
+from queue import Full, Queue
 from typing import Callable
 
 try:
@@ -41,6 +38,7 @@ _HEADER = 8  # payload length, little-endian
 _READ_SIZE = 1 << 20
 _PIPE_BYTES = 1 << 20  # the pipe's size where the system allows it (Linux: at most pipe-max-size)
 _BLOCKED = {signal.SIGINT, signal.SIGTERM}
+_PARTS_AHEAD = 2  # parts made and waiting for the writer thread (one more is being written)
 
 
 def can_fork() -> bool:
@@ -49,25 +47,15 @@ def can_fork() -> bool:
     return hasattr(os, "fork") and hasattr(signal, "pthread_sigmask") and threading.active_count() == 1
 
 
-def spare_core() -> bool:
-    """True when this process may run on two cores or more (a child working beside it then runs
-    in parallel; on one core it would only take the parent's time)."""
-    try:
-        return len(os.sched_getaffinity(0)) > 1
-    except (AttributeError, OSError):
-        return (os.cpu_count() or 1) > 1
-
 
 class ForkedCall:
     """``fn()`` (returning bytes, or an iterator of bytes) running in a forked child; see the
     module docstring."""
 
-    def __init__(self, fn: Callable[[], bytes | Iterator[bytes]], shelf: bool = False):
-        """Fork and start ``fn`` in the child (with ``shelf``, one where ``shelve`` works). Raises
-        ``OSError`` when no process can be made."""
+    def __init__(self, fn: Callable[[], bytes | Iterator[bytes]]):
+        """Fork and start ``fn`` in the child. Raises ``OSError`` when no process can be made."""
         self._pid = 0
         self._fd = -1
-        self._shelf = _new_shelf() if shelf else -1
         read_end, write_end = os.pipe()
         with contextlib.suppress(OSError, AttributeError):  # a pipe-full per copy, not 64 KB
             fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
@@ -77,12 +65,9 @@ class ForkedCall:
         except BaseException:
             os.close(read_end)
             os.close(write_end)
-            self._close_shelf()
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
             raise
         if pid == 0:
-            global _SHELF
-            _SHELF = _Shelf(self._shelf) if self._shelf != -1 else None
             _run_child(fn, read_end, write_end, previous)  # never returns
         os.close(write_end)
         self._pid, self._fd = pid, read_end
@@ -130,33 +115,16 @@ class ForkedCall:
         view.release()
         return buffer
 
-    def shelf(self) -> mmap.mmap | None:
-        """What the child has put on its shelf so far (``shelve``), read-only, shared (not copied:
-        a page is mapped when first read); None when it put nothing or there is no shelf. Valid
-        after the child is gone."""
-        if self._shelf == -1:
-            return None
-        try:
-            return mmap.mmap(self._shelf, 0, prot=mmap.PROT_READ)
-        except (OSError, ValueError):  # ValueError: an empty shelf
-            return None
-
     def cancel(self) -> None:
-        """Kill the child if it still runs and reap it, and close the shelf (what ``shelf()`` mapped
-        stays); idempotent."""
-        self._close_shelf()
+        """Kill the child if it still runs and reap it; idempotent."""
         if self._pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._pid, signal.SIGKILL)
             self._reap()
 
-    def _close_shelf(self) -> None:
-        if self._shelf != -1:
-            os.close(self._shelf)
-            self._shelf = -1
-
     def __del__(self) -> None:
-        self._close_shelf()  # its mappings (``shelf()``) stay valid
+        with contextlib.suppress(Exception):  # at interpreter exit ``os`` may be gone already
+            self.cancel()  # a child nobody holds any more (a caller that forgot ``cancel``) is not left behind
 
     def _reap(self) -> int:
         pid, self._pid = self._pid, 0
@@ -172,39 +140,6 @@ class ForkedCall:
             except ChildProcessError:
                 return -1
         return os.waitstatus_to_exitcode(status)
-
-
-class _Shelf:
-    """The child's end of a shelf: a memory file it appends to."""
-
-    def __init__(self, fd: int):
-        self.fd, self.size = fd, 0
-
-    def put(self, data) -> int:
-        at = self.size
-        _write_all(self.fd, data)
-        self.size += len(data)
-        return at
-
-
-_SHELF: _Shelf | None = None  # in a child started with ``shelf``
-
-
-def _new_shelf() -> int:
-    """A memory file (-1 where the platform has none)."""
-    try:
-        return os.memfd_create("et-link-shelf", os.MFD_CLOEXEC)
-    except (AttributeError, OSError):
-        return -1
-
-
-def shelve(data) -> int | None:
-    """In a child started with ``shelf``: append ``data`` to its shelf, which the parent maps
-    (``ForkedCall.shelf()``) without copying it through the pipe, and return its offset there.
-    None elsewhere (no shelf: send ``data`` itself)."""
-    if _SHELF is None:
-        return None
-    return _SHELF.put(data)
 
 
 def _run_child(fn: Callable[[], bytes | Iterator[bytes]], read_end: int, write_end: int, mask) -> None:
@@ -232,11 +167,21 @@ def _send(fd: int, payload) -> None:
 
 def _send_parts(fd: int, parts: Iterator) -> None:
     """Send each part from a writer thread, so that the child makes the next part while the parent
-    has yet to read this one (a full pipe makes a write wait for the reader). The parts made before
+    has yet to read this one (a full pipe makes a write wait for the reader). At most
+    ``_PARTS_AHEAD`` parts wait for the writer: a child whose parent stops reading stops making
+    parts soon after (the parts it would make next may never be asked for). The parts made before
     a failure of ``parts`` are sent whole, then the failure is raised; a failed write (the parent
     has gone) stops the parts."""
-    queue: SimpleQueue = SimpleQueue()
+    queue: Queue = Queue(maxsize=_PARTS_AHEAD)
     failed: list[OSError] = []
+
+    def put(item) -> None:
+        while not failed and writer.is_alive():
+            try:
+                queue.put(item, timeout=0.1)
+                return
+            except Full:
+                continue
 
     def write() -> None:
         while (payload := queue.get()) is not None:
@@ -252,9 +197,9 @@ def _send_parts(fd: int, parts: Iterator) -> None:
         for payload in parts:
             if failed:
                 break
-            queue.put(payload)
+            put(payload)
     finally:
-        queue.put(None)
+        put(None)
         writer.join()
     if failed:
         raise failed[0]

@@ -5,12 +5,13 @@ pair). Giving them back costs real time: re-enabling the cyclic collector makes 
 every object allocated while it was paused (about 0.27 s there), and freeing them by reference
 counting another 0.2 s; the process is about to exit and the kernel takes the memory back at once.
 
-``main()`` of the CLI calls ``enable()``: from then on ``fileio.collector_paused`` leaves the collector
-off, and a command hands its results to ``keep_until_exit`` instead of dropping them. ``main`` ends the
-process with ``exit_now`` (standard streams and logging flushed, then ``os._exit``) once the command
-has returned and every output file is complete. A command that runs many pairs in one process
-(``batch``, whose workers are forked from it) calls ``disable()`` first. Library callers never call
-``enable()``, so for them nothing changes. Cost: O(1).
+Whether a run is one-shot is the schedule's decision (``Schedule.one_shot``: the CLI's
+``Schedule.auto()``): such a run leaves the collector off (``Schedule.collector_paused``) and hands
+its results to ``keep_until_exit`` (through ``Schedule.keep_until_exit``) instead of dropping them.
+``main`` of the CLI ends the process with ``exit_now`` (standard streams and logging flushed, then
+``os._exit``) once the command has returned, every output file is complete and something was kept.
+Library callers and batch workers run under ``Schedule.serial()``: nothing is kept, nothing
+changes for them. Cost: O(1).
 """
 
 from __future__ import annotations
@@ -19,31 +20,12 @@ import logging
 import os
 import sys
 
-_one_shot = False
 _kept: list = []
 
 
-def enable() -> None:
-    """This process ends when the current command does."""
-    global _one_shot
-    _one_shot = True
-
-
-def disable() -> None:
-    """This command runs many jobs in this process (or its forks): free and collect as usual."""
-    global _one_shot
-    _one_shot = False
-    _kept.clear()
-
-
-def one_shot() -> bool:
-    return _one_shot
-
-
 def keep_until_exit(*objects) -> None:
-    """Keep ``objects`` alive until the process exits (nothing is kept unless ``enable()`` was called)."""
-    if _one_shot:
-        _kept.extend(objects)
+    """Keep ``objects`` alive until the process exits (``exit_now``)."""
+    _kept.extend(objects)
 
 
 def kept_anything() -> bool:

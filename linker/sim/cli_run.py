@@ -13,10 +13,9 @@ from typing import Callable
 
 import orjson
 
-from linker.schedule import process_exit
 from linker.model.errors import TraceInputError
-from linker.read.files import collector_paused
 from linker.plan.rank_start import MEASURED, RANK_STARTS, delay_positions
+from linker.schedule import Schedule
 from linker.sim.engine import MODELS, Scale, measured_release, replay
 from linker.sim.graph import SimGraph
 from linker.sim.hints import lanes_hints
@@ -44,14 +43,16 @@ class SimulateOptions:
 STAGES = ("loading", "replaying", "reporting", "writing")
 
 
-def run_simulate(options: SimulateOptions, progress: Callable[..., None] | None = None) -> tuple[str, bool]:
+def run_simulate(options: SimulateOptions, progress: Callable[..., None] | None = None,
+                 schedule: Schedule | None = None) -> tuple[str, bool]:
     """Run the whole command; return what to print on stdout and whether every node ran. The
     cyclic garbage collector is paused meanwhile (the graphs are millions of objects, never garbage).
-    ``progress(stage, detail="")`` is called as each of ``STAGES`` starts (loading: per rank)."""
-    progress = progress or _silent
-    with collector_paused():
+    ``progress(stage, detail="")`` is called as each of ``STAGES`` starts (loading: per rank);
+    ``schedule``: default ``Schedule.serial()`` (the CLI's: ``Schedule.auto()``)."""
+    progress, schedule = progress or _silent, schedule or Schedule.serial()
+    with schedule.collector_paused():
         inputs = _checked_inputs(options)
-        simulation = simulate_inputs(inputs, options, progress)
+        simulation = simulate_inputs(inputs, options, progress, schedule)
         if options.trace_out is not None or options.html is not None:
             progress("writing")
         if options.trace_out is not None:
@@ -60,7 +61,7 @@ def run_simulate(options: SimulateOptions, progress: Callable[..., None] | None 
             simulation.write_html(options.html)
         report = simulation.report
         text = orjson.dumps(report.to_json()).decode() if options.json_output else format_text(report)
-        process_exit.keep_until_exit(simulation)  # a one-shot run exits without freeing it
+        schedule.keep_until_exit(simulation)  # a one-shot run exits without freeing it
         return text, report.finished
 
 
@@ -83,11 +84,13 @@ def _rank_release(graphs: list[SimGraph], rank_start: str) -> list[float] | None
     return measured_release(graphs) if len(graphs) > 1 else None
 
 
-def simulate(options: SimulateOptions, progress: Callable[..., None] | None = None) -> Simulation:
+def simulate(options: SimulateOptions, progress: Callable[..., None] | None = None,
+             schedule: Schedule | None = None) -> Simulation:
     """Check the options, read the files, replay them and build the report (no output written).
     Raises ``TraceInputError`` / ``ValueError`` on a user mistake."""
-    with collector_paused():
-        return simulate_inputs(_checked_inputs(options), options, progress or _silent)
+    schedule = schedule or Schedule.serial()
+    with schedule.collector_paused():
+        return simulate_inputs(_checked_inputs(options), options, progress or _silent, schedule)
 
 
 def _silent(stage: str, detail: str = "") -> None:
@@ -121,14 +124,15 @@ def _checked_inputs(options: SimulateOptions) -> JobInputs:
     return inputs
 
 
-def simulate_inputs(inputs: JobInputs, options: SimulateOptions, progress: Callable[..., None]) -> Simulation:
+def simulate_inputs(inputs: JobInputs, options: SimulateOptions, progress: Callable[..., None],
+                    schedule: Schedule) -> Simulation:
     """Load every rank, replay, build the report (with the readers' notes and the lanes hint)."""
     scale = Scale.parse(options.scale)
     groups = read_comm_groups(inputs.comm_groups_path) if inputs.comm_groups_path is not None else None
     graphs = []
     for k, (path, rank) in enumerate(inputs.files):
         progress("loading", f"rank {rank}, {k + 1} of {len(inputs.files)}" if len(inputs.files) > 1 else "")
-        graphs.append(load_graph(path, rank))
+        graphs.append(load_graph(path, rank, schedule))
     release, notes = _rank_release(graphs, options.rank_start), list(inputs.notes)
     if release is None and len(graphs) > 1 and options.rank_start == MEASURED:
         notes.append("the ranks' measured start times do not look like one clock: every rank starts at 0")

@@ -39,7 +39,8 @@ from linker.plan.comm import PROCESS_GROUP_INIT, kind_from_kernel, kind_from_nam
 from linker.write.chakra_wire import TraceFormatError, attr_value, frame_boundary, iter_frames, iter_frames_from, open_binary
 from linker.model.errors import TraceInputError
 from linker.read.files import read_trace_bytes
-from linker.schedule.fork import ForkedCall, can_fork
+from linker.schedule import Schedule
+from linker.schedule.fork import ForkedCall
 from linker.sim.graph import (COLL, COMM, COMM_TYPE_OF_NAME, CPU, GPU, META, NO_TIME, RECV, SEND, UNKNOWN_COMM_TYPE,
                     CommInfo, GraphBuilder, SimGraph, cpu_lane, gpu_lane)
 
@@ -67,11 +68,12 @@ def file_kind(path: str | os.PathLike) -> str:
     return JSON if head.lstrip()[:1] == b"{" else CHAKRA
 
 
-def load_graph(path: str | os.PathLike, rank: int = 0) -> SimGraph:
-    """Read one rank's file (.et, .et.gz or ET+ JSON) into a SimGraph. Raises TraceInputError."""
+def load_graph(path: str | os.PathLike, rank: int = 0, schedule: Schedule | None = None) -> SimGraph:
+    """Read one rank's file (.et, .et.gz or ET+ JSON) into a SimGraph. Raises TraceInputError.
+    ``schedule`` (default ``Schedule.serial()``): whether a large ``.et`` is read in two halves."""
     if file_kind(path) == JSON:
         return load_json(path, rank)
-    return load_chakra(path, rank)
+    return load_chakra(path, rank, schedule)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,18 +189,16 @@ def _as_int(value: Any, default: int) -> int:
     return default
 
 
-# A plain .et of at least this many bytes is read by two processes (``load_chakra``).
-SPLIT_MIN_BYTES = 64 << 20
-
-
-def load_chakra(path: str | os.PathLike, rank: int = 0) -> SimGraph:
+def load_chakra(path: str | os.PathLike, rank: int = 0, schedule: Schedule | None = None) -> SimGraph:
     """Read a Chakra ``.et``/``.et.gz``. Cost: one C parse per node frame, a cache hit per attribute.
-    A large plain file is read in two halves at once: the second by a forked child
-    (``forked.ForkedCall``) handing back its rows as columns; the graph is the same."""
+    When the ``schedule`` says so (``Schedule.splits_load``: a large plain file and a spare core),
+    the file is read in two halves at once: the second by a forked child (``fork.ForkedCall``)
+    handing back its rows as columns; the graph is the same (a child that failed leaves its half
+    to this process)."""
     p = Path(path)
     builder = GraphBuilder(str(p), rank)
     boundary = None
-    if can_fork() and p.is_file() and p.stat().st_size >= SPLIT_MIN_BYTES:
+    if (schedule or Schedule.serial()).splits_load(p) and p.is_file():
         boundary = frame_boundary(p, p.stat().st_size // 2)
     if boundary is None:
         saw_inclusive = _add_chakra_nodes(builder, node_payloads(p), 1, p)

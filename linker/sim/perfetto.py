@@ -24,7 +24,7 @@ from pathlib import Path
 
 import orjson
 
-from linker.read.files import atomic_output
+from linker.write.sink import atomic_output
 from linker.sim.engine import Replay
 from linker.sim.graph import KIND_NAMES, lane_label
 

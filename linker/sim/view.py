@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from linker.model.units import format_us
-from linker.read.files import atomic_output
+from linker.write.sink import atomic_output
 from linker.sim.engine import ASTRA_SIM, Replay
 from linker.sim.graph import KIND_NAMES
 from linker.sim.report import SimReport

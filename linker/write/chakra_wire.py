@@ -27,8 +27,8 @@ from google.protobuf.message import DecodeError, Message
 
 from linker.model import et_def_pb2 as pb
 from linker.model.errors import TraceInputError
-from linker.read.files import GZIP_MAGIC, BackgroundWriter, atomic_output, open_input
-from linker.schedule.prefill import reserve_space
+from linker.read.files import GZIP_MAGIC, open_input
+from linker.write.sink import BackgroundWriter, atomic_output, reserve_space
 from linker.write.protobuf_wire import encode_varint
 
 GlobalMetadata = pb.GlobalMetadata
@@ -423,7 +423,7 @@ class EtWriter:
         self.nodes_written += 1
 
     def reserve(self, size: int) -> None:
-        """Have the file's first ``size`` bytes allocated now (``schedule.prefill.reserve_space``: best effort;
+        """Have the file's first ``size`` bytes allocated now (``sink.reserve_space``: best effort;
         the file still ends where the writing does)."""
         reserve_space(self._stream, size)
 

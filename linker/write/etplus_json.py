@@ -3,11 +3,11 @@
 Untouched parts (inputs, outputs, unknown keys) are written back from the raw bytes they were read
 as. The bytes are exactly ``msgspec.json.encode`` of the document with ``nodes`` = all ET+ nodes,
 produced in pieces: the header once, then the nodes a few thousand at a time, each encoded into a
-reused buffer handed to a writer thread (``read.files.BackgroundWriter``, at most
+reused buffer handed to a writer thread (``write.sink.BackgroundWriter``, at most
 ``WRITE_QUEUE_PIECES`` waiting) while the next is encoded. Memory: a few pieces, not a second copy
 of the document. ``.gz`` paths are gzip-compressed (in the writer thread). The file
-appears only when complete (``read.files.atomic_output``); its blocks are reserved at once from the size
-the first piece suggests (``schedule.prefill.reserve_space``). Cost: O(output bytes).
+appears only when complete (``write.sink.atomic_output``); its blocks are reserved at once from the size
+the first piece suggests (``write.sink.reserve_space``). Cost: O(output bytes).
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Iterator
 import msgspec
 
 from linker.link.etplus import EtPlus
-from linker.read.files import BackgroundWriter, atomic_output
-from linker.schedule.prefill import reserve_space
+from linker.write.sink import BackgroundWriter, atomic_output, reserve_space
 
 NODES_PER_PIECE = 4096
 WRITE_QUEUE_PIECES = 3  # pieces (~4.5 MB each on large traces) waiting for the writer: gzip is the slow side

@@ -1,0 +1,53 @@
+"""The schedule is the one door for speed decisions, and no output depends on it: every pinned
+output (``tests/output_digests.json``: the fixture pairs and the 8 dlrm ranks, JSON and ``.et``, two
+methods) comes out byte for byte under the forced schedule too (every child and thread started,
+whatever the sizes and cores), as it does under the serial one (``test_output_digests``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from test_output_digests import CASES, DIGESTS, key, pair_paths
+from linker.link.recipe import LinkOptions
+from linker.pipeline import link_pair
+from linker.schedule import Schedule, spare_core
+
+
+@pytest.mark.parametrize("name,method,fmt", CASES, ids=[key(*c).replace(" ", "-") for c in CASES])
+def test_pinned_outputs_under_the_forced_schedule(name, method, fmt, tmp_path):
+    et, kineto = pair_paths(name)
+    if not et.exists():
+        pytest.skip(f"shared traces not available ({et})")
+    out = tmp_path / f"out.{fmt}"
+    link_pair(et, kineto, out, LinkOptions(method=method), schedule=Schedule.forced())
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == json.loads(DIGESTS.read_text())[key(name, method, fmt)]
+
+
+def test_serial_is_the_default_and_auto_forks_only_with_a_spare_core():
+    serial, auto, forced = Schedule.serial(), Schedule.auto(), Schedule.forced()
+    assert serial == Schedule() and not (serial.kineto_child or serial.fields_child or serial.prefill
+                                         or serial.split_load or serial.one_shot)
+    assert auto.kineto_child == auto.fields_child == auto.prefill == auto.split_load == spare_core()
+    assert auto.one_shot and not Schedule.auto(one_shot=False).one_shot
+    assert forced.kineto_child and forced.fields_child and forced.prefill and forced.split_load
+    assert forced.child_min_bytes == forced.prefill_min_bytes == forced.split_min_bytes == 0
+    with pytest.raises(AttributeError):
+        forced.prefill = False  # a value: frozen
+
+
+def test_only_a_one_shot_schedule_keeps_the_collector_off():
+    import gc
+
+    assert gc.isenabled()
+    with Schedule.serial().collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    try:
+        with Schedule(one_shot=True).collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
