@@ -28,7 +28,7 @@ from linker.model.errors import TraceInputError
 from linker.link.etplus import EtPlus, build_et_plus
 from linker.read.files import atomic_output, check_output_paths, collector_paused, decoding
 from linker.schedule.fork import spare_core
-from linker.read.kineto import read_kineto_trace
+from linker.read.timing import is_sqlite_file, read_timing_trace, source_notes, seq_agreement
 from linker.link.recipe import LinkOptions, link
 from linker.link.report import LinkReport
 from linker.read.sanity import check_execution_trace, check_kineto_trace
@@ -86,7 +86,7 @@ def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None, rf_id_
     the link will try record-function ids first; a CPU trace with ids then keeps its CPU events in
     the file, where they are read again only if something reads them (``kineto_ahead.start``).
     ``et_read(et)`` is called once the ET is read (the output's prefill starts then)."""
-    child = kineto_ahead.start(kineto_path, rf_id_first) if read_ahead else None
+    child = kineto_ahead.start(kineto_path, rf_id_first) if read_ahead and not is_sqlite_file(kineto_path) else None
     ahead = None
     try:
         with decoding(et_path, "Execution Trace"):
@@ -100,7 +100,7 @@ def read_pair(et_path, kineto_path, read_ahead: bool = True, fields=None, rf_id_
             ahead = _EtAhead(et)
         checked = kineto_ahead.finish(child)
         if checked is None:
-            kineto = _read_kineto(kineto_path)
+            kineto = _read_kineto(kineto_path, et.pid)
             checked = kineto, check_kineto_trace(kineto)
         else:
             _log_kineto(kineto_path, checked[0])
@@ -141,10 +141,12 @@ def _et_warnings(et, ahead: _EtAhead | None) -> list[str]:
     return ahead.warnings
 
 
-def _read_kineto(kineto_path):
-    """The Kineto trace, with decode errors named against the file."""
+def _read_kineto(kineto_path, prefer_pid=None):
+    """The timing trace (Kineto, or an Nsight Systems / nvprof SQLite file: ``read_timing_trace``;
+    ``prefer_pid``, the ET's, picks the process of a multi-process file), with decode errors named
+    against the file."""
     with decoding(kineto_path, "Kineto trace"):
-        kineto = read_kineto_trace(kineto_path)
+        kineto = read_timing_trace(kineto_path, prefer_pid)
     _log_kineto(kineto_path, kineto)
     return kineto
 
@@ -279,6 +281,7 @@ def _link_and_write(result, output: Path, report_path, protected: tuple, beside,
                     fields=None) -> PairOutcome:
     """Build the ET+ of ``result``, plan it, write the report and the ET+ (``fields``: see
     ``_fields_ahead``)."""
+    _note_timing_source(result)
     et_plus = build_et_plus(result)
     plan_simulation(et_plus, output, result.report)
     report_output = atomic_output(report_path, protected) if report_path else contextlib.nullcontext()
@@ -300,3 +303,14 @@ def _link_kineto_alone(kineto_path: str | os.PathLike):
     result = link_kineto_only(kineto)
     result.report.warnings[:0] = warnings
     return result
+
+
+def _note_timing_source(result) -> None:
+    """Put what the timing source says about itself (an Nsight Systems / nvprof file: kind,
+    version, ranges left out; the seq check of a link by order) into the report."""
+    notes, warnings = source_notes(result.kineto)
+    if result.report.host_graph == "execution trace" and result.match.method != "rf_id":
+        check = seq_agreement(result.et, result.kineto, result.match.event_of_op)
+        notes += [check] if check else []
+    result.report.method_reason.extend(notes)
+    result.report.warnings.extend(w for w in warnings if w not in result.report.warnings)

@@ -1,0 +1,272 @@
+"""Read an Nsight Systems SQLite export (``nsys export --type sqlite``, schema 2.9 to 3.x).
+
+What is read (docs/nsys.md has the details and sources):
+
+- ``NVTX_EVENTS`` push/pop ranges (``eventType`` 59), text from ``text`` or ``StringIds[textId]``,
+  thread from ``globalTid`` (pid = bits 24-47, tid = bits 0-23). PyTorch's ranges are those of
+  the default domain (``domainId`` 0) that carry ``op_id`` (PyTorch >= 2022); in older captures,
+  which have no ``op_id``, every default-domain range that is not a PyProf dict marker (``{…}``).
+  A process is a PyTorch process when some default-domain range has ``op_id`` or ``seq``. Other
+  ranges (NCCL's and MPI's domains, user ranges, PyProf markers) are left out and counted in the
+  notes; ranges never closed (``end`` NULL) are left out with a warning.
+- ``CUPTI_ACTIVITY_KIND_RUNTIME`` (runtime and driver calls: ``eventClass`` 1 = driver), names
+  from ``StringIds`` without the ``_v7000`` version suffix.
+- ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``_MEMCPY`` / ``_MEMSET`` of the processes read (``globalPid``).
+  A GPU op's launch is the runtime row with its ``correlationId`` in the same process: with more
+  than one process in the trace, correlations are made unique as ``pid * 2**32 + correlationId``.
+- The version from ``META_DATA_EXPORT`` (schema >= 3) or ``EXPORT_META_DATA`` (2.x).
+
+Tables or columns that are missing are treated as empty. Every query reads only the columns
+needed; SQLite parses the range text, joins the string table, filters and sorts. Cost: one
+aggregate query per table, then one query per event kind; one struct per row kept.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+from linker.model.errors import TraceInputError
+from linker.read import timing_model as model
+from linker.read.sqlite_source import sqlite_problem
+
+NVTX_PUSH_POP = 59
+PID_SQL = "(({col} >> 24) & 16777215)"
+TID_SQL = "({col} & 16777215)"
+VERSION_SUFFIX = re.compile(r"_v\d+$")
+TABLE_NVTX = "NVTX_EVENTS"
+TABLE_RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+TABLE_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+TABLE_MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+TABLE_MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+
+
+def _pid(col: str) -> str:
+    return PID_SQL.format(col=col)
+
+
+def _tid(col: str) -> str:
+    return TID_SQL.format(col=col)
+
+
+def export_version(conn: sqlite3.Connection, tables: dict) -> str:
+    """"nsys <product version>, export schema <schema version>" from the metadata table."""
+    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if table in tables and {"name", "value"} <= tables[table]:
+            rows = dict(conn.execute(f"SELECT name, value FROM {table} WHERE name IN "
+                                     "('EXPORT_PRODUCT_VERSION', 'EXPORT_SCHEMA_VERSION')"))
+            return (f"nsys {rows.get('EXPORT_PRODUCT_VERSION', '?')}, "
+                    f"export schema {rows.get('EXPORT_SCHEMA_VERSION', '?')}")
+    return "nsys, export schema unknown (no metadata table)"
+
+
+def _ranges_sql(tables: dict) -> str | None:
+    """SQL of the push/pop ranges with their parsed fields (columns: rid, pid, tid, start, stop,
+    dom, t, name, op_id, seq, sizes, has_op_id, has_seq), or None without an NVTX table."""
+    columns = tables.get(TABLE_NVTX)
+    if not columns or not {"start", "eventType", "globalTid"} <= columns:
+        return None
+    text = "n.text" if "text" in columns else "NULL"
+    if "textId" in columns and "StringIds" in tables:
+        text = f"coalesce({text}, (SELECT value FROM StringIds s WHERE s.id = n.textId))"
+    stop = 'n."end"' if "end" in columns else "NULL"
+    domain = "coalesce(n.domainId, 0)" if "domainId" in columns else "0"
+    fields = model.range_fields_sql("t")
+    parsed = ", ".join(f"{sql} AS {name}" for name, sql in fields.items())
+    return (f"SELECT rid, pid, tid, start, stop, dom, t, {parsed} FROM ("
+            f"SELECT n.rowid AS rid, {_pid('n.globalTid')} AS pid, {_tid('n.globalTid')} AS tid, "
+            f"n.start AS start, {stop} AS stop, {domain} AS dom, coalesce({text}, '') AS t "
+            f"FROM {TABLE_NVTX} n WHERE n.eventType = {NVTX_PUSH_POP})")
+
+
+class Processes:
+    """Per process: ranges by kind (one aggregate query over the ranges)."""
+
+    def __init__(self, conn: sqlite3.Connection, ranges_sql: str | None):
+        self.rows: dict[int, dict] = {}
+        if ranges_sql is None:
+            return
+        query = (f"SELECT pid, count(*), sum(dom = 0 AND has_op_id), sum(dom = 0 AND has_seq), "
+                 f"sum(dom = 0 AND t LIKE '{{%'), sum(dom <> 0) FROM ({ranges_sql}) GROUP BY pid")
+        for pid, total, with_op, with_seq, markers, other in conn.execute(query):
+            self.rows[pid] = {"ranges": total, "op_id": with_op, "seq": with_seq, "pyprof": markers,
+                              "other_domains": other}
+
+    def pytorch(self) -> list[int]:
+        return sorted(p for p, r in self.rows.items() if r["op_id"] or r["seq"])
+
+
+def op_filter(pids: list[int], processes: Processes) -> str:
+    """SQL condition on the parsed ranges: PyTorch ops of the chosen processes."""
+    terms = []
+    for pid in pids:
+        rule = "has_op_id" if processes.rows[pid]["op_id"] else "t NOT LIKE '{%'"
+        terms.append(f"(pid = {pid} AND {rule})")
+    return f"dom = 0 AND ({' OR '.join(terms)})"
+
+
+def read_nsys(conn: sqlite3.Connection, path: Path, tables: dict, pid: int | None = None,
+              prefer_pid: int | None = None) -> model.TimingTrace:
+    """The ``TimingTrace`` of the file. ``pid``: read that process only; ``prefer_pid`` (the ET's
+    pid): read it when the file holds several PyTorch processes. Raises ``TraceInputError`` when
+    the file has no PyTorch ranges or the process asked for is not there."""
+    try:
+        return _read(conn, path, tables, pid, prefer_pid)
+    except sqlite3.Error as err:
+        raise sqlite_problem(path, err) from None
+
+
+def choose_processes(path: Path, available: list[int], everything: dict, pid: int | None,
+                     prefer_pid: int | None, what: str) -> list[int]:
+    """The pids to read: ``pid`` if given (refused when absent), else ``prefer_pid`` when several
+    PyTorch processes are present and it is one of them, else all (refused when several are
+    present and ``prefer_pid`` is none of them: linking one ET needs one process)."""
+    if not available:
+        kinds = (f"{len(everything)} process(es) with NVTX ranges, none from PyTorch"
+                 if everything else "no NVTX ranges at all")
+        raise TraceInputError(path, f"no PyTorch ranges in this {what} ({kinds}): record with "
+                              "torch.autograd.profiler.emit_nvtx() (nsys profile --pytorch=autograd-nvtx)")
+    if pid is not None:
+        if pid not in available:
+            raise TraceInputError(path, f"process {pid} has no PyTorch ranges here (processes with "
+                                  f"PyTorch ranges: {', '.join(map(str, available))})")
+        return [pid]
+    if prefer_pid is not None and len(available) > 1:
+        if prefer_pid in available:
+            return [prefer_pid]
+        raise TraceInputError(path, f"holds {len(available)} PyTorch processes (pids "
+                              f"{', '.join(map(str, available))}) and none is the ET's pid {prefer_pid}: "
+                              "link each process with 'et-link batch' (one rank per process)")
+    return available
+
+
+def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
+    version = export_version(conn, tables)
+    ranges_sql = _ranges_sql(tables)
+    processes = Processes(conn, ranges_sql)
+    pids = choose_processes(path, processes.pytorch(), processes.rows, pid, prefer_pid, "Nsight Systems export")
+    several = len(pids) > 1
+    base = time_base(conn, tables)
+    notes, warnings = range_notes(conn, ranges_sql, pids, processes)
+    ops = op_filter(pids, processes)
+    us = f"- {base}) / {model.NS_PER_US}"
+    cpu_rows = conn.execute(
+        f"SELECT name, pid, tid, (start {us}, (stop - start) / {model.NS_PER_US}, op_id, seq, sizes "
+        f"FROM ({ranges_sql}) WHERE {ops} AND stop IS NOT NULL "
+        f"ORDER BY CAST(pid AS TEXT), CAST(tid AS TEXT), start, coalesce(op_id, {1 << 62}), stop DESC, rid")
+    cpu = model.cpu_events(cpu_rows)
+    runtime = _runtime(conn, tables, pids, several, us)
+    gpu = _gpu(conn, tables, pids, several, us)
+    launches = {e.args.correlation for e in runtime}
+    unlaunched = sum(1 for e in gpu if e.args.correlation not in launches)
+    if unlaunched:
+        warnings.append(f"{path}: {unlaunched} of {len(gpu)} GPU ops have no launch row in "
+                        f"{TABLE_RUNTIME} (cut off by the capture, a slice or the export); "
+                        "they are counted in the report's GPU accounting, not attached")
+    trace = model.TimingTrace(
+        path=str(path), pid=pids[0] if len(pids) == 1 else None, rank=None, world_size=None,
+        cpu_events=cpu, runtime_events=runtime, gpu_events=gpu, source="nsys", version=version,
+        processes=pids, notes=notes, warnings=warnings, time_base_ns=base)
+    if trace.pid is None and cpu:
+        trace.pid = pids[0]
+    return trace
+
+
+def time_base(conn, tables) -> int:
+    """0, or the earliest start when times in µs would not keep whole ns (``MAX_PLAIN_US``)."""
+    latest, earliest = 0, None
+    for table in (TABLE_NVTX, TABLE_RUNTIME, TABLE_KERNEL):
+        if "start" in tables.get(table, ()):
+            low, high = conn.execute(f"SELECT min(start), max(start) FROM {table}").fetchone()
+            if high is not None:
+                latest = max(latest, high)
+                earliest = low if earliest is None else min(earliest, low)
+    return int(earliest) if latest / model.NS_PER_US >= model.MAX_PLAIN_US else 0
+
+
+def range_notes(conn, ranges_sql, pids, processes) -> tuple[list[str], list[str]]:
+    """What was left out of the chosen processes' ranges, in words (notes, warnings)."""
+    notes, warnings = [], []
+    ops = op_filter(pids, processes)
+    kept, never_closed = conn.execute(
+        f"SELECT sum(stop IS NOT NULL), sum(stop IS NULL) FROM ({ranges_sql}) WHERE {ops}").fetchone()
+    notes.append(f"{kept or 0} PyTorch NVTX ranges read as CPU ops")
+    other = sum(processes.rows[p]["other_domains"] for p in pids)
+    pyprof = sum(processes.rows[p]["pyprof"] for p in pids)
+    total = sum(processes.rows[p]["ranges"] for p in pids)
+    user = total - other - pyprof - (kept or 0) - (never_closed or 0)
+    left = []
+    if other:
+        left.append(f"{other} ranges of other NVTX domains (NCCL, MPI, user domains)")
+    if user:
+        left.append(f"{user} default-domain ranges that are not PyTorch ops (user ranges without op_id)")
+    if pyprof:
+        left.append(f"{pyprof} PyProf dict markers")
+    if left:
+        notes.append("left out (not ops; GPU work inside them hangs under the innermost PyTorch range): "
+                     + "; ".join(left))
+    others = sorted(set(processes.rows) - set(pids))
+    if others:
+        notes.append(f"processes not read: {', '.join(map(str, others))}")
+    if never_closed:
+        warnings.append(f"{never_closed} PyTorch NVTX ranges were never closed (end NULL: the capture "
+                        "stopped inside them); left out")
+    return notes, warnings
+
+
+def _string_names(conn, table: str, column: str, tables: dict) -> dict:
+    """String id -> name without its ``_vNNNN`` suffix, for the ids ``table.column`` uses."""
+    if "StringIds" not in tables:
+        return {}
+    rows = conn.execute(f"SELECT id, value FROM StringIds WHERE id IN (SELECT DISTINCT {column} FROM {table})")
+    return {key: VERSION_SUFFIX.sub("", value or "") for key, value in rows}
+
+
+def _correlation_sql(column: str, pid_sql: str, several: bool) -> str:
+    return f"({column} + {pid_sql} * 4294967296)" if several else column
+
+
+def _runtime(conn, tables, pids, several, us) -> list:
+    columns = tables.get(TABLE_RUNTIME)
+    if not columns or not {"start", "end", "globalTid", "correlationId"} <= columns:
+        return []
+    name_key = "nameId" if "nameId" in columns else "NULL"
+    names = _string_names(conn, TABLE_RUNTIME, "nameId", tables) if name_key != "NULL" else {}
+    driver = "(eventClass = 1)" if "eventClass" in columns else "0"
+    pid = _pid("globalTid")
+    rows = conn.execute(
+        f"SELECT {name_key}, {driver}, {pid}, {_tid('globalTid')}, (start {us}, "
+        f"(\"end\" - start) / {model.NS_PER_US}, {_correlation_sql('correlationId', pid, several)} "
+        f"FROM {TABLE_RUNTIME} WHERE {pid} IN ({', '.join(map(str, pids))}) "
+        f"ORDER BY CAST({pid} AS TEXT), CAST({_tid('globalTid')} AS TEXT), start, \"end\" DESC, rowid")
+    return model.runtime_events(rows, names)
+
+
+def _gpu(conn, tables, pids, several, us) -> list:
+    """Kernels, memcpys and memsets of the chosen processes, by start time."""
+    parts = []
+    for table, cat in ((TABLE_KERNEL, "kernel"), (TABLE_MEMCPY, "gpu_memcpy"), (TABLE_MEMSET, "gpu_memset")):
+        columns = tables.get(table)
+        if not columns or not {"start", "end", "deviceId", "streamId", "correlationId", "globalPid"} <= columns:
+            continue
+        if cat == "kernel":
+            keys = [c for c in ("demangledName", "shortName") if c in columns]
+            lookups = [f"(SELECT value FROM StringIds s WHERE s.id = {c})" for c in keys] if "StringIds" in tables else []
+            name = "coalesce(" + ", ".join(lookups + ["''"]) + ")"
+        elif cat == "gpu_memcpy":
+            name = model.memcpy_name_sql("copyKind", *(c if c in columns else None for c in ("srcKind", "dstKind")))
+        else:
+            name = model.memset_name_sql("memKind" if "memKind" in columns else None)
+        pid = _pid("globalPid")
+        order = len(parts)
+        parts.append(
+            f"SELECT {name} AS name, '{cat}' AS cat, deviceId, streamId, (start {us} AS ts, "
+            f"(\"end\" - start) / {model.NS_PER_US}, {_correlation_sql('correlationId', pid, several)}, "
+            f"start AS s, {order} AS kind, rowid AS rid "
+            f"FROM {table} WHERE {pid} IN ({', '.join(map(str, pids))})")
+    if not parts:
+        return []
+    query = " UNION ALL ".join(parts)
+    rows = conn.execute(f"SELECT * FROM ({query}) ORDER BY s, kind, rid")
+    return model.gpu_events(row[:7] for row in rows)
