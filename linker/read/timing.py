@@ -41,6 +41,9 @@ class TimingSelection(os.PathLike):
     def __str__(self) -> str:
         return f"{self.path} (pid {self.pid})"
 
+    def stat(self):
+        return self.path.stat()
+
 
 def is_sqlite_file(path: str | os.PathLike) -> bool:
     """True when the file at ``path`` is an SQLite database (by its header)."""
