@@ -6,7 +6,8 @@ What is read (docs/nsys.md has the details and sources):
   thread from ``globalTid`` (pid = bits 24-47, tid = bits 0-23). PyTorch's ranges are those of
   the default domain (``domainId`` 0) that carry ``op_id`` (PyTorch >= 2022); in older captures,
   which have no ``op_id``, every default-domain range that is not a PyProf dict marker (``{…}``).
-  A process is a PyTorch process when some default-domain range has ``op_id`` or ``seq``. Other
+  A process is a PyTorch process when some default-domain range has ``op_id`` or ``seq``, or an
+  op name with a namespace (``aten::``, ``c10d::``: captures of ops without autograd). Other
   ranges (NCCL's and MPI's domains, user ranges, PyProf markers) are left out and counted in the
   notes; ranges never closed (``end`` NULL) are left out with a warning.
 - ``CUPTI_ACTIVITY_KIND_RUNTIME`` (runtime and driver calls: ``eventClass`` 1 = driver), names
@@ -88,13 +89,13 @@ class Processes:
         if ranges_sql is None:
             return
         query = (f"SELECT pid, count(*), sum(dom = 0 AND has_op_id), sum(dom = 0 AND has_seq), "
-                 f"sum(dom = 0 AND t LIKE '{{%'), sum(dom <> 0) FROM ({ranges_sql}) GROUP BY pid")
-        for pid, total, with_op, with_seq, markers, other in conn.execute(query):
+                 f"sum(dom = 0 AND t LIKE '{{%'), sum(dom <> 0), sum(dom = 0 AND instr(name, '::') > 0) FROM ({ranges_sql}) GROUP BY pid")
+        for pid, total, with_op, with_seq, markers, other, namespaced in conn.execute(query):
             self.rows[pid] = {"ranges": total, "op_id": with_op, "seq": with_seq, "pyprof": markers,
-                              "other_domains": other}
+                              "other_domains": other, "namespaced": namespaced}
 
     def pytorch(self) -> list[int]:
-        return sorted(p for p, r in self.rows.items() if r["op_id"] or r["seq"])
+        return sorted(p for p, r in self.rows.items() if r["op_id"] or r["seq"] or r["namespaced"])
 
 
 def op_filter(pids: list[int], processes: Processes) -> str:
