@@ -133,7 +133,9 @@ def main_command(
     ctx: typer.Context,
     et_file: Optional[Path] = typer.Option(None, "--et-file", help="Execution Trace (.json or .json.gz). "
                                            "Without it the host graph is built from the Kineto trace alone."),
-    kineto_file: Optional[Path] = typer.Option(None, "--kineto-file", help="Kineto trace (.json or .json.gz)."),
+    kineto_file: Optional[Path] = typer.Option(None, "--kineto-file", help="Timing trace: Kineto (.json or "
+                                               ".json.gz), or an Nsight Systems SQLite export or nvprof database "
+                                               "(told apart by content)."),
     output_file: Optional[Path] = typer.Option(
         None, "--output-file", "-o",
         help="ET+ output: .json / .json.gz (ET+ JSON) or .et / .et.gz (Chakra protobuf). "
@@ -261,7 +263,9 @@ def dump_command(
 def batch_command(
     et: Optional[str] = typer.Option(None, "--et", help="Glob of the ranks' Execution Traces (quote it), e.g. "
                                      "'run/rank*.et.json.gz'. Omitted: each rank's host graph is built from its Kineto trace."),
-    kineto: str = typer.Option(..., "--kineto", help="Glob of the ranks' Kineto traces (quote it)."),
+    kineto: str = typer.Option(..., "--kineto", help="Glob of the ranks' timing traces (quote it): Kineto, or "
+                               "Nsight Systems / nvprof SQLite; one nsys file holding every rank gives one rank "
+                               "per process, in pid order."),
     output_dir: Path = typer.Option(..., "--output-dir", help="Where the ET+ files, rank<N>.report.json and "
                                     "summary.json go (created if missing)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Local ranks linked at once (default: CPU "
