@@ -312,5 +312,6 @@ def _note_timing_source(result) -> None:
     if result.report.host_graph == "execution trace" and result.match.method != "rf_id":
         check = seq_agreement(result.et, result.kineto, result.match.event_of_op)
         notes += [check] if check else []
+        warnings += [check] if check and "BELOW" in check else []
     result.report.method_reason.extend(notes)
     result.report.warnings.extend(w for w in warnings if w not in result.report.warnings)

@@ -169,41 +169,49 @@ def write_nsys(kineto: Path, out: Path, strip_op_id: bool = False, repeat: int =
         return (int(pid) << 24) | threads(pid, tid)
 
     texts = [range_text(e, strip_op_id) for e in cpu]
+    # Each event's row once (times in ns); every copy adds its shifts (time, op id, correlation).
+    ranges = [(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), t, gtid(e["pid"], e["tid"])) for e, t in zip(cpu, texts)]
+    calls = [(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), int(e["cat"] == "cuda_driver"), gtid(e["pid"], e["tid"]),
+              _corr(e, 0), sid(e["name"] + "_v7000")) for e in runtime]
+    gpid = main_pid << 24
+    kernels, copies, sets = [], [], []
+    for e in gpu:
+        start, end = ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])
+        device, stream = _placement(e)
+        if e["cat"] == "kernel":
+            kernels.append((start, end, device, stream, _corr(e, 0), gpid, sid(e["name"]),
+                            sid(e["name"].split("<")[0].split("(")[0])))
+        elif e["cat"] == "gpu_memcpy":
+            copies.append((start, end, device, stream, _corr(e, 0), gpid, *_copy_kinds(e)))
+        else:
+            sets.append((start, end, device, stream, _corr(e, 0), gpid, _memset_kind(e)))
     out.unlink(missing_ok=True)
     conn = sqlite3.connect(out)
     conn.executescript(NSYS_DDL)
     conn.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)", [
         ("EXPORT_PRODUCT_VERSION", "et-link scripts/kineto_to_sqlite.py"), ("EXPORT_SCHEMA_VERSION", "3.0.0")])
     for copy in range(repeat):
-        shift, op_shift, corr_shift = copy * span, copy * op_step, copy * corr_step
+        dt, op_shift, dc = copy * span, copy * op_step, copy * corr_step
         conn.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
                          "VALUES (?, ?, 59, ?, ?, 0)",
-                         ((ns(e["ts"]) + shift, ns(e["ts"]) + ns(e["dur"]) + shift,
-                           _with_op_id(t, op_shift) if not strip_op_id else t, gtid(e["pid"], e["tid"]))
-                          for e, t in zip(cpu, texts)))
+                         ((a + dt, b + dt, _with_op_id(t, op_shift) if not strip_op_id else t, g)
+                          for a, b, t, g in ranges))
         conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, 0, NULL)",
-                         ((ns(e["ts"]) + shift, ns(e["ts"]) + ns(e["dur"]) + shift, int(e["cat"] == "cuda_driver"),
-                           gtid(e["pid"], e["tid"]), _corr(e, corr_shift), sid(e["name"] + "_v7000"))
-                          for e in runtime))
-        gpid = main_pid << 24
-        for e in gpu:
-            start, end = ns(e["ts"]) + shift, ns(e["ts"]) + ns(e["dur"]) + shift
-            device, stream = _placement(e)
-            if e["cat"] == "kernel":
-                conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
-                             "correlationId, globalPid, demangledName, shortName) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?)",
-                             (start, end, device, stream, _corr(e, corr_shift), gpid, sid(e["name"]),
-                              sid(e["name"].split("<")[0].split("(")[0])))
-            elif e["cat"] == "gpu_memcpy":
-                kind, src, dst = _copy_kinds(e)
-                conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, ?, 1, ?, ?, ?, 0, ?, ?, ?)",
-                             (start, end, device, stream, _corr(e, corr_shift), gpid, kind, src, dst))
-            else:
-                conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (?, ?, ?, 1, ?, ?, ?, 0, 0, ?)",
-                             (start, end, device, stream, _corr(e, corr_shift), gpid, _memset_kind(e)))
+                         ((a + dt, b + dt, d, g, _shift(c, dc), n) for a, b, d, g, c, n in calls))
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
+                         "correlationId, globalPid, demangledName, shortName) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?)",
+                         ((a + dt, b + dt, d, st, _shift(c, dc), g, n1, n2) for a, b, d, st, c, g, n1, n2 in kernels))
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, ?, 1, ?, ?, ?, 0, ?, ?, ?)",
+                         ((a + dt, b + dt, d, st, _shift(c, dc), g, k, sk, dk) for a, b, d, st, c, g, k, sk, dk in copies))
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (?, ?, ?, 1, ?, ?, ?, 0, 0, ?)",
+                         ((a + dt, b + dt, d, st, _shift(c, dc), g, k) for a, b, d, st, c, g, k in sets))
     conn.executemany("INSERT INTO StringIds VALUES (?, ?)", ((i, v) for v, i in strings.items()))
     conn.commit()
     conn.close()
+
+
+def _shift(corr, shift: int):
+    return corr + shift if corr is not None else None
 
 
 def _corr(event: dict, shift: int):

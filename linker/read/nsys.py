@@ -14,7 +14,7 @@ What is read (docs/nsys.md has the details and sources):
   from ``StringIds`` without the ``_v7000`` version suffix.
 - ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``_MEMCPY`` / ``_MEMSET`` of the processes read (``globalPid``).
   A GPU op's launch is the runtime row with its ``correlationId`` in the same process: with more
-  than one process in the trace, correlations are made unique as ``pid * 2**32 + correlationId``.
+  than one process in the trace, correlations are renumbered to be unique (``_correlation_sql``).
 - The version from ``META_DATA_EXPORT`` (schema >= 3) or ``EXPORT_META_DATA`` (2.x).
 
 Tables or columns that are missing are treated as empty. Every query reads only the columns
@@ -147,7 +147,7 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     ranges_sql = _ranges_sql(tables)
     processes = Processes(conn, ranges_sql)
     pids = choose_processes(path, processes.pytorch(), processes.rows, pid, prefer_pid, "Nsight Systems export")
-    several = len(pids) > 1
+    several = _first_correlations(conn, tables, pids) if len(pids) > 1 else None
     base = time_base(conn, tables)
     notes, warnings = range_notes(conn, ranges_sql, pids, processes)
     ops = op_filter(pids, processes)
@@ -164,7 +164,8 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     if unlaunched:
         warnings.append(f"{path}: {unlaunched} of {len(gpu)} GPU ops have no launch row in "
                         f"{TABLE_RUNTIME} (cut off by the capture, a slice or the export); "
-                        "they are counted in the report's GPU accounting, not attached")
+                        "see the report's GPU accounting (those before the first "
+                        "recorded launch go under the process root, the others stay unattached)")
     trace = model.TimingTrace(
         path=str(path), pid=pids[0] if len(pids) == 1 else None, rank=None, world_size=None,
         cpu_events=cpu, runtime_events=runtime, gpu_events=gpu, source="nsys", version=version,
@@ -224,8 +225,26 @@ def _string_names(conn, table: str, column: str, tables: dict) -> dict:
     return {key: VERSION_SUFFIX.sub("", value or "") for key, value in rows}
 
 
-def _correlation_sql(column: str, pid_sql: str, several: bool) -> str:
-    return f"({column} + {pid_sql} * 4294967296)" if several else column
+def _first_correlations(conn, tables, pids) -> dict[int, int]:
+    """pid -> its smallest runtime correlation (0 without runtime rows)."""
+    firsts = dict.fromkeys(pids, 0)
+    if {"globalTid", "correlationId"} <= tables.get(TABLE_RUNTIME, set()):
+        pid = _pid("globalTid")
+        firsts.update(conn.execute(f"SELECT {pid}, min(correlationId) FROM {TABLE_RUNTIME} "
+                                   f"WHERE {pid} IN ({', '.join(map(str, pids))}) GROUP BY {pid}"))
+    return firsts
+
+
+def _correlation_sql(column: str, pid_sql: str, firsts: dict[int, int] | None) -> str:
+    """The correlation as read: the column itself for one process; for several, unique across
+    them and alike relative to each one's first launch, so that "launched before the trace"
+    (below the first launch) is judged per process: ``(c - first(pid) + 2**32) * P + index(pid)``."""
+    if not firsts:
+        return column
+    first = " ".join(f"WHEN {p} THEN {c}" for p, c in firsts.items())
+    index = " ".join(f"WHEN {p} THEN {i}" for i, p in enumerate(firsts))
+    return (f"(({column} - CASE {pid_sql} {first} END + 4294967296) * {len(firsts)} "
+            f"+ CASE {pid_sql} {index} END)")
 
 
 def _runtime(conn, tables, pids, several, us) -> list:

@@ -141,7 +141,8 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     unlaunched = sum(1 for e in gpu if e.args.correlation not in launches)
     if unlaunched:
         warnings.append(f"{path}: {unlaunched} of {len(gpu)} GPU ops have no launch row in the runtime "
-                        "or driver table; they are counted in the report's GPU accounting, not attached")
+                        "or driver table; see the report's GPU accounting (those before the first "
+                        "recorded launch go under the process root, the others stay unattached)")
     return model.TimingTrace(
         path=str(path), pid=pids[0], rank=None, world_size=None, cpu_events=cpu, runtime_events=runtime,
         gpu_events=gpu, source="nvprof", version=version, processes=pids, notes=notes, warnings=warnings,

@@ -26,6 +26,7 @@ from linker.read.sqlite_source import NSYS, NVPROF, has_sqlite_header, open_read
 
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".qdstrm")
 GZIP_MAGIC = b"\x1f\x8b"
+SEQ_AGREEMENT = 0.99  # below this share of agreeing seq numbers, the seq check warns
 
 
 @dataclass(frozen=True)
@@ -170,4 +171,5 @@ def seq_agreement(et, trace: KinetoTrace, event_of_op: list[int]) -> str | None:
         agree += seq == mine
     if not both:
         return None
-    return f"seq check: the ET's seq_id equals the range's seq on {agree} of {both} linked ops that have both"
+    note = f"seq check: the ET's seq_id equals the range's seq on {agree} of {both} linked ops that have both"
+    return note if agree >= SEQ_AGREEMENT * both else f"{note}: BELOW {SEQ_AGREEMENT:.0%}, the order alignment may be off"
