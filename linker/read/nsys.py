@@ -63,8 +63,8 @@ def export_version(conn: sqlite3.Connection, tables: dict) -> str:
 
 
 def _ranges_sql(tables: dict) -> str | None:
-    """SQL of the push/pop ranges with their parsed fields (columns: rid, pid, tid, start, stop,
-    dom, t, name, op_id, seq, sizes, has_op_id, has_seq), or None without an NVTX table."""
+    """SQL of the push/pop ranges (columns: rid, pid, tid, start, stop, dom, t = the text), or
+    None without an NVTX table."""
     columns = tables.get(TABLE_NVTX)
     if not columns or not {"start", "eventType", "globalTid"} <= columns:
         return None
@@ -73,36 +73,55 @@ def _ranges_sql(tables: dict) -> str | None:
         text = f"coalesce({text}, (SELECT value FROM StringIds s WHERE s.id = n.textId))"
     stop = 'n."end"' if "end" in columns else "NULL"
     domain = "coalesce(n.domainId, 0)" if "domainId" in columns else "0"
-    fields = model.range_fields_sql("t")
-    parsed = ", ".join(f"{sql} AS {name}" for name, sql in fields.items())
-    return (f"SELECT rid, pid, tid, start, stop, dom, t, {parsed} FROM ("
-            f"SELECT n.rowid AS rid, {_pid('n.globalTid')} AS pid, {_tid('n.globalTid')} AS tid, "
-            f"n.start AS start, {stop} AS stop, {domain} AS dom, coalesce({text}, '') AS t "
-            f"FROM {TABLE_NVTX} n WHERE n.eventType = {NVTX_PUSH_POP})")
+    return (
+        f"SELECT n.rowid AS rid, {_pid('n.globalTid')} AS pid, {_tid('n.globalTid')} AS tid, "
+        f"n.start AS start, {stop} AS stop, {domain} AS dom, coalesce({text}, '') AS t "
+        f"FROM {TABLE_NVTX} n WHERE n.eventType = {NVTX_PUSH_POP}")
 
 
 class Processes:
-    """Per process: ranges by kind (one aggregate query over the ranges)."""
+    """Per process: its ranges by kind, from one aggregate query over the ranges (no parsing:
+    a few ``instr`` per row). ``rows[pid]``: ranges, op_id / seq / namespaced (``::``) /
+    PyProf-marker (``{…}``) / other-domain ranges, and never-closed ones among those with op_id
+    and among those that are not markers."""
 
     def __init__(self, conn: sqlite3.Connection, ranges_sql: str | None):
         self.rows: dict[int, dict] = {}
+        self.threads: list[tuple[int, int]] = []
         if ranges_sql is None:
             return
-        query = (f"SELECT pid, count(*), sum(dom = 0 AND has_op_id), sum(dom = 0 AND has_seq), "
-                 f"sum(dom = 0 AND t LIKE '{{%'), sum(dom <> 0), sum(dom = 0 AND instr(name, '::') > 0) FROM ({ranges_sql}) GROUP BY pid")
-        for pid, total, with_op, with_seq, markers, other, namespaced in conn.execute(query):
-            self.rows[pid] = {"ranges": total, "op_id": with_op, "seq": with_seq, "pyprof": markers,
-                              "other_domains": other, "namespaced": namespaced}
+        op, marker = f"(dom = 0 AND {model.HAS_OP_ID_SQL})", "(dom = 0 AND t LIKE '{%')"
+        query = (f"SELECT pid, tid, count(*), sum({op}), sum(dom = 0 AND {model.HAS_SEQ_SQL}), sum({marker}), "
+                 f"sum(dom <> 0), sum(dom = 0 AND instr(t, '::') > 0), sum({op} AND stop IS NULL), "
+                 f"sum(dom = 0 AND NOT {marker} AND stop IS NULL) FROM ({ranges_sql}) GROUP BY pid, tid")
+        keys = ("ranges", "op_id", "seq", "pyprof", "other_domains", "namespaced", "open_op_id", "open_plain")
+        threads = []
+        for pid, tid, *counts in conn.execute(query):
+            row = self.rows.setdefault(pid, dict.fromkeys(keys, 0))
+            for key, count in zip(keys, counts):
+                row[key] += count
+            threads.append((pid, tid))
+        # Threads in ``cpu_event_order``'s order (pid and tid compared as text).
+        self.threads = sorted(threads, key=lambda thread: (str(thread[0]), str(thread[1])))
 
     def pytorch(self) -> list[int]:
         return sorted(p for p, r in self.rows.items() if r["op_id"] or r["seq"] or r["namespaced"])
 
+    def ops(self, pid: int) -> tuple[int, int]:
+        """(closed, never closed) PyTorch ranges of ``pid`` (by ``op_filter``'s rule)."""
+        row = self.rows[pid]
+        if row["op_id"]:
+            return row["op_id"] - row["open_op_id"], row["open_op_id"]
+        plain = row["ranges"] - row["pyprof"] - row["other_domains"]
+        return plain - row["open_plain"], row["open_plain"]
+
 
 def op_filter(pids: list[int], processes: Processes) -> str:
-    """SQL condition on the parsed ranges: PyTorch ops of the chosen processes."""
+    """SQL condition on the ranges: PyTorch ops of the chosen processes (default domain; those
+    with op_id when the process has any, else all but PyProf markers)."""
     terms = []
     for pid in pids:
-        rule = "has_op_id" if processes.rows[pid]["op_id"] else "t NOT LIKE '{%'"
+        rule = model.HAS_OP_ID_SQL if processes.rows[pid]["op_id"] else "t NOT LIKE '{%'"
         terms.append(f"(pid = {pid} AND {rule})")
     return f"dom = 0 AND ({' OR '.join(terms)})"
 
@@ -149,14 +168,9 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     pids = choose_processes(path, processes.pytorch(), processes.rows, pid, prefer_pid, "Nsight Systems export")
     several = _first_correlations(conn, tables, pids) if len(pids) > 1 else None
     base = time_base(conn, tables)
-    notes, warnings = range_notes(conn, ranges_sql, pids, processes)
-    ops = op_filter(pids, processes)
+    notes, warnings = range_notes(pids, processes)
     us = f"- {base}) / {model.NS_PER_US}"
-    cpu_rows = conn.execute(
-        f"SELECT name, pid, tid, (start {us}, (stop - start) / {model.NS_PER_US}, op_id, seq, sizes "
-        f"FROM ({ranges_sql}) WHERE {ops} AND stop IS NOT NULL "
-        f"ORDER BY CAST(pid AS TEXT), CAST(tid AS TEXT), start, coalesce(op_id, {1 << 62}), stop DESC, rid")
-    cpu = model.cpu_events(cpu_rows)
+    cpu = model.cpu_events(conn.execute(cpu_sql(ranges_sql, op_filter(pids, processes), us, processes.threads)))
     runtime = _runtime(conn, tables, pids, several, us)
     gpu = _gpu(conn, tables, pids, several, us)
     launches = {e.args.correlation for e in runtime}
@@ -187,17 +201,28 @@ def time_base(conn, tables) -> int:
     return int(earliest) if latest / model.NS_PER_US >= model.MAX_PLAIN_US else 0
 
 
-def range_notes(conn, ranges_sql, pids, processes) -> tuple[list[str], list[str]]:
-    """What was left out of the chosen processes' ranges, in words (notes, warnings)."""
+def cpu_sql(ranges_sql: str, ops: str, us: str, threads: list[tuple[int, int]]) -> str:
+    """The PyTorch ranges to read, closed ones, as ``timing_model.cpu_events`` rows, in
+    ``cpu_event_order``: thread (``threads``' order: pid and tid as text), start, op_id (Kineto's
+    External id order), the longer first, then file order. The thread is sorted on as its
+    position (an integer key sorts faster than two texts)."""
+    rank = " ".join(f"WHEN pid = {p} AND tid = {t} THEN {r}" for r, (p, t) in enumerate(threads))
+    rank = f"CASE {rank} END" if threads else "0"
+    return (f"SELECT core, op_id, seq, pid, tid, (start {us}, (stop - start) / {model.NS_PER_US} "
+            f"FROM ({model.cpu_fields_sql(f'SELECT * FROM ({ranges_sql}) WHERE {ops} AND stop IS NOT NULL')}) "
+            f"ORDER BY {rank}, start, coalesce(op_id, {1 << 62}), stop DESC, rid")
+
+
+def range_notes(pids, processes) -> tuple[list[str], list[str]]:
+    """What was read and left out of the chosen processes' ranges, in words (notes, warnings)."""
     notes, warnings = [], []
-    ops = op_filter(pids, processes)
-    kept, never_closed = conn.execute(
-        f"SELECT sum(stop IS NOT NULL), sum(stop IS NULL) FROM ({ranges_sql}) WHERE {ops}").fetchone()
-    notes.append(f"{kept or 0} PyTorch NVTX ranges read as CPU ops")
+    kept = sum(processes.ops(p)[0] for p in pids)
+    never_closed = sum(processes.ops(p)[1] for p in pids)
+    notes.append(f"{kept} PyTorch NVTX ranges read as CPU ops")
     other = sum(processes.rows[p]["other_domains"] for p in pids)
     pyprof = sum(processes.rows[p]["pyprof"] for p in pids)
     total = sum(processes.rows[p]["ranges"] for p in pids)
-    user = total - other - pyprof - (kept or 0) - (never_closed or 0)
+    user = total - other - pyprof - kept - never_closed
     left = []
     if other:
         left.append(f"{other} ranges of other NVTX domains (NCCL, MPI, user domains)")

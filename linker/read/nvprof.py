@@ -26,7 +26,7 @@ import struct
 from pathlib import Path
 
 from linker.read import timing_model as model
-from linker.read.nsys import Processes, choose_processes, op_filter, range_notes
+from linker.read.nsys import Processes, choose_processes, cpu_sql, op_filter, range_notes
 from linker.read.sqlite_source import sqlite_problem
 
 MARKER = "CUPTI_ACTIVITY_KIND_MARKER"
@@ -90,8 +90,8 @@ def database_version(conn, tables) -> str:
 
 
 def _ranges_sql(conn, tables) -> str | None:
-    """SQL of the ranges with the columns ``linker.read.nsys`` parses (rid, pid, tid, start, stop,
-    dom, t + parsed fields), or None without a marker table."""
+    """SQL of the ranges with the columns ``linker.read.nsys`` reads (rid, pid, tid, start, stop,
+    dom, t), or None without a marker table."""
     columns = tables.get(MARKER)
     if not columns or not {"flags", "timestamp", "id", "objectId", "name"} <= columns:
         return None
@@ -104,13 +104,11 @@ def _ranges_sql(conn, tables) -> str | None:
         return None
     text = "coalesce((SELECT value FROM StringTable st WHERE st._id_ = s.name), '')" if "StringTable" in tables else "''"
     domain = "coalesce(s.domain, 0)" if "domain" in columns else "0"
-    fields = model.range_fields_sql("t")
-    parsed = ", ".join(f"{sql} AS {name}" for name, sql in fields.items())
-    return (f"SELECT rid, pid, tid, start, stop, dom, t, {parsed} FROM ("
-            f"WITH th(obj, pid, tid) AS (VALUES {', '.join(threads)}) "
-            f"SELECT s._id_ AS rid, th.pid AS pid, th.tid AS tid, s.timestamp AS start, e.timestamp AS stop, "
-            f"{domain} AS dom, {text} AS t FROM {MARKER} s JOIN th ON th.obj = s.objectId "
-            f"LEFT JOIN {MARKER} e ON e.id = s.id AND e.flags = {RANGE_END} WHERE s.flags = {RANGE_START})")
+    return (
+        f"WITH th(obj, pid, tid) AS (VALUES {', '.join(threads)}) "
+        f"SELECT s._id_ AS rid, th.pid AS pid, th.tid AS tid, s.timestamp AS start, e.timestamp AS stop, "
+        f"{domain} AS dom, {text} AS t FROM {MARKER} s JOIN th ON th.obj = s.objectId "
+        f"LEFT JOIN {MARKER} e ON e.id = s.id AND e.flags = {RANGE_END} WHERE s.flags = {RANGE_START}")
 
 
 def read_nvprof(conn: sqlite3.Connection, path: Path, tables: dict, pid: int | None = None,
@@ -128,13 +126,9 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     processes = Processes(conn, ranges_sql)
     pids = choose_processes(path, processes.pytorch(), processes.rows, pid, prefer_pid, "nvprof database")
     base = _time_base(conn, tables)
-    notes, warnings = range_notes(conn, ranges_sql, pids, processes)
+    notes, warnings = range_notes(pids, processes)
     us = f"- {base}) / {model.NS_PER_US}"
-    cpu_rows = conn.execute(
-        f"SELECT name, pid, tid, (start {us}, (stop - start) / {model.NS_PER_US}, op_id, seq, sizes "
-        f"FROM ({ranges_sql}) WHERE {op_filter(pids, processes)} AND stop IS NOT NULL "
-        f"ORDER BY CAST(pid AS TEXT), CAST(tid AS TEXT), start, coalesce(op_id, {1 << 62}), stop DESC, rid")
-    cpu = model.cpu_events(cpu_rows)
+    cpu = model.cpu_events(conn.execute(cpu_sql(ranges_sql, op_filter(pids, processes), us, processes.threads)))
     runtime = _runtime(conn, tables, pids, us)
     gpu = _gpu(conn, tables, us)
     launches = {e.args.correlation for e in runtime}

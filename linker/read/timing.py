@@ -17,12 +17,15 @@ process); it is a path-like, so the rest of the pipeline handles it as the file'
 from __future__ import annotations
 
 import os
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 from linker.model.errors import TraceInputError
+from linker.read.files import collector_paused
 from linker.read.kineto import KinetoTrace, read_kineto_trace
-from linker.read.sqlite_source import NSYS, NVPROF, has_sqlite_header, open_read_only, source_kind, table_columns
+from linker.read.sqlite_source import (NSYS, NVPROF, has_sqlite_header, open_read_only, source_kind, sqlite_problem,
+                                       table_columns)
 
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".qdstrm")
 GZIP_MAGIC = b"\x1f\x8b"
@@ -83,34 +86,39 @@ def _refuse_known_binaries(path: Path) -> None:
 
 
 def read_sqlite_timing(path: Path, pid: int | None = None, prefer_pid: int | None = None):
-    """An Nsight Systems or nvprof SQLite file as a ``TimingTrace``."""
+    """An Nsight Systems or nvprof SQLite file as a ``TimingTrace`` (the cyclic collector paused
+    meanwhile: a struct per row, none of them garbage)."""
     conn = open_read_only(path)
     try:
-        try:
-            tables = table_columns(conn)
-        except Exception as err:  # sqlite3.Error: damaged schema
-            from linker.read.sqlite_source import sqlite_problem
-
-            raise sqlite_problem(path, err) from None
-        kind = source_kind(tables)
-        if kind == NSYS:
-            from linker.read.nsys import read_nsys
-
-            return read_nsys(conn, path, tables, pid, prefer_pid)
-        if kind == NVPROF:
-            from linker.read.nvprof import read_nvprof
-
-            return read_nvprof(conn, path, tables, pid, prefer_pid)
-        names = ", ".join(sorted(tables)[:5]) or "no tables at all"
-        raise TraceInputError(path, "an SQLite file that is neither an Nsight Systems export (no StringIds "
-                              f"table) nor an nvprof database (no StringTable): {names}")
+        with collector_paused():
+            return _read_sqlite(conn, path, pid, prefer_pid)
     finally:
         conn.close()
 
 
+def _read_sqlite(conn, path: Path, pid, prefer_pid):
+    """The reader that fits the file's tables."""
+    try:
+        tables = table_columns(conn)
+    except sqlite3.Error as err:  # a damaged schema
+        raise sqlite_problem(path, err) from None
+    kind = source_kind(tables)
+    if kind == NSYS:
+        from linker.read.nsys import read_nsys
+
+        return read_nsys(conn, path, tables, pid, prefer_pid)
+    if kind == NVPROF:
+        from linker.read.nvprof import read_nvprof
+
+        return read_nvprof(conn, path, tables, pid, prefer_pid)
+    names = ", ".join(sorted(tables)[:5]) or "no tables at all"
+    raise TraceInputError(path, "an SQLite file that is neither an Nsight Systems export (no StringIds "
+                          f"table) nor an nvprof database (no StringTable): {names}")
+
+
 def sqlite_processes(path: str | os.PathLike) -> list[int]:
     """The pids with PyTorch ranges in an Nsight Systems / nvprof file, ascending (``batch``: one
-    rank each, in this order). Raises ``TraceInputError`` like the readers."""
+    rank each, in this order). Raises ``TraceInputError`` like the readers. One aggregate query."""
     from linker.read import nsys, nvprof
 
     path = Path(os.fspath(path))
@@ -120,14 +128,8 @@ def sqlite_processes(path: str | os.PathLike) -> list[int]:
         kind = source_kind(tables)
         sql = nsys._ranges_sql(tables) if kind == NSYS else nvprof._ranges_sql(conn, tables) if kind == NVPROF else None
         return nsys.Processes(conn, sql).pytorch()
-    except Exception as err:
-        import sqlite3
-
-        if isinstance(err, sqlite3.Error):
-            from linker.read.sqlite_source import sqlite_problem
-
-            raise sqlite_problem(path, err) from None
-        raise
+    except sqlite3.Error as err:
+        raise sqlite_problem(path, err) from None
     finally:
         conn.close()
 

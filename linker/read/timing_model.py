@@ -24,6 +24,7 @@ row read.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import msgspec
@@ -32,11 +33,11 @@ from linker.read.kineto import KinetoArgs, KinetoEvent, KinetoTrace
 
 NO_DIMS = KinetoArgs().input_dims
 # Range text fields PyTorch appends to the op name (``getNvtxStr``), and older spellings of seq.
-SEQ_MARKERS = (", seq = ", ", seq=", ", stashed seq = ", ", stashed seq=")
+# ``seq`` spellings PyTorch used (", seq = N" since 2020; "seq=N" / "stashed seq=N" before).
+SEQ_SPELLINGS = (", seq", ", stashed seq")
 OP_ID_MARKER = ", op_id = "
 SIZES_MARKER = ", sizes = "
 INPUT_OP_IDS_MARKER = ", input_op_ids = "
-NAME_END_MARKERS = SEQ_MARKERS + (OP_ID_MARKER, SIZES_MARKER, INPUT_OP_IDS_MARKER)
 NS_PER_US = 1000.0
 # Times stay as recorded while ns / 1000 keeps whole ns in a float (below 2**43 µs); beyond
 # (nvprof's epoch ns) they are made relative to the earliest timestamp read.
@@ -75,46 +76,87 @@ class TimingTrace(KinetoTrace):
                 f"process{'es' if len(self.processes) != 1 else ''} {pids}{base}")
 
 
-def _first_marker_sql(text: str, markers: tuple[str, ...]) -> str:
-    """SQL: position of the first of ``markers`` in ``text`` (``_FAR`` when none occurs)."""
-    parts = [f"coalesce(nullif(instr({text}, '{m}'), 0), {_FAR})" for m in markers]
-    return f"min({', '.join(parts)})" if len(parts) > 1 else parts[0]
+def parse_range_text(text: str) -> tuple[str, int | None, int | None, bytes | None]:
+    """(name, op_id, seq, sizes) of PyTorch's range text ``name[, seq = N][, op_id = M][, sizes =
+    [[…]]][, input_op_ids = […]]``: the name ends at the first of those fields; ``seq`` is also
+    read as ``seq=N`` / ``stashed seq=N`` (older spellings); ``sizes`` is the JSON list's bytes,
+    None when absent or not valid JSON (a text cut short by the profiler). A few ``str.find``."""
+    if ", " not in text:
+        return text, None, None, None
+    cut = len(text)
+    op_id = seq = sizes = None
+    at = text.find(OP_ID_MARKER)
+    if at >= 0:
+        cut = at
+        op_id = _leading_int(text, at + len(OP_ID_MARKER))
+    for marker in SEQ_SPELLINGS:
+        at = text.find(marker)
+        if at >= 0:
+            cut = min(cut, at)
+            seq = _leading_int(text, at + len(marker))
+            break
+    at = text.find(SIZES_MARKER)
+    if at >= 0:
+        cut = min(cut, at)
+        end = text.find(INPUT_OP_IDS_MARKER, at)
+        sizes = text[at + len(SIZES_MARKER):end if end >= 0 else len(text)].encode()
+        try:
+            _check_json(sizes)
+        except msgspec.DecodeError:
+            sizes = None
+    at = text.find(INPUT_OP_IDS_MARKER)
+    if at >= 0:
+        cut = min(cut, at)
+    return text[:cut], op_id, seq, sizes
 
 
-def _int_after_sql(text: str, marker: str) -> str:
-    """SQL: the integer after ``marker`` in ``text``, or NULL when the marker is absent (SQLite's
-    CAST reads the longest integer prefix)."""
-    return (f"CASE WHEN instr({text}, '{marker}') > 0 THEN "
-            f"CAST(substr({text}, instr({text}, '{marker}') + {len(marker)}) AS INTEGER) END")
+_check_json = msgspec.json.Decoder().decode
+_DIGITS = re.compile(r"\s*=?\s*(-?\d+)")
 
 
-def range_fields_sql(text: str = "t") -> dict[str, str]:
-    """SQL expressions over the range text column ``text``: name, op_id, seq, sizes (the
-    ``[[…]]`` list after ``, sizes = ``, NULL when absent or not valid JSON)."""
-    cut = _first_marker_sql(text, NAME_END_MARKERS)
-    seq = "coalesce(" + ", ".join(_int_after_sql(text, m) for m in SEQ_MARKERS) + ")"
-    sizes_at = f"instr({text}, '{SIZES_MARKER}')"
-    ops_at = f"instr({text}, '{INPUT_OP_IDS_MARKER}')"
-    start = f"{sizes_at} + {len(SIZES_MARKER)}"
-    raw_sizes = (f"CASE WHEN {sizes_at} = 0 THEN NULL WHEN {ops_at} > {sizes_at} "
-                 f"THEN substr({text}, {start}, {ops_at} - ({start})) ELSE substr({text}, {start}) END")
-    return {
-        "name": f"CASE WHEN {cut} >= {_FAR} THEN {text} ELSE substr({text}, 1, {cut} - 1) END",
-        "op_id": _int_after_sql(text, OP_ID_MARKER),
-        "seq": seq,
-        "sizes": f"CASE WHEN json_valid({raw_sizes}) THEN {raw_sizes} END",
-        "has_op_id": f"(instr({text}, '{OP_ID_MARKER}') > 0)",
-        "has_seq": "(" + " OR ".join(f"instr({text}, '{m}') > 0" for m in SEQ_MARKERS) + ")",
-    }
+def _leading_int(text: str, at: int) -> int | None:
+    match = _DIGITS.match(text, at)
+    return int(match.group(1)) if match else None
 
 
 def cpu_events(rows) -> list[KinetoEvent]:
-    """Rows (name, pid, tid, ts, dur, op_id, seq, sizes) -> ``cpu_op`` events, in row order."""
-    Event, Args, Raw, no_dims = KinetoEvent, RangeArgs, msgspec.Raw, NO_DIMS
-    return [Event("X", "cpu_op", name, pid, tid, ts, dur, None,
-                  Args(external_id=op_id, rf_id=op_id, input_dims=Raw(sizes.encode()) if sizes else no_dims,
-                       seq=seq))
-            for name, pid, tid, ts, dur, op_id, seq, sizes in rows]
+    """Rows (core text, op_id, seq, pid, tid, ts, dur) -> ``cpu_op`` events, in row order. The
+    core text is the range text without its seq and op_id (``cpu_fields_sql``): the same op with
+    the same sizes repeats it, so each distinct one is parsed once (``parse_range_text``) and its
+    name and sizes bytes are shared by the events that have it."""
+    Event, Args, no_dims, parse = KinetoEvent, RangeArgs, NO_DIMS, parse_range_text
+    seen: dict[str, tuple] = {}
+    events = []
+    add = events.append
+    for core, op_id, seq, pid, tid, ts, dur in rows:
+        parsed = seen.get(core)
+        if parsed is None:
+            name, _, old_seq, sizes = parse(core)
+            parsed = seen[core] = (name, msgspec.Raw(sizes) if sizes else no_dims, old_seq)
+        add(Event("X", "cpu_op", parsed[0], pid, tid, ts, dur, None,
+                  Args(external_id=op_id, rf_id=op_id, input_dims=parsed[1], seq=seq if seq is not None else parsed[2])))
+    return events
+
+
+def cpu_fields_sql(ranges_sql: str) -> str:
+    """SQL over ``ranges_sql`` (columns rid, pid, tid, start, stop, dom, t) adding ``op_id``,
+    ``seq`` and ``core``: the text without its ``, seq = N, op_id = M`` part (PyTorch writes seq
+    before op_id and nothing between them). Positions are found once per row (the inner query's
+    ``LIMIT -1 OFFSET 0`` keeps SQLite from folding it into the outer one)."""
+    op_len, seq_len = len(OP_ID_MARKER), len(SEQ_SPELLINGS[0])
+    first = "CASE WHEN ps > 0 AND (po = 0 OR ps < po) THEN ps ELSE po END"
+    after = f"CASE WHEN po > 0 THEN po + {op_len} ELSE ps + {seq_len} END"
+    tail = f"coalesce(substr(substr(t, {after}), nullif(instr(substr(t, {after}), ', '), 0)), '')"
+    return (f"SELECT *, CASE WHEN po > 0 THEN CAST(substr(t, po + {op_len}) AS INTEGER) END AS op_id, "
+            f"CASE WHEN ps > 0 THEN CAST(ltrim(substr(t, ps + {seq_len}), ' =') AS INTEGER) END AS seq, "
+            f"CASE WHEN ps = 0 AND po = 0 THEN t ELSE substr(t, 1, ({first}) - 1) || {tail} END AS core "
+            f"FROM (SELECT *, instr(t, '{SEQ_SPELLINGS[0]}') AS ps, instr(t, '{OP_ID_MARKER}') AS po "
+            f"FROM ({ranges_sql}) LIMIT -1 OFFSET 0)")
+
+
+# SQL: per process, the ranges by kind (see ``linker.read.nsys.Processes``).
+HAS_OP_ID_SQL = f"instr(t, '{OP_ID_MARKER}') > 0"
+HAS_SEQ_SQL = "(" + " OR ".join(f"instr(t, '{m}') > 0" for m in SEQ_SPELLINGS) + ")"
 
 
 def runtime_events(rows, names: dict) -> list[KinetoEvent]:
