@@ -20,7 +20,7 @@ import pytest
 from conftest import shared_trace
 from linker.model.errors import TraceInputError
 from linker.pipeline import link_pair
-from linker.read.timing import read_timing_trace
+from linker.read.timing import TimingSelection, read_timing_trace
 
 PYTORCH = ["nsysai_h100_2gpu_1s", "nsysai_mfu_2gpu_after", "dlprof_lenet_nsys2022"]
 NOT_PYTORCH = ["nsysai_mock", "pipit_saxpy_mpi_nsys2022"]
@@ -66,19 +66,28 @@ def test_gpu_work_hangs_under_innermost_pytorch_range(name, tmp_path):
     path = shared_trace("nsys", f"{name}.sqlite")
     expected = expected_parents(path)
     assert expected, "the file has GPU work launched inside PyTorch ranges"
-    out = tmp_path / "out.json"
-    outcome = link_pair(None, path, out, read_ahead=False)
-    doc = orjson.loads(out.read_bytes())
-    nodes = {n["id"]: n for n in doc["nodes"]}
     placed = {}
-    for node in doc["nodes"]:
-        if node.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
-            parent = nodes[node["ctrl_deps"]]
-            key = (node["device"], node["stream"], round(node["ts"] * 1000))
-            placed[key] = (parent["name"], round(parent.get("ts", -1) * 1000))
+    for pid in _pytorch_pids(path):  # one output per process: one rank each
+        out = tmp_path / f"out{pid}.json"
+        outcome = link_pair(None, TimingSelection(path, pid), out, read_ahead=False)
+        doc = orjson.loads(out.read_bytes())
+        nodes = {n["id"]: n for n in doc["nodes"]}
+        for node in doc["nodes"]:
+            if node.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+                parent = nodes[node["ctrl_deps"]]
+                key = (node["device"], node["stream"], round(node["ts"] * 1000))
+                placed[key] = (parent["name"], round(parent.get("ts", -1) * 1000))
+        assert outcome.report.gpu_events_in_trace == sum(row["count"] for row in outcome.report.gpu_accounting)
     hits = sum(1 for key, parent in expected.items() if placed.get(key) == parent)
     assert hits == len(expected), f"{len(expected) - hits} of {len(expected)} GPU ops not under their range"
-    assert outcome.report.gpu_events_in_trace == sum(row["count"] for row in outcome.report.gpu_accounting)
+
+
+def _pytorch_pids(path: Path) -> list[int]:
+    db = _db(path)
+    pids = [p for (p,) in db.execute("SELECT DISTINCT (globalTid >> 24) % 16777216 FROM NVTX_EVENTS WHERE "
+                                      "eventType = 59 AND (text LIKE '%, op_id = %' OR text LIKE '%, seq = %')")]
+    db.close()
+    return sorted(pids)
 
 
 def _gpu_with_launch(path: Path) -> int:
@@ -93,8 +102,10 @@ def _gpu_with_launch(path: Path) -> int:
 
 def test_two_process_file_reads_per_process():
     path = shared_trace("nsys", "nsysai_h100_2gpu_1s.sqlite")
-    both = read_timing_trace(path)
+    both = read_timing_trace(path, all_processes=True)
     assert both.processes == [111, 112]
+    first = read_timing_trace(path)
+    assert first.processes == [111] and "read pid 111 only" in first.warnings[0]
     one = read_timing_trace(path, prefer_pid=112)
     assert one.processes == [112] and {e.pid for e in one.cpu_events} == {112}
     db = _db(path)

@@ -101,8 +101,7 @@ class Processes:
             for key, count in zip(keys, counts):
                 row[key] += count
             threads.append((pid, tid))
-        # Threads in ``cpu_event_order``'s order (pid and tid compared as text).
-        self.threads = sorted(threads, key=lambda thread: (str(thread[0]), str(thread[1])))
+        self.threads = threads
 
     def pytorch(self) -> list[int]:
         return sorted(p for p, r in self.rows.items() if r["op_id"] or r["seq"] or r["namespaced"])
@@ -137,40 +136,53 @@ def read_nsys(conn: sqlite3.Connection, path: Path, tables: dict, pid: int | Non
         raise sqlite_problem(path, err) from None
 
 
+ALL_PROCESSES = -1  # ``pid`` value: read every PyTorch process of the file
+
+
 def choose_processes(path: Path, available: list[int], everything: dict, pid: int | None,
-                     prefer_pid: int | None, what: str) -> list[int]:
-    """The pids to read: ``pid`` if given (refused when absent), else ``prefer_pid`` when several
-    PyTorch processes are present and it is one of them, else all (refused when several are
-    present and ``prefer_pid`` is none of them: linking one ET needs one process)."""
+                     prefer_pid: int | None, what: str) -> tuple[list[int], list[str]]:
+    """(pids to read, warnings). ``pid``: that process (refused when absent), or
+    ``ALL_PROCESSES``; else one process, as one output is one rank: ``prefer_pid`` (the ET's) when
+    the file holds several (refused when it is none of them: linking one ET needs its process),
+    else the first in pid order, with a warning naming the others (``batch`` links each)."""
     if not available:
         kinds = (f"{len(everything)} process(es) with NVTX ranges, none from PyTorch"
                  if everything else "no NVTX ranges at all")
         raise TraceInputError(path, f"no PyTorch ranges in this {what} ({kinds}): record with "
                               "torch.autograd.profiler.emit_nvtx() (nsys profile --pytorch=autograd-nvtx)")
+    listed = ", ".join(map(str, available))
+    if pid == ALL_PROCESSES:
+        return available, []
     if pid is not None:
         if pid not in available:
             raise TraceInputError(path, f"process {pid} has no PyTorch ranges here (processes with "
-                                  f"PyTorch ranges: {', '.join(map(str, available))})")
-        return [pid]
-    if prefer_pid is not None and len(available) > 1:
+                                  f"PyTorch ranges: {listed})")
+        return [pid], []
+    if len(available) == 1:
+        return available, []
+    if prefer_pid is not None:
         if prefer_pid in available:
-            return [prefer_pid]
-        raise TraceInputError(path, f"holds {len(available)} PyTorch processes (pids "
-                              f"{', '.join(map(str, available))}) and none is the ET's pid {prefer_pid}: "
-                              "link each process with 'et-link batch' (one rank per process)")
-    return available
+            return [prefer_pid], []
+        raise TraceInputError(path, f"holds {len(available)} PyTorch processes (pids {listed}) and none is "
+                              f"the ET's pid {prefer_pid}: link each process with 'et-link batch' (one rank "
+                              "per process)")
+    return available[:1], [f"{path}: holds {len(available)} PyTorch processes (pids {listed}): read pid "
+                           f"{available[0]} only (rank 0 in pid order); 'et-link batch --kineto {path.name}' "
+                           "links every process as a rank"]
 
 
 def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     version = export_version(conn, tables)
     ranges_sql = _ranges_sql(tables)
     processes = Processes(conn, ranges_sql)
-    pids = choose_processes(path, processes.pytorch(), processes.rows, pid, prefer_pid, "Nsight Systems export")
+    pids, chosen = choose_processes(path, processes.pytorch(), processes.rows, pid, prefer_pid,
+                                    "Nsight Systems export")
     several = _first_correlations(conn, tables, pids) if len(pids) > 1 else None
     base = time_base(conn, tables)
     notes, warnings = range_notes(pids, processes)
+    warnings[:0] = chosen
     us = f"- {base}) / {model.NS_PER_US}"
-    cpu = model.cpu_events(conn.execute(cpu_sql(ranges_sql, op_filter(pids, processes), us, processes.threads)))
+    cpu = model.cpu_events(conn.execute(cpu_sql(ranges_sql, op_filter(pids, processes), us)))
     runtime = _runtime(conn, tables, pids, several, us)
     gpu = _gpu(conn, tables, pids, several, us)
     launches = {e.args.correlation for e in runtime}
@@ -201,16 +213,13 @@ def time_base(conn, tables) -> int:
     return int(earliest) if latest / model.NS_PER_US >= model.MAX_PLAIN_US else 0
 
 
-def cpu_sql(ranges_sql: str, ops: str, us: str, threads: list[tuple[int, int]]) -> str:
-    """The PyTorch ranges to read, closed ones, as ``timing_model.cpu_events`` rows, in
-    ``cpu_event_order``: thread (``threads``' order: pid and tid as text), start, op_id (Kineto's
-    External id order), the longer first, then file order. The thread is sorted on as its
-    position (an integer key sorts faster than two texts)."""
-    rank = " ".join(f"WHEN pid = {p} AND tid = {t} THEN {r}" for r, (p, t) in enumerate(threads))
-    rank = f"CASE {rank} END" if threads else "0"
+def cpu_sql(ranges_sql: str, ops: str, us: str) -> str:
+    """The PyTorch ranges to read, closed ones, as ``timing_model.cpu_events`` rows: by thread
+    (pid, tid as numbers: ``cpu_events`` puts the threads in text order), start, op_id (Kineto's
+    External id order), the longer first, then file order."""
     return (f"SELECT core, op_id, seq, pid, tid, (start {us}, (stop - start) / {model.NS_PER_US} "
             f"FROM ({model.cpu_fields_sql(f'SELECT * FROM ({ranges_sql}) WHERE {ops} AND stop IS NOT NULL')}) "
-            f"ORDER BY {rank}, start, coalesce(op_id, {1 << 62}), stop DESC, rid")
+            f"ORDER BY pid, tid, start, coalesce(op_id, {1 << 62}), stop DESC, rid")
 
 
 def range_notes(pids, processes) -> tuple[list[str], list[str]]:
@@ -284,7 +293,7 @@ def _runtime(conn, tables, pids, several, us) -> list:
         f"SELECT {name_key}, {driver}, {pid}, {_tid('globalTid')}, (start {us}, "
         f"(\"end\" - start) / {model.NS_PER_US}, {_correlation_sql('correlationId', pid, several)} "
         f"FROM {TABLE_RUNTIME} WHERE {pid} IN ({', '.join(map(str, pids))}) "
-        f"ORDER BY CAST({pid} AS TEXT), CAST({_tid('globalTid')} AS TEXT), start, \"end\" DESC, rowid")
+        f"ORDER BY globalTid, start, \"end\" DESC, rowid")
     return model.runtime_events(rows, names)
 
 

@@ -124,11 +124,12 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     version = database_version(conn, tables)
     ranges_sql = _ranges_sql(conn, tables)
     processes = Processes(conn, ranges_sql)
-    pids = choose_processes(path, processes.pytorch(), processes.rows, pid, prefer_pid, "nvprof database")
+    pids, chosen = choose_processes(path, processes.pytorch(), processes.rows, pid, prefer_pid, "nvprof database")
     base = _time_base(conn, tables)
     notes, warnings = range_notes(pids, processes)
+    warnings[:0] = chosen
     us = f"- {base}) / {model.NS_PER_US}"
-    cpu = model.cpu_events(conn.execute(cpu_sql(ranges_sql, op_filter(pids, processes), us, processes.threads)))
+    cpu = model.cpu_events(conn.execute(cpu_sql(ranges_sql, op_filter(pids, processes), us)))
     runtime = _runtime(conn, tables, pids, us)
     gpu = _gpu(conn, tables, us)
     launches = {e.args.correlation for e in runtime}
@@ -168,7 +169,7 @@ def _runtime(conn, tables, pids, us) -> list:
     if not parts:
         return []
     rows = conn.execute(f"SELECT k, d, pid, tid, ts, dur, c FROM ({' UNION ALL '.join(parts)}) "
-                        "ORDER BY CAST(pid AS TEXT), CAST(tid AS TEXT), s, e DESC, d, rid")
+                        "ORDER BY pid, tid, s, e DESC, d, rid")
     names = call_names()
     keys = {k for (k,) in conn.execute(f"SELECT DISTINCT k FROM ({' UNION ALL '.join(parts)})")}
     names.update({k: f"cbid {k - DRIVER_KEY if k >= DRIVER_KEY else k}" for k in keys if k not in names})

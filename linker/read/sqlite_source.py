@@ -56,6 +56,7 @@ def open_read_only(path: str | os.PathLike) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(_uri(path, immutable=not writer_files), uri=True, check_same_thread=False)
         conn.execute("PRAGMA query_only = 1")
+        conn.execute("PRAGMA temp_store = MEMORY")  # the sorts' scratch space: never a file beside the input
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as err:
         raise sqlite_problem(path, err) from None

@@ -54,11 +54,16 @@ def is_sqlite_file(path: str | os.PathLike) -> bool:
     return has_sqlite_header(os.fspath(path))
 
 
-def read_timing_trace(path: str | os.PathLike, prefer_pid: int | None = None) -> KinetoTrace:
+def read_timing_trace(path: str | os.PathLike, prefer_pid: int | None = None,
+                      all_processes: bool = False) -> KinetoTrace:
     """The timing trace at ``path`` (a ``TimingSelection`` reads one process), as a
-    ``KinetoTrace``. ``prefer_pid`` (the ET's pid) picks the process of a multi-process SQLite
-    file. Raises ``TraceInputError`` (one line naming the file) on anything unusable."""
-    pid = path.pid if isinstance(path, TimingSelection) else None
+    ``KinetoTrace``. A multi-process SQLite file gives one process (one output is one rank):
+    ``prefer_pid`` (the ET's pid), else the first in pid order with a warning; ``all_processes``
+    reads them all into one trace. Raises ``TraceInputError`` (one line naming the file) on
+    anything unusable."""
+    from linker.read.nsys import ALL_PROCESSES
+
+    pid = path.pid if isinstance(path, TimingSelection) else ALL_PROCESSES if all_processes else None
     file = Path(os.fspath(path))
     if is_sqlite_file(file):
         return read_sqlite_timing(file, pid, prefer_pid)

@@ -126,16 +126,41 @@ def cpu_events(rows) -> list[KinetoEvent]:
     name and sizes bytes are shared by the events that have it."""
     Event, Args, no_dims, parse = KinetoEvent, RangeArgs, NO_DIMS, parse_range_text
     seen: dict[str, tuple] = {}
-    events = []
-    add = events.append
+    threads = _Threads()
+    add = threads.add
     for core, op_id, seq, pid, tid, ts, dur in rows:
+        if pid != threads.pid or tid != threads.tid:
+            add = threads.start(pid, tid)
         parsed = seen.get(core)
         if parsed is None:
             name, _, old_seq, sizes = parse(core)
             parsed = seen[core] = (name, msgspec.Raw(sizes) if sizes else no_dims, old_seq)
         add(Event("X", "cpu_op", parsed[0], pid, tid, ts, dur, None,
                   Args(external_id=op_id, rf_id=op_id, input_dims=parsed[1], seq=seq if seq is not None else parsed[2])))
-    return events
+    return threads.events()
+
+
+class _Threads:
+    """Events arriving grouped by thread in numeric (pid, tid) order (an integer sort in SQL),
+    given back in ``cpu_event_order``'s thread order: pid and tid compared as text. O(n) list
+    joins; the rows are compared with the last one's thread only."""
+
+    def __init__(self):
+        self.pid = self.tid = None
+        self.groups: list[tuple[tuple[str, str], list]] = []
+        self.add = None
+
+    def start(self, pid, tid):
+        self.pid, self.tid = pid, tid
+        group: list = []
+        self.groups.append(((str(pid), str(tid)), group))
+        return group.append
+
+    def events(self) -> list:
+        self.groups.sort(key=lambda item: item[0])  # stable: a thread met twice keeps its order
+        if len(self.groups) == 1:
+            return self.groups[0][1]
+        return [event for _, group in self.groups for event in group]
 
 
 def cpu_fields_sql(ranges_sql: str) -> str:
@@ -160,12 +185,18 @@ HAS_SEQ_SQL = "(" + " OR ".join(f"instr(t, '{m}') > 0" for m in SEQ_SPELLINGS) +
 
 
 def runtime_events(rows, names: dict) -> list[KinetoEvent]:
-    """Rows (name key, driver?, pid, tid, ts, dur, correlation) -> runtime events; ``names`` maps
-    the key (a string id or a callback id) to the call's name."""
+    """Rows (name key, driver?, pid, tid, ts, dur, correlation), grouped by thread in numeric
+    order -> runtime events in ``cpu_event_order``; ``names`` maps the key (a string id or a
+    callback id) to the call's name."""
     Event, Args = KinetoEvent, KinetoArgs
-    return [Event("X", "cuda_driver" if driver else "cuda_runtime", names.get(key, ""), pid, tid, ts, dur,
-                  None, Args(correlation=corr))
-            for key, driver, pid, tid, ts, dur, corr in rows]
+    threads = _Threads()
+    add = threads.add
+    for key, driver, pid, tid, ts, dur, corr in rows:
+        if pid != threads.pid or tid != threads.tid:
+            add = threads.start(pid, tid)
+        add(Event("X", "cuda_driver" if driver else "cuda_runtime", names.get(key, ""), pid, tid, ts, dur,
+                  None, Args(correlation=corr)))
+    return threads.events()
 
 
 def gpu_events(rows) -> list[KinetoEvent]:
