@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from operator import attrgetter
 from pathlib import Path
 
 from linker.model.errors import TraceInputError
@@ -80,39 +81,49 @@ def _ranges_sql(tables: dict) -> str | None:
 
 
 class Processes:
-    """Per process: its ranges by kind, from one aggregate query over the ranges (no parsing:
-    a few ``instr`` per row). ``rows[pid]``: ranges, op_id / seq / namespaced (``::``) /
-    PyProf-marker (``{…}``) / other-domain ranges, and never-closed ones among those with op_id
-    and among those that are not markers."""
+    """Per process: its ranges by kind. One aggregate query that does not read the text (ranges
+    and never-closed ones of the default and other domains, per thread), then per process with
+    default-domain ranges a query that stops at its first range with ``op_id`` (PyTorch >= 2022:
+    its ops are those ranges); a process without one is looked at in full (older captures,
+    small): is it PyTorch's (a ``seq`` or a namespaced ``aten::`` name), how many PyProf markers.
+    ``rows[pid]``: ranges, other_domains, op_id (bool), pytorch (bool), pyprof, open_ops (ops
+    never closed)."""
 
     def __init__(self, conn: sqlite3.Connection, ranges_sql: str | None):
         self.rows: dict[int, dict] = {}
         self.threads: list[tuple[int, int]] = []
         if ranges_sql is None:
             return
-        op, marker = f"(dom = 0 AND {model.HAS_OP_ID_SQL})", "(dom = 0 AND t LIKE '{%')"
-        query = (f"SELECT pid, tid, count(*), sum({op}), sum(dom = 0 AND {model.HAS_SEQ_SQL}), sum({marker}), "
-                 f"sum(dom <> 0), sum(dom = 0 AND instr(t, '::') > 0), sum({op} AND stop IS NULL), "
-                 f"sum(dom = 0 AND NOT {marker} AND stop IS NULL) FROM ({ranges_sql}) GROUP BY pid, tid")
-        keys = ("ranges", "op_id", "seq", "pyprof", "other_domains", "namespaced", "open_op_id", "open_plain")
-        threads = []
-        for pid, tid, *counts in conn.execute(query):
-            row = self.rows.setdefault(pid, dict.fromkeys(keys, 0))
-            for key, count in zip(keys, counts):
-                row[key] += count
-            threads.append((pid, tid))
-        self.threads = threads
+        for pid, tid, default, count, open_count in conn.execute(
+                f"SELECT pid, tid, dom = 0, count(*), sum(stop IS NULL) FROM ({ranges_sql}) GROUP BY pid, tid, dom = 0"):
+            row = self.rows.setdefault(pid, {"ranges": 0, "other_domains": 0, "default": 0, "open_default": 0,
+                                             "op_id": False, "pytorch": False, "pyprof": 0, "open_ops": 0})
+            row["ranges"] += count
+            row["default" if default else "other_domains"] += count
+            row["open_default"] += open_count if default else 0
+            if (pid, tid) not in self.threads:
+                self.threads.append((pid, tid))
+        for pid, row in self.rows.items():
+            if row["default"]:
+                self._classify(conn, ranges_sql, pid, row)
+
+    @staticmethod
+    def _classify(conn, ranges_sql: str, pid: int, row: dict) -> None:
+        mine = f"SELECT * FROM ({ranges_sql}) WHERE pid = {pid} AND dom = 0"
+        row["op_id"] = conn.execute(f"SELECT 1 FROM ({mine}) WHERE {model.HAS_OP_ID_SQL} LIMIT 1").fetchone() is not None
+        if row["op_id"]:
+            row["pytorch"] = True
+            if row["open_default"]:
+                row["open_ops"] = conn.execute(f"SELECT count(*) FROM ({mine}) WHERE stop IS NULL "
+                                               f"AND {model.HAS_OP_ID_SQL}").fetchone()[0]
+            return
+        pytorch, pyprof, open_ops = conn.execute(
+            f"SELECT max({model.HAS_SEQ_SQL} OR instr(t, '::') > 0), sum(t LIKE '{{%'), "
+            f"sum(stop IS NULL AND t NOT LIKE '{{%') FROM ({mine})").fetchone()
+        row.update(pytorch=bool(pytorch), pyprof=pyprof or 0, open_ops=open_ops or 0)
 
     def pytorch(self) -> list[int]:
-        return sorted(p for p, r in self.rows.items() if r["op_id"] or r["seq"] or r["namespaced"])
-
-    def ops(self, pid: int) -> tuple[int, int]:
-        """(closed, never closed) PyTorch ranges of ``pid`` (by ``op_filter``'s rule)."""
-        row = self.rows[pid]
-        if row["op_id"]:
-            return row["op_id"] - row["open_op_id"], row["open_op_id"]
-        plain = row["ranges"] - row["pyprof"] - row["other_domains"]
-        return plain - row["open_plain"], row["open_plain"]
+        return sorted(p for p, r in self.rows.items() if r["pytorch"])
 
 
 def op_filter(pids: list[int], processes: Processes) -> str:
@@ -179,10 +190,10 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
                                     "Nsight Systems export")
     several = _first_correlations(conn, tables, pids) if len(pids) > 1 else None
     base = time_base(conn, tables)
-    notes, warnings = range_notes(pids, processes)
-    warnings[:0] = chosen
     us = f"- {base}) / {model.NS_PER_US}"
     cpu = model.cpu_events(conn.execute(cpu_sql(ranges_sql, op_filter(pids, processes), us)))
+    notes, warnings = range_notes(pids, processes, len(cpu))
+    warnings[:0] = chosen
     runtime = _runtime(conn, tables, pids, several, us)
     gpu = _gpu(conn, tables, pids, several, us)
     launches = {e.args.correlation for e in runtime}
@@ -222,16 +233,15 @@ def cpu_sql(ranges_sql: str, ops: str, us: str) -> str:
             f"ORDER BY pid, tid, start, coalesce(op_id, {1 << 62}), stop DESC, rid")
 
 
-def range_notes(pids, processes) -> tuple[list[str], list[str]]:
-    """What was read and left out of the chosen processes' ranges, in words (notes, warnings)."""
-    notes, warnings = [], []
-    kept = sum(processes.ops(p)[0] for p in pids)
-    never_closed = sum(processes.ops(p)[1] for p in pids)
-    notes.append(f"{kept} PyTorch NVTX ranges read as CPU ops")
-    other = sum(processes.rows[p]["other_domains"] for p in pids)
-    pyprof = sum(processes.rows[p]["pyprof"] for p in pids)
-    total = sum(processes.rows[p]["ranges"] for p in pids)
-    user = total - other - pyprof - kept - never_closed
+def range_notes(pids, processes, kept: int) -> tuple[list[str], list[str]]:
+    """What was read (``kept`` ranges) and left out of the chosen processes' ranges, in words
+    (notes, warnings)."""
+    notes, warnings = [f"{kept} PyTorch NVTX ranges read as CPU ops"], []
+    rows = [processes.rows[p] for p in pids]
+    other = sum(r["other_domains"] for r in rows)
+    pyprof = sum(r["pyprof"] for r in rows)
+    never_closed = sum(r["open_ops"] for r in rows)
+    user = sum(r["default"] for r in rows) - pyprof - kept - never_closed
     left = []
     if other:
         left.append(f"{other} ranges of other NVTX domains (NCCL, MPI, user domains)")
@@ -251,11 +261,14 @@ def range_notes(pids, processes) -> tuple[list[str], list[str]]:
     return notes, warnings
 
 
-def _string_names(conn, table: str, column: str, tables: dict) -> dict:
-    """String id -> name without its ``_vNNNN`` suffix, for the ids ``table.column`` uses."""
+def _string_names(conn, table: str, column: str, tables: dict, strip: bool = True) -> dict:
+    """String id -> name (``strip``: without its ``_vNNNN`` suffix), for the ids ``table.column``
+    uses."""
     if "StringIds" not in tables:
         return {}
     rows = conn.execute(f"SELECT id, value FROM StringIds WHERE id IN (SELECT DISTINCT {column} FROM {table})")
+    if not strip:
+        return {key: value or "" for key, value in rows}
     return {key: VERSION_SUFFIX.sub("", value or "") for key, value in rows}
 
 
@@ -298,29 +311,31 @@ def _runtime(conn, tables, pids, several, us) -> list:
 
 
 def _gpu(conn, tables, pids, several, us) -> list:
-    """Kernels, memcpys and memsets of the chosen processes, by start time."""
-    parts = []
+    """Kernels, memcpys and memsets of the chosen processes, by start time (kernels first at equal
+    starts, then file order: one query per table, no SQL sort; Python's stable sort of nearly
+    sorted rows is quick). Kernel names come from ``StringIds`` through a dict of the ids used."""
+    events = []
     for table, cat in ((TABLE_KERNEL, "kernel"), (TABLE_MEMCPY, "gpu_memcpy"), (TABLE_MEMSET, "gpu_memset")):
         columns = tables.get(table)
         if not columns or not {"start", "end", "deviceId", "streamId", "correlationId", "globalPid"} <= columns:
             continue
+        names = None
         if cat == "kernel":
-            keys = [c for c in ("demangledName", "shortName") if c in columns]
-            lookups = [f"(SELECT value FROM StringIds s WHERE s.id = {c})" for c in keys] if "StringIds" in tables else []
-            name = "coalesce(" + ", ".join(lookups + ["''"]) + ")"
+            key = next((c for c in ("demangledName", "shortName") if c in columns), None)
+            name = key or "NULL"
+            names = _string_names(conn, table, key, tables, strip=False) if key else {}
         elif cat == "gpu_memcpy":
             name = model.memcpy_name_sql("copyKind", *(c if c in columns else None for c in ("srcKind", "dstKind")))
         else:
             name = model.memset_name_sql("memKind" if "memKind" in columns else None)
         pid = _pid("globalPid")
-        order = len(parts)
-        parts.append(
-            f"SELECT {name} AS name, '{cat}' AS cat, deviceId, streamId, (start {us} AS ts, "
-            f"(\"end\" - start) / {model.NS_PER_US}, {_correlation_sql('correlationId', pid, several)}, "
-            f"start AS s, {order} AS kind, rowid AS rid "
-            f"FROM {table} WHERE {pid} IN ({', '.join(map(str, pids))})")
-    if not parts:
-        return []
-    query = " UNION ALL ".join(parts)
-    rows = conn.execute(f"SELECT * FROM ({query}) ORDER BY s, kind, rid")
-    return model.gpu_events(row[:7] for row in rows)
+        rows = conn.execute(
+            f"SELECT {name}, '{cat}', deviceId, streamId, (start {us}, (\"end\" - start) / {model.NS_PER_US}, "
+            f"{_correlation_sql('correlationId', pid, several)} FROM {table} "
+            f"WHERE {pid} IN ({', '.join(map(str, pids))})")
+        events += model.gpu_events(rows, names)
+    events.sort(key=_TS)
+    return events
+
+
+_TS = attrgetter("ts")

@@ -126,10 +126,10 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     processes = Processes(conn, ranges_sql)
     pids, chosen = choose_processes(path, processes.pytorch(), processes.rows, pid, prefer_pid, "nvprof database")
     base = _time_base(conn, tables)
-    notes, warnings = range_notes(pids, processes)
-    warnings[:0] = chosen
     us = f"- {base}) / {model.NS_PER_US}"
     cpu = model.cpu_events(conn.execute(cpu_sql(ranges_sql, op_filter(pids, processes), us)))
+    notes, warnings = range_notes(pids, processes, len(cpu))
+    warnings[:0] = chosen
     runtime = _runtime(conn, tables, pids, us)
     gpu = _gpu(conn, tables, us)
     launches = {e.args.correlation for e in runtime}

@@ -199,10 +199,12 @@ def runtime_events(rows, names: dict) -> list[KinetoEvent]:
     return threads.events()
 
 
-def gpu_events(rows) -> list[KinetoEvent]:
+def gpu_events(rows, names: dict | None = None) -> list[KinetoEvent]:
     """Rows (name, cat, device, stream, ts, dur, correlation) -> GPU events (pid = device,
-    tid = stream), in row order."""
+    tid = stream), in row order; with ``names`` the first column is a key into it."""
     Event, Args = KinetoEvent, KinetoArgs
+    if names is not None:
+        rows = ((names.get(key, ""), *rest) for key, *rest in rows)
     return [Event("X", cat, name, device, stream, ts, dur, None,
                   Args(correlation=corr, stream_value=stream, device=device))
             for name, cat, device, stream, ts, dur, corr in rows]
