@@ -168,3 +168,63 @@ def test_kernels_whose_launch_row_is_missing(nsys_file, tmp_path):
 def test_help_names_the_sources():
     run = _cli("--help")
     assert "Nsight Systems" in run.stdout and "nvprof" in run.stdout
+
+
+def test_seq_check_warns_when_the_order_alignment_disagrees(tmp_path):
+    et, kineto = FIXTURES / "cpu" / "mlp_steps" / "et.json.gz", FIXTURES / "cpu" / "mlp_steps" / "kineto.json.gz"
+    path = tmp_path / "noids.sqlite"
+    converter.write_nsys(kineto, path, strip_op_id=True)
+    good = _cli("--et-file", et, "--kineto-file", path, "-o", tmp_path / "good.json")
+    assert good.returncode == EXIT_OK and "seq check:" in good.stderr and "BELOW" not in good.stderr
+    conn = sqlite3.connect(path)
+    shifted = conn.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE '%, seq = %'").fetchone()[0]
+    conn.execute("UPDATE NVTX_EVENTS SET text = replace(text, ', seq = ', ', seq = 9') WHERE text LIKE '%, seq = %'")
+    conn.commit()
+    conn.close()
+    assert shifted
+    bad = _cli("--et-file", et, "--kineto-file", path, "-o", tmp_path / "bad.json")
+    assert bad.returncode == EXIT_OK, bad.stderr
+    assert "WARNING: seq check: the ET's seq_id equals the range's seq on 0 of" in bad.stderr
+
+
+def _two_processes(path: Path) -> tuple[int, int]:
+    """Copy every row of the file's process to a second process (pid + 1): two ranks in one file."""
+    conn = sqlite3.connect(path)
+    (gtid,) = conn.execute("SELECT globalTid FROM NVTX_EVENTS LIMIT 1").fetchone()
+    pid = (gtid >> 24) & 0xFFFFFF
+    shift = 1 << 24
+    conn.execute(f"INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                 f"SELECT start, end, eventType, text, globalTid + {shift}, domainId FROM NVTX_EVENTS")
+    conn.execute(f"INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT start, end, eventClass, globalTid + {shift}, "
+                 f"correlationId, nameId, returnValue, callchainId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+    for table in ("KERNEL", "MEMCPY", "MEMSET"):
+        columns = [row[1] for row in conn.execute(f"PRAGMA table_info(CUPTI_ACTIVITY_KIND_{table})")]
+        moved = ", ".join(f"{c} + {shift}" if c == "globalPid" else c for c in columns)
+        conn.execute(f"INSERT INTO CUPTI_ACTIVITY_KIND_{table} SELECT {moved} FROM CUPTI_ACTIVITY_KIND_{table}")
+    conn.commit()
+    conn.close()
+    return pid, pid + 1
+
+
+def test_batch_makes_one_rank_per_process(nsys_file, tmp_path):
+    first, second = _two_processes(nsys_file)
+    out = tmp_path / "job"
+    run = _cli("batch", "--kineto", nsys_file, "--output-dir", out, "--format", "et", "-q")
+    assert run.returncode == EXIT_OK, run.stderr
+    assert "collectives: consistent across 2 ranks" in run.stdout
+    import orjson
+
+    reports = [orjson.loads((out / f"rank{r}.report.json").read_bytes()) for r in (0, 1)]
+    assert [r["method_reason"][1].split("process ")[1].split(";")[0] for r in reports] == [str(first), str(second)]
+    assert reports[0]["et_ops"] == reports[1]["et_ops"] > 0
+    assert (out / "comm_groups.json").exists()
+    alone = _cli("--kineto-file", nsys_file, "-o", tmp_path / "one.json")
+    assert alone.returncode == EXIT_OK and f"read pid {first} only" in alone.stderr
+
+
+def test_multi_process_file_among_several_is_a_pairing_problem(nsys_file, tmp_path):
+    _two_processes(nsys_file)
+    converter.write_nsys(KINETO, nsys_file.parent / "rank1.sqlite")
+    run = _cli("batch", "--kineto", f"{nsys_file.parent}/*.sqlite", "--output-dir", tmp_path / "job")
+    assert run.returncode == EXIT_INPUT
+    assert "holds 2 PyTorch processes" in run.stderr and "Traceback" not in run.stderr
