@@ -82,7 +82,7 @@ def _ranges_sql(tables: dict) -> str | None:
 
 class Processes:
     """Per process: its ranges by kind. One aggregate query that does not read the text (ranges
-    and never-closed ones of the default and other domains, per thread), then per process with
+    and never-closed ones of the default and other domains), then per process with
     default-domain ranges a query that stops at its first range with ``op_id`` (PyTorch >= 2022:
     its ops are those ranges); a process without one is looked at in full (older captures,
     small): is it PyTorch's (a ``seq`` or a namespaced ``aten::`` name), how many PyProf markers.
@@ -91,18 +91,20 @@ class Processes:
 
     def __init__(self, conn: sqlite3.Connection, ranges_sql: str | None):
         self.rows: dict[int, dict] = {}
-        self.threads: list[tuple[int, int]] = []
         if ranges_sql is None:
             return
-        for pid, tid, default, count, open_count in conn.execute(
-                f"SELECT pid, tid, dom = 0, count(*), sum(stop IS NULL) FROM ({ranges_sql}) GROUP BY pid, tid, dom = 0"):
-            row = self.rows.setdefault(pid, {"ranges": 0, "other_domains": 0, "default": 0, "open_default": 0,
-                                             "op_id": False, "pytorch": False, "pyprof": 0, "open_ops": 0})
-            row["ranges"] += count
-            row["default" if default else "other_domains"] += count
-            row["open_default"] += open_count if default else 0
-            if (pid, tid) not in self.threads:
-                self.threads.append((pid, tid))
+        counts = "count(*), sum(dom <> 0), sum(dom = 0), sum(dom = 0 AND stop IS NULL)"
+        # One streaming pass (no sort) answers for a one-process file; several processes are
+        # then counted per process (GROUP BY sorts).
+        low, high, *totals = conn.execute(f"SELECT min(pid), max(pid), {counts} FROM ({ranges_sql})").fetchone()
+        if low is None:
+            return
+        rows = [(low, *totals)] if low == high else conn.execute(
+            f"SELECT pid, {counts} FROM ({ranges_sql}) GROUP BY pid").fetchall()
+        for pid, count, other, default, open_default in rows:
+            self.rows[pid] = {"ranges": count, "other_domains": other, "default": default,
+                              "open_default": open_default, "op_id": False, "pytorch": False, "pyprof": 0,
+                              "open_ops": 0}
         for pid, row in self.rows.items():
             if row["default"]:
                 self._classify(conn, ranges_sql, pid, row)
