@@ -17,9 +17,14 @@ What is read (docs/nsys.md has the details and sources):
   than one process in the trace, correlations are renumbered to be unique (``_correlation_sql``).
 - The version from ``META_DATA_EXPORT`` (schema >= 3) or ``EXPORT_META_DATA`` (2.x).
 
+One output is one rank: a file with several PyTorch processes gives one of them (``prefer_pid``,
+the ET's, else the first by pid, with a warning) unless a process or ``ALL_PROCESSES`` is asked for.
+
 Tables or columns that are missing are treated as empty. Every query reads only the columns
-needed; SQLite parses the range text, joins the string table, filters and sorts. Cost: one
-aggregate query per table, then one query per event kind; one struct per row kept.
+needed; SQLite joins the string table, filters, cuts seq and op_id out of the range text and
+sorts the CPU rows (the GPU rows are sorted in Python: nearly in order already). Cost: a streaming
+aggregate over the ranges, a probe per process, one query per event kind; one struct per row
+kept; O(n log n) for the sorts.
 """
 
 from __future__ import annotations
