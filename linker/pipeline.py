@@ -28,6 +28,7 @@ from linker.model.errors import TraceInputError
 from linker.link.etplus import EtPlus, build_et_plus
 from linker.read.files import atomic_output, check_output_paths, collector_paused, decoding
 from linker.schedule.fork import spare_core
+from linker.read.kineto import read_kineto_trace
 from linker.read.timing import is_sqlite_file, read_timing_trace, source_notes, seq_agreement
 from linker.link.recipe import LinkOptions, link
 from linker.link.report import LinkReport
@@ -146,7 +147,7 @@ def _read_kineto(kineto_path, prefer_pid=None):
     ``prefer_pid``, the ET's, picks the process of a multi-process file), with decode errors named
     against the file."""
     with decoding(kineto_path, "Kineto trace"):
-        kineto = read_timing_trace(kineto_path, prefer_pid)
+        kineto = read_timing_trace(kineto_path, prefer_pid, read_kineto_trace)
     _log_kineto(kineto_path, kineto)
     return kineto
 

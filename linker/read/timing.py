@@ -55,11 +55,12 @@ def is_sqlite_file(path: str | os.PathLike) -> bool:
 
 
 def read_timing_trace(path: str | os.PathLike, prefer_pid: int | None = None,
-                      all_processes: bool = False) -> KinetoTrace:
+                      read_json=read_kineto_trace, all_processes: bool = False) -> KinetoTrace:
     """The timing trace at ``path`` (a ``TimingSelection`` reads one process), as a
     ``KinetoTrace``. A multi-process SQLite file gives one process (one output is one rank):
     ``prefer_pid`` (the ET's pid), else the first in pid order with a warning; ``all_processes``
-    reads them all into one trace. Raises ``TraceInputError`` (one line naming the file) on
+    reads them all into one trace. ``read_json``: the Kineto reader for JSON files (the
+    pipeline passes the one it holds). Raises ``TraceInputError`` (one line naming the file) on
     anything unusable."""
     from linker.read.nsys import ALL_PROCESSES
 
@@ -68,7 +69,7 @@ def read_timing_trace(path: str | os.PathLike, prefer_pid: int | None = None,
     if is_sqlite_file(file):
         return read_sqlite_timing(file, pid, prefer_pid)
     _refuse_known_binaries(file)
-    return read_kineto_trace(file)
+    return read_json(file)
 
 
 def _refuse_known_binaries(path: Path) -> None:
