@@ -294,6 +294,9 @@ def batch_command(
                                         "disagree (the mismatch is still reported; otherwise exit status 8)."),
     skip_unpaired: bool = typer.Option(False, "--skip-unpaired", help="Link the ranks that have both files; "
                                        "a rank missing its ET or Kineto file is noted, not fatal."),
+    pid_ranks: Optional[str] = typer.Option(None, "--pid-ranks", metavar="PID:RANK,...", help="One Nsight "
+                                            "Systems file holding every rank: the rank of each process, e.g. "
+                                            "4242:0,4243:1 (default: pid order)."),
     log_level: str = typer.Option("WARNING", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr (the table is still printed)."),
 ) -> None:
@@ -313,11 +316,19 @@ def batch_command(
         budget = parse_bytes(memory_budget) if memory_budget else None
     except ValueError as err:
         fail(f"--memory-budget: {err}")
+    ranks_of_pids = None
+    if pid_ranks is not None:
+        from linker.read.timing_ranks import parse_pid_ranks
+
+        try:
+            ranks_of_pids = parse_pid_ranks(pid_ranks)
+        except ValueError as err:
+            fail(f"--pid-ranks: {err}")
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force, max_depth=max_depth)
     config = BatchConfig(et_glob=et, kineto_glob=kineto, output_dir=output_dir, options=options, fmt=fmt,
                          gzip=gzip_output, workers=workers, scheduler=scheduler, rank_pattern=rank_pattern,
                          redo=redo, verify_existing=verify_existing, memory_budget=budget,
-                         skip_unpaired=skip_unpaired)
+                         skip_unpaired=skip_unpaired, pid_ranks=ranks_of_pids)
     try:
         summary = run_batch(config, quiet=quiet)
     except PairingError as err:

@@ -228,3 +228,20 @@ def test_multi_process_file_among_several_is_a_pairing_problem(nsys_file, tmp_pa
     run = _cli("batch", "--kineto", f"{nsys_file.parent}/*.sqlite", "--output-dir", tmp_path / "job")
     assert run.returncode == EXIT_INPUT
     assert "holds 2 PyTorch processes" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_pid_ranks_maps_processes_to_ranks(nsys_file, tmp_path):
+    import orjson
+
+    first, second = _two_processes(nsys_file)
+    out = tmp_path / "job"
+    run = _cli("batch", "--kineto", nsys_file, "--output-dir", out, "--pid-ranks", f"{first}:1,{second}:0", "-q")
+    assert run.returncode == EXIT_OK, run.stderr
+    reports = {r: orjson.loads((out / f"rank{r}.report.json").read_bytes()) for r in (0, 1)}
+    assert f"process {second}" in reports[0]["method_reason"][1]
+    assert f"process {first}" in reports[1]["method_reason"][1]
+    missing = _cli("batch", "--kineto", nsys_file, "--output-dir", tmp_path / "j2", "--pid-ranks", f"{first}:0")
+    assert missing.returncode == EXIT_INPUT and "gives this process no rank" in missing.stderr
+    bad = _cli("batch", "--kineto", nsys_file, "--output-dir", tmp_path / "j3", "--pid-ranks", "x:0")
+    assert bad.returncode == EXIT_INPUT and bad.stderr.strip().splitlines() == [
+        "et-link: error: --pid-ranks: 'x:0' is not PID:RANK (e.g. 4242:0)"]
