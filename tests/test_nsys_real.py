@@ -172,3 +172,43 @@ def test_batch_two_processes_two_ranks(tmp_path):
                             "text LIKE '%, op_id = %' AND (globalTid >> 24) % 16777216 = ?", (pid,)).fetchone()[0]
         report = orjson.loads((tmp_path / f"rank{rank}.report.json").read_bytes())
         assert report["et_ops"] == ranges
+
+
+def test_nvprof_gpu_work_hangs_under_innermost_range(tmp_path):
+    """The same 100% check on the nvprof database: markers paired by id, the launch's thread as
+    the marker's objectId (pid 4 bytes LE + tid 8 bytes LE), times relative to the earliest one."""
+    import struct
+
+    path = shared_trace("nsys", "profiling_lm_nvprof_d7f0424.sqlite")
+    db = sqlite3.connect(":memory:")
+    source = _db(path)
+    source.backup(db)
+    source.close()
+    db.execute("CREATE TABLE ranges AS SELECT s.objectId AS obj, s.timestamp AS start, e.timestamp AS stop, "
+               "t.value AS text FROM CUPTI_ACTIVITY_KIND_MARKER s JOIN CUPTI_ACTIVITY_KIND_MARKER e "
+               "ON e.id = s.id AND e.flags = 4 JOIN StringTable t ON t._id_ = s.name "
+               "WHERE s.flags = 2 AND t.value NOT LIKE '{%'")
+    db.execute("CREATE INDEX by_thread ON ranges (obj, start)")
+    base = db.execute("SELECT min(m) FROM (SELECT min(timestamp) AS m FROM CUPTI_ACTIVITY_KIND_MARKER UNION ALL "
+                      "SELECT min(start) FROM CUPTI_ACTIVITY_KIND_RUNTIME UNION ALL "
+                      "SELECT min(start) FROM CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)").fetchone()[0]
+    expected = {}
+    launches = db.execute("SELECT k.deviceId, k.streamId, k.start, r.processId, r.threadId & 4294967295, r.start, "
+                          "r.\"end\" FROM CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+                          "ON r.correlationId = k.correlationId").fetchall()
+    for device, stream, start, pid, tid, call_start, call_end in launches:
+        inner = db.execute("SELECT text, start FROM ranges WHERE obj = ? AND start <= ? AND stop >= ? "
+                           "ORDER BY start DESC, stop ASC LIMIT 1",
+                           (struct.pack("<IQ", pid, tid), call_start, call_end)).fetchone()
+        if inner is not None:
+            expected[(device, stream, start - base)] = (inner[0].split(", seq = ")[0], inner[1] - base)
+    assert expected
+    out = tmp_path / "out.json"
+    link_pair(None, path, out, read_ahead=False)
+    doc = orjson.loads(out.read_bytes())
+    nodes = {n["id"]: n for n in doc["nodes"]}
+    placed = {(n["device"], n["stream"], round(n["ts"] * 1000)):
+              (nodes[n["ctrl_deps"]]["name"], round(nodes[n["ctrl_deps"]].get("ts", -1) * 1000))
+              for n in doc["nodes"] if n.get("cat") == "kernel"}
+    hits = sum(1 for key, parent in expected.items() if placed.get(key) == parent)
+    assert hits == len(expected), f"{len(expected) - hits} of {len(expected)} kernels not under their range"
