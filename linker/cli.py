@@ -182,7 +182,9 @@ def main_command(
     ctx: typer.Context,
     et_file: Optional[Path] = typer.Option(None, "--et-file", help="Execution Trace (.json or .json.gz). "
                                            "Without it the host graph is built from the Kineto trace alone."),
-    kineto_file: Optional[Path] = typer.Option(None, "--kineto-file", help="Kineto trace (.json or .json.gz)."),
+    kineto_file: Optional[Path] = typer.Option(None, "--kineto-file", help="Timing trace: Kineto (.json or "
+                                               ".json.gz), or an Nsight Systems SQLite export or nvprof database "
+                                               "(told apart by content)."),
     output_file: Optional[Path] = typer.Option(
         None, "--output-file", "-o",
         help="ET+ output: .json / .json.gz (ET+ JSON) or .et / .et.gz (Chakra protobuf). "
@@ -311,7 +313,9 @@ def dump_command(
 def batch_command(
     et: Optional[str] = typer.Option(None, "--et", metavar="GLOB", help="Glob of the ranks' Execution Traces (quote it), e.g. "
                                      "'run/rank*.et.json.gz'. Omitted: each rank's host graph is built from its Kineto trace."),
-    kineto: str = typer.Option(..., "--kineto", metavar="GLOB", help="Glob of the ranks' Kineto traces (quote it)."),
+    kineto: str = typer.Option(..., "--kineto", metavar="GLOB", help="Glob of the ranks' timing traces (quote it): Kineto, or "
+                               "Nsight Systems / nvprof SQLite; one nsys file holding every rank gives one rank "
+                               "per process, in pid order."),
     output_dir: Path = typer.Option(..., "--output-dir", help="Where the ET+ files, rank<N>.report.json and "
                                     "summary.json go (created if missing)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Local ranks linked at once (default: CPU "
@@ -353,6 +357,9 @@ def batch_command(
                                                     "link bandwidth in GB/s (2^30 bytes) instead of the fitted one."),
     astra_latency: Optional[float] = typer.Option(None, "--astra-latency", metavar="NS", help="ASTRA-sim setup: link "
                                                   "latency in ns instead of the fitted one."),
+    pid_ranks: Optional[str] = typer.Option(None, "--pid-ranks", metavar="PID:RANK,...", help="One Nsight "
+                                            "Systems file holding every rank: the rank of each process, e.g. "
+                                            "4242:0,4243:1 (default: pid order)."),
     log_level: str = typer.Option("WARNING", "--log-level", metavar=_choices(LOG_LEVELS), help="What to log on stderr."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr (the table is still printed)."),
 ) -> None:
@@ -372,12 +379,21 @@ def batch_command(
         budget = parse_bytes(memory_budget) if memory_budget else None
     except ValueError as err:
         fail(f"--memory-budget: {err}")
+    ranks_of_pids = None
+    if pid_ranks is not None:
+        from linker.read.timing_ranks import parse_pid_ranks
+
+        try:
+            ranks_of_pids = parse_pid_ranks(pid_ranks)
+        except ValueError as err:
+            fail(f"--pid-ranks: {err}")
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force, max_depth=max_depth)
     simulator = _astra_overrides(rank_start, astra_topology, astra_npus, astra_bandwidth, astra_latency)
     config = BatchConfig(et_glob=et, kineto_glob=kineto, output_dir=output_dir, options=options, fmt=fmt,
                          gzip=gzip_output, workers=workers, scheduler=scheduler, rank_pattern=rank_pattern,
                          redo=redo, verify_existing=verify_existing, memory_budget=budget,
-                         skip_unpaired=skip_unpaired, rank_start=rank_start, simulator=simulator)
+                         skip_unpaired=skip_unpaired, rank_start=rank_start, simulator=simulator,
+                         pid_ranks=ranks_of_pids)
     try:
         summary = run_batch(config, quiet=quiet)
     except PairingError as err:

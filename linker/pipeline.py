@@ -22,6 +22,7 @@ from typing import Callable, NamedTuple
 import orjson
 
 from linker.link.etplus import EtPlus, build_et_plus
+from linker.read.timing import read_timing_trace, seq_agreement, source_notes
 from linker.link.recipe import LinkOptions, link
 from linker.link.report import LinkReport
 from linker.model.errors import TraceInputError
@@ -113,7 +114,7 @@ def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None,
         checked = finish(child)
         if checked is None:
             child = None  # reaped
-            kineto = _read_kineto(kineto_path)
+            kineto = _read_kineto(kineto_path, et.pid)
             checked = CheckedKineto(kineto, check_kineto_trace(kineto))
         else:
             _log_kineto(kineto_path, checked.trace)
@@ -152,10 +153,12 @@ class _EtChecked:
         return self.warnings
 
 
-def _read_kineto(kineto_path):
-    """The Kineto trace, with decode errors named against the file."""
+def _read_kineto(kineto_path, prefer_pid=None):
+    """The timing trace (Kineto, or an Nsight Systems / nvprof SQLite file: ``read_timing_trace``;
+    ``prefer_pid``, the ET's, picks the process of a multi-process file), with decode errors named
+    against the file."""
     with decoding(kineto_path, "Kineto trace"):
-        kineto = read_kineto_trace(kineto_path)
+        kineto = read_timing_trace(kineto_path, prefer_pid, read_kineto_trace)
     _log_kineto(kineto_path, kineto)
     return kineto
 
@@ -289,6 +292,7 @@ def _link_and_write(result, output: Output, report_path, protected: tuple, besid
     """Build the ET+ of ``result``, plan it, write the report and the ET+ (``fields``: the ET's
     own fields encoded by a child, ``Schedule.fields_encoder``)."""
     progress("writing")
+    _note_timing_source(result)
     et_plus = build_et_plus(result)
     plan_simulation(et_plus, output, result.report, tree)
     report_output = atomic_output(report_path, protected) if report_path else contextlib.nullcontext()
@@ -321,3 +325,15 @@ def _link_kineto_alone(kineto_path: str | os.PathLike, progress=_silent):
     result = link_kineto_only(kineto)
     result.report.warnings[:0] = warnings
     return result
+
+
+def _note_timing_source(result) -> None:
+    """Put what the timing source says about itself (an Nsight Systems / nvprof file: kind,
+    version, ranges left out; the seq check of a link by order) into the report."""
+    notes, warnings = source_notes(result.kineto)
+    if result.report.host_graph == "execution trace" and result.match.method != "rf_id":
+        check = seq_agreement(result.et, result.kineto, result.match.event_of_op)
+        notes += [check] if check else []
+        warnings += [check] if check and "BELOW" in check else []
+    result.report.method_reason.extend(notes)
+    result.report.warnings.extend(w for w in warnings if w not in result.report.warnings)

@@ -43,6 +43,7 @@ class BatchConfig:
     skip_unpaired: bool = False  # link the ranks that have both files; note the others
     rank_start: str = "measured"  # each rank's start offset in the outputs (``plan.rank_start``)
     simulator: dict | None = None  # ASTRA-sim setup overrides (``batch.astra_setup``); --format et only
+    pid_ranks: dict[int, int] | None = None  # one nsys file of every rank: pid -> rank (default: pid order)
 
 
 @dataclass
@@ -74,7 +75,7 @@ def plan_batch(config: BatchConfig) -> BatchPlan:
         raise BatchSetupError(f"no file matches --et {config.et_glob!r}")
     if not kineto_paths:
         raise BatchSetupError(f"no file matches --kineto {config.kineto_glob!r}")
-    pairing = pair_rank_files(et_paths, kineto_paths, config.rank_pattern, config.skip_unpaired)
+    pairing = pair_rank_files(et_paths, kineto_paths, config.rank_pattern, config.skip_unpaired, config.pid_ranks)
     if pairing.problems:
         raise PairingError(pairing.problems)
     output_dir = Path(config.output_dir).absolute()

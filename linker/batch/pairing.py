@@ -21,6 +21,7 @@ from pathlib import Path
 from linker.read.files import GZIP_MAGIC
 from linker.batch.collectives import format_ranks
 from linker.read.rank_names import RankOfFile, rank_from_name
+from linker.read.timing_ranks import timing_rank_files
 from linker.batch.errors import BatchSetupError
 
 HEAD_BYTES = 1 << 20  # distributedInfo must appear within this many uncompressed bytes
@@ -155,7 +156,8 @@ def _group_by_rank(files: list[RankOfFile], kind: str, problems: list[str]) -> t
 
 
 def pair_rank_files(et_paths: list[Path], kineto_paths: list[Path],
-                    rank_pattern: str | re.Pattern | None = None, skip_unpaired: bool = False) -> Pairing:
+                    rank_pattern: str | re.Pattern | None = None, skip_unpaired: bool = False,
+                    pid_ranks: dict[int, int] | None = None) -> Pairing:
     """Pair ET and Kineto files by rank; every ambiguity becomes a ``problem`` (nothing guessed).
 
     ``skip_unpaired``: a rank with only one of its two files is left out with a note instead of
@@ -172,7 +174,7 @@ def pair_rank_files(et_paths: list[Path], kineto_paths: list[Path],
     both = sorted(set(et_paths) & set(kineto_paths))
     problems += [f"{p} matches both --et and --kineto" for p in both]
     et_files = [rank_from_name(p, pattern) for p in et_paths if p not in both]
-    kineto_files = [kineto_rank(p, pattern) for p in kineto_paths if p not in both]
+    kineto_files = timing_rank_files([p for p in kineto_paths if p not in both], pattern, kineto_rank, pid_ranks)
     ets, et_duplicated = _group_by_rank(et_files, "ET", problems)
     kinetos, kineto_duplicated = _group_by_rank(kineto_files, "Kineto", problems)
     unpaired = notes if skip_unpaired else problems

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from linker.read.files import collector_paused
 from linker.schedule import process_exit
+from linker.read.timing import is_sqlite_file
 from linker.schedule.fork import can_fork
 
 
@@ -97,6 +98,8 @@ class Schedule:
         (``kineto_child.start``), or None: the parent reads it (``kineto_child.finish`` then
         gives None, as it does for a child that failed)."""
         if not (self.kineto_child and _at_least(kineto_path, self.child_min_bytes) and can_fork()):
+            return None
+        if is_sqlite_file(kineto_path):  # an Nsight Systems / nvprof file: SQL does its reading
             return None
         from linker.schedule import kineto_child
 

@@ -1,0 +1,348 @@
+"""Read an Nsight Systems SQLite export (``nsys export --type sqlite``, schema 2.9 to 3.x).
+
+What is read (docs/nsys.md has the details and sources):
+
+- ``NVTX_EVENTS`` push/pop ranges (``eventType`` 59), text from ``text`` or ``StringIds[textId]``,
+  thread from ``globalTid`` (pid = bits 24-47, tid = bits 0-23). PyTorch's ranges are those of
+  the default domain (``domainId`` 0) that carry ``op_id`` (PyTorch >= 2022); in older captures,
+  which have no ``op_id``, every default-domain range that is not a PyProf dict marker (``{…}``).
+  A process is a PyTorch process when some default-domain range has ``op_id`` or ``seq``, or an
+  op name with a namespace (``aten::``, ``c10d::``: captures of ops without autograd). Other
+  ranges (NCCL's and MPI's domains, user ranges, PyProf markers) are left out and counted in the
+  notes; ranges never closed (``end`` NULL) are left out with a warning.
+- ``CUPTI_ACTIVITY_KIND_RUNTIME`` (runtime and driver calls: ``eventClass`` 1 = driver), names
+  from ``StringIds`` without the ``_v7000`` version suffix.
+- ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``_MEMCPY`` / ``_MEMSET`` of the processes read (``globalPid``).
+  A GPU op's launch is the runtime row with its ``correlationId`` in the same process: with more
+  than one process in the trace, correlations are renumbered to be unique (``_correlation_sql``).
+- The version from ``META_DATA_EXPORT`` (schema >= 3) or ``EXPORT_META_DATA`` (2.x).
+
+One output is one rank: a file with several PyTorch processes gives one of them (``prefer_pid``,
+the ET's, else the first by pid, with a warning) unless a process or ``ALL_PROCESSES`` is asked for.
+
+Tables or columns that are missing are treated as empty. Every query reads only the columns
+needed; SQLite joins the string table, filters, cuts seq and op_id out of the range text and
+sorts the CPU rows (the GPU rows are sorted in Python: nearly in order already). Cost: a streaming
+aggregate over the ranges, a probe per process, one query per event kind; one struct per row
+kept; O(n log n) for the sorts.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from operator import attrgetter
+from pathlib import Path
+
+from linker.model.errors import TraceInputError
+from linker.read import timing_model as model
+from linker.read.sqlite_source import sqlite_problem
+
+NVTX_PUSH_POP = 59
+PID_SQL = "(({col} >> 24) & 16777215)"
+TID_SQL = "({col} & 16777215)"
+VERSION_SUFFIX = re.compile(r"_v\d+$")
+TABLE_NVTX = "NVTX_EVENTS"
+TABLE_RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+TABLE_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+TABLE_MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+TABLE_MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+
+
+def _pid(col: str) -> str:
+    return PID_SQL.format(col=col)
+
+
+def _tid(col: str) -> str:
+    return TID_SQL.format(col=col)
+
+
+def export_version(conn: sqlite3.Connection, tables: dict) -> str:
+    """"nsys <product version>, export schema <schema version>" from the metadata table."""
+    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if table in tables and {"name", "value"} <= tables[table]:
+            rows = dict(conn.execute(f"SELECT name, value FROM {table} WHERE name IN "
+                                     "('EXPORT_PRODUCT_VERSION', 'EXPORT_SCHEMA_VERSION')"))
+            return (f"nsys {rows.get('EXPORT_PRODUCT_VERSION', '?')}, "
+                    f"export schema {rows.get('EXPORT_SCHEMA_VERSION', '?')}")
+    return "nsys, export schema unknown (no metadata table)"
+
+
+def _ranges_sql(tables: dict) -> str | None:
+    """SQL of the push/pop ranges (columns: rid, pid, tid, start, stop, dom, t = the text), or
+    None without an NVTX table."""
+    columns = tables.get(TABLE_NVTX)
+    if not columns or not {"start", "eventType", "globalTid"} <= columns:
+        return None
+    text = "n.text" if "text" in columns else "NULL"
+    if "textId" in columns and "StringIds" in tables:
+        text = f"coalesce({text}, (SELECT value FROM StringIds s WHERE s.id = n.textId))"
+    stop = 'n."end"' if "end" in columns else "NULL"
+    domain = "coalesce(n.domainId, 0)" if "domainId" in columns else "0"
+    return (
+        f"SELECT n.rowid AS rid, {_pid('n.globalTid')} AS pid, {_tid('n.globalTid')} AS tid, "
+        f"n.start AS start, {stop} AS stop, {domain} AS dom, coalesce({text}, '') AS t "
+        f"FROM {TABLE_NVTX} n WHERE n.eventType = {NVTX_PUSH_POP}")
+
+
+class Processes:
+    """Per process: its ranges by kind. One aggregate query that does not read the text (ranges
+    and never-closed ones of the default and other domains), then per process with
+    default-domain ranges a query that stops at its first range with ``op_id`` (PyTorch >= 2022:
+    its ops are those ranges); a process without one is looked at in full (older captures,
+    small): is it PyTorch's (a ``seq`` or a namespaced ``aten::`` name), how many PyProf markers.
+    ``rows[pid]``: ranges, other_domains, op_id (bool), pytorch (bool), pyprof, open_ops (ops
+    never closed)."""
+
+    def __init__(self, conn: sqlite3.Connection, ranges_sql: str | None):
+        self.rows: dict[int, dict] = {}
+        if ranges_sql is None:
+            return
+        counts = "count(*), sum(dom <> 0), sum(dom = 0), sum(dom = 0 AND stop IS NULL)"
+        # One streaming pass (no sort) answers for a one-process file; several processes are
+        # then counted per process (GROUP BY sorts).
+        low, high, *totals = conn.execute(f"SELECT min(pid), max(pid), {counts} FROM ({ranges_sql})").fetchone()
+        if low is None:
+            return
+        rows = [(low, *totals)] if low == high else conn.execute(
+            f"SELECT pid, {counts} FROM ({ranges_sql}) GROUP BY pid").fetchall()
+        for pid, count, other, default, open_default in rows:
+            self.rows[pid] = {"ranges": count, "other_domains": other, "default": default,
+                              "open_default": open_default, "op_id": False, "pytorch": False, "pyprof": 0,
+                              "open_ops": 0}
+        for pid, row in self.rows.items():
+            if row["default"]:
+                self._classify(conn, ranges_sql, pid, row)
+
+    @staticmethod
+    def _classify(conn, ranges_sql: str, pid: int, row: dict) -> None:
+        mine = f"SELECT * FROM ({ranges_sql}) WHERE pid = {pid} AND dom = 0"
+        row["op_id"] = conn.execute(f"SELECT 1 FROM ({mine}) WHERE {model.HAS_OP_ID_SQL} LIMIT 1").fetchone() is not None
+        if row["op_id"]:
+            row["pytorch"] = True
+            if row["open_default"]:
+                row["open_ops"] = conn.execute(f"SELECT count(*) FROM ({mine}) WHERE stop IS NULL "
+                                               f"AND {model.HAS_OP_ID_SQL}").fetchone()[0]
+            return
+        pytorch, pyprof, open_ops = conn.execute(
+            f"SELECT max({model.HAS_SEQ_SQL} OR instr(t, '::') > 0), sum(t LIKE '{{%'), "
+            f"sum(stop IS NULL AND t NOT LIKE '{{%') FROM ({mine})").fetchone()
+        row.update(pytorch=bool(pytorch), pyprof=pyprof or 0, open_ops=open_ops or 0)
+
+    def pytorch(self) -> list[int]:
+        return sorted(p for p, r in self.rows.items() if r["pytorch"])
+
+
+def op_filter(pids: list[int], processes: Processes) -> str:
+    """SQL condition on the ranges: PyTorch ops of the chosen processes (default domain; those
+    with op_id when the process has any, else all but PyProf markers)."""
+    terms = []
+    for pid in pids:
+        rule = model.HAS_OP_ID_SQL if processes.rows[pid]["op_id"] else "t NOT LIKE '{%'"
+        terms.append(f"(pid = {pid} AND {rule})")
+    return f"dom = 0 AND ({' OR '.join(terms)})"
+
+
+def read_nsys(conn: sqlite3.Connection, path: Path, tables: dict, pid: int | None = None,
+              prefer_pid: int | None = None) -> model.TimingTrace:
+    """The ``TimingTrace`` of the file. ``pid``: read that process only; ``prefer_pid`` (the ET's
+    pid): read it when the file holds several PyTorch processes. Raises ``TraceInputError`` when
+    the file has no PyTorch ranges or the process asked for is not there."""
+    try:
+        return _read(conn, path, tables, pid, prefer_pid)
+    except sqlite3.Error as err:
+        raise sqlite_problem(path, err) from None
+
+
+ALL_PROCESSES = -1  # ``pid`` value: read every PyTorch process of the file
+
+
+def choose_processes(path: Path, available: list[int], everything: dict, pid: int | None,
+                     prefer_pid: int | None, what: str) -> tuple[list[int], list[str]]:
+    """(pids to read, warnings). ``pid``: that process (refused when absent), or
+    ``ALL_PROCESSES``; else one process, as one output is one rank: ``prefer_pid`` (the ET's) when
+    the file holds several (refused when it is none of them: linking one ET needs its process),
+    else the first in pid order, with a warning naming the others (``batch`` links each)."""
+    if not available:
+        kinds = (f"{len(everything)} process(es) with NVTX ranges, none from PyTorch"
+                 if everything else "no NVTX ranges at all")
+        raise TraceInputError(path, f"no PyTorch ranges in this {what} ({kinds}): record with "
+                              "torch.autograd.profiler.emit_nvtx() (nsys profile --pytorch=autograd-nvtx)")
+    listed = ", ".join(map(str, available))
+    if pid == ALL_PROCESSES:
+        return available, []
+    if pid is not None:
+        if pid not in available:
+            raise TraceInputError(path, f"process {pid} has no PyTorch ranges here (processes with "
+                                  f"PyTorch ranges: {listed})")
+        return [pid], []
+    if len(available) == 1:
+        return available, []
+    if prefer_pid is not None:
+        if prefer_pid in available:
+            return [prefer_pid], []
+        raise TraceInputError(path, f"holds {len(available)} PyTorch processes (pids {listed}) and none is "
+                              f"the ET's pid {prefer_pid}: link each process with 'et-link batch' (one rank "
+                              "per process)")
+    return available[:1], [f"{path}: holds {len(available)} PyTorch processes (pids {listed}): read pid "
+                           f"{available[0]} only (rank 0 in pid order); 'et-link batch --kineto {path.name}' "
+                           "links every process as a rank"]
+
+
+def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
+    version = export_version(conn, tables)
+    ranges_sql = _ranges_sql(tables)
+    processes = Processes(conn, ranges_sql)
+    pids, chosen = choose_processes(path, processes.pytorch(), processes.rows, pid, prefer_pid,
+                                    "Nsight Systems export")
+    several = _first_correlations(conn, tables, pids) if len(pids) > 1 else None
+    base = time_base(conn, tables)
+    us = f"- {base}) / {model.NS_PER_US}"
+    cpu = model.cpu_events(conn.execute(cpu_sql(ranges_sql, op_filter(pids, processes), us)))
+    notes, warnings = range_notes(pids, processes, len(cpu))
+    warnings[:0] = chosen
+    runtime = _runtime(conn, tables, pids, several, us)
+    gpu = _gpu(conn, tables, pids, several, us)
+    launches = {e.args.correlation for e in runtime}
+    unlaunched = sum(1 for e in gpu if e.args.correlation not in launches)
+    if unlaunched:
+        warnings.append(f"{path}: {unlaunched} of {len(gpu)} GPU ops have no launch row in "
+                        f"{TABLE_RUNTIME} (cut off by the capture, a slice or the export); "
+                        "see the report's GPU accounting (those before the first "
+                        "recorded launch go under the process root, the others stay unattached)")
+    trace = model.TimingTrace(
+        path=str(path), pid=pids[0] if len(pids) == 1 else None, rank=None, world_size=None,
+        cpu_events=cpu, runtime_events=runtime, gpu_events=gpu, source="nsys", version=version,
+        processes=pids, notes=notes, warnings=warnings, time_base_ns=base)
+    if trace.pid is None and cpu:
+        trace.pid = pids[0]
+    return trace
+
+
+def time_base(conn, tables) -> int:
+    """0, or the earliest start when times in µs would not keep whole ns (``MAX_PLAIN_US``)."""
+    latest, earliest = 0, None
+    for table in (TABLE_NVTX, TABLE_RUNTIME, TABLE_KERNEL):
+        if "start" in tables.get(table, ()):
+            low, high = conn.execute(f"SELECT min(start), max(start) FROM {table}").fetchone()
+            if high is not None:
+                latest = max(latest, high)
+                earliest = low if earliest is None else min(earliest, low)
+    return int(earliest) if latest / model.NS_PER_US >= model.MAX_PLAIN_US else 0
+
+
+def cpu_sql(ranges_sql: str, ops: str, us: str) -> str:
+    """The PyTorch ranges to read, closed ones, as ``timing_model.cpu_events`` rows: by thread
+    (pid, tid as numbers: ``cpu_events`` puts the threads in text order), start, op_id (Kineto's
+    External id order), the longer first, then file order."""
+    return (f"SELECT core, op_id, seq, pid, tid, (start {us}, (stop - start) / {model.NS_PER_US} "
+            f"FROM ({model.cpu_fields_sql(f'SELECT * FROM ({ranges_sql}) WHERE {ops} AND stop IS NOT NULL')}) "
+            f"ORDER BY pid, tid, start, coalesce(op_id, {1 << 62}), stop DESC, rid")
+
+
+def range_notes(pids, processes, kept: int) -> tuple[list[str], list[str]]:
+    """What was read (``kept`` ranges) and left out of the chosen processes' ranges, in words
+    (notes, warnings)."""
+    notes, warnings = [f"{kept} PyTorch NVTX ranges read as CPU ops"], []
+    rows = [processes.rows[p] for p in pids]
+    other = sum(r["other_domains"] for r in rows)
+    pyprof = sum(r["pyprof"] for r in rows)
+    never_closed = sum(r["open_ops"] for r in rows)
+    user = sum(r["default"] for r in rows) - pyprof - kept - never_closed
+    left = []
+    if other:
+        left.append(f"{other} ranges of other NVTX domains (NCCL, MPI, user domains)")
+    if user:
+        left.append(f"{user} default-domain ranges that are not PyTorch ops (user ranges without op_id)")
+    if pyprof:
+        left.append(f"{pyprof} PyProf dict markers")
+    if left:
+        notes.append("left out (not ops; GPU work inside them hangs under the innermost PyTorch range): "
+                     + "; ".join(left))
+    others = sorted(set(processes.rows) - set(pids))
+    if others:
+        notes.append(f"processes not read: {', '.join(map(str, others))}")
+    if never_closed:
+        warnings.append(f"{never_closed} PyTorch NVTX ranges were never closed (end NULL: the capture "
+                        "stopped inside them); left out")
+    return notes, warnings
+
+
+def _string_names(conn, table: str, column: str, tables: dict, strip: bool = True) -> dict:
+    """String id -> name (``strip``: without its ``_vNNNN`` suffix), for the ids ``table.column``
+    uses."""
+    if "StringIds" not in tables:
+        return {}
+    rows = conn.execute(f"SELECT id, value FROM StringIds WHERE id IN (SELECT DISTINCT {column} FROM {table})")
+    if not strip:
+        return {key: value or "" for key, value in rows}
+    return {key: VERSION_SUFFIX.sub("", value or "") for key, value in rows}
+
+
+def _first_correlations(conn, tables, pids) -> dict[int, int]:
+    """pid -> its smallest runtime correlation (0 without runtime rows)."""
+    firsts = dict.fromkeys(pids, 0)
+    if {"globalTid", "correlationId"} <= tables.get(TABLE_RUNTIME, set()):
+        pid = _pid("globalTid")
+        firsts.update(conn.execute(f"SELECT {pid}, min(correlationId) FROM {TABLE_RUNTIME} "
+                                   f"WHERE {pid} IN ({', '.join(map(str, pids))}) GROUP BY {pid}"))
+    return firsts
+
+
+def _correlation_sql(column: str, pid_sql: str, firsts: dict[int, int] | None) -> str:
+    """The correlation as read: the column itself for one process; for several, unique across
+    them and alike relative to each one's first launch, so that "launched before the trace"
+    (below the first launch) is judged per process: ``(c - first(pid) + 2**32) * P + index(pid)``."""
+    if not firsts:
+        return column
+    first = " ".join(f"WHEN {p} THEN {c}" for p, c in firsts.items())
+    index = " ".join(f"WHEN {p} THEN {i}" for i, p in enumerate(firsts))
+    return (f"(({column} - CASE {pid_sql} {first} END + 4294967296) * {len(firsts)} "
+            f"+ CASE {pid_sql} {index} END)")
+
+
+def _runtime(conn, tables, pids, several, us) -> list:
+    columns = tables.get(TABLE_RUNTIME)
+    if not columns or not {"start", "end", "globalTid", "correlationId"} <= columns:
+        return []
+    name_key = "nameId" if "nameId" in columns else "NULL"
+    names = _string_names(conn, TABLE_RUNTIME, "nameId", tables) if name_key != "NULL" else {}
+    driver = "(eventClass = 1)" if "eventClass" in columns else "0"
+    pid = _pid("globalTid")
+    rows = conn.execute(
+        f"SELECT {name_key}, {driver}, {pid}, {_tid('globalTid')}, (start {us}, "
+        f"(\"end\" - start) / {model.NS_PER_US}, {_correlation_sql('correlationId', pid, several)} "
+        f"FROM {TABLE_RUNTIME} WHERE {pid} IN ({', '.join(map(str, pids))}) "
+        f"ORDER BY globalTid, start, \"end\" DESC, rowid")
+    return model.runtime_events(rows, names)
+
+
+def _gpu(conn, tables, pids, several, us) -> list:
+    """Kernels, memcpys and memsets of the chosen processes, by start time (kernels first at equal
+    starts, then file order: one query per table, no SQL sort; Python's stable sort of nearly
+    sorted rows is quick). Kernel names come from ``StringIds`` through a dict of the ids used."""
+    events = []
+    for table, cat in ((TABLE_KERNEL, "kernel"), (TABLE_MEMCPY, "gpu_memcpy"), (TABLE_MEMSET, "gpu_memset")):
+        columns = tables.get(table)
+        if not columns or not {"start", "end", "deviceId", "streamId", "correlationId", "globalPid"} <= columns:
+            continue
+        names = None
+        if cat == "kernel":
+            key = next((c for c in ("demangledName", "shortName") if c in columns), None)
+            name = key or "NULL"
+            names = _string_names(conn, table, key, tables, strip=False) if key else {}
+        elif cat == "gpu_memcpy":
+            name = model.memcpy_name_sql("copyKind", *(c if c in columns else None for c in ("srcKind", "dstKind")))
+        else:
+            name = model.memset_name_sql("memKind" if "memKind" in columns else None)
+        pid = _pid("globalPid")
+        rows = conn.execute(
+            f"SELECT {name}, '{cat}', deviceId, streamId, (start {us}, (\"end\" - start) / {model.NS_PER_US}, "
+            f"{_correlation_sql('correlationId', pid, several)} FROM {table} "
+            f"WHERE {pid} IN ({', '.join(map(str, pids))})")
+        events += model.gpu_events(rows, names)
+    events.sort(key=_TS)
+    return events
+
+
+_TS = attrgetter("ts")

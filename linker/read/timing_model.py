@@ -1,0 +1,235 @@
+"""The Kineto model as filled from an NVTX-based capture (Nsight Systems, nvprof).
+
+A timing source other than Kineto is read into the same ``KinetoTrace`` / ``KinetoEvent`` model, so
+linking, the writers and the simulator need nothing new:
+
+- a PyTorch NVTX range is a ``cpu_op`` event: the name is the range text before its first
+  ``, seq = `` / ``, op_id = `` / ``, sizes = `` field; ``op_id`` becomes the ``Record function
+  id`` (PyTorch writes the same RecordFunction handle as the ET's ``rf_id``) and the External id
+  (it orders same-start ranges as Kineto's External id does: both are drawn at op start);
+  ``sizes = [[…]]`` becomes ``Input Dims``; ``seq`` rides along in ``RangeArgs.seq``;
+- a CUDA runtime / driver call is a ``cuda_runtime`` / ``cuda_driver`` event with its
+  ``correlation``;
+- kernels, memcpys and memsets are ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` events with pid =
+  device and tid = stream, as Kineto writes them.
+
+Times are µs floats: ``ns / 1000`` computed by SQLite (an IEEE division, so a Kineto time written
+as ns by ``scripts/kineto_to_sqlite.py`` reads back as the very float Kineto's decoder makes).
+
+``TimingTrace`` adds what the report says about the source: its kind and version, the processes
+read and the ranges left out. The builders below turn cursor rows into events in one pass each
+(SQL has joined, filtered and sorted; it has also cut seq and op_id out of the range text, so
+the rest, the same for every call of an op with the same shapes, is parsed once per distinct
+text). Cost: one struct per row read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import msgspec
+
+from linker.read.kineto import KinetoArgs, KinetoEvent, KinetoTrace
+
+NO_DIMS = KinetoArgs().input_dims
+# Range text fields PyTorch appends to the op name (``getNvtxStr``); ``seq`` spellings PyTorch used (", seq = N" since 2020; "seq=N" / "stashed seq=N" before).
+SEQ_SPELLINGS = (", seq", ", stashed seq")
+OP_ID_MARKER = ", op_id = "
+SIZES_MARKER = ", sizes = "
+INPUT_OP_IDS_MARKER = ", input_op_ids = "
+NS_PER_US = 1000.0
+# Times stay as recorded while ns / 1000 keeps whole ns in a float (below 2**43 µs); beyond
+# (nvprof's epoch ns) they are made relative to the earliest timestamp read.
+MAX_PLAIN_US = float(1 << 43)
+
+
+class RangeArgs(KinetoArgs, frozen=True, omit_defaults=True):
+    """``KinetoArgs`` of a PyTorch NVTX range, plus its autograd sequence number (None: none)."""
+
+    seq: int | None = None
+
+
+@dataclass
+class TimingTrace(KinetoTrace):
+    """A ``KinetoTrace`` read from an Nsight Systems or nvprof SQLite file.
+
+    ``source``: "nsys" or "nvprof"; ``version``: product and schema version as the file states
+    them; ``processes``: pids read (rank order for ``batch``); ``notes``: what the report says
+    about ranges and rows left out; ``warnings``: the same, for what the user should look at;
+    ``time_base_ns``: subtracted from every timestamp (0: times as recorded)."""
+
+    source: str = ""
+    version: str = ""
+    processes: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    time_base_ns: int = 0
+
+    def describe(self) -> str:
+        """One line for the report: source, version, processes."""
+        kind = {"nsys": "Nsight Systems", "nvprof": "nvprof"}.get(self.source, self.source)
+        pids = ", ".join(map(str, self.processes))
+        base = f"; times relative to {self.time_base_ns} ns" if self.time_base_ns else ""
+        return (f"timing source: {kind} SQLite export ({self.version}), "
+                f"process{'es' if len(self.processes) != 1 else ''} {pids}{base}")
+
+
+def parse_range_text(text: str) -> tuple[str, int | None, int | None, bytes | None]:
+    """(name, op_id, seq, sizes) of PyTorch's range text ``name[, seq = N][, op_id = M][, sizes =
+    [[…]]][, input_op_ids = […]]``: the name ends at the first of those fields; ``seq`` is also
+    read as ``seq=N`` / ``stashed seq=N`` (older spellings); ``sizes`` is the JSON list's bytes,
+    None when absent or not valid JSON (a text cut short by the profiler). A few ``str.find``."""
+    if ", " not in text:
+        return text, None, None, None
+    cut = len(text)
+    op_id = seq = sizes = None
+    at = text.find(OP_ID_MARKER)
+    if at >= 0:
+        cut = at
+        op_id = _leading_int(text, at + len(OP_ID_MARKER))
+    for marker in SEQ_SPELLINGS:
+        at = text.find(marker)
+        if at >= 0:
+            cut = min(cut, at)
+            seq = _leading_int(text, at + len(marker))
+            break
+    at = text.find(SIZES_MARKER)
+    if at >= 0:
+        cut = min(cut, at)
+        end = text.find(INPUT_OP_IDS_MARKER, at)
+        sizes = text[at + len(SIZES_MARKER):end if end >= 0 else len(text)].encode()
+        try:
+            _check_json(sizes)
+        except msgspec.DecodeError:
+            sizes = None
+    at = text.find(INPUT_OP_IDS_MARKER)
+    if at >= 0:
+        cut = min(cut, at)
+    return text[:cut], op_id, seq, sizes
+
+
+_check_json = msgspec.json.Decoder().decode
+_DIGITS = re.compile(r"\s*=?\s*(-?\d+)")
+
+
+def _leading_int(text: str, at: int) -> int | None:
+    match = _DIGITS.match(text, at)
+    return int(match.group(1)) if match else None
+
+
+def cpu_events(rows) -> list[KinetoEvent]:
+    """Rows (core text, op_id, seq, pid, tid, ts, dur) -> ``cpu_op`` events, in row order. The
+    core text is the range text without its seq and op_id (``cpu_fields_sql``): the same op with
+    the same sizes repeats it, so each distinct one is parsed once (``parse_range_text``) and its
+    name and sizes bytes are shared by the events that have it."""
+    Event, Args, no_dims, parse = KinetoEvent, RangeArgs, NO_DIMS, parse_range_text
+    seen: dict[str, tuple] = {}
+    threads = _Threads()
+    add = threads.add
+    for core, op_id, seq, pid, tid, ts, dur in rows:
+        if pid != threads.pid or tid != threads.tid:
+            add = threads.start(pid, tid)
+        parsed = seen.get(core)
+        if parsed is None:
+            name, _, old_seq, sizes = parse(core)
+            parsed = seen[core] = (name, msgspec.Raw(sizes) if sizes else no_dims, old_seq)
+        add(Event("X", "cpu_op", parsed[0], pid, tid, ts, dur, None,
+                  Args(external_id=op_id, rf_id=op_id, input_dims=parsed[1], seq=seq if seq is not None else parsed[2])))
+    return threads.events()
+
+
+class _Threads:
+    """Events arriving grouped by thread in numeric (pid, tid) order (an integer sort in SQL),
+    given back in ``cpu_event_order``'s thread order: pid and tid compared as text. O(n) list
+    joins; the rows are compared with the last one's thread only."""
+
+    def __init__(self):
+        self.pid = self.tid = None
+        self.groups: list[tuple[tuple[str, str], list]] = []
+        self.add = None
+
+    def start(self, pid, tid):
+        self.pid, self.tid = pid, tid
+        group: list = []
+        self.groups.append(((str(pid), str(tid)), group))
+        return group.append
+
+    def events(self) -> list:
+        self.groups.sort(key=lambda item: item[0])  # stable: a thread met twice keeps its order
+        if len(self.groups) == 1:
+            return self.groups[0][1]
+        return [event for _, group in self.groups for event in group]
+
+
+def cpu_fields_sql(ranges_sql: str) -> str:
+    """SQL over ``ranges_sql`` (columns rid, pid, tid, start, stop, dom, t) adding ``op_id``,
+    ``seq`` and ``core``: the text without its ``, seq = N, op_id = M`` part (PyTorch writes seq
+    before op_id and nothing between them). Positions are found once per row (the inner query's
+    ``LIMIT -1 OFFSET 0`` keeps SQLite from folding it into the outer one)."""
+    op_len, seq_len = len(OP_ID_MARKER), len(SEQ_SPELLINGS[0])
+    first = "CASE WHEN ps > 0 AND (po = 0 OR ps < po) THEN ps ELSE po END"
+    after = f"CASE WHEN po > 0 THEN po + {op_len} ELSE ps + {seq_len} END"
+    tail = f"coalesce(substr(substr(t, {after}), nullif(instr(substr(t, {after}), ', '), 0)), '')"
+    return (f"SELECT *, CASE WHEN po > 0 THEN CAST(substr(t, po + {op_len}) AS INTEGER) END AS op_id, "
+            f"CASE WHEN ps > 0 THEN CAST(ltrim(substr(t, ps + {seq_len}), ' =') AS INTEGER) END AS seq, "
+            f"CASE WHEN ps = 0 AND po = 0 THEN t ELSE substr(t, 1, ({first}) - 1) || {tail} END AS core "
+            f"FROM (SELECT *, instr(t, '{SEQ_SPELLINGS[0]}') AS ps, instr(t, '{OP_ID_MARKER}') AS po "
+            f"FROM ({ranges_sql}) LIMIT -1 OFFSET 0)")
+
+
+# SQL: per process, the ranges by kind (see ``linker.read.nsys.Processes``).
+HAS_OP_ID_SQL = f"instr(t, '{OP_ID_MARKER}') > 0"
+HAS_SEQ_SQL = "(" + " OR ".join(f"instr(t, '{m}') > 0" for m in SEQ_SPELLINGS) + ")"
+
+
+def runtime_events(rows, names: dict) -> list[KinetoEvent]:
+    """Rows (name key, driver?, pid, tid, ts, dur, correlation), grouped by thread in numeric
+    order -> runtime events in ``cpu_event_order``; ``names`` maps the key (a string id or a
+    callback id) to the call's name."""
+    Event, Args = KinetoEvent, KinetoArgs
+    threads = _Threads()
+    add = threads.add
+    for key, driver, pid, tid, ts, dur, corr in rows:
+        if pid != threads.pid or tid != threads.tid:
+            add = threads.start(pid, tid)
+        add(Event("X", "cuda_driver" if driver else "cuda_runtime", names.get(key, ""), pid, tid, ts, dur,
+                  None, Args(correlation=corr)))
+    return threads.events()
+
+
+def gpu_events(rows, names: dict | None = None) -> list[KinetoEvent]:
+    """Rows (name, cat, device, stream, ts, dur, correlation) -> GPU events (pid = device,
+    tid = stream), in row order; with ``names`` the first column is a key into it."""
+    Event, Args = KinetoEvent, KinetoArgs
+    if names is not None:
+        rows = ((names.get(key, ""), *rest) for key, *rest in rows)
+    return [Event("X", cat, name, device, stream, ts, dur, None,
+                  Args(correlation=corr, stream_value=stream, device=device))
+            for name, cat, device, stream, ts, dur, corr in rows]
+
+
+# CUPTI enum names as Kineto writes them into memcpy / memset event names.
+MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
+                9: "HtoH", 10: "PtoP"}
+MEMORY_KINDS = {1: "Pageable", 2: "Pinned", 3: "Device", 4: "Array", 5: "Managed", 6: "Device Static",
+                7: "Managed Static"}
+
+
+def _case_sql(column: str, names: dict[int, str]) -> str:
+    whens = " ".join(f"WHEN {code} THEN '{name}'" for code, name in names.items())
+    return f"CASE {column} {whens} ELSE 'Unknown' END"
+
+
+def memcpy_name_sql(kind: str, src: str | None, dst: str | None) -> str:
+    """SQL: Kineto's memcpy name, ``Memcpy HtoD (Pageable -> Device)``, from the CUPTI enums."""
+    head = f"'Memcpy ' || {_case_sql(kind, MEMCPY_KINDS)}"
+    if src is None or dst is None:
+        return head
+    return (f"{head} || ' (' || {_case_sql(src, MEMORY_KINDS)} || ' -> ' || "
+            f"{_case_sql(dst, MEMORY_KINDS)} || ')'")
+
+
+def memset_name_sql(kind: str | None) -> str:
+    """SQL: Kineto's memset name, ``Memset (Device)``."""
+    return "'Memset'" if kind is None else f"'Memset (' || {_case_sql(kind, MEMORY_KINDS)} || ')'"

@@ -1,0 +1,119 @@
+"""The same ET links through Kineto, an nsys-schema and an nvprof-schema file of the same events.
+
+``scripts/kineto_to_sqlite.py`` writes the SQLite files from a real Kineto capture (range text
+from the real op names, seq and rf_id). The ET+ through each source must be the same: CPU
+captures byte for byte; the GPU fixtures node for node, with GPU nodes keyed by correlation and
+compared on times, stream, device and parent, except the GPU ops that Kineto reaches only through
+an External id or an ``ac2g`` flow (no NVTX counterpart: computed here from the Kineto file) and
+the collective args Kineto writes on NCCL kernels (``pg_name`` and what follows from it).
+Both by rf_id join (op_id in the text) and by order alignment (op_id stripped).
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from conftest import FIXTURES, ROOT, SHARED_TRACES
+from linker.pipeline import link_pair
+
+_spec = importlib.util.spec_from_file_location("kineto_to_sqlite", ROOT / "scripts" / "kineto_to_sqlite.py")
+converter = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(converter)
+
+CPU_PAIRS = [FIXTURES / "cpu" / "mlp_steps", FIXTURES / "cpu" / "threads",
+             SHARED_TRACES / "torch_cpu" / "mlp_1step", SHARED_TRACES / "torch_cpu" / "mlp_multistep",
+             SHARED_TRACES / "torch_cpu" / "threads"]
+GPU_PAIRS = [FIXTURES / "gpu" / "gpu_v111", FIXTURES / "gpu" / "shapes_cuda"]
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+COMM_FIELDS = ("pg_name", "comm_type", "comm_size", "data_deps", "sim_dur", "blocked_dur", "host_gap_dur")
+
+
+def _pair(directory: Path) -> tuple[Path, Path]:
+    if not directory.exists():
+        pytest.skip(f"shared traces not available ({directory})")
+    return directory / "et.json.gz", directory / "kineto.json.gz"
+
+
+def _link(et: Path, timing: Path, out: Path) -> tuple[bytes, object]:
+    outcome = link_pair(et, timing, out)
+    return out.read_bytes(), outcome.report
+
+
+def _sources(kineto: Path, tmp: Path, strip: bool) -> list[Path]:
+    nsys, nvprof = tmp / "trace.sqlite", tmp / "trace.nvvp"
+    converter.write_nsys(kineto, nsys, strip_op_id=strip)
+    converter.write_nvprof(kineto, nvprof, strip_op_id=strip)
+    return [nsys, nvprof]
+
+
+@pytest.mark.parametrize("strip", [False, True], ids=["rf_id", "order"])
+@pytest.mark.parametrize("directory", CPU_PAIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_cpu_capture_links_identically(directory, strip, tmp_path):
+    et, kineto = _pair(directory)
+    base = tmp_path / "base.json"
+    if strip:  # the baseline is Kineto without record-function ids: order alignment on both sides
+        kineto = _without_rf_ids(kineto, tmp_path / "kineto.json")
+    expected, base_report = _link(et, kineto, base)
+    for source in _sources(kineto, tmp_path, strip):
+        got, report = _link(et, source, tmp_path / f"{source.suffix}.json")
+        assert report.method == base_report.method == ("exact" if strip else "rf_id")
+        assert got == expected, f"ET+ through {source.name} differs from the one through Kineto"
+        if strip:
+            assert any(r.startswith("seq check:") for r in report.method_reason)
+
+
+def _without_rf_ids(kineto: Path, out: Path) -> Path:
+    doc = json.loads(gzip.decompress(kineto.read_bytes()))
+    for event in doc["traceEvents"]:
+        (event.get("args") or {}).pop("Record function id", None)
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def _unreachable_by_correlation(kineto: Path) -> set:
+    """Correlations of GPU ops that no runtime event of the Kineto file carries, launched while
+    tracing (those below the first launch's correlation ran before the trace: placed alike)."""
+    raw = kineto.read_bytes()
+    events = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)["traceEvents"]
+    launches = {e["args"].get("correlation") for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    first = min(c for c in launches if isinstance(c, int))
+    return {e["args"].get("correlation") for e in events
+            if e.get("cat") in GPU_CATS and e["args"].get("correlation") not in launches
+            and not (isinstance(e["args"].get("correlation"), int) and e["args"]["correlation"] < first)}
+
+
+def _split(doc: dict) -> tuple[dict, dict]:
+    cpu, gpu = {}, {}
+    for node in doc["nodes"]:
+        if node.get("cat") in GPU_CATS:
+            gpu[node["correlation"], node["ts"]] = node
+        else:
+            cpu[node["id"]] = {k: v for k, v in node.items() if k not in COMM_FIELDS}
+    return cpu, gpu
+
+
+@pytest.mark.parametrize("strip", [False, True], ids=["rf_id", "order"])
+@pytest.mark.parametrize("directory", GPU_PAIRS, ids=lambda p: p.name)
+def test_gpu_fixture_links_identically(directory, strip, tmp_path):
+    et, kineto = _pair(directory)
+    if strip:
+        kineto = _without_rf_ids(kineto, tmp_path / "kineto.json")
+    expected, _ = _link(et, kineto, tmp_path / "base.json")
+    base_cpu, base_gpu = _split(orjson.loads(expected))
+    skipped = _unreachable_by_correlation(kineto)
+    for source in _sources(kineto, tmp_path, strip):
+        got, report = _link(et, source, tmp_path / f"{source.suffix}.json")
+        cpu, gpu = _split(orjson.loads(got))
+        assert cpu == base_cpu, f"CPU nodes through {source.name} differ"
+        reachable = {key: node for key, node in base_gpu.items() if key[0] not in skipped}
+        assert set(gpu) == set(reachable)
+        for key, node in reachable.items():
+            mine = gpu[key]
+            for field in ("name", "cat", "ts", "dur", "stream", "device", "ctrl_deps"):
+                assert mine.get(field) == node.get(field), (source.name, key, field)
