@@ -68,6 +68,22 @@ def test_headline_counts_every_gpu_event_of_the_file(tmp_path):
     assert "100.00%)" not in head.split("GPU events")[1]
 
 
+def test_batch_counts_every_gpu_event_of_the_file_too(tmp_path):
+    et, kineto = shared_trace("param_linear", "et.json.gz"), shared_trace("param_linear", "kineto.json.gz")
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "rank0.et.json.gz").write_bytes(Path(et).read_bytes())
+    (job / "rank0.kineto.json.gz").write_bytes(Path(kineto).read_bytes())
+    result = run("batch", "--et", job / "rank*.et.json.gz", "--kineto", job / "rank*.kineto.json.gz",
+                 "--output-dir", tmp_path / "out", "--format", "et", "-q")
+    assert result.exit_code == 0, result.stderr
+    total = raw_gpu_events(kineto)
+    attached = sum(1 for kind in load_graph(tmp_path / "out" / "rank.0.et").kind if kind in (GPU, COMM))
+    assert f"GPU ops attached {attached}/{total} ({100 * attached / total:.2f}%)" in result.stdout, result.stdout
+    row = next(line for line in result.stdout.splitlines() if line.split()[:2] == ["0", "linked"])
+    assert float(row.split()[4]) == round(100 * attached / total, 2)
+
+
 def test_cpu_only_headline_says_so(tmp_path):
     et, kineto = fixture_pair("cpu", "mlp_steps")
     result = run("--et-file", et, "--kineto-file", kineto, "-o", tmp_path / "o.json")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from linker.link.recipe import LinkOptions
+from linker.link.report import gpu_headline_parts
 from linker.batch.progress import BatchProgress
 from linker.batch.memory import estimate_peak_bytes, uncompressed_size
 from linker.batch.pairing import RankPair
@@ -98,6 +99,10 @@ def fill_from_report(result: RankResult, report: dict) -> RankResult:
         setattr(result, name, int(report.get(name) or 0))
     result.linked_pct = report.get("linked_pct")
     result.gpu_linked_pct = report.get("gpu_linked_pct")
+    if report.get("gpu_accounting"):  # the link's headline: every GPU event of the file, not the window's
+        parts = gpu_headline_parts(report["gpu_accounting"])
+        result.gpu_events, result.gpu_events_linked = sum(parts.values()), parts["attached"]
+        result.gpu_linked_pct = round(100.0 * parts["attached"] / result.gpu_events, 3) if result.gpu_events else 100.0
     result.warnings = list(report.get("warnings") or [])
     return result
 
@@ -111,5 +116,5 @@ def finished_line(result: RankResult) -> str:
     if not result.ok:
         return f"rank {result.rank} FAILED: {result.error}"
     peak = f", {result.peak_rss_bytes / 2**20:.0f} MB" if result.peak_rss_bytes else ""
-    return (f"rank {result.rank}: {result.method}, linked {result.linked_pct:.2f}%, GPU ops "
+    return (f"rank {result.rank}: {result.method}, linked {result.linked_pct:.2f}%, GPU events attached "
             f"{result.gpu_linked_pct:.2f}%, {result.wall_seconds or 0:.2f}s{peak}")

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from linker.read.et import ExecutionTrace
 from linker.link.gpu import (BEFORE_TRACE, OUTSIDE_WINDOW, REASON_WORDS, UNDER_ANNOTATION, UNDER_GRAPH_OP, UNDER_OP,
                              UNDER_PROCESS_ROOT, UNDER_PYTHON_FUNCTION, GpuAttribution)
-from linker.link.intervals import NESTING_SLACK_US, lies_within
+from linker.link.intervals import NESTING_SLACK_US
 from linker.read.kineto import KinetoTrace
 from linker.link.threads import OpMatch
 from linker.link.windows import Window
@@ -98,9 +98,7 @@ class LinkReport:
             return "no GPU events in the Kineto trace (CPU-only run)"
         if not self.gpu_accounting:
             return f"GPU events: {self.gpu_events_linked:,} of {self.gpu_events:,} attached"
-        parts = dict.fromkeys(("attached", "outside", "before", "unattached"), 0)
-        for row in self.gpu_accounting:
-            parts[_GPU_PART.get(row["reason"], "unattached")] += row["count"]
+        parts = gpu_headline_parts(self.gpu_accounting)
         total = sum(parts.values())
         share = [f"{100.0 * parts['attached'] / total:.2f}%"] if total else []
         share += [f"{parts[key]:,} {words}" for key, words in (
@@ -113,6 +111,16 @@ class LinkReport:
 _GPU_PART = {UNDER_OP: "attached", UNDER_GRAPH_OP: "attached", UNDER_ANNOTATION: "attached",
              UNDER_PYTHON_FUNCTION: "attached", OUTSIDE_WINDOW: "outside", UNDER_PROCESS_ROOT: "before",
              BEFORE_TRACE: "before"}
+
+def gpu_headline_parts(accounting: list[dict]) -> dict[str, int]:
+    """Every GPU event of the file in one of the headline's parts (``attached``, ``outside`` the
+    linked iteration, launched ``before`` the trace, ``unattached``), from the report's
+    ``gpu_accounting`` rows. O(rows)."""
+    parts = dict.fromkeys(("attached", "outside", "before", "unattached"), 0)
+    for row in accounting:
+        parts[_GPU_PART.get(row["reason"], "unattached")] += row["count"]
+    return parts
+
 
 _CUT_LABEL = re.compile(r"\(cut at '(.*)', located by '(.*)'\)")
 
