@@ -18,7 +18,8 @@ import pytest
 from conftest import FIXTURES, dlrm_pair
 from linker.plan import deps as chakra_deps
 from linker.plan.busy import _start_order, compute_busy
-from linker.plan.deps import NO_NODE, WriteSummary, _id_order, _preorder, _topological_order, _write_order
+from linker.plan.dependency_plan import NO_NODE, WriteSummary
+from linker.plan.deps import _id_order, _preorder, _topological_order, _write_order
 from linker.read.et import read_execution_trace
 from linker.link.etplus import build_et_plus
 from linker.read.kineto import read_kineto_trace

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import dlrm_pair, fixture_pair, shared_trace
-from linker.plan.deps import CAUSES
+from linker.plan.dependency_plan import CAUSES
 from linker.write.chakra_wire import attr_dict, read_et
 from linker.link.recipe import LinkOptions
 from linker.pipeline import link_pair

@@ -14,7 +14,6 @@ import wire_decoder
 from conftest import dlrm_pair, fixture_pair
 from linker.model import et_def_pb2 as pb
 from linker.plan import comm as chakra_comm
-from linker.plan import deps as chakra_deps
 from linker.write import chakra as write_chakra
 from linker.write.chakra_wire import attr_dict, message_to_dict, read_et
 from linker.model.errors import TraceInputError
@@ -25,6 +24,8 @@ from linker.link.recipe import LinkOptions, link
 from linker.pipeline import link_pair
 from linker.write.validate import format_result, validate_file
 from linker.plan.comm import ProcessGroups, kind_from_kernel, kind_from_name, tensors_bytes
+from linker.plan.busy import WAIT_CALLS
+from linker.plan.dependency_plan import CAUSES
 from linker.write.chakra import write_chakra_trace
 from linker.write.chakra_attrs import attr_spec
 
@@ -68,7 +69,7 @@ def assert_graph_invariants(nodes: list[pb.Node]) -> None:
             assert dep in seen, f"node {node.id} ({node.name}) depends on {dep}, not written before it"
         seen[node.id] = node
         causes = attr_dict(node).get("data_dep_causes", [])
-        assert len(causes) == len(node.data_deps) and set(causes) <= set(chakra_deps.CAUSES)
+        assert len(causes) == len(node.data_deps) and set(causes) <= set(CAUSES)
         if is_cpu(node):
             cpu_deps = [(seen[d], c) for d, c in zip(node.data_deps, causes) if is_cpu(seen[d])]
             chain = [dep for dep, cause in cpu_deps if cause in ("thread_order", "parent")]
@@ -233,7 +234,7 @@ def test_dlrm_waits_become_edges_without_cycles(tmp_path):
     events = load_json(kineto_path)["traceEvents"]
     expected_calls = {}
     for event in events:
-        if event.get("cat") == "cuda_runtime" and event["name"] in chakra_deps.WAIT_CALLS:
+        if event.get("cat") == "cuda_runtime" and event["name"] in WAIT_CALLS:
             expected_calls[event["name"]] = expected_calls.get(event["name"], 0) + 1
     assert summary.wait_calls == expected_calls
     _, nodes = read_chakra(out)

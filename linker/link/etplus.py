@@ -74,8 +74,8 @@ class EtPlus:
     result: LinkResult
     gpu_nodes: list[GpuNode]
     gpu_links: list[GpuLink]
-    plan: Any = None  # chakra_deps.DependencyPlan once computed (write_chakra.dependency_plan)
-    plan_summary: Any = None  # the chakra_deps.WriteSummary it was computed with
+    plan: Any = None  # dependency_plan.DependencyPlan once computed (write_chakra.dependency_plan)
+    plan_summary: Any = None  # the dependency_plan.WriteSummary it was computed with
     # Per ET node: its linked Kineto event's start and end (µs, NaN when unlinked), gathered by
     # ``build_et_plus`` for the plan (``busy``; None: read off the events again).
     op_times: tuple[list[float], list[float]] | None = None

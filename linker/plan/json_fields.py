@@ -23,7 +23,8 @@ import msgspec
 
 from linker.model import et_def_pb2 as pb
 from linker.plan.comm import WORLD_GROUP_ID
-from linker.plan.deps import PARENT, THREAD_ORDER, DependencyPlan, WriteSummary, dependency_plan
+from linker.plan.dependency_plan import PARENT, THREAD_ORDER, DependencyPlan, WriteSummary
+from linker.plan.deps import dependency_plan
 from linker.link.etplus import EtPlus, as_number
 
 

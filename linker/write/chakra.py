@@ -75,7 +75,8 @@ import msgspec
 from linker.link.etplus import EtPlus
 from linker.model import et_def_pb2 as pb
 from linker.plan.comm import is_int
-from linker.plan.deps import WriteSummary, dependency_plan
+from linker.plan.dependency_plan import WriteSummary
+from linker.plan.deps import dependency_plan
 from linker.write.chakra_encode import NodeFrames
 from linker.write.chakra_wire import EtWriter, make_attr
 

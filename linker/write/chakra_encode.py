@@ -33,7 +33,7 @@ from typing import Iterator
 
 from linker.model import et_def_pb2 as pb
 from linker.plan.comm import PROCESS_GROUP_INIT, WORLD_GROUP_ID, CommAttrs, is_int
-from linker.plan.deps import PARENT, THREAD_ORDER
+from linker.plan.dependency_plan import PARENT, THREAD_ORDER
 from linker.read.et import FLAT, UNSET
 from linker.write.chakra_attrs import MAX_CACHED_VALUES, AttrEncoder, AttrSpec, int64_attr, int64_head
 from linker.write.chakra_fields import EtOnlyFields

@@ -1,0 +1,139 @@
+"""The dependency plan as a value: its node numbering, the causes of its edges and the counts
+of what was written (``docs/durations.md``).
+
+One numbering for all nodes: ET node i is i, GPU node k is n + k; ``NO_NODE`` is none. Every data
+dependency carries one of ``CAUSES``. ``DependencyPlan`` is what ``deps.plan_dependencies``
+builds and the writers read: ctrl (parent) and previous-on-the-thread columns, the extra edges
+with their causes, the busy times, the communication attributes and the write order.
+``GpuPlacement`` and ``IssueIndex`` place GPU ops by stream and issue time, for the collective
+order and the wait edges (``waits``). Cost: the columns are O(n + g) small ints.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from linker.plan.busy import BusyTimes
+from linker.plan.comm import CommAttrs
+
+NO_NODE = -1
+
+THREAD_ORDER, PARENT, LAUNCH, STREAM_ORDER = "thread_order", "parent", "launch", "stream_order"
+EVENT_WAIT, SYNC, FORK, JOIN, COLLECTIVE_ORDER = "event_wait", "sync", "fork", "join", "collective_order"
+CAUSES = (THREAD_ORDER, PARENT, LAUNCH, STREAM_ORDER, EVENT_WAIT, SYNC, FORK, JOIN, COLLECTIVE_ORDER)
+
+# ---------------------------------------------------------------------------------------------
+# Dependency plan
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GpuPlacement:
+    """Per GPU node k: its (device, stream), issue (launch) time and issuing Kineto thread."""
+
+    stream_key: list[tuple]
+    issue_ts: list[float]
+    issue_thread: list[tuple | None]
+
+
+@dataclass
+class IssueIndex:
+    """GPU ops grouped for "last op issued before t" lookups: per key, issue times (sorted) and
+    the GPU node numbers in that order. Lookups are one bisect: O(log g)."""
+
+    times: dict[Any, list[float]] = field(default_factory=dict)
+    nodes: dict[Any, list[int]] = field(default_factory=dict)
+
+    @staticmethod
+    def build(keys: list, issue_ts: list[float]) -> IssueIndex:
+        grouped: dict[Any, list[int]] = {}
+        for k, key in enumerate(keys):
+            if key is not None:
+                grouped.setdefault(key, []).append(k)
+        index = IssueIndex()
+        for key, members in grouped.items():
+            members.sort(key=issue_ts.__getitem__)  # stable: by (issue time, k), members come by k
+            index.nodes[key] = members
+            index.times[key] = [issue_ts[k] for k in members]
+        return index
+
+    def last_before(self, key: Any, t: float) -> int:
+        """The last GPU node of ``key`` issued at or before ``t`` (-1 if none)."""
+        times = self.times.get(key)
+        if not times:
+            return NO_NODE
+        position = bisect_right(times, t)
+        return self.nodes[key][position - 1] if position else NO_NODE
+
+    def first_after(self, key: Any, t: float) -> int:
+        """The first GPU node of ``key`` issued after ``t`` (-1 if none)."""
+        times = self.times.get(key)
+        if not times:
+            return NO_NODE
+        position = bisect_right(times, t)
+        return self.nodes[key][position] if position < len(times) else NO_NODE
+
+
+@dataclass
+class WriteSummary:
+    """What ``write_chakra_trace`` wrote and decided."""
+
+    path: str
+    nodes: int = 0
+    counts_by_type: Counter = field(default_factory=Counter)
+    wait_calls: Counter = field(default_factory=Counter)  # runtime wait calls seen, by name
+    wait_edges: int = 0  # edges GPU op -> the op that waited (distinct edges written)
+    wait_edges_redirected: int = 0  # edges that go to the op after the call, not the op holding it
+    copy_wait_edges: int = 0  # synchronous copy -> the op after the copy call
+    waits_skipped: Counter = field(default_factory=Counter)  # reason -> count
+    comm_unresolved: Counter = field(default_factory=Counter)  # reason -> comm kernels as COMP_NODE
+    ctrl_deps_dropped: int = 0  # parents missing from the ET (roots' self-parents not counted)
+    dependency_causes: Counter = field(default_factory=Counter)  # data dependencies by cause
+    seconds: float = 0.0
+
+
+@dataclass
+class DependencyPlan:
+    """Dependencies of every node in one numbering: ET node i is i, GPU node k is n + k.
+
+    ``ctrl[u]``: parent (-1 none). ``prev[u]``: previous node of u's CPU thread chain, or, for a
+    GPU node, the previous op on its stream (-1 none); a GPU node's launcher is ``ctrl[u]``.
+    ``waits[u]``: other (source, cause) data dependencies of u: fork/join, sync, event_wait,
+    collective_order. ``order``: topological write order, and ``position`` each node's place in it.
+    ``busy``: busy times of the ET nodes; ``comm[k]``:
+    communication attributes of GPU node k (None for non-communication kernels).
+    """
+
+    cpu_count: int
+    ctrl: array
+    prev: array
+    waits: dict[int, list[tuple[int, str]]]
+    busy: BusyTimes | None = None
+    comm: list[CommAttrs | None] = field(default_factory=list)
+    launchless: frozenset = frozenset()  # GPU nodes with no launch (before the trace): no ``launch`` edge
+    cpu_comm: dict[int, CommAttrs] = field(default_factory=dict)  # ET index -> CPU collective (``cpu_comm``)
+    order: list[int] = field(default_factory=list, repr=False)
+    position: array = field(default_factory=lambda: array("q"), repr=False)
+
+    def data_deps(self, u: int) -> list[tuple[int, str]]:
+        """(source node, cause) of every data dependency of u, in the order written."""
+        p = self.prev[u]
+        if u < self.cpu_count:
+            deps = [(p, PARENT if p == self.ctrl[u] else THREAD_ORDER)] if p >= 0 else []
+        else:
+            deps = [(self.ctrl[u], LAUNCH)] if self.ctrl[u] >= 0 and u not in self.launchless else []
+            if p >= 0:
+                deps.append((p, STREAM_ORDER))
+        waits = self.waits.get(u)
+        if not waits:  # most nodes: no set to build
+            return deps
+        seen = {d for d, _ in deps}
+        for source, cause in waits:
+            if source not in seen:
+                seen.add(source)
+                deps.append((source, cause))
+        return deps
