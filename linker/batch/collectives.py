@@ -5,8 +5,8 @@ same collectives on it in the same order, and every send must meet its receive. 
 finds where a linked job breaks that.
 
 Per rank, in the rank's worker (``rank_collectives``): the communication ops the rank's ET+
-holds, per process group (job-wide ids, see ``chakra_comm``: PyTorch's pg_name + 1), in GPU start
-order, as ``chakra_comm.CommResolver`` resolves them for the Chakra writer: collectives (type,
+holds, per process group (job-wide ids, see ``plan.comm``: PyTorch's pg_name + 1), in GPU start
+order, as ``plan.comm.CommResolver`` resolves them for the Chakra writer: collectives (type,
 bytes, dtype when known) and point-to-point ops (send / recv, bytes, dtype, peer as a global
 rank), plus the groups ``## process_group:init ##`` lists. Kernels the resolver cannot resolve
 are only counted (the ``.et`` holds them as COMP_NODE). It is stored compactly in the rank's

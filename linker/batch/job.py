@@ -1,5 +1,5 @@
 """The whole batch: plan (pair, make the tasks, set aside complete ranks), run locally or on Dask,
-check the job's collectives (``job_check``), summarise. Cost: O(files) + the ranks' links.
+check the job's collectives (``batch.collectives``), summarise. Cost: O(files) + the ranks' links.
 """
 
 from __future__ import annotations

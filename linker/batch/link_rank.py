@@ -49,7 +49,7 @@ def run_rank_task(task: RankTask) -> RankResult:
 
     The sidecar (``task.report_path``) is the link report plus a ``batch`` record of the output's
     and inputs' size/mtime, the options, wall time and peak RSS, and the rank's communication
-    ops (``collectives``, see ``job_check``); it is removed first and written last, so it exists
+    ops (``collectives``, see ``batch.collectives``); it is removed first and written last, so it exists
     only next to a complete output. Peak memory is this process's
     ``ru_maxrss``: meaningful because every task runs in a fresh process.
     """

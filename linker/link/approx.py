@@ -100,7 +100,7 @@ def match_by_structure(et: ExecutionTrace, kineto: KinetoTrace, keep: list[bool]
 def settle_children(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int],
                     nest: list[int], keep: list[bool] | None) -> int:
     """Second pass: under each matched pair, align the still-unmatched children of the two sides
-    between their matched siblings, by name and input shapes (``match_exact.align_names``).
+    between their matched siblings, by name and input shapes (``link.exact.align_names``).
 
     Tree matching sees names only; in a run of same-name siblings with one copy missing it rightly
     leaves the run unmatched. Shapes often tell those siblings apart. Parents are visited before

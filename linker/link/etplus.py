@@ -57,7 +57,7 @@ class GpuNode(msgspec.Struct, omit_defaults=True):
     output_shapes: Any = UNSET
     output_types: Any = UNSET
     attrs: list | Unset = UNSET
-    # Simulation fields (``sim_fields``): busy duration, dependencies with causes, comm attributes.
+    # Simulation fields (``plan.json_fields``): busy duration, dependencies with causes, comm attributes.
     sim_dur: float | int | Unset = UNSET
     data_deps: list | Unset = UNSET
     data_dep_causes: list | Unset = UNSET
@@ -74,7 +74,7 @@ class EtPlus:
     result: LinkResult
     gpu_nodes: list[GpuNode]
     gpu_links: list[GpuLink]
-    plan: Any = None  # dependency_plan.DependencyPlan once computed (write_chakra.dependency_plan)
+    plan: Any = None  # dependency_plan.DependencyPlan once computed (plan.deps.dependency_plan)
     plan_summary: Any = None  # the dependency_plan.WriteSummary it was computed with
     # Per ET node: its linked Kineto event's start and end (µs, NaN when unlinked), gathered by
     # ``build_et_plus`` for the plan (``busy``; None: read off the events again).

@@ -13,7 +13,7 @@ launch's thread covering the launch time (one sweep per thread, ``intervals``); 
 has no node in the host graph, the nearest enclosing event that has one is used. A launch that no
 CPU event covers is looked up among the ``python_function`` events (sorted only then, only on the
 threads concerned): the innermost one covering it is recorded, and a host graph that has a node for
-it (the Kineto-only graph adds one, ``kineto_graph``) gets the GPU op under it.
+it (the Kineto-only graph adds one, ``link.kineto_only``) gets the GPU op under it.
 
 ``Accounting`` turns the outcome into disjoint reasons, in words, that add up to the GPU event
 count of the file. Cost: O((n + g) log(n + g)) for n CPU events and g GPU ops.

@@ -1,5 +1,5 @@
 """The ``et-link`` exit statuses, one place for every command that returns one (``cli``, ``batch``,
-``job_check``, ``sim.cli_run``); ``EXIT_STATUS_TABLE`` is what ``--help`` and the README list."""
+``batch.collectives``, ``sim.cli_run``); ``EXIT_STATUS_TABLE`` is what ``--help`` and the README list."""
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1

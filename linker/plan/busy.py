@@ -64,7 +64,7 @@ from linker.plan.clocks import blocking_copies, clock_skew
 FORK, JOIN = "fork", "join"
 
 # Runtime calls that wait for GPU work, by kind: the synchronizes block the calling thread; a
-# stream-wait-event makes a stream wait (the CPU goes on). ``chakra_deps`` turns them into edges.
+# stream-wait-event makes a stream wait (the CPU goes on). ``plan.deps`` turns them into edges.
 DEVICE_SYNC, STREAM_SYNC, STREAM_WAIT_EVENT = "device_sync", "stream_sync", "stream_wait_event"
 WAIT_CALLS = {
     "cudaDeviceSynchronize": DEVICE_SYNC, "cuCtxSynchronize": DEVICE_SYNC, "hipDeviceSynchronize": DEVICE_SYNC,

@@ -75,13 +75,13 @@ class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     dur: float | Unset = UNSET
     inclusive_dur: float | Unset = UNSET
     exclusive_dur: float | Unset = UNSET
-    # Simulation fields the linker fills in (``sim_fields``): busy split and dependencies with causes.
+    # Simulation fields the linker fills in (``plan.json_fields``): busy split and dependencies with causes.
     blocked_dur: float | Unset = UNSET
     host_gap_dur: float | Unset = UNSET
     sim_dur: float | Unset = UNSET
     data_deps: Any = UNSET
     data_dep_causes: Any = UNSET
-    # A CPU collective's communication attributes (``plan.cpu_comm``, written by ``sim_fields``).
+    # A CPU collective's communication attributes (``plan.cpu_comm``, written by ``plan.json_fields``).
     comm_type: Any = UNSET
     comm_size: Any = UNSET
     pg_name: Any = UNSET

@@ -9,7 +9,7 @@ Kineto's hand-over, links and plans:
 - ``start(et_path)``, at the start of a pair, while the process is still small (a cheap fork, no
   copy-on-write later): for an ET of the schedule's ``child_min_bytes`` or more, a shared anonymous mapping for the
   encoded fields, and for a gzip ET one for its text, of the size its trailer gives; the parent
-  inflates into it (``inflate_into``, given to ``et_reader.read_execution_trace``). A plain ET is
+  inflates into it (``inflate_into``, given to ``read.et.read_execution_trace``). A plain ET is
   mapped from its file by the child. Then a child is forked, which waits.
 - ``go(et)``, once the parent has read the ET (the Kineto child is then about done: its core
   is free, or soon): the child decodes the same text again, leanly (a node's

@@ -168,7 +168,7 @@ def _small_varint(raw: bytes, pos: int) -> int | None:
 
 def node_payloads(path: Path) -> Iterator[bytes]:
     """The payload of every Node frame of a ``.et``/``.et.gz`` (the GlobalMetadata frame skipped),
-    cut by ``chakra_io.iter_frames`` (its size and truncation checks included). Raises
+    cut by ``write.chakra_wire.iter_frames`` (its size and truncation checks included). Raises
     ``TraceInputError`` (a ``TraceFormatError``) for an empty, truncated or garbled file."""
     frames = iter_frames(path)
     next(frames)
