@@ -84,6 +84,15 @@ def test_batch_counts_every_gpu_event_of_the_file_too(tmp_path):
     assert float(row.split()[4]) == round(100 * attached / total, 2)
 
 
+def test_unattached_gpu_warning_names_no_internal_key(tmp_path):
+    et, kineto = fixture_pair("gpu", "shapes_cuda")
+    result = run("--et-file", et, "--kineto-file", kineto, "-o", tmp_path / "o.et", "--report", tmp_path / "r.json")
+    assert result.exit_code == 0, result.stderr
+    line = next(line for line in result.stderr.splitlines() if "not attached to any op" in line)
+    problems = orjson.loads((tmp_path / "r.json").read_bytes())["gpu_attribution"]["problems"]
+    assert problems and not any(f"[{key}]" in line or key in line for key in problems), (line, problems)
+
+
 def test_cpu_only_headline_says_so(tmp_path):
     et, kineto = fixture_pair("cpu", "mlp_steps")
     result = run("--et-file", et, "--kineto-file", kineto, "-o", tmp_path / "o.json")

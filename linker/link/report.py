@@ -221,7 +221,7 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
     failures = {why: n for why, n in gpu.problem_counts.items() if why != BEFORE_TRACE}
     if failures:  # work launched before the trace started is expected, not a failure
         warnings.append("GPU ops not attached to any op: " + "; ".join(
-            f"{n} {REASON_WORDS[why]} [{why}]" for why, n in sorted(failures.items())))
+            f"{n} {REASON_WORDS[why]}" for why, n in sorted(failures.items())))  # keys: gpu_attribution.problems
     if match.unpaired_et_threads:
         warnings.append(f"ET threads {match.unpaired_et_threads} have no Kineto counterpart "
                         "(their ops stay unlinked)")
