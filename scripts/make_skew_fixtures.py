@@ -27,12 +27,13 @@ copies blocked. Deterministic (seeded): the same bytes on every run.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import random
 from pathlib import Path
 
-ROOT_NAMES = ("[pytorch|profiler|execution_trace|process]", "[pytorch|profiler|execution_trace|thread]")
+# The ET node parts and the gzip writer of the other hand-written GPU fixtures (same directory).
+from make_gpu_shape_fixtures import ROOT_NAMES, _attrs, _io, _write_gz
+
 PID, TID, STREAM, DEVICE = 2284, 2284, 7, 0
 LAUNCH_LATENCY = 4  # µs from a launch call's start to its kernel's start on an idle GPU (true time)
 
@@ -41,20 +42,6 @@ VARIANTS = {
     "pageable_skew_a": (11, 30, 17, 6, 20, 40, True),
     "pageable_skew_b": (23, 30, 9, 4, 38, 21, False),
 }
-
-
-def _io() -> dict:
-    return {"values": [], "shapes": [], "types": [], "strides": []}
-
-
-def _attrs(rf_id: int) -> list:
-    return [{"name": "rf_id", "type": "uint64", "value": rf_id},
-            {"name": "fw_parent", "type": "uint64", "value": 0},
-            {"name": "seq_id", "type": "int64", "value": -1},
-            {"name": "scope", "type": "uint64", "value": 0},
-            {"name": "tid", "type": "uint64", "value": 1},
-            {"name": "fw_tid", "type": "uint64", "value": 0},
-            {"name": "op_schema", "type": "string", "value": ""}]
 
 
 class Run:
@@ -235,10 +222,6 @@ def build(name: str) -> tuple[dict, dict, dict]:
              "last_gpu_end_in_step": gpu_end, "skew_us": [skew_from, skew_to],
              "blocking_copy_ops": run.blocking_copy_ops}
     return et, kineto, truth
-
-
-def _write_gz(obj: dict, path: Path) -> None:
-    path.write_bytes(gzip.compress(json.dumps(obj, indent=None).encode(), mtime=0))
 
 
 def main() -> None:
