@@ -120,8 +120,11 @@ def _read_and_check(path) -> Iterator[bytes]:
     something reads them: until then the child waits on the full pipe."""
     trace = read_kineto_trace(path, own_dims=False)
     warnings = check_kineto_trace(trace)
-    yield from trace_to_wire(trace, warnings)
-    yield nesting_to_wire(nest_cpu_events(trace.cpu_events))
+    # What the parent waits for is all made before the first part goes: the pipe holds only a few
+    # parts, and a child blocked on it until the parent has read the ET would make the rest then.
+    needed = [*trace_to_wire(trace, warnings), nesting_to_wire(nest_cpu_events(trace.cpu_events))]
+    yield from needed
+    del needed
     yield from cpu_events_to_wire(trace)
 
 
