@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from itertools import repeat
 
 from typing import Sequence
 
@@ -35,6 +36,15 @@ class CpuNesting:
     parents: list[int]
     exclusive: list[float]
     end: array
+    # ``rounded_exclusive(exclusive)`` when it was made beside the reading (``schedule.kineto_child``,
+    # on the core the parent does not use), else None: the ET+ build rounds what it writes.
+    rounded: list[float] | None = None
+
+
+def rounded_exclusive(exclusive: list[float]) -> list[float]:
+    """Each exclusive duration rounded to 3 decimals (ns), as the ET+ writes a non-integral one
+    (``round(x, 3)``). One C pass; O(n)."""
+    return list(map(round, exclusive, repeat(3)))
 
 
 def nest_cpu_events(events: Sequence[KinetoEvent]) -> CpuNesting:

@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from linker.link.durations import rounded_exclusive
 from linker.read.et import FLAT, ExecutionTrace
 from linker.link.gpu import GpuLink
 from linker.link.measured import apply_placement
@@ -99,9 +100,13 @@ def as_number(value: float) -> float | int:
 
 def build_et_plus(result: LinkResult) -> EtPlus:
     """Fill ET+ time fields into ``result.et.nodes`` (in place) and create the GPU nodes. A
-    non-integral ``exclusive_dur`` is written rounded to 3 decimals (``round(x, 3)``), for the
-    linked ops only. O(n + g)."""
+    non-integral ``exclusive_dur`` is written rounded to 3 decimals (``round(x, 3)``): from
+    ``result.exclusive_rounded`` when the nesting came with it, else rounded here (one C pass over
+    every event). O(n + g)."""
     et, columns, exclusive = result.et, result.kineto.cpu_columns(), result.exclusive
+    rounded_column = result.exclusive_rounded
+    if rounded_column is None or len(rounded_column) != len(exclusive):
+        rounded_column = rounded_exclusive(exclusive)
     apply_placement(et, result.placement)  # where the ET's tree contradicts the measurement
     nodes, event_ts, event_dur = et.nodes, columns.ts, columns.dur
     starts, ends = [math.nan] * len(nodes), [math.nan] * len(nodes)
@@ -117,7 +122,7 @@ def build_et_plus(result: LinkResult) -> EtPlus:
         if excl.is_integer():
             node.exclusive_dur = exclusive_us[i] = int(excl)
         else:
-            rounded = node.exclusive_dur = round(excl, 3)
+            rounded = node.exclusive_dur = rounded_column[e]
             exclusive_us[i] = int(rounded) if rounded.is_integer() else rounded
     next_id = max(et.ids) + 1
     flat = et.layout == FLAT

@@ -59,6 +59,8 @@ class LinkResult:
     warnings: list[str] = field(default_factory=list)
     # Joined ops whose ET thread / parent the measurement contradicts (``measured``): applied by the build.
     placement: Placement = field(default_factory=Placement)
+    # ``exclusive`` rounded as the ET+ writes it, when the nesting came with it (``CpuNesting.rounded``).
+    exclusive_rounded: list[float] | None = None
 
 
 def check_same_run(et: ExecutionTrace, kineto: KinetoTrace, same_name_pairs: int = 0) -> list[str]:
@@ -176,7 +178,8 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
     adopt_before_trace(gpu, et.process_root())
     report = build_report(et, kineto, match, window, gpu, notes, warnings, seconds=time.perf_counter() - started,
                           nesting=(nesting.parents, nesting.end), op_of_event=ops)
-    result = LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, report, warnings)
+    result = LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, report, warnings,
+                        exclusive_rounded=nesting.rounded)
     result.placement = measured_placement(result, report.nesting_violations)
     note_tree_disagreements(report, result.placement)
     return result

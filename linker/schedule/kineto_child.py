@@ -48,7 +48,7 @@ from typing import NamedTuple
 import msgspec
 from msgspec.structs import force_setattr
 
-from linker.link.durations import CpuNesting, nest_cpu_events
+from linker.link.durations import CpuNesting, nest_cpu_events, rounded_exclusive
 from linker.model.errors import TraceInputError
 from linker.schedule.fork import ForkedCall
 from linker.read.kineto import NO_ARGS, CpuColumns, FlowEnd, KinetoEvent, KinetoTrace, read_kineto_trace
@@ -310,26 +310,28 @@ class PendingEvents:
 
 def nesting_to_wire(nesting: CpuNesting) -> bytes:
     """The nesting's columns as machine arrays, one after the other: parents (int64), then
-    exclusive durations and ends (float64), all of one length."""
-    columns = [array("q", nesting.parents), array("d", nesting.exclusive), nesting.end]
+    exclusive durations, ends and the exclusive durations rounded as the ET+ writes them
+    (float64; ``rounded_exclusive``, made here when the nesting has none), all of one length."""
+    rounded = nesting.rounded if nesting.rounded is not None else rounded_exclusive(nesting.exclusive)
+    columns = [array("q", nesting.parents), array("d", nesting.exclusive), nesting.end, array("d", rounded)]
     return b"".join([column.tobytes() for column in columns])
 
 
 def nesting_from_wire(n: int, data) -> CpuNesting:
     """The ``CpuNesting`` of ``nesting_to_wire``'s columns for ``n`` events (the values bit for
     bit). Raises ``ValueError`` when they are not of that length."""
-    if len(data) != 24 * n:
+    if len(data) != 32 * n:
         raise ValueError(f"{len(data)} bytes of nesting for {n} CPU events")
     view = memoryview(data)
-    parents, exclusive, ends = array("q"), array("d"), array("d")
-    for k, column in enumerate((parents, exclusive, ends)):
+    parents, exclusive, ends, rounded = array("q"), array("d"), array("d"), array("d")
+    for k, column in enumerate((parents, exclusive, ends, rounded)):
         column.frombytes(view[8 * n * k:8 * n * (k + 1)])
     # The parents as ``nest_cpu_events`` makes them, one int object per parent, not one per event.
     ints = list(range(n))
     ints.append(-1)  # ints[-1]: the top level's -1
     parents = list(map(ints.__getitem__, parents))
     del ints
-    return CpuNesting(parents, exclusive.tolist(), ends)
+    return CpuNesting(parents, exclusive.tolist(), ends, rounded.tolist())
 
 
 _ARGS, _INPUT_DIMS, _RF_ID = (operator.attrgetter(name) for name in ("args", "input_dims", "rf_id"))
