@@ -336,10 +336,10 @@ class CommAttrs:
 class CommResolver:
     """Resolves the Chakra communication attributes of NCCL/RCCL kernels. Per kernel O(depth).
 
-    One method per attribute (kind, size, dtype, group, sequence number), each trying the same
-    sources in the same order (the ET's ``record_param_comms`` inputs, then Kineto's args, then
-    the kernel's name), over one shared cache of decoded inputs: about 150 lines kept together
-    so that the order of sources reads the same for every attribute."""
+    One method per attribute (kind, size, dtype, group, sequence number), each trying the ET's
+    ops, Kineto's args and the kernel's name in the order its docstring states, over one shared
+    cache of decoded inputs: about 150 lines kept together so that every attribute's sources read
+    side by side."""
 
     def __init__(self, et_plus: EtPlus, index_of_id: dict[int, int]):
         self.et_plus = et_plus
