@@ -18,11 +18,15 @@ from linker.batch import BatchConfig, run_batch
 from linker.batch.astra_setup import copy_without_metadata
 from linker.batch.rank_start import set_rank_start
 from linker.cli import app
-from linker.plan.rank_start import DELAY_NODE_NAME, RANK_START, measured_offsets
+from linker.pipeline import link_pair
+from linker.plan.rank_start import DELAY_NODE_NAME, RANK_START, et_plus_span, measured_offsets
+from linker.sim.load import load_graph
 from linker.sim.cli_run import SimulateOptions, run_simulate
 from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, iter_frames, make_attr, read_et
 from linker.write.validate import validate_file
+
+from conftest import FIXTURES, dlrm_pair
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 DLRM = SHARED / "traces" / "param_dlrm"
@@ -34,6 +38,23 @@ def test_measured_offsets_rule():
     assert measured_offsets([(0.0, 10.0)]) is None  # a single rank has nothing to be relative to
     assert measured_offsets([(0.0, 10.0), (math.nan, math.nan)]) is None  # an untimed rank
     assert measured_offsets([(0.0, 10.0), (1e6, 1e6 + 10)]) is None  # starts further apart than a step: two clocks
+
+
+SPAN_PAIRS = [d.relative_to(FIXTURES).as_posix() for d in sorted(FIXTURES.glob("*/*")) if (d / "et.json.gz").is_file()]
+
+
+@pytest.mark.parametrize("pair", SPAN_PAIRS + ["dlrm/0", "dlrm/3"])
+def test_a_workers_span_is_the_one_simulate_reads_back(tmp_path, pair):
+    """A batch worker hands over its rank's measured span from the ET+ in memory; it must be the
+    span ``simulate`` reads from the written output (start ``ts``, end ``ts + inclusive_dur``)."""
+    et, kineto = dlrm_pair(int(pair[-1])) if pair.startswith("dlrm") else (FIXTURES / pair / "et.json.gz",
+                                                                             FIXTURES / pair / "kineto.json.gz")
+    out = tmp_path / "plus.json"
+    outcome = link_pair(et, kineto, out)
+    nodes = orjson.loads(out.read_bytes())["nodes"]
+    timed = [(float(n["ts"]), float(n["ts"]) + float(n["inclusive_dur"])) for n in nodes if "ts" in n]
+    expected = (min(s for s, _ in timed), max(e for _, e in timed))  # read off the file, by hand
+    assert et_plus_span(outcome.et_plus) == expected == load_graph(out).measured_span()
 
 
 def _tiny_et(path: Path) -> None:

@@ -156,10 +156,16 @@ def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Pa
     if not done:
         return None
     files = [(Path(r.output), r.rank) for r in done]
-    needed = config.fmt == "et" or (config.rank_start == MEASURED and len(files) > 1)
-    graphs = [load_graph(path, rank) for path, rank in files] if needed else []
-    starts = apply_rank_starts(files, graphs,
-                               {r.rank: Path(r.report) for r in done if r.report}, config.rank_start)
+    # The ASTRA-sim setup reads the graphs; the offsets need only each rank's measured span, which
+    # its worker handed over (read back from the output only when it did not).
+    graphs = [load_graph(path, rank) for path, rank in files] if config.fmt == "et" else []
+    spans = []
+    if config.rank_start == MEASURED and len(files) > 1:
+        spans = [graph.measured_span() for graph in graphs] or [
+            tuple(r.measured_span) if r.measured_span else load_graph(path, rank).measured_span()
+            for r, (path, rank) in zip(done, files)]
+    starts = apply_rank_starts(files, spans, {r.rank: Path(r.report) for r in done if r.report},
+                               config.rank_start, frozenset(r.rank for r in done if r.status == "linked"), graphs)
     setup = {"rank_start": starts.to_json(), "lines": starts.lines()}
     if config.fmt == "et":
         groups_path = output_dir / COMM_GROUPS_FILE

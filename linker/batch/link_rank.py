@@ -55,6 +55,7 @@ def run_rank_task(task: RankTask) -> RankResult:
     """
     from linker.batch.collectives import rank_collectives
     from linker.pipeline import link_pair
+    from linker.plan.rank_start import et_plus_span
 
     started = time.perf_counter()
     base = _current_rss_bytes()
@@ -63,6 +64,7 @@ def run_rank_task(task: RankTask) -> RankResult:
     try:
         outcome = link_pair(task.et, task.kineto, task.output, task.options)  # Schedule.serial()
         collectives = rank_collectives(outcome.et_plus).to_record()
+        span = et_plus_span(outcome.et_plus)
         outcome.et_plus = None
     except MismatchedPairError as err:
         return failed_result(task, f"not the same run: {err}", time.perf_counter() - started, _peak_rss_bytes())
@@ -78,10 +80,12 @@ def run_rank_task(task: RankTask) -> RankResult:
     result = fill_from_report(base_result(task, "linked"), outcome.report.to_dict())
     result.output, result.report = str(task.output), str(task.report_path)
     result.wall_seconds, result.peak_rss_bytes, result.base_rss_bytes = wall, peak, base
+    result.measured_span = list(span) if span is not None else None
     record = {"version": SIDECAR_VERSION, "output": _file_stamp(task.output),
               "inputs": [_file_stamp(p) for p in (task.et, task.kineto) if p],
               "options": asdict(task.options), "wall_seconds": round(wall, 3),
-              "peak_rss_bytes": peak, "base_rss_bytes": base, "host": result.host}
+              "peak_rss_bytes": peak, "base_rss_bytes": base, "host": result.host,
+              "measured_span": result.measured_span}
     try:
         with atomic_output(task.report_path) as out:
             out.write(orjson.dumps(outcome.report.to_dict() | {"batch": record, SIDECAR_KEY: collectives},
@@ -116,6 +120,9 @@ def completed_result(task: RankTask, verify: bool = False) -> RankResult | None:
     result.peak_rss_bytes = record.get("peak_rss_bytes")
     result.base_rss_bytes = record.get("base_rss_bytes")
     result.host = record.get("host") or result.host
+    span = record.get("measured_span")
+    if isinstance(span, list) and len(span) == 2 and all(isinstance(v, (int, float)) for v in span):
+        result.measured_span = [float(v) for v in span]
     return result
 
 

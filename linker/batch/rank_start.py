@@ -57,16 +57,19 @@ class RankStarts:
         return [f"rank start offsets (--rank-start {self.rule}): none" + (f" ({self.note})" if self.note else "")]
 
 
-def apply_rank_starts(files: list[tuple[Path, int]], graphs: list, reports: dict[int, Path], rule: str) -> RankStarts:
+def apply_rank_starts(files: list[tuple[Path, int]], spans: list, reports: dict[int, Path], rule: str,
+                      fresh: frozenset[int] = frozenset(), graphs: list | None = None) -> RankStarts:
     """Write the job's rank offsets into its outputs (rule ``measured``) or remove any (``zero``).
-    ``files``: [(output, rank)]; ``graphs``: each file's ``SimGraph`` (``sim.load``; may be empty
-    for rule ``zero``), whose measured spans give the offsets; ``reports``: each rank's sidecar,
-    updated when its output is rewritten. Raises TraceInputError when an output cannot be read or
-    written."""
+    ``files``: [(output, rank)]; ``spans``: each file's measured span (``SimGraph.measured_span``;
+    may be empty for rule ``zero``), which give the offsets; ``reports``: each rank's sidecar,
+    updated when its output is rewritten; ``fresh``: the ranks whose outputs this run wrote (they
+    hold no delay node: an offset of 0 leaves them unread); ``graphs``: each file's ``SimGraph``
+    when loaded (a ``.et`` is then not read twice). Raises TraceInputError when an output cannot
+    be read or written."""
     result = RankStarts(rule)
     wanted = [0] * len(files)
     if rule == MEASURED and len(files) > 1:
-        offsets = measured_offsets([graph.measured_span() for graph in graphs])
+        offsets = measured_offsets(spans)
         if offsets is None:
             result.note = "the ranks' measured start times do not look like one clock"
         else:
@@ -75,7 +78,9 @@ def apply_rank_starts(files: list[tuple[Path, int]], graphs: list, reports: dict
     elif rule == MEASURED:
         result.note = "a single rank"
     for k, ((path, rank), offset) in enumerate(zip(files, wanted)):
-        if set_rank_start(path, offset, graphs[k] if k < len(graphs) else None):
+        if offset == 0 and rank in fresh:  # just written, without a delay node: nothing to change
+            continue
+        if set_rank_start(path, offset, graphs[k] if graphs and k < len(graphs) else None):
             result.rewritten.append(rank)
             if rank in reports:
                 _restamp_sidecar(reports[rank], path, offset)

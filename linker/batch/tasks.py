@@ -55,6 +55,9 @@ class RankResult:
     input_bytes: int = 0
     estimated_peak_bytes: int = 0
     host: str = ""
+    # The output's (earliest measured start, latest measured end), µs, as ``et-link simulate``
+    # reads them (``plan.rank_start.et_plus_span``); None when not known (the output is then read).
+    measured_span: list[float] | None = None
 
     @property
     def ok(self) -> bool:

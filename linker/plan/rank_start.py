@@ -21,6 +21,8 @@ that a rank began late. Plain data only (no I/O, no protobuf): the writers live 
 
 from __future__ import annotations
 
+import math
+
 RANK_START = "rank_start"  # the cause of the edge from a rank's delay node to its process root
 DELAY_NODE_NAME = "[et-link|rank_start]"
 OFFSET_ATTR = "rank_start_micros"  # the delay node's offset, also as an attribute (int64 µs)
@@ -33,6 +35,23 @@ def check_rank_start(value: str) -> str:
     if value not in RANK_STARTS:
         raise ValueError(f"unknown --rank-start {value!r}; choose one of {', '.join(RANK_STARTS)}")
     return value
+
+
+def et_plus_span(et_plus) -> tuple[float, float] | None:
+    """(earliest measured start, latest measured end) of an ET+ in memory: over its linked ET ops
+    and its GPU ops, start ``ts`` and end ``ts + dur``, the numbers ``SimGraph.measured_span``
+    reads back from the ET+ JSON written of it (``inclusive_dur`` = ``dur`` there); None when
+    nothing is timed. Lets a batch worker hand its rank's span over without the output being
+    read again. O(n)."""
+    starts, ends = et_plus.op_times if et_plus.op_times is not None else ([], [])
+    first, last = math.inf, -math.inf
+    timed = [s for s in starts if s == s]  # linked ops (unlinked: NaN)
+    if timed:
+        first, last = min(timed), max(e for e in ends if e == e)
+    for node in et_plus.gpu_nodes:
+        start = float(node.ts)
+        first, last = min(first, start), max(last, start + float(node.inclusive_dur))
+    return (first, last) if first <= last else None
 
 
 def measured_offsets(spans: list[tuple[float, float]]) -> list[float] | None:
