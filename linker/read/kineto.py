@@ -140,6 +140,7 @@ class CpuColumns:
 
 
 _TS, _DUR, _NAME, _TID = attrgetter("ts"), attrgetter("dur"), attrgetter("name"), attrgetter("tid")
+_PID = attrgetter("pid")
 
 
 @dataclass
@@ -277,7 +278,9 @@ def read_kineto_trace(path: str | Path, own_dims: bool = True) -> KinetoTrace:
     runtime.sort(key=_cpu_order)
     gpu.sort(key=lambda e: e.ts)
 
-    pid_counts = Counter(e.pid for e in cpu if isinstance(e.pid, int))
+    pid_counts = Counter(map(_PID, cpu))  # counted in C; the most common integer pid is the trace's
+    for pid in [pid for pid in pid_counts if not isinstance(pid, int)]:
+        del pid_counts[pid]
     rank = info.get("rank")
     world = info.get("world_size")
     return KinetoTrace(
