@@ -36,6 +36,7 @@ from google.protobuf.message import DecodeError
 
 from linker.model import et_def_pb2 as pb
 from linker.plan.comm import PROCESS_GROUP_INIT, kind_from_kernel, kind_from_name
+from linker.write.protobuf_wire import decode_varint
 from linker.write.chakra_wire import TraceFormatError, attr_value, frame_boundary, iter_frames, iter_frames_from, open_binary
 from linker.model.errors import TraceInputError
 from linker.read.files import read_trace_bytes
@@ -157,13 +158,11 @@ class _AttrDecoder:
 
 def _small_varint(raw: bytes, pos: int) -> int | None:
     """The non-negative varint at ``pos`` when it ends the bytes and fits 63 bits, else None."""
-    value = shift = 0
-    for byte in raw[pos:]:
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value if pos + shift // 7 == len(raw) and value < (1 << 63) else None
-    return None
+    try:
+        value, end = decode_varint(raw, pos)
+    except (IndexError, ValueError):
+        return None
+    return value if end == len(raw) and value < (1 << 63) else None
 
 
 def node_payloads(path: Path) -> Iterator[bytes]:
