@@ -47,7 +47,28 @@ FLAT = "flat"  # schema 1.0.1: "parent", flat rf_id/tid/... keys
 NESTED = "nested"  # schema 1.0.2+: "ctrl_deps", inputs/outputs objects, "attrs" list
 
 
-class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+class SimulationFields(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The simulation fields ``plan.json_fields`` writes on every ET+ node it times, CPU (``EtNode``)
+    and GPU (``link.etplus.GpuNode``) alike: ``data_deps`` (node ids) with ``data_dep_causes`` (one
+    cause each), and a communication node's ``comm_type`` (Chakra enum name) and ``comm_size``
+    (bytes). Keyword-only: msgspec puts keyword-only fields after the others, so these end a node's
+    keys in the output, followed only by a subclass's own keyword-only fields."""
+
+    data_deps: Any = UNSET
+    data_dep_causes: Any = UNSET
+    comm_type: Any = UNSET
+    comm_size: Any = UNSET
+
+
+class _CollectiveFields(SimulationFields, kw_only=True, omit_defaults=True):
+    """A CPU collective's process group and its number among that group's calls (``plan.cpu_comm``),
+    written after the simulation fields."""
+
+    pg_name: Any = UNSET
+    comm_seq: Any = UNSET
+
+
+class EtNode(_CollectiveFields, forbid_unknown_fields=True, omit_defaults=True):
     """One ET node as decoded. Fields absent in the file stay UNSET and are not written back.
 
     ``ts``/``dur``/``inclusive_dur``/``exclusive_dur`` are the ET+ fields the linker fills in.
@@ -75,17 +96,11 @@ class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     dur: float | Unset = UNSET
     inclusive_dur: float | Unset = UNSET
     exclusive_dur: float | Unset = UNSET
-    # Simulation fields the linker fills in (``plan.json_fields``): busy split and dependencies with causes.
+    # The busy split the linker fills in (``plan.json_fields``); then, from the bases, the
+    # dependencies with causes and a collective's communication attributes.
     blocked_dur: float | Unset = UNSET
     host_gap_dur: float | Unset = UNSET
     sim_dur: float | Unset = UNSET
-    data_deps: Any = UNSET
-    data_dep_causes: Any = UNSET
-    # A CPU collective's communication attributes (``plan.cpu_comm``, written by ``plan.json_fields``).
-    comm_type: Any = UNSET
-    comm_size: Any = UNSET
-    pg_name: Any = UNSET
-    comm_seq: Any = UNSET
 
 
 def decode_attr_values(node: EtNode) -> list:
@@ -235,8 +250,8 @@ def _node_type(extra_keys: list[str]) -> type:
     if not extra_keys:
         return EtNode
     fields = [(key, Raw | Unset, UNSET) for key in extra_keys]
-    return msgspec.defstruct(
-        "EtNodeExtended", fields, bases=(EtNode,), forbid_unknown_fields=True, omit_defaults=True
+    return msgspec.defstruct(  # keyword-only: the unknown keys stay last, after the simulation fields
+        "EtNodeExtended", fields, bases=(EtNode,), kw_only=True, forbid_unknown_fields=True, omit_defaults=True
     )
 
 
