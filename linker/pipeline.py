@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import orjson
 
@@ -34,6 +34,9 @@ from linker.read.sanity import check_execution_trace, check_kineto_trace
 from linker.schedule import Schedule
 from linker.schedule.kineto_child import CheckedKineto, finish
 from linker.write.sink import atomic_output, prefill_later
+
+if TYPE_CHECKING:
+    from linker.plan.dependency_plan import WriteSummary
 
 log = logging.getLogger("et_link")
 
@@ -54,6 +57,7 @@ class PairOutcome:
     report_path: Path | None
     seconds: float = 0.0  # wall time of the whole pair: read, check, link, write
     et_plus: EtPlus | None = None  # what was written (the batch reads its collectives)
+    written: WriteSummary | None = None  # what the ``.et`` writer wrote and decided (None for JSON)
 
 
 def _report_bytes(report: LinkReport) -> bytes:
@@ -168,17 +172,18 @@ def _log_kineto(kineto_path, kineto) -> None:
              kineto.cpu_count(), len(kineto.gpu_events))
 
 
-def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=None) -> None:
+def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=None) -> WriteSummary | None:
+    """Write the ET+; the ``.et`` writer's summary, None for JSON."""
     try:
         if output.format == CHAKRA:
             from linker.write.chakra import write_et_plus_chakra
 
             pre_encoded = fields.take(et_plus.et) if fields is not None else None
-            write_et_plus_chakra(et_plus, output.path, protected, pre_encoded)
-        else:
-            from linker.write.etplus_json import write_et_plus_json
+            return write_et_plus_chakra(et_plus, output.path, protected, pre_encoded)
+        from linker.write.etplus_json import write_et_plus_json
 
-            write_et_plus_json(et_plus, output.path, protected)
+        write_et_plus_json(et_plus, output.path, protected)
+        return None
     except (ValueError, OverflowError) as err:
         # A value of the input that the output format cannot hold (nothing was left behind).
         raise TraceInputError(et_path, f"cannot be written as {output.path.name}: {err}") from None
@@ -300,9 +305,9 @@ def _link_and_write(result, output: Output, report_path, protected: tuple, besid
         if report_stream is not None:
             report_stream.write(_report_bytes(result.report))
             report_stream.flush()  # a full disk shows here, before the ET+ is written
-        _write_et_plus(et_plus, output, protected, beside, fields)
+        written = _write_et_plus(et_plus, output, protected, beside, fields)
     return PairOutcome(result.report, output.path, Path(report_path) if report_path else None,
-                       time.perf_counter() - started, et_plus)
+                       time.perf_counter() - started, et_plus, written)
 
 
 def write_linked(result, output: str | os.PathLike, report_path: str | os.PathLike | None = None) -> PairOutcome:
