@@ -227,10 +227,10 @@ class PreEncoded:
     first, and gives back to the system the part of the area holding a batch of nodes (the child's
     ``batch_nodes``) once they have all been in chunks (the write order keeps a handful of batches
     open at a time on the traces we have: 5 of 177 on the large pair), so the fields never sit in
-    memory whole. ``given``: the ops whose fields it gave so far; ``released``: the bytes of the
-    area given back; ``batches_open()``: the batches with nodes not yet in a chunk."""
+    memory whole. ``released``: the bytes of the area given back; ``batches_open()``: the batches
+    with nodes not yet in a chunk."""
 
-    __slots__ = ("_ahead", "_area", "_batch", "_bounds", "_done", "_left", "_asked", "released", "given")
+    __slots__ = ("_ahead", "_area", "_batch", "_bounds", "_done", "_left", "_asked", "released")
 
     def __init__(self, ahead: FieldsAhead, n: int, done: int = 0):
         self._ahead, self._area, self._batch = ahead, ahead._area, ahead.batch_nodes
@@ -240,14 +240,12 @@ class PreEncoded:
         self._left = [batch] * (n // batch) + ([n % batch] if n % batch else [])  # not yet in a chunk
         self._asked: list[int] = []  # batches all in chunks, their area still held
         self.released = 0
-        self.given = 0
 
     def chunk(self, order) -> list[bytes | None]:
         """The fields of each node of ``order`` (None: not done yet, or not an ET op). O(len(order))."""
         self._refresh()
         area, bounds, done = self._area, self._bounds, self._done
         fields = [area[bounds[u]:bounds[u + 1]] if u < done else None for u in order]
-        self.given += len(fields) - fields.count(None)
         left, asked, n, batch = self._left, self._asked, len(bounds) - 1, self._batch
         for b, count in Counter([u // batch for u in order if u < n]).items():
             left[b] -= count

@@ -125,7 +125,6 @@ def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tupl
             if start == 0:  # the file's size, extrapolated from the first chunk (a guess it forgives)
                 writer.reserve(len(encoded) * len(order) // len(chunk) + (1 << 16))
         summary.nodes = writer.nodes_written
-    summary.et_fields_from_child = pre_encoded.given if pre_encoded is not None else 0
     summary.seconds = time.perf_counter() - started
     return summary
 
