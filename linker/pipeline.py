@@ -172,7 +172,7 @@ def _log_kineto(kineto_path, kineto) -> None:
              kineto.cpu_count(), len(kineto.gpu_events))
 
 
-def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=None) -> WriteSummary | None:
+def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=None, prefill=None) -> WriteSummary | None:
     """Write the ET+; the ``.et`` writer's summary, None for JSON."""
     try:
         if output.format == CHAKRA:
@@ -182,7 +182,7 @@ def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=No
             return write_et_plus_chakra(et_plus, output.path, protected, pre_encoded)
         from linker.write.etplus_json import write_et_plus_json
 
-        write_et_plus_json(et_plus, output.path, protected)
+        write_et_plus_json(et_plus, output.path, protected, prefill)
         return None
     except (ValueError, OverflowError) as err:
         # A value of the input that the output format cannot hold (nothing was left behind).
@@ -276,15 +276,15 @@ def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Sch
     inputs = None
     try:
         with prefill_later(output.path) as prefill:
-            et_read = (lambda et: prefill(schedule.prefill_size(output, et))) if schedule.prefill else None
+            et_read = (lambda et: prefill.start(schedule.prefill_size(output, et))) if schedule.prefill else None
             inputs = read_inputs(et_path, kineto_path, schedule, fields, et_read)
             if et_read is not None:
-                prefill(schedule.prefill_size(output, inputs.et, inputs.kineto))  # its GPU ops too, now known
+                prefill.start(schedule.prefill_size(output, inputs.et, inputs.kineto))  # its GPU ops too, now known
             progress("linking")
             result = link(inputs.et, inputs.kineto, options, inputs.nesting)
             result.report.warnings[:0] = inputs.warnings
             return _link_and_write(result, output, report_path, protected, beside, started, fields, inputs.tree,
-                                   progress)
+                                   progress, prefill)
     finally:
         if fields is not None:
             fields.cancel()
@@ -293,9 +293,10 @@ def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Sch
 
 
 def _link_and_write(result, output: Output, report_path, protected: tuple, beside, started: float,
-                    fields=None, tree=None, progress=_silent) -> PairOutcome:
+                    fields=None, tree=None, progress=_silent, prefill=None) -> PairOutcome:
     """Build the ET+ of ``result``, plan it, write the report and the ET+ (``fields``: the ET's
-    own fields encoded by a child, ``Schedule.fields_encoder``)."""
+    own fields encoded by a child, ``Schedule.fields_encoder``; ``prefill``: the output's
+    prefilled file, ``write.sink.Prefill``)."""
     progress("writing")
     _note_timing_source(result)
     et_plus = build_et_plus(result)
@@ -305,7 +306,7 @@ def _link_and_write(result, output: Output, report_path, protected: tuple, besid
         if report_stream is not None:
             report_stream.write(_report_bytes(result.report))
             report_stream.flush()  # a full disk shows here, before the ET+ is written
-        written = _write_et_plus(et_plus, output, protected, beside, fields)
+        written = _write_et_plus(et_plus, output, protected, beside, fields, prefill)
     return PairOutcome(result.report, output.path, Path(report_path) if report_path else None,
                        time.perf_counter() - started, et_plus, written)
 
