@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -49,6 +49,25 @@ LINK_STAGES = ("reading", "linking", "writing")
 def _choices(values) -> str:
     """The metavar listing an option's choices: "[auto|rf_id|exact|approximate]"."""
     return "[" + "|".join(values) + "]"
+
+
+# Options that mean the same in several commands, declared once (typer reads the ``Annotated`` part).
+ExactMatchOption = Annotated[bool, typer.Option("--exact-match", help="Same as --match exact.")]
+ApproximateOption = Annotated[bool, typer.Option("--approximate", help="Same as --match approximate.")]
+AnnotationOption = Annotated[Optional[str], typer.Option(
+    "--annotation", metavar="NAME", help="Cut Kineto iterations where an op whose name contains this ends.")]
+MaxDepthOption = Annotated[int, typer.Option("--max-depth", help="Approximate matching: tree depth matched structurally.")]
+LogLevelOption = Annotated[str, typer.Option("--log-level", metavar=_choices(LOG_LEVELS), help="What to log on stderr.")]
+# The ASTRA-sim setup of ``batch --format et`` and ``astra-setup``: each overrides what is fitted.
+AstraTopologyOption = Annotated[Optional[str], typer.Option(
+    "--astra-topology", metavar=_choices(("Ring", "Switch", "FullyConnected")),
+    help="ASTRA-sim setup: network topology (Ring, Switch or FullyConnected) instead of the fitted one.")]
+AstraNpusOption = Annotated[Optional[int], typer.Option(
+    "--astra-npus", help="ASTRA-sim setup: NPU count (default: the ranks, at least 2: a single pair runs as 2 NPUs).")]
+AstraBandwidthOption = Annotated[Optional[float], typer.Option(
+    "--astra-bandwidth", metavar="GB/S", help="ASTRA-sim setup: link bandwidth in GB/s (2^30 bytes) instead of the fitted one.")]
+AstraLatencyOption = Annotated[Optional[float], typer.Option(
+    "--astra-latency", metavar="NS", help="ASTRA-sim setup: link latency in ns instead of the fitted one.")]
 
 
 def _exit_epilog() -> str:
@@ -192,19 +211,18 @@ def main_command(
     match: str = typer.Option("auto", "--match", metavar=_choices(METHODS),
                               help="Linking method. auto = rf_id when the ids validate, else exact (order), "
                               "falling back to approximate (structure)."),
-    exact_match: bool = typer.Option(False, "--exact-match", help="Same as --match exact."),
-    approximate: bool = typer.Option(False, "--approximate", help="Same as --match approximate."),
-    annotation: Optional[str] = typer.Option(
-        None, "--annotation", metavar="NAME", help="Cut Kineto iterations where an op whose name contains this ends."),
+    exact_match: ExactMatchOption = False,
+    approximate: ApproximateOption = False,
+    annotation: AnnotationOption = None,
     window: Optional[int] = typer.Option(None, "--window", help="Link against this Kineto iteration "
                                          "window (index shown in the report) instead of choosing by content."),
-    max_depth: int = typer.Option(10, "--max-depth", help="Approximate matching: tree depth matched structurally."),
+    max_depth: MaxDepthOption = 10,
     report: Optional[Path] = typer.Option(None, "--report", help="Write the link report (JSON) here."),
     force: bool = typer.Option(False, "--force", help="Link even if the files look like different runs."),
     min_linked: Optional[float] = typer.Option(
         None, "--min-linked", metavar="PCT", help="Exit with status 6 when less than PCT % of the ET ops "
         "are linked (the outputs are still written)."),
-    log_level: str = typer.Option("WARNING", "--log-level", metavar=_choices(LOG_LEVELS), help="What to log on stderr."),
+    log_level: LogLevelOption = "WARNING",
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary and no progress bar on stderr."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
@@ -326,12 +344,11 @@ def batch_command(
                                                "(?P<rank>...)) taking every file's rank from its name, "
                                                "instead of distributedInfo / the default name patterns."),
     match: str = typer.Option("auto", "--match", metavar=_choices(METHODS), help="Linking method (see et-link --help)."),
-    exact_match: bool = typer.Option(False, "--exact-match", help="Same as --match exact."),
-    approximate: bool = typer.Option(False, "--approximate", help="Same as --match approximate."),
-    annotation: Optional[str] = typer.Option(
-        None, "--annotation", metavar="NAME", help="Cut Kineto iterations where an op whose name contains this ends."),
+    exact_match: ExactMatchOption = False,
+    approximate: ApproximateOption = False,
+    annotation: AnnotationOption = None,
     window: Optional[int] = typer.Option(None, "--window", help="Link every rank against this Kineto window index."),
-    max_depth: int = typer.Option(10, "--max-depth", help="Approximate matching: tree depth matched structurally."),
+    max_depth: MaxDepthOption = 10,
     force: bool = typer.Option(False, "--force", help="Link even if a pair looks like different runs."),
     redo: bool = typer.Option(False, "--redo", help="Link again the ranks whose output is already complete."),
     verify_existing: bool = typer.Option(False, "--verify-existing", help="Before skipping a complete rank, "
@@ -348,19 +365,14 @@ def batch_command(
                                    help="measured: each rank's start offset "
                                    "(from the job's earliest measured start) written as a leading delay node "
                                    "(docs/rank-start.md); zero: none, every rank starts at 0."),
-    astra_topology: Optional[str] = typer.Option(None, "--astra-topology",
-                                                 metavar=_choices(("Ring", "Switch", "FullyConnected")), help="ASTRA-sim setup (--format et): "
-                                                 "network topology instead of the fitted one (Ring, Switch, FullyConnected)."),
-    astra_npus: Optional[int] = typer.Option(None, "--astra-npus", help="ASTRA-sim setup: NPU count (default: the ranks, "
-                                             "at least 2)."),
-    astra_bandwidth: Optional[float] = typer.Option(None, "--astra-bandwidth", metavar="GB/S", help="ASTRA-sim setup: "
-                                                    "link bandwidth in GB/s (2^30 bytes) instead of the fitted one."),
-    astra_latency: Optional[float] = typer.Option(None, "--astra-latency", metavar="NS", help="ASTRA-sim setup: link "
-                                                  "latency in ns instead of the fitted one."),
+    astra_topology: AstraTopologyOption = None,
+    astra_npus: AstraNpusOption = None,
+    astra_bandwidth: AstraBandwidthOption = None,
+    astra_latency: AstraLatencyOption = None,
     pid_ranks: Optional[str] = typer.Option(None, "--pid-ranks", metavar="PID:RANK,...", help="One Nsight "
                                             "Systems file holding every rank: the rank of each process, e.g. "
                                             "4242:0,4243:1 (default: pid order)."),
-    log_level: str = typer.Option("WARNING", "--log-level", metavar=_choices(LOG_LEVELS), help="What to log on stderr."),
+    log_level: LogLevelOption = "WARNING",
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr (the table is still printed)."),
 ) -> None:
     """Link all ranks of a job: pair ET and Kineto files by rank, link each rank in its own process
@@ -433,15 +445,10 @@ def astra_setup_command(
                                        "directory."),
     output_dir: Optional[Path] = typer.Option(None, "--output-dir", help="Where the setup goes (default: astra/ beside "
                                               "the first file)."),
-    astra_topology: Optional[str] = typer.Option(None, "--astra-topology",
-                                                 metavar=_choices(("Ring", "Switch", "FullyConnected")), help="Ring, Switch or FullyConnected "
-                                                 "instead of the fitted topology."),
-    astra_npus: Optional[int] = typer.Option(None, "--astra-npus", help="NPU count (default: the ranks; a single pair "
-                                             "runs as 2 NPUs)."),
-    astra_bandwidth: Optional[float] = typer.Option(None, "--astra-bandwidth", metavar="GB/S",
-                                                    help="Link bandwidth in GB/s (2^30 bytes) instead of the fitted one."),
-    astra_latency: Optional[float] = typer.Option(None, "--astra-latency", metavar="NS",
-                                                  help="Link latency in ns instead of the fitted one."),
+    astra_topology: AstraTopologyOption = None,
+    astra_npus: AstraNpusOption = None,
+    astra_bandwidth: AstraBandwidthOption = None,
+    astra_latency: AstraLatencyOption = None,
 ) -> None:
     """Write an ASTRA-sim setup (network, system and memory configuration, run script) for .et files
     already written: what `batch --format et` writes beside a job, for a single pair too (run as 2

@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import orjson
 
@@ -34,6 +34,9 @@ from linker.read.sanity import check_execution_trace, check_kineto_trace
 from linker.schedule import Schedule
 from linker.schedule.kineto_child import CheckedKineto, finish
 from linker.write.sink import atomic_output, prefill_later
+
+if TYPE_CHECKING:
+    from linker.plan.dependency_plan import WriteSummary
 
 log = logging.getLogger("et_link")
 
@@ -54,6 +57,7 @@ class PairOutcome:
     report_path: Path | None
     seconds: float = 0.0  # wall time of the whole pair: read, check, link, write
     et_plus: EtPlus | None = None  # what was written (the batch reads its collectives)
+    written: WriteSummary | None = None  # what the ``.et`` writer wrote and decided (None for JSON)
 
 
 def _report_bytes(report: LinkReport) -> bytes:
@@ -168,17 +172,18 @@ def _log_kineto(kineto_path, kineto) -> None:
              kineto.cpu_count(), len(kineto.gpu_events))
 
 
-def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=None) -> None:
+def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=None, prefill=None) -> WriteSummary | None:
+    """Write the ET+; the ``.et`` writer's summary, None for JSON."""
     try:
         if output.format == CHAKRA:
             from linker.write.chakra import write_et_plus_chakra
 
             pre_encoded = fields.take(et_plus.et) if fields is not None else None
-            write_et_plus_chakra(et_plus, output.path, protected, pre_encoded)
-        else:
-            from linker.write.etplus_json import write_et_plus_json
+            return write_et_plus_chakra(et_plus, output.path, protected, pre_encoded)
+        from linker.write.etplus_json import write_et_plus_json
 
-            write_et_plus_json(et_plus, output.path, protected)
+        write_et_plus_json(et_plus, output.path, protected, prefill)
+        return None
     except (ValueError, OverflowError) as err:
         # A value of the input that the output format cannot hold (nothing was left behind).
         raise TraceInputError(et_path, f"cannot be written as {output.path.name}: {err}") from None
@@ -271,15 +276,15 @@ def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Sch
     inputs = None
     try:
         with prefill_later(output.path) as prefill:
-            et_read = (lambda et: prefill(schedule.prefill_size(output, et))) if schedule.prefill else None
+            et_read = (lambda et: prefill.start(schedule.prefill_size(output, et))) if schedule.prefill else None
             inputs = read_inputs(et_path, kineto_path, schedule, fields, et_read)
             if et_read is not None:
-                prefill(schedule.prefill_size(output, inputs.et, inputs.kineto))  # its GPU ops too, now known
+                prefill.start(schedule.prefill_size(output, inputs.et, inputs.kineto))  # its GPU ops too, now known
             progress("linking")
             result = link(inputs.et, inputs.kineto, options, inputs.nesting)
             result.report.warnings[:0] = inputs.warnings
             return _link_and_write(result, output, report_path, protected, beside, started, fields, inputs.tree,
-                                   progress)
+                                   progress, prefill)
     finally:
         if fields is not None:
             fields.cancel()
@@ -288,9 +293,10 @@ def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Sch
 
 
 def _link_and_write(result, output: Output, report_path, protected: tuple, beside, started: float,
-                    fields=None, tree=None, progress=_silent) -> PairOutcome:
+                    fields=None, tree=None, progress=_silent, prefill=None) -> PairOutcome:
     """Build the ET+ of ``result``, plan it, write the report and the ET+ (``fields``: the ET's
-    own fields encoded by a child, ``Schedule.fields_encoder``)."""
+    own fields encoded by a child, ``Schedule.fields_encoder``; ``prefill``: the output's
+    prefilled file, ``write.sink.Prefill``)."""
     progress("writing")
     _note_timing_source(result)
     et_plus = build_et_plus(result)
@@ -300,9 +306,9 @@ def _link_and_write(result, output: Output, report_path, protected: tuple, besid
         if report_stream is not None:
             report_stream.write(_report_bytes(result.report))
             report_stream.flush()  # a full disk shows here, before the ET+ is written
-        _write_et_plus(et_plus, output, protected, beside, fields)
+        written = _write_et_plus(et_plus, output, protected, beside, fields, prefill)
     return PairOutcome(result.report, output.path, Path(report_path) if report_path else None,
-                       time.perf_counter() - started, et_plus)
+                       time.perf_counter() - started, et_plus, written)
 
 
 def write_linked(result, output: str | os.PathLike, report_path: str | os.PathLike | None = None) -> PairOutcome:

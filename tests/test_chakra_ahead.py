@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -18,12 +17,18 @@ from linker.model.output import Output
 from linker.schedule import Schedule
 from linker.schedule import fields_child as chakra_ahead
 from linker.write import chakra_encode
-from linker.write import chakra as write_chakra
+from linker.link.etplus import build_et_plus
+from linker.link.recipe import link
+from linker.plan.deps import dependency_plan
+from linker.read.kineto import read_kineto_trace
+from linker.write.chakra_encode import AttrEncoder, EtOnlyFields
 from linker.model.errors import TraceInputError
 from linker.read.et import read_execution_trace
 from linker.read.files import read_trace_bytes
 
 FORCED = Schedule.forced()
+# The writer takes the child's fields once it is done (or has ended): its share is then exact.
+WAITING = FORCED.without(wait_for_fields=True)
 NESTED = [("cpu", "threads"), ("cpu", "autograd_threads"), ("cpu", "dataloader_annotated"), ("gpu", "gpu_v111"),
           ("gpu", "shapes_rocm")]
 
@@ -36,75 +41,46 @@ def _no_child_left() -> bool:
     return False
 
 
-class Spy:
-    """Records what ``take`` gave and, per ET op written, whether the child's bytes were used."""
-
-    def __init__(self, monkeypatch, wait_for_child: bool):
-        self.taken: list = []
-        self.from_child = self.from_parent = 0
-        real_take, real_chunk = chakra_ahead.FieldsAhead.take, chakra_ahead.PreEncoded.chunk
-        spy = self
-
-        def take(ahead, et):
-            pre = real_take(ahead, et)
-            if pre is not None and wait_for_child:  # every node done before the write starts
-                deadline = time.monotonic() + 60
-                while pre._done < len(et.nodes) and not ahead.ended and time.monotonic() < deadline:
-                    pre._refresh()
-                    time.sleep(0.005)
-            spy.taken.append(pre)
-            return pre
-
-        def chunk(pre, order):
-            fields = real_chunk(pre, order)
-            ops = [f for u, f in zip(order, fields) if u < len(pre._bounds) - 1]
-            spy.from_child += sum(f is not None for f in ops)
-            spy.from_parent += sum(f is None for f in ops)
-            return fields
-
-        monkeypatch.setattr(chakra_ahead.FieldsAhead, "take", take)
-        monkeypatch.setattr(chakra_ahead.PreEncoded, "chunk", chunk)
-
-
 def _plain_copy(path: Path, tmp_path: Path) -> Path:
     plain = tmp_path / "et.json"
     plain.write_bytes(gzip.decompress(path.read_bytes()))
     return plain
 
 
-def _link_both(et_path, kineto_path, tmp_path) -> tuple[bytes, bytes]:
+def _link_both(et_path, kineto_path, tmp_path, schedule=WAITING) -> tuple[bytes, bytes, int]:
+    """The ``.et`` under ``schedule`` and under the serial one, and how many ops' ET-only fields
+    the child gave under ``schedule``."""
     ahead, alone = tmp_path / "ahead.et", tmp_path / "alone.et"
-    pipeline.link_pair(et_path, kineto_path, ahead, schedule=FORCED)
-    pipeline.link_pair(et_path, kineto_path, alone, schedule=Schedule.serial())
-    return ahead.read_bytes(), alone.read_bytes()
+    outcome = pipeline.link_pair(et_path, kineto_path, ahead, schedule=schedule)
+    serial = pipeline.link_pair(et_path, kineto_path, alone, schedule=Schedule.serial())
+    assert serial.written.et_fields_from_child == 0
+    return ahead.read_bytes(), alone.read_bytes(), outcome.written.et_fields_from_child
 
 
 @pytest.mark.parametrize("compressed", [True, False], ids=["gzip", "plain"])
 @pytest.mark.parametrize("case", NESTED, ids=["/".join(c) for c in NESTED])
-def test_fields_from_the_child_give_the_same_et(case, compressed, tmp_path, monkeypatch):
+def test_fields_from_the_child_give_the_same_et(case, compressed, tmp_path):
     et_path, kineto_path = fixture_pair(*case)
     if not compressed:
         et_path = _plain_copy(et_path, tmp_path)
-    spy = Spy(monkeypatch, wait_for_child=True)
-    ahead, alone = _link_both(et_path, kineto_path, tmp_path)
+    ahead, alone, from_child = _link_both(et_path, kineto_path, tmp_path)
     assert ahead == alone
-    nodes = len(read_execution_trace(et_path).nodes)
-    assert spy.taken[0] is not None and spy.from_child == nodes and spy.from_parent == 0
+    assert from_child == len(read_execution_trace(et_path).nodes)  # every ET node's, none left to the writer
     assert _no_child_left()
 
 
-def test_fields_from_a_real_pair_give_the_same_et(tmp_path, monkeypatch):
+def test_fields_from_a_real_pair_give_the_same_et(tmp_path):
     et_path = shared_trace("torch_cpu", "mlp_multistep", "et.json.gz")
-    spy = Spy(monkeypatch, wait_for_child=False)  # as it comes: some nodes from each side, maybe
-    ahead, alone = _link_both(et_path, et_path.with_name("kineto.json.gz"), tmp_path)
-    assert ahead == alone
-    assert spy.taken[0] is not None and spy.from_child + spy.from_parent == len(read_execution_trace(et_path).nodes)
+    nodes = len(read_execution_trace(et_path).nodes)
+    kineto_path = et_path.with_name("kineto.json.gz")
+    ahead, alone, from_child = _link_both(et_path, kineto_path, tmp_path, FORCED)  # as it comes: some from each side, maybe
+    assert ahead == alone and 0 <= from_child <= nodes
+    ahead, alone, from_child = _link_both(et_path, kineto_path, tmp_path)
+    assert ahead == alone and from_child == nodes
 
 
 def test_a_child_that_fails_midway_leaves_the_rest_to_the_parent(tmp_path, monkeypatch):
     et_path, kineto_path = fixture_pair("cpu", "threads")
-    spy = Spy(monkeypatch, wait_for_child=True)
-    monkeypatch.setattr(chakra_ahead, "BATCH", 100)
     real_fields = chakra_encode.EtOnlyFields
 
     class Failing(real_fields):
@@ -116,25 +92,24 @@ def test_a_child_that_fails_midway_leaves_the_rest_to_the_parent(tmp_path, monke
                 raise RuntimeError("child fails")
             return super().__call__(node)
 
-    monkeypatch.setattr(chakra_ahead, "EtOnlyFields", Failing)
-    ahead, alone = _link_both(et_path, kineto_path, tmp_path)
+    monkeypatch.setattr(chakra_ahead, "EtOnlyFields", Failing)  # the child's encoder: it fails at node 251
+    ahead, alone, from_child = _link_both(et_path, kineto_path, tmp_path, WAITING.without(fields_batch_nodes=100))
     assert ahead == alone
-    assert spy.from_child == 200 and spy.from_parent == len(read_execution_trace(et_path).nodes) - 200
+    assert from_child == 200 and len(read_execution_trace(et_path).nodes) > 250  # the rest: the writer's
     assert _no_child_left()
 
 
-def test_a_flat_et_stops_the_child(tmp_path, monkeypatch):
+def test_a_flat_et_stops_the_child(tmp_path):
     et_path, kineto_path = fixture_pair("gpu", "gpu_v101")
-    spy = Spy(monkeypatch, wait_for_child=False)
-    ahead, alone = _link_both(et_path, kineto_path, tmp_path)
+    ahead, alone, from_child = _link_both(et_path, kineto_path, tmp_path)
     assert ahead == alone
-    assert spy.taken == [None]
+    assert from_child == 0
     assert _no_child_left()
 
 
-def test_nodes_that_are_not_the_parents_are_not_used(monkeypatch):
+def test_nodes_that_are_not_the_parents_are_not_used():
     et_path, _ = fixture_pair("cpu", "threads")
-    ahead = chakra_ahead.start(et_path, 0)
+    ahead = chakra_ahead.start(et_path, 0, Schedule().fields_batch_nodes)
     et = read_execution_trace(et_path, ahead.inflate_into)
     ahead.go(et)
     et.ids = et.ids[:-2] + [et.ids[-1], et.ids[-2]]  # as if the parent had other nodes
@@ -162,18 +137,32 @@ def test_json_outputs_and_small_ets_start_no_child(tmp_path):
     et_path, _ = fixture_pair("cpu", "threads")
     assert FORCED.fields_encoder(et_path, Output.of(tmp_path / "out.json")) is None
     assert Schedule.serial().fields_encoder(et_path, Output.of(tmp_path / "out.et")) is None
-    assert chakra_ahead.start(et_path, Schedule().child_min_bytes) is None  # under the threshold
+    assert chakra_ahead.start(et_path, Schedule().child_min_bytes, Schedule().fields_batch_nodes) is None  # under the threshold
 
 
-def test_batches_asked_for_are_given_back(tmp_path, monkeypatch):
+def test_batches_asked_for_are_given_back():
+    """The writer's order in chunks of 50 against batches of 16: every batch ends up asked for, the
+    area of those the child wrote is given back, and each op's fields are the writer's own bytes."""
     et_path, kineto_path = fixture_pair("cpu", "autograd_threads")
-    spy = Spy(monkeypatch, wait_for_child=True)
-    monkeypatch.setattr(chakra_ahead, "BATCH", 16)
-    monkeypatch.setattr(write_chakra, "CHUNK_NODES", 50)  # releases come between chunks
-    ahead, alone = _link_both(et_path, kineto_path, tmp_path)
-    assert ahead == alone
-    pre = spy.taken[0]
-    assert pre._released > len(pre._area) // 10 and not any(pre._left)
+    ahead = chakra_ahead.start(et_path, 0, 16, wait=True)
+    et = read_execution_trace(et_path, ahead.inflate_into)
+    ahead.go(et)
+    pre = ahead.take(et)
+    assert pre is not None
+    et_plus = build_et_plus(link(et, read_kineto_trace(kineto_path)))
+    order = dependency_plan(et_plus).order
+    writers = EtOnlyFields(AttrEncoder())
+    given = 0
+    for start in range(0, len(order), 50):
+        chunk = order[start:start + 50]
+        for u, fields in zip(chunk, pre.chunk(chunk)):
+            if u < len(et.nodes):
+                assert fields == writers(et.nodes[u])
+                given += 1
+    ahead.cancel()
+    assert given == len(et.nodes) and pre.batches_open() == 0
+    assert pre.released > et.text_bytes // 10
+    assert _no_child_left()
 
 
 def test_gunzip_into_a_fixed_buffer(tmp_path):
@@ -198,14 +187,13 @@ def test_gunzip_into_a_fixed_buffer(tmp_path):
     assert read_trace_bytes(two, lambda size: None) == text
 
 
-def test_an_et_that_does_not_fit_its_trailers_size_stops_the_child(tmp_path, monkeypatch):
+def test_an_et_that_does_not_fit_its_trailers_size_stops_the_child(tmp_path):
     """Two gzip members: the trailer gives the last one's size, the text goes on in a private
     buffer, and the child (which would decode the shared one) is stopped."""
     et_path, kineto_path = fixture_pair("cpu", "threads")
     text = gzip.decompress(et_path.read_bytes())
     two = tmp_path / "et.json.gz"
     two.write_bytes(gzip.compress(text[:1000]) + gzip.compress(text[1000:]))
-    spy = Spy(monkeypatch, wait_for_child=False)
-    ahead, alone = _link_both(two, kineto_path, tmp_path)
+    ahead, alone, from_child = _link_both(two, kineto_path, tmp_path)
     assert ahead == alone
-    assert spy.taken == [None] and _no_child_left()
+    assert from_child == 0 and _no_child_left()

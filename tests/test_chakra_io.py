@@ -734,3 +734,20 @@ def test_encode_varint_matches_decoder():
         assert wire_decoder.read_varint(encoded, 0) == (value, len(encoded))
     with pytest.raises(ValueError):
         chakra_io.encode_varint(-1)
+
+
+def test_decode_varint_reads_what_protobuf_writes():
+    """The readers' one varint decoder against the protobuf runtime's own encoding (a Node's
+    ``id``, field 1: tag byte 0x08, then the varint), at an offset inside the bytes; 0, which
+    proto3 does not write, is the single byte 0."""
+    from linker.write.protobuf_wire import decode_varint
+
+    assert decode_varint(b"\x05\x00", 1) == (0, 2)
+    for value in (1, 127, 128, 300, 2**32, 2**63 - 1, 2**64 - 1):
+        wire = b"\xff" + pb.Node(id=value).SerializeToString()
+        assert wire[1] == 0x08
+        assert decode_varint(wire, 2) == (value, len(wire))
+    with pytest.raises(IndexError):  # the bytes end inside the varint
+        decode_varint(b"\x08\x96", 1)
+    with pytest.raises(ValueError):  # eleven bytes: longer than any 64-bit value
+        decode_varint(b"\x80" * 10 + b"\x01", 0)

@@ -27,7 +27,7 @@ CASES = ["mlp_steps", "threads", "autograd_threads", "dataloader", "main_thread_
 
 def _same_name_pairs(et, kineto) -> int:
     _, check = match_by_rf_id(et, kineto)
-    return check.joined - check.name_mismatches
+    return check.same_name_pairs
 
 
 @pytest.mark.parametrize("et_case, kineto_case", [(c, c) for c in CASES] + [("threads", "mlp_steps"),
@@ -113,7 +113,7 @@ def test_rf_id_join_with_repeated_zero_and_missing_ids(seed):
     match, check = match_by_rf_id(et, kineto)
     event_of_op, stats, with_id = _reference_rf_join(et, kineto)
     assert match.event_of_op == event_of_op
-    assert match.stats == stats and check.kineto_with_id == with_id
+    assert match.stats == stats == check.stats and check.kineto_with_id == with_id
 
 
 @pytest.mark.parametrize("renamed", [0, 1, 5])

@@ -75,10 +75,10 @@ def _listing(directory) -> list[str]:
 
 def test_atomic_output_writes_into_the_prefilled_file_and_cuts_it(tmp_path):
     path, data = tmp_path / "out.json", os.urandom(100_000)
-    with sink.prefilled(path, 3 * sink._PREFILL_PIECE):
+    with sink.prefilled(path, 3 * sink._PREFILL_PIECE) as prefill:
         hidden = [p for p in tmp_path.iterdir() if p.name.startswith(".out.json.")]
         assert len(hidden) == 1  # the temporary file is made (and being filled) before any write
-        with sink.atomic_output(path) as out:
+        with sink.atomic_output(path, prefill=prefill) as out:
             out.write(data)
         assert not hidden[0].exists()  # it became the output
     assert _listing(tmp_path) == ["out.json"] and path.read_bytes() == data
@@ -114,8 +114,10 @@ def test_a_prefilled_output_holds_what_was_written_and_nothing_is_left_behind(tm
 
     @contextlib.contextmanager
     def spy(path):
-        with real(path) as start:
-            yield lambda size: sizes.append(size) or start(size)
+        with real(path) as prefill:
+            start = prefill.start
+            prefill.start = lambda size: sizes.append(size) or start(size)
+            yield prefill
 
     monkeypatch.setattr(pipeline, "prefill_later", spy)
     out = tmp_path / "prefilled" / "o.json"
@@ -149,13 +151,26 @@ def test_a_prefill_started_later_grows_on_demand(tmp_path):
     """``prefill_later``: nothing until started; a larger size later fills on where it ended (the
     file then holds the larger size), a smaller one changes nothing; the output is what was written."""
     path, piece = tmp_path / "out.json", sink._PREFILL_PIECE
-    with sink.prefill_later(path) as start:
+    with sink.prefill_later(path) as prefill:
         assert _listing(tmp_path) == []
-        start(piece)
+        prefill.start(piece)
         assert _grown_to(path, piece)
-        start(3 * piece)
-        start(2 * piece)
+        prefill.start(3 * piece)
+        prefill.start(2 * piece)
         assert _grown_to(path, 3 * piece)
-        with sink.atomic_output(path) as out:
+        assert prefill.take(tmp_path / "other.json") is None  # only the output it was made for
+        with sink.atomic_output(path, prefill=prefill) as out:
             out.write(b"[1]")
+        assert _listing(tmp_path) == ["out.json"]  # the prefilled file became the output
     assert _listing(tmp_path) == ["out.json"] and path.read_bytes() == b"[1]"
+
+
+def test_a_prefill_not_given_to_the_writer_is_not_used_and_is_removed(tmp_path):
+    """The prefilled file belongs to its ``Prefill``: a writer not given it makes its own, and the
+    prefilled one is removed when the block ends."""
+    path = tmp_path / "out.json"
+    with sink.prefilled(path, sink._PREFILL_PIECE):
+        with sink.atomic_output(path) as out:
+            out.write(b"[2]")
+        assert len(_listing(tmp_path)) == 2  # the output and the prefilled file, still held
+    assert _listing(tmp_path) == ["out.json"] and path.read_bytes() == b"[2]"

@@ -47,16 +47,15 @@ def columns(et) -> dict:
     return {name: getattr(et, name) for name in COLUMNS}
 
 
-def general_columns(path, monkeypatch) -> dict:
-    with monkeypatch.context() as m:
-        m.setattr(et_reader, "_positional_decoder", lambda nodes: None)
-        return columns(read_execution_trace(path))
+def general_columns(path, nodes_per_block: int = et_reader.NODES_PER_BLOCK) -> dict:
+    """The columns as the general path reads them: every node's ``attrs`` by name."""
+    return columns(read_execution_trace(path, nodes_per_block=nodes_per_block, attrs_by_position=False))
 
 
 @pytest.mark.parametrize("path", real_ets(), ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_et_columns_by_position_are_those_by_name(path, monkeypatch):
+def test_et_columns_by_position_are_those_by_name(path):
     try:
-        expected = general_columns(path, monkeypatch)
+        expected = general_columns(path)
     except TraceInputError:
         pytest.skip("not an ET")
     assert columns(read_execution_trace(path)) == expected
@@ -86,13 +85,12 @@ def odd_attrs_et(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("block", [4, 7, 16384])
-def test_et_columns_by_position_when_some_nodes_are_laid_out_otherwise(tmp_path, monkeypatch, block):
-    monkeypatch.setattr(et_reader, "_NODES_PER_BLOCK", block)
+def test_et_columns_by_position_when_some_nodes_are_laid_out_otherwise(tmp_path, block):
     path = odd_attrs_et(tmp_path)
-    expected = general_columns(path, monkeypatch)
+    expected = general_columns(path, block)
     assert expected["tid"][18] == 17 and expected["op_schema"][24] == ""
     assert expected["tid"][9] != 99 and expected["tid"][12] != 98  # at the layout's place, else the last
-    assert columns(read_execution_trace(path)) == expected
+    assert columns(read_execution_trace(path, nodes_per_block=block)) == expected
 
 
 def plain_op_schema(doc: dict) -> list[str]:
@@ -133,13 +131,13 @@ def test_et_attrs_after_the_last_column_attribute_are_not_decoded(tmp_path):
     assert json.loads(bytes(et.nodes[-1].attrs))[-1] == {"not": "an attribute"}
 
 
-def test_et_whose_first_node_lacks_a_column_attribute_reads_by_name(tmp_path, monkeypatch):
+def test_et_whose_first_node_lacks_a_column_attribute_reads_by_name(tmp_path):
     doc = json.loads(gzip.decompress((FIXTURES / "cpu" / "dataloader" / "et.json.gz").read_bytes()))
     doc["nodes"][0]["attrs"] = [a for a in doc["nodes"][0]["attrs"] if a["name"] != "scope"]
     path = tmp_path / "first_without_scope.json"
     path.write_text(json.dumps(doc))
     assert et_reader._positional_decoder(read_execution_trace(path).nodes) is None
-    assert columns(read_execution_trace(path)) == general_columns(path, monkeypatch)
+    assert columns(read_execution_trace(path)) == general_columns(path)
 
 
 # --------------------------------------------------------------------------- gzip
@@ -546,8 +544,7 @@ def test_forked_child_that_cannot_send_its_result_gives_none():
 
 @pytest.mark.parametrize("case", ["first_longer", "first_without_attrs", "roots_shorter", "first_two_differ"])
 @pytest.mark.parametrize("block", [3, 16384])
-def test_et_columns_by_position_when_the_first_nodes_differ(tmp_path, monkeypatch, case, block):
-    monkeypatch.setattr(et_reader, "_NODES_PER_BLOCK", block)
+def test_et_columns_by_position_when_the_first_nodes_differ(tmp_path, case, block):
     doc = json.loads(gzip.decompress((FIXTURES / "cpu" / "dataloader" / "et.json.gz").read_bytes()))
     nodes = doc["nodes"]
     extra = {"name": "extra", "type": "string", "value": "x"}
@@ -564,26 +561,23 @@ def test_et_columns_by_position_when_the_first_nodes_differ(tmp_path, monkeypatc
         nodes[1]["attrs"] = [a for a in nodes[1]["attrs"] if a is not tid] + [tid]
     path = tmp_path / f"{case}.json"
     path.write_text(json.dumps(doc))
-    expected = general_columns(path, monkeypatch)
-    et = read_execution_trace(path)
+    expected = general_columns(path, block)
+    et = read_execution_trace(path, nodes_per_block=block)
     assert columns(et) == expected
     if case != "first_two_differ" and block > 3:
         assert et_reader._positional_decoder(et.nodes) is not None
 
 
 @pytest.mark.parametrize("block", [4, 16384])
-def test_et_attrs_that_cannot_be_read_by_name_fail_as_by_name(tmp_path, monkeypatch, block):
-    monkeypatch.setattr(et_reader, "_NODES_PER_BLOCK", block)
+def test_et_attrs_that_cannot_be_read_by_name_fail_as_by_name(tmp_path, block):
     doc = json.loads(gzip.decompress((FIXTURES / "cpu" / "dataloader" / "et.json.gz").read_bytes()))
     del doc["nodes"][30]["attrs"][2]["name"]  # an entry without a name, inside the layout
     path = tmp_path / "nameless.json"
     path.write_text(json.dumps(doc))
-    with monkeypatch.context() as m:
-        m.setattr(et_reader, "_positional_decoder", lambda nodes: None)
-        with pytest.raises(TraceInputError) as by_name:
-            read_execution_trace(path)
+    with pytest.raises(TraceInputError) as by_name:
+        read_execution_trace(path, nodes_per_block=block, attrs_by_position=False)
     with pytest.raises(TraceInputError) as by_position:
-        read_execution_trace(path)
+        read_execution_trace(path, nodes_per_block=block)
     assert str(by_position.value) == str(by_name.value)
     assert "node 51's attrs: Object missing required field `name`" in str(by_name.value)
 

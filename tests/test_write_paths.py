@@ -181,3 +181,27 @@ def test_background_writer_error_reaches_a_caller_filling_buffers():
     with pytest.raises(OSError):  # as the writers' ``finally`` does: the thread ends (no thread left
         writer.close()  # behind, which would keep later pairs in this process from forking)
     assert threading.active_count() == 1
+
+
+def test_an_unknown_node_key_is_written_back_last(tmp_path):
+    """A node key the reader does not know is kept as raw JSON and written after every key the
+    linker adds (the simulation fields included), as it was before those became base classes."""
+    import gzip
+    import json
+
+    et_path, kineto_path = fixture_pair("cpu", "threads")
+    opener = gzip.open if str(et_path).endswith(".gz") else open
+    with opener(et_path, "rt") as f:
+        doc = json.load(f)
+    for node in doc["nodes"]:
+        node["zz_note"] = {"kept": node["id"]}
+    with_extra = tmp_path / "et_extra.json"
+    with_extra.write_text(json.dumps(doc))
+    out = tmp_path / "out.json"
+    from linker.pipeline import link_pair
+
+    link_pair(with_extra, kineto_path, out)
+    nodes = [n for n in json.loads(out.read_bytes())["nodes"] if "zz_note" in n]
+    assert len(nodes) == len(doc["nodes"])
+    assert all(list(n)[-1] == "zz_note" and n["zz_note"] == {"kept": n["id"]} for n in nodes)
+    assert sum("data_deps" in n for n in nodes) > len(nodes) // 2  # the linker's fields came before it

@@ -29,6 +29,7 @@ from linker.model.errors import TraceInputError
 from linker.plan.rank_start import (DELAY_NODE_NAME, MEASURED, OFFSET_ATTR, RANK_START, delay_node_json,
                                     measured_offsets, offset_micros)
 from linker.read.files import read_trace_bytes
+from linker.write.protobuf_wire import decode_varint
 from linker.write.sink import atomic_output
 from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import (EtWriter, encode_varint, find_attr, iter_frames, make_attr, open_binary,
@@ -101,37 +102,26 @@ def set_rank_start(path: Path, offset_us: int, graph=None) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def _varint(raw: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = raw[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
 def node_head(raw: bytes) -> tuple[int, str | None, bool, int]:
     """(id, name when it is the delay node's else None, has ctrl or data dependencies, node type)
     of a Node payload, reading only its first fields (a serialized message lists its fields by
     number). O(1) beyond the name."""
     node_id, name, node_type, pos, end = 0, None, 0, 0, len(raw)
     while pos < end:
-        tag, pos = _varint(raw, pos)
+        tag, pos = decode_varint(raw, pos)
         number, wire = tag >> 3, tag & 7
         if number in (4, 5):
             return node_id, name, True, node_type
         if number > 5:
             return node_id, name, False, node_type
         if wire == 0:
-            value, pos = _varint(raw, pos)
+            value, pos = decode_varint(raw, pos)
             if number == 1:
                 node_id = value
             elif number == 3:
                 node_type = value
         elif wire == 2:
-            length, pos = _varint(raw, pos)
+            length, pos = decode_varint(raw, pos)
             if number == 2 and raw[pos:pos + length] == _DELAY_NAME_BYTES:
                 name = DELAY_NODE_NAME
             pos += length
@@ -243,7 +233,7 @@ def _scan_heads(path: Path) -> _Heads:
 def _frame_id(payload: bytes) -> int:
     """The node id of a payload (its first field when the writer put it first)."""
     if payload[:1] == b"\x08":
-        return _varint(payload, 1)[0]
+        return decode_varint(payload, 1)[0]
     return node_head(payload)[0]
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from linker.link.durations import rounded_exclusive
-from linker.read.et import FLAT, ExecutionTrace
+from linker.read.et import FLAT, ExecutionTrace, SimulationFields
 from linker.link.gpu import GpuLink
 from linker.link.measured import apply_placement
 from linker.link.recipe import LinkResult
@@ -31,8 +31,16 @@ _EMPTY_IO_NESTED = msgspec.Raw(b'{"values":[],"shapes":[],"types":[]}')
 _EMPTY_LIST = msgspec.Raw(b"[]")
 
 
-class GpuNode(msgspec.Struct, omit_defaults=True):
-    """A GPU op as an ET+ node. Layout-dependent keys stay UNSET (not written) when not used."""
+class _PeerFields(SimulationFields, kw_only=True, omit_defaults=True):
+    """A send or receive kernel's peer ranks (``plan.comm``), written after the simulation fields."""
+
+    comm_src: int | Unset = UNSET
+    comm_dst: int | Unset = UNSET
+
+
+class GpuNode(_PeerFields, omit_defaults=True):
+    """A GPU op as an ET+ node. Layout-dependent keys stay UNSET (not written) when not used; the
+    simulation fields (``SimulationFields``, then ``comm_src``/``comm_dst``) come last."""
 
     # Written always (no defaults: omit_defaults would drop a field equal to its default).
     id: int
@@ -58,14 +66,8 @@ class GpuNode(msgspec.Struct, omit_defaults=True):
     output_shapes: Any = UNSET
     output_types: Any = UNSET
     attrs: list | Unset = UNSET
-    # Simulation fields (``plan.json_fields``): busy duration, dependencies with causes, comm attributes.
+    # Busy duration (``plan.json_fields``); the other simulation fields are the bases'.
     sim_dur: float | int | Unset = UNSET
-    data_deps: list | Unset = UNSET
-    data_dep_causes: list | Unset = UNSET
-    comm_type: str | Unset = UNSET
-    comm_size: int | Unset = UNSET
-    comm_src: int | Unset = UNSET
-    comm_dst: int | Unset = UNSET
 
 
 @dataclass

@@ -162,7 +162,7 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
     # The rf_id join (no side effects, never raises) comes first: its same-name pairs usually
     # settle the same-run check without counting names.
     rf_join = match_by_rf_id(et, kineto) if options.method in ("auto", "rf_id") else None
-    same_name_pairs = rf_join[1].joined - rf_join[1].name_mismatches if rf_join else 0
+    same_name_pairs = rf_join[1].same_name_pairs if rf_join else 0
     problems = check_same_run(et, kineto, same_name_pairs)
     if problems:
         message = "the ET and the Kineto trace look like different runs: " + "; ".join(problems)

@@ -8,9 +8,9 @@ of joined pairs agree. Cost O(n).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from itertools import compress
 from operator import eq, not_
+from typing import NamedTuple
 
 from linker.model.columns import unique_positions
 from linker.read.et import ExecutionTrace
@@ -23,18 +23,21 @@ MIN_NAME_AGREEMENT = 0.99
 MIN_COVERAGE = 0.1
 
 
-@dataclass
-class RfIdCheck:
-    """Why the record-function ids can or cannot be trusted."""
+class RfIdCheck(NamedTuple):
+    """Whether the record-function ids can be trusted (``usable``), why in one sentence
+    (``reason``), and the counts the verdict rests on: ``kineto_with_id``, the Kineto events that
+    carry an id, and ``stats``, the join's counts as ``OpMatch.stats`` reports them (``joined``,
+    ``name_mismatches``, ``kineto_duplicate_ids``, ``et_duplicate_ids``, ``kineto_zero_ids``)."""
 
     usable: bool
     reason: str
-    kineto_with_id: int = 0
-    kineto_zero: int = 0
-    kineto_duplicates: int = 0
-    et_duplicates: int = 0
-    joined: int = 0
-    name_mismatches: int = 0
+    kineto_with_id: int
+    stats: dict[str, int]
+
+    @property
+    def same_name_pairs(self) -> int:
+        """Pairs joined by id whose names agree."""
+        return self.stats["joined"] - self.stats["name_mismatches"]
 
 
 def _kineto_ids(ids: list) -> tuple[dict, int, int, int]:
@@ -104,26 +107,31 @@ def match_by_rf_id(et: ExecutionTrace, kineto: KinetoTrace) -> tuple[OpMatch, Rf
                 event_of_op[i] = e
     mismatched = joined - (len(event_of_op) - event_of_op.count(-1))
 
-    check = RfIdCheck(False, "", with_id, zero, k_dups, et_dups, joined, mismatched)
+    stats = {"joined": joined, "name_mismatches": mismatched, "kineto_duplicate_ids": k_dups,
+             "et_duplicate_ids": et_dups, "kineto_zero_ids": zero}
     smaller = max(1, min(len(op_indices), kineto.cpu_count()))
-    if with_id == 0:
-        check.reason = "the Kineto trace has no 'Record function id' (PyTorch < 2.2)"
-    elif zero == with_id:
-        check.reason = "every Kineto 'Record function id' is 0"
-    elif not et_counts:
-        check.reason = "the ET has no non-zero rf_id"
-    elif joined == 0:
-        check.reason = "no ET rf_id occurs in the Kineto trace (different window or run?)"
-    elif (joined - mismatched) / joined < MIN_NAME_AGREEMENT:
-        check.reason = (f"names disagree on {mismatched} of {joined} pairs joined by rf_id "
-                        "(ids from another window or run?)")
-    elif joined / smaller < MIN_COVERAGE:
-        check.reason = f"rf_id joins only {joined} of {smaller} ops"
-    else:
-        check.usable = True
-        check.reason = (f"{joined} ops joined by rf_id, names agree on {joined - mismatched}; "
-                        f"{k_dups} duplicated Kineto ids and {et_dups} duplicated ET ids left out")
-    match = OpMatch("rf_id", event_of_op, notes=[check.reason])
-    match.stats = {"joined": joined, "name_mismatches": mismatched, "kineto_duplicate_ids": k_dups,
-                   "et_duplicate_ids": et_dups, "kineto_zero_ids": zero}
-    return match, check
+    usable, reason = _verdict(with_id, bool(et_counts), stats, smaller)
+    match = OpMatch("rf_id", event_of_op, notes=[reason])
+    match.stats = dict(stats)  # the match's own: later stages may add to it
+    return match, RfIdCheck(usable, reason, with_id, stats)
+
+
+def _verdict(kineto_with_id: int, et_has_ids: bool, stats: dict[str, int], smaller: int) -> tuple[bool, str]:
+    """(usable, reason) of a join with these counts; ``smaller``: the op count of the smaller side."""
+    joined, mismatched, zero = stats["joined"], stats["name_mismatches"], stats["kineto_zero_ids"]
+    if kineto_with_id == 0:
+        return False, "the Kineto trace has no 'Record function id' (PyTorch < 2.2)"
+    if zero == kineto_with_id:
+        return False, "every Kineto 'Record function id' is 0"
+    if not et_has_ids:
+        return False, "the ET has no non-zero rf_id"
+    if joined == 0:
+        return False, "no ET rf_id occurs in the Kineto trace (different window or run?)"
+    if (joined - mismatched) / joined < MIN_NAME_AGREEMENT:
+        return False, (f"names disagree on {mismatched} of {joined} pairs joined by rf_id "
+                       "(ids from another window or run?)")
+    if joined / smaller < MIN_COVERAGE:
+        return False, f"rf_id joins only {joined} of {smaller} ops"
+    return True, (f"{joined} ops joined by rf_id, names agree on {joined - mismatched}; "
+                  f"{stats['kineto_duplicate_ids']} duplicated Kineto ids and {stats['et_duplicate_ids']} "
+                  "duplicated ET ids left out")

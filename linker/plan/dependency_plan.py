@@ -93,6 +93,7 @@ class WriteSummary:
     comm_unresolved: Counter = field(default_factory=Counter)  # reason -> comm kernels as COMP_NODE
     ctrl_deps_dropped: int = 0  # parents missing from the ET (roots' self-parents not counted)
     dependency_causes: Counter = field(default_factory=Counter)  # data dependencies by cause
+    et_fields_from_child: int = 0  # ops whose ET-only fields a child encoded (``schedule.fields_child``)
     seconds: float = 0.0
 
 

@@ -8,8 +8,9 @@ Decoding uses msgspec structs: the fields linking needs are typed, the bulky nes
 bytes and are written back out untouched. Unknown keys are discovered, not dropped: a decode that
 meets one adds it as a raw field and retries. Cost: one decode pass over the file (plus one per
 distinct unknown key), then one O(n) pass to build the columns (the nested layout's ``attrs``
-decoded once more, by position: ``_positional_decoder``). The ``op_schema`` column, which linking
-does not use, is decoded on first use (one more pass over ``attrs``).
+decoded once more, by position: ``_positional_decoder``, or by name: ``attrs_by_position``). The
+``op_schema`` column, which linking does not use, is decoded on first use (one more pass over
+``attrs``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,28 @@ FLAT = "flat"  # schema 1.0.1: "parent", flat rf_id/tid/... keys
 NESTED = "nested"  # schema 1.0.2+: "ctrl_deps", inputs/outputs objects, "attrs" list
 
 
-class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+class SimulationFields(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The simulation fields ``plan.json_fields`` writes on every ET+ node it times, CPU (``EtNode``)
+    and GPU (``link.etplus.GpuNode``) alike: ``data_deps`` (node ids) with ``data_dep_causes`` (one
+    cause each), and a communication node's ``comm_type`` (Chakra enum name) and ``comm_size``
+    (bytes). Keyword-only: msgspec puts keyword-only fields after the others, so these end a node's
+    keys in the output, followed only by a subclass's own keyword-only fields."""
+
+    data_deps: Any = UNSET
+    data_dep_causes: Any = UNSET
+    comm_type: Any = UNSET
+    comm_size: Any = UNSET
+
+
+class _CollectiveFields(SimulationFields, kw_only=True, omit_defaults=True):
+    """A CPU collective's process group and its number among that group's calls (``plan.cpu_comm``),
+    written after the simulation fields."""
+
+    pg_name: Any = UNSET
+    comm_seq: Any = UNSET
+
+
+class EtNode(_CollectiveFields, forbid_unknown_fields=True, omit_defaults=True):
     """One ET node as decoded. Fields absent in the file stay UNSET and are not written back.
 
     ``ts``/``dur``/``inclusive_dur``/``exclusive_dur`` are the ET+ fields the linker fills in.
@@ -75,17 +97,11 @@ class EtNode(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     dur: float | Unset = UNSET
     inclusive_dur: float | Unset = UNSET
     exclusive_dur: float | Unset = UNSET
-    # Simulation fields the linker fills in (``plan.json_fields``): busy split and dependencies with causes.
+    # The busy split the linker fills in (``plan.json_fields``); then, from the bases, the
+    # dependencies with causes and a collective's communication attributes.
     blocked_dur: float | Unset = UNSET
     host_gap_dur: float | Unset = UNSET
     sim_dur: float | Unset = UNSET
-    data_deps: Any = UNSET
-    data_dep_causes: Any = UNSET
-    # A CPU collective's communication attributes (``plan.cpu_comm``, written by ``plan.json_fields``).
-    comm_type: Any = UNSET
-    comm_size: Any = UNSET
-    pg_name: Any = UNSET
-    comm_seq: Any = UNSET
 
 
 def decode_attr_values(node: EtNode) -> list:
@@ -235,8 +251,8 @@ def _node_type(extra_keys: list[str]) -> type:
     if not extra_keys:
         return EtNode
     fields = [(key, Raw | Unset, UNSET) for key in extra_keys]
-    return msgspec.defstruct(
-        "EtNodeExtended", fields, bases=(EtNode,), forbid_unknown_fields=True, omit_defaults=True
+    return msgspec.defstruct(  # keyword-only: the unknown keys stay last, after the simulation fields
+        "EtNodeExtended", fields, bases=(EtNode,), kw_only=True, forbid_unknown_fields=True, omit_defaults=True
     )
 
 
@@ -299,7 +315,7 @@ def _int(value: Any, default: int = 0) -> int:
         return default
 
 
-def _fill_columns(et: ExecutionTrace) -> None:
+def _fill_columns(et: ExecutionTrace, nodes_per_block: int, attrs_by_position: bool) -> None:
     nodes = et.nodes
     et.ids = [node.id for node in nodes]
     et.names = [node.name for node in nodes]
@@ -313,10 +329,10 @@ def _fill_columns(et: ExecutionTrace) -> None:
     et.parent = [node.ctrl_deps if node.ctrl_deps is not UNSET else node.id for node in nodes]
     et._op_schema = None  # decoded on first use: ``_op_schema_column``
     tid, rf_id, scope = et.tid, et.rf_id, et.scope
-    positional = _positional_decoder(nodes)
+    positional = _positional_decoder(nodes, nodes_per_block) if attrs_by_position else None
     positions: dict[str, int] = dict(positional[1]) if positional else {}  # node 0's, as learned
-    for start in range(0, len(nodes), _NODES_PER_BLOCK):  # blocks: the decoded attrs stay small
-        block = nodes[start:start + _NODES_PER_BLOCK]
+    for start in range(0, len(nodes), nodes_per_block):  # blocks: the decoded attrs stay small
+        block = nodes[start:start + nodes_per_block]
         fast = _positional_columns(block, positional, positions, et.path)
         if fast is not None:
             for column, values in zip((tid, rf_id, scope), fast):
@@ -348,8 +364,8 @@ def _op_schema_column(et: ExecutionTrace) -> list[str]:
     other columns (the position where the first node holding it has it, else the last one). O(n)."""
     column: list[str] = []
     positions: dict[str, int] = {}
-    for start in range(0, len(et.nodes), _NODES_PER_BLOCK):
-        block = et.nodes[start:start + _NODES_PER_BLOCK]
+    for start in range(0, len(et.nodes), NODES_PER_BLOCK):
+        block = et.nodes[start:start + NODES_PER_BLOCK]
         attrs = _decoded_attrs(block, et.path)
         column.extend(_attr_column(attrs, "op_schema", _text, positions))
     return column
@@ -357,9 +373,10 @@ def _op_schema_column(et: ExecutionTrace) -> list[str]:
 
 # The attributes the columns hold (``op_schema``: on first use), with their conversion; the order of ``_fill_columns``.
 _COLUMN_ATTRS = (("tid", _int), ("rf_id", _int), ("scope", _int))
+NODES_PER_BLOCK = 16384  # nodes whose nested-layout attrs are decoded at a time, by default
 
 
-def _positional_decoder(nodes: list[EtNode]):
+def _positional_decoder(nodes: list[EtNode], nodes_per_block: int = NODES_PER_BLOCK):
     """A decoder of one node's ``attrs`` by position, or None: the list as an array of entries whose
     ``name`` must be the one at that place (a ``Literal``: no string made), only the column
     attributes' ``value`` decoded (an int, 0 when absent: another value is a misfit, read by name
@@ -370,8 +387,9 @@ def _positional_decoder(nodes: list[EtNode]):
     column attribute, its first place there), found among the first nodes; the layout is the
     shortest of theirs with each column attribute at its place, cut after the last of them. A node
     laid out otherwise fails the decode and is read by name; a node whose list is longer is read by
-    its first entries, as the by-name path takes a value found at its place: same columns."""
-    sample = nodes[:min(_LAYOUT_SAMPLE, _NODES_PER_BLOCK)]
+    its first entries, as the by-name path takes a value found at its place: same columns. The
+    first nodes: those of the first block, at most ``_LAYOUT_SAMPLE``."""
+    sample = nodes[:min(_LAYOUT_SAMPLE, nodes_per_block)]
     try:
         layouts = [[entry.name for entry in _ATTR_VALUES_DECODER.decode(node.attrs)]
                    for node in sample if node.attrs is not UNSET]
@@ -436,9 +454,6 @@ def _decoded_or_placeholder(decode, attrs):
         return _MISFIT_VALUES
 
 
-_NODES_PER_BLOCK = 16384
-
-
 def _text(value: Any) -> str:
     return str(value or "")
 
@@ -477,9 +492,13 @@ def _find(attrs: list[_AttrValue], name: str) -> Any:
     return None
 
 
-def read_execution_trace(path: str | Path, inflate_into=None) -> ExecutionTrace:
+def read_execution_trace(path: str | Path, inflate_into=None, *, nodes_per_block: int = NODES_PER_BLOCK,
+                         attrs_by_position: bool = True) -> ExecutionTrace:
     """Load an ET file (``.json`` or gzip). Raises ``TraceInputError`` with a one-line reason.
-    ``inflate_into``: see ``files.read_trace_bytes``."""
+    ``inflate_into``: see ``files.read_trace_bytes``. The nested layout's ``attrs`` are decoded for
+    the columns ``nodes_per_block`` nodes at a time (the decoded lists live for one block only), by
+    the positions the first nodes show (``_positional_decoder``), or, with ``attrs_by_position``
+    False, by name for every node: the general path, slower, the same columns and errors."""
     path = Path(path)
     data = read_trace_bytes(path, inflate_into)
     doc = _decode(path, data)
@@ -495,7 +514,7 @@ def read_execution_trace(path: str | Path, inflate_into=None) -> ExecutionTrace:
         nodes=doc.nodes,
         text_bytes=len(data),
     )
-    _fill_columns(et)
+    _fill_columns(et, nodes_per_block, attrs_by_position)
     if len(set(et.ids)) != len(et.ids):
         raise TraceInputError(path, "not a valid Execution Trace: node ids are not unique")
     return et

@@ -67,6 +67,8 @@ class Schedule:
     child_min_bytes: int = 2 << 20  # smaller inputs are read (and encoded) quickly where they are
     prefill_min_bytes: int = 64 << 20  # smaller outputs are written quickly enough as they come
     split_min_bytes: int = 64 << 20  # smaller ``.et`` files are read quickly enough by one process
+    fields_batch_nodes: int = 2048  # nodes the fields child encodes between two reports of its progress
+    wait_for_fields: bool = False  # the ``.et`` writer waits for the fields child to be done (tests)
 
     @classmethod
     def serial(cls) -> Schedule:
@@ -107,12 +109,14 @@ class Schedule:
 
     def fields_encoder(self, et_path, output):
         """For a ``.et`` output (an ``Output``): a forked child encoding the ET's own fields of
-        its ops (``fields_child.FieldsAhead``), or None: the writer encodes them all."""
+        its ops (``fields_child.FieldsAhead``), reporting every ``fields_batch_nodes`` nodes, or
+        None: the writer encodes them all. With ``wait_for_fields`` the writer takes the child's
+        fields once it is done or has ended: its share is then all it could do, whatever the timing."""
         if not (self.fields_child and output.format == "et" and can_fork()):
             return None
         from linker.schedule import fields_child
 
-        return fields_child.start(et_path, self.child_min_bytes)
+        return fields_child.start(et_path, self.child_min_bytes, self.fields_batch_nodes, self.wait_for_fields)
 
     def prefill_size(self, output, et, kineto=None) -> int:
         """How much of a plain JSON output (an ``Output``) to prefill while linking: the ET's text

@@ -15,12 +15,13 @@ Kineto's hand-over, links and plans:
   is free, or soon): the child decodes the same text again, leanly (a node's
   id and its raw ``inputs``/``outputs``/``attrs``, each node freed once encoded), writes the ids,
   then each node's fields into the shared area in node order, reporting its progress every
-  ``BATCH`` nodes. A flat-layout ET, or a text that did not land in
+  ``batch_nodes`` nodes (the schedule's ``fields_batch_nodes``). A flat-layout ET, or a text that did not land in
   the shared mapping, stops the child instead.
 - ``take(et)``, when the ``.et`` is written: ``PreEncoded``, once the ids match the parent's
   nodes one for one, else None. The writer takes a node's fields from it if the child has reported
   them done, else encodes them itself (the same bytes): the two share the work, the parent never
-  waits for the child, and a child that fails at any point only leaves more to the parent.
+  waits for the child (unless the schedule says ``wait_for_fields``: then ``take`` waits until the
+  child is done or has ended), and a child that fails at any point only leaves more to the parent.
   ``PreEncoded`` gives the area's pages back a batch at a time once the writer is past them.
 
 Cost: the child's lean decode and encoding (about 0.4 + 1.4 s of CPU for 360k nodes), on the core
@@ -49,7 +50,6 @@ from linker.read.files import GZIP_MAGIC, plausible_gzip_size
 from linker.schedule.fork import ForkedCall
 
 _COUNT = 8  # bytes of a message between the processes: an int64, little-endian
-BATCH = 2048  # nodes the child encodes between two reports of its progress
 
 
 class _Node(msgspec.Struct):
@@ -73,11 +73,13 @@ class FieldsAhead:
 
     The child writes, in node order, each node's fields into ``area`` and where they end into
     ``index`` (after the nodes' ids and a 0), and reports through a pipe: first the number of nodes
-    (the ids are written), then after each ``BATCH`` nodes how many are done. A pipe write and read
-    order the two processes' memory, so what the parent has been told is done is there to read."""
+    (the ids are written), then after each ``batch_nodes`` nodes how many are done. A pipe write and
+    read order the two processes' memory, so what the parent has been told is done is there to read.
+    ``wait``: ``take`` waits for the child to be done (or to end) before it hands out the fields."""
 
-    def __init__(self, path: Path, gzipped: bool, text_size: int):
+    def __init__(self, path: Path, gzipped: bool, text_size: int, batch_nodes: int, wait: bool = False):
         self._path, self._gzipped = path, gzipped
+        self.batch_nodes, self._wait = batch_nodes, wait
         self._text = mmap.mmap(-1, text_size) if gzipped else None
         self._area = mmap.mmap(-1, text_size)  # the fields are smaller than their JSON text
         # ids then ends, int64 each: a node's JSON text takes at least 18 bytes ({"id":0,"name":""})
@@ -120,8 +122,8 @@ class FieldsAhead:
 
     def take(self, et) -> PreEncoded | None:
         """The fields of ``et``'s nodes as the child encodes them (``PreEncoded``), once it has
-        decoded the text (blocks until then); None when it failed or its nodes are not ``et``'s
-        (ids compared in order). O(nodes)."""
+        decoded the text (blocks until then; with ``wait``, until it is done or has ended); None
+        when it failed or its nodes are not ``et``'s (ids compared in order). O(nodes)."""
         if self._child is None or self._go != -1:  # stopped, or never told to go
             self.cancel()
             return None
@@ -129,8 +131,15 @@ class FieldsAhead:
         if n != len(et.nodes) or self._index[:8 * n] != array("q", et.ids).tobytes():
             self.cancel()
             return None
+        done = 0
+        while self._wait and done < n:
+            count = _read_count(self._progress)
+            if count < 0:  # the child ended: what it reported before stays done
+                self.ended = True
+                break
+            done = count
         os.set_blocking(self._progress, False)
-        return PreEncoded(self, n)
+        return PreEncoded(self, n, done)
 
     def cancel(self) -> None:
         """Stop the child if it still runs (killed, reaped) and close the pipes; idempotent."""
@@ -188,7 +197,7 @@ class FieldsAhead:
         index[n] = 0  # then node u's fields end at index[n + 1 + u]
         _write_count(progress, n)
         fields = EtOnlyFields(AttrEncoder())
-        area = self._area
+        area, batch = self._area, self.batch_nodes
         at = 0
         nodes.reverse()
         for u in range(n):
@@ -197,7 +206,7 @@ class FieldsAhead:
             end = at + len(encoded)
             area[at:end] = encoded  # past the end: IndexError (the parent encodes the rest)
             index[n + 1 + u] = at = end
-            if u % BATCH == BATCH - 1:
+            if u % batch == batch - 1:
                 _write_count(progress, u + 1)
         _write_count(progress, n)
         return b""
@@ -215,31 +224,38 @@ class PreEncoded:
     """The fields the child has encoded so far, a chunk of the write order at a time: ``chunk``
     gives each op's bytes, or None where the child has not reported them done (the caller then
     encodes them itself). Each op comes in one chunk only. ``chunk`` takes the child's progress
-    first, and gives back to the system the part of the area holding a ``BATCH`` of nodes once they
-    have all been in chunks (the write order keeps a handful of batches open at a time on the traces
-    we have: 5 of 177 on the large pair), so the fields never sit in memory whole."""
+    first, and gives back to the system the part of the area holding a batch of nodes (the child's
+    ``batch_nodes``) once they have all been in chunks (the write order keeps a handful of batches
+    open at a time on the traces we have: 5 of 177 on the large pair), so the fields never sit in
+    memory whole. ``released``: the bytes of the area given back; ``batches_open()``: the batches
+    with nodes not yet in a chunk."""
 
-    __slots__ = ("_ahead", "_area", "_bounds", "_done", "_left", "_asked", "_released")
+    __slots__ = ("_ahead", "_area", "_batch", "_bounds", "_done", "_left", "_asked", "released")
 
-    def __init__(self, ahead: FieldsAhead, n: int):
-        self._ahead, self._area = ahead, ahead._area
+    def __init__(self, ahead: FieldsAhead, n: int, done: int = 0):
+        self._ahead, self._area, self._batch = ahead, ahead._area, ahead.batch_nodes
         self._bounds = memoryview(ahead._index).cast("q")[n:2 * n + 1]  # node u: bounds[u]:bounds[u + 1]
-        self._done = 0
-        self._left = [BATCH] * (n // BATCH) + ([n % BATCH] if n % BATCH else [])  # not yet in a chunk
+        self._done = done
+        batch = self._batch
+        self._left = [batch] * (n // batch) + ([n % batch] if n % batch else [])  # not yet in a chunk
         self._asked: list[int] = []  # batches all in chunks, their area still held
-        self._released = 0  # bytes given back
+        self.released = 0
 
     def chunk(self, order) -> list[bytes | None]:
         """The fields of each node of ``order`` (None: not done yet, or not an ET op). O(len(order))."""
         self._refresh()
         area, bounds, done = self._area, self._bounds, self._done
         fields = [area[bounds[u]:bounds[u + 1]] if u < done else None for u in order]
-        left, asked, n = self._left, self._asked, len(bounds) - 1
-        for b, count in Counter([u // BATCH for u in order if u < n]).items():
+        left, asked, n, batch = self._left, self._asked, len(bounds) - 1, self._batch
+        for b, count in Counter([u // batch for u in order if u < n]).items():
             left[b] -= count
             if not left[b]:
                 asked.append(b)
         return fields
+
+    def batches_open(self) -> int:
+        """How many batches still have nodes that were not in a chunk. O(batches)."""
+        return sum(1 for count in self._left if count)
 
     def _refresh(self) -> None:
         """Take the child's latest progress; give back the batches all asked for and written by the
@@ -249,10 +265,11 @@ class PreEncoded:
             self._done = done
         if self._asked:
             kept = []
+            batch = self._batch
             for b in self._asked:
-                last = min((b + 1) * BATCH, len(self._bounds) - 1)
+                last = min((b + 1) * batch, len(self._bounds) - 1)
                 if last <= self._done:  # else the child has still to write it
-                    self._release(self._bounds[b * BATCH], self._bounds[last])
+                    self._release(self._bounds[b * batch], self._bounds[last])
                 else:
                     kept.append(b)
             self._asked = kept
@@ -265,7 +282,7 @@ class PreEncoded:
         if end > start and _REMOVE is not None:
             with contextlib.suppress(OSError, ValueError):
                 self._area.madvise(_REMOVE, start, end - start)
-                self._released += end - start
+                self.released += end - start
 
 
 _REMOVE = getattr(mmap, "MADV_REMOVE", None)
@@ -286,10 +303,11 @@ def _read_count(fd: int) -> int:
     return int.from_bytes(message, "little", signed=True)
 
 
-def start(et_path, min_bytes: int) -> FieldsAhead | None:
+def start(et_path, min_bytes: int, batch_nodes: int, wait: bool = False) -> FieldsAhead | None:
     """A child to encode the fields of the ET at ``et_path`` (gzip or plain JSON of ``min_bytes``
     or more: the schedule's threshold, ``Schedule.fields_encoder``), or None (a smaller or
-    unreadable file, an implausible gzip trailer, no process could be made)."""
+    unreadable file, an implausible gzip trailer, no process could be made). ``batch_nodes`` (the
+    schedule's ``fields_batch_nodes``) and ``wait``: see ``FieldsAhead``."""
     if not hasattr(mmap, "PROT_READ"):
         return None
     path = Path(et_path)
@@ -306,6 +324,6 @@ def start(et_path, min_bytes: int) -> FieldsAhead | None:
                     return None
             else:
                 text_size = size
-        return FieldsAhead(path, gzipped, text_size)
+        return FieldsAhead(path, gzipped, text_size, batch_nodes, wait)
     except (OSError, ValueError):
         return None

@@ -189,14 +189,11 @@ class GraphBuilder:
         ids, names, kind, duration, start, measured_dur, lane, lane_keys, dep_ids, dep_causes, comm = columns
         offset = len(self.ids)
         renumber = [self.lane_index.setdefault(key, len(self.lane_index)) for key in lane_keys]
-        self.ids.extend(ids)
-        self.names.extend(names)
-        self.kind.extend(kind)
-        self.duration.extend(duration)
-        self.start.extend(start)
-        self.measured_dur.extend(measured_dur)
+        taken_as_they_are = ((self.ids, ids), (self.names, names), (self.kind, kind), (self.duration, duration),
+                             (self.start, start), (self.measured_dur, measured_dur), (self.dep_ids, dep_ids))
+        for column, more in taken_as_they_are:
+            column.extend(more)
         self.lane.extend(array("q", map(renumber.__getitem__, lane)))
-        self.dep_ids.extend(dep_ids)
         self.dep_causes.update((u + offset, causes) for u, causes in dep_causes.items())
         self.comm.update((u + offset, info) for u, info in comm.items())
 

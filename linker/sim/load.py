@@ -36,7 +36,8 @@ from google.protobuf.message import DecodeError
 
 from linker.model import et_def_pb2 as pb
 from linker.plan.comm import PROCESS_GROUP_INIT, kind_from_kernel, kind_from_name
-from linker.write.chakra_wire import TraceFormatError, attr_value, frame_boundary, iter_frames, iter_frames_from, open_binary
+from linker.write.protobuf_wire import decode_varint
+from linker.write.chakra_wire import attr_value, frame_boundary, iter_frames, iter_frames_from, open_binary
 from linker.model.errors import TraceInputError
 from linker.read.files import read_trace_bytes
 from linker.schedule import Schedule
@@ -52,17 +53,14 @@ JSON, CHAKRA = "json", "chakra"
 
 
 def file_kind(path: str | os.PathLike) -> str:
-    """JSON when the (decompressed) file starts with '{', else Chakra. Raises TraceInputError."""
+    """JSON when the (decompressed) file starts with '{', else Chakra. Raises TraceInputError
+    (``open_binary``'s ``TraceFormatError`` when the file cannot be opened)."""
     p = Path(path)
-    try:
-        stream = open_binary(p)
-    except TraceFormatError as err:
-        raise TraceInputError(p, err.problem) from None
-    try:
-        with contextlib.closing(stream):
+    with contextlib.closing(open_binary(p)) as stream:
+        try:
             head = stream.read(64)
-    except (OSError, EOFError) as err:
-        raise TraceInputError(p, f"cannot read: {err}") from None
+        except (OSError, EOFError) as err:
+            raise TraceInputError(p, f"cannot read: {err}") from None
     if not head:
         raise TraceInputError(p, "file is empty")
     return JSON if head.lstrip()[:1] == b"{" else CHAKRA
@@ -157,13 +155,11 @@ class _AttrDecoder:
 
 def _small_varint(raw: bytes, pos: int) -> int | None:
     """The non-negative varint at ``pos`` when it ends the bytes and fits 63 bits, else None."""
-    value = shift = 0
-    for byte in raw[pos:]:
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value if pos + shift // 7 == len(raw) and value < (1 << 63) else None
-    return None
+    try:
+        value, end = decode_varint(raw, pos)
+    except (IndexError, ValueError):
+        return None
+    return value if end == len(raw) and value < (1 << 63) else None
 
 
 def node_payloads(path: Path) -> Iterator[bytes]:

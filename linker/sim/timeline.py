@@ -29,7 +29,8 @@ Cost: O(n log n) per rank (a sort of each lane by start), O(n) memory for n node
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from array import array
+from dataclasses import dataclass
 
 from linker.sim.engine import Replay
 from linker.sim.graph import KIND_NAMES, META, SimGraph, lane_label
@@ -41,19 +42,20 @@ DIVERGENCE_MIN_US = 10.0
 DIVERGENCE_SHARE = 0.01
 
 
-@dataclass
 class Bars:
-    """Columns of bars on one rank's timeline: ``side`` (measured/simulated), ``lane`` (its name),
-    ``start``/``end`` (µs on the shared axis), ``state`` (busy/wait), ``node`` (local node number),
-    ``critical`` (on the critical path)."""
+    """Columns of bars on one rank's timeline, one entry per bar: ``side`` (measured/simulated),
+    ``lane`` (its name), ``start``/``end`` (µs on the shared axis, ``array('d')``), ``state``
+    (busy/wait), ``node`` (local node number, ``array('q')``), ``critical`` (1 on the critical path,
+    else 0: a bytearray). A million bars take about 50 MB: the numbers unboxed, the strings shared."""
 
-    side: list[str] = field(default_factory=list)
-    lane: list[str] = field(default_factory=list)
-    start: list[float] = field(default_factory=list)
-    end: list[float] = field(default_factory=list)
-    state: list[str] = field(default_factory=list)
-    node: list[int] = field(default_factory=list)
-    critical: list[bool] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.side: list[str] = []
+        self.lane: list[str] = []
+        self.start = array("d")
+        self.end = array("d")
+        self.state: list[str] = []
+        self.node = array("q")
+        self.critical = bytearray()
 
     def add(self, side: str, lane: str, start: float, end: float, state: str, node: int, critical: bool) -> None:
         self.side.append(side)

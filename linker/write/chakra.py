@@ -130,8 +130,8 @@ def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tupl
 
 
 def write_et_plus_chakra(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = (),
-                         pre_encoded=None) -> None:
-    """Pipeline entry point: ``write_chakra_trace`` and log its summary."""
+                         pre_encoded=None) -> WriteSummary:
+    """Pipeline entry point: ``write_chakra_trace``, its summary logged and returned."""
     summary = write_chakra_trace(et_plus, path, protected, pre_encoded)
     types = ", ".join(f"{name} {count}" for name, count in sorted(summary.counts_by_type.items()))
     log.info("wrote Chakra trace %s: %d nodes (%s) in %.2fs", path, summary.nodes, types, summary.seconds)
@@ -141,3 +141,6 @@ def write_et_plus_chakra(et_plus: EtPlus, path: str | os.PathLike, protected: tu
         log.info("communication kernels written as COMP_NODE: %s", dict(summary.comm_unresolved))
     if summary.ctrl_deps_dropped:
         log.info("%d parents missing from the ET: ctrl_deps dropped", summary.ctrl_deps_dropped)
+    if pre_encoded is not None:
+        log.info("ET-only fields of %d ops encoded ahead by a child", summary.et_fields_from_child)
+    return summary

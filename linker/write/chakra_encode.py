@@ -111,7 +111,8 @@ class _IntAttr:
 
 class NodeFrames:
     """Framed ``Node`` bytes (varint length + message) of ET ops and GPU ops, a chunk of the write
-    order at a time; counts the node types written into ``summary.counts_by_type``.
+    order at a time; counts the node types written into ``summary.counts_by_type``, and the ops
+    whose ET-only fields ``pre_encoded`` gave into ``summary.et_fields_from_child``.
 
     A nested-layout op's ``EtOnlyFields`` come from ``pre_encoded.chunk(order)`` when given
     (``fields_child.PreEncoded``: encoded by a child while the parent linked; None where they are
@@ -144,7 +145,11 @@ class NodeFrames:
         flat, inputs, outputs, cpu_attrs = et.layout == FLAT, et_fields.inputs, et_fields.outputs, et_fields.cpu_attrs
         plain_attrs = attrs.cpu_attr_bytes
         # The ET's own fields of each op of the chunk, from the child where it has encoded them.
-        fields_of = self._pre_encoded.chunk(order) if self._pre_encoded is not None else repeat(None)
+        if self._pre_encoded is not None:
+            fields_of = self._pre_encoded.chunk(order)
+            self._summary.et_fields_from_child += len(fields_of) - fields_of.count(None)
+        else:
+            fields_of = repeat(None)
         inclusive, exclusive, blocked_attr, gap_attr = self._ints
         inclusive_get, exclusive_get, blocked_get = inclusive.cache.get, exclusive.cache.get, blocked_attr.cache.get
         small, end, varint, pairs = SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, CONTINUED_PAIRS

@@ -29,7 +29,7 @@ from linker.model import et_def_pb2 as pb
 from linker.model.errors import TraceInputError
 from linker.read.files import GZIP_MAGIC, open_input
 from linker.write.sink import BackgroundWriter, atomic_output, reserve_space
-from linker.write.protobuf_wire import encode_varint
+from linker.write.protobuf_wire import MAX_VARINT_BYTES, decode_varint, encode_varint
 
 GlobalMetadata = pb.GlobalMetadata
 Node = pb.Node
@@ -38,7 +38,6 @@ AttributeProto = pb.AttributeProto
 READ_CHUNK_BYTES = 1 << 20
 WRITE_FLUSH_BYTES = 1 << 20
 BACKGROUND_BLOCKS = 2  # blocks (about a MB each) waiting for a background writer
-MAX_VARINT_BYTES = 10
 # protobuf refuses messages of 2 GiB or more; a larger length prefix means the bytes are not a frame.
 MAX_MESSAGE_BYTES = (1 << 31) - 1
 
@@ -96,19 +95,12 @@ def _refill(stream: IO[bytes], path: Path, rest: bytes, wanted: int, offset: int
 
 def _long_varint(buffer: bytes, pos: int, path: Path, index: int, start: int) -> tuple[int, int]:
     """Decode a length prefix of two or more bytes at ``pos``; return (value, next position)."""
-    value = shift = 0
-    end = len(buffer)
-    while True:
-        if pos == end:
-            raise TraceFormatError(path, f"truncated: message #{index} length prefix at byte {start} is cut off")
-        byte = buffer[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift >= 7 * MAX_VARINT_BYTES:
-            raise TraceFormatError(path, f"not a Chakra trace: bad length prefix at byte {start} (message #{index})")
+    try:
+        return decode_varint(buffer, pos)
+    except IndexError:
+        raise TraceFormatError(path, f"truncated: message #{index} length prefix at byte {start} is cut off") from None
+    except ValueError:
+        raise TraceFormatError(path, f"not a Chakra trace: bad length prefix at byte {start} (message #{index})") from None
 
 
 def _scan_frames(stream: IO[bytes], path: Path, base: int = 0, index: int = 0) -> Iterator[Frame]:
@@ -200,20 +192,11 @@ def frame_boundary(path: str | os.PathLike, at: int) -> tuple[int, int] | None:
                 return None
             pos, index, end = 0, 0, len(data)
             while pos < at:
-                length = shift = 0
-                while True:
-                    if pos == end or shift >= 7 * MAX_VARINT_BYTES:
-                        return None
-                    byte = data[pos]
-                    pos += 1
-                    length |= (byte & 0x7F) << shift
-                    shift += 7
-                    if byte < 0x80:
-                        break
+                length, pos = decode_varint(data, pos)
                 pos += length
                 index += 1
             return (pos, index) if pos < end else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, IndexError):  # IndexError, ValueError: the bytes end in or are not a prefix
         return None
 
 

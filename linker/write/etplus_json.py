@@ -58,8 +58,10 @@ def _write_document(et_plus: EtPlus, writer: BackgroundWriter) -> Iterator[int]:
     writer.write(frame[open_at + 1:])
 
 
-def write_et_plus_json(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = ()) -> None:
-    with atomic_output(path, protected) as out:
+def write_et_plus_json(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = (), prefill=None) -> None:
+    """Write ``et_plus`` as ET+ JSON to ``path`` (``atomic_output``; into ``prefill``'s file when
+    it holds one: ``write.sink.Prefill``)."""
+    with atomic_output(path, protected, prefill) as out:
         writer = BackgroundWriter(out, depth=WRITE_QUEUE_PIECES)
         try:
             for k, written in enumerate(_write_document(et_plus, writer)):

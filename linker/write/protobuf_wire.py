@@ -1,5 +1,6 @@
 """The protobuf wire format, as the ``.et`` encoder writes it: varints, and field tags named from
-the schema's descriptors (``et_def_pb2``), so no tag byte is written out by hand.
+the schema's descriptors (``et_def_pb2``), so no tag byte is written out by hand; and the one
+varint decoder of the readers that walk ``.et`` bytes without parsing them (``decode_varint``).
 
 A field is its tag (``field number << 3 | wire type``, a varint), then a varint value (wire type 0)
 or a varint length and that many bytes (wire type 2: strings, messages, packed repeated ints).
@@ -15,6 +16,7 @@ MIN_INT64 = -MAX_INT64 - 1
 UINT64_MASK = (1 << 64) - 1
 
 VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
+MAX_VARINT_BYTES = 10  # a 64-bit value: 7 bits a byte
 
 
 def encode_varint(value: int) -> bytes:
@@ -37,6 +39,23 @@ def encode_varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+def decode_varint(data, pos: int) -> tuple[int, int]:
+    """(value, position after it) of the base-128 varint at ``pos`` of ``data`` (bytes, or
+    anything indexed by position to ints, such as an mmap). Raises IndexError when ``data`` ends
+    inside the varint, ValueError when it runs over ``MAX_VARINT_BYTES`` bytes. O(its bytes)."""
+    byte = data[pos]
+    if byte < 0x80:
+        return byte, pos + 1
+    value, shift = byte & 0x7F, 7
+    for at in range(pos + 1, pos + MAX_VARINT_BYTES):
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at + 1
+        shift += 7
+    raise ValueError(f"the varint at byte {pos} runs over {MAX_VARINT_BYTES} bytes")
 
 
 # For encoders that inline the common cases: the varint of v < SMALL_VARINTS_END is

@@ -16,11 +16,13 @@ writing ended):
   first piece tells the size. Best effort; never glibc's emulation, which writes zeros.
 - ``prefilled(path, size)``: while the block runs (the link, when a core is idle), a thread writes
   ``size`` zero bytes into the hidden temporary file the output will be written to, so the output's
-  page-cache pages exist when the real bytes come and writing them is a copy. ``atomic_output`` takes
-  that file (``take_prefilled``); if it never does (an error, Ctrl-C), the file is removed at the end
-  of the block. ``prefill_later(path)``: the same, started when the block says so (``pipeline``
-  starts it once the ET is read, so that it is done before the write comes). Whether and how much
-  to prefill is the schedule's decision (``Schedule.prefill_size``: only with a spare core).
+  page-cache pages exist when the real bytes come and writing them is a copy. The block gets a
+  ``Prefill``, the owner of that file: given to ``atomic_output(path, prefill=...)``, it hands the
+  file over; what it still holds at the end of the block (an error, Ctrl-C, an output not written)
+  is removed. ``prefill_later(path)``: the same, started when the block says so
+  (``Prefill.start``: ``pipeline`` starts it once the ET is read, so that it is done before the
+  write comes). Whether and how much to prefill is the schedule's decision
+  (``Schedule.prefill_size``: only with a spare core).
 
 Cost: O(1) calls for a reservation; a prefill writes ``size`` bytes from its own thread (the GIL is
 released while it writes).
@@ -43,7 +45,6 @@ from linker.model.errors import TraceInputError
 from linker.read.files import check_output_paths
 
 _PREFILL_PIECE = 8 << 20  # zero bytes per write of the filling thread
-_prefilled: dict[str, _Filler] = {}  # absolute output path -> its filling thread
 
 
 def hidden_temporary(out: Path) -> tuple[int, str]:
@@ -131,55 +132,72 @@ class _Filler:
             self._thread.join()
 
 
-@contextlib.contextmanager
-def prefilled(path: str | os.PathLike, size: int) -> Iterator[None]:
-    """Prefill the temporary file of output ``path`` with ``size`` bytes while the block runs
-    (nothing when ``size`` <= 0 or the file cannot be made: ``atomic_output`` then makes its own)."""
-    with prefill_later(path) as start:
-        start(size)
-        yield
+class Prefill:
+    """The prefilled temporary file of one output (``prefill_later``), until the writer takes it.
 
+    ``start(size)`` makes the file and starts filling it (nothing when ``size`` <= 0 or the file
+    cannot be made: the writer then makes its own); called again with a larger size, it fills
+    more. ``take(out)`` hands the file to the writer of ``out`` (``atomic_output``), filling
+    stopped, or gives None (none was made, or it was made for another path). ``discard()``
+    removes a file never taken: ``prefill_later`` calls it at the end of its block."""
 
-@contextlib.contextmanager
-def prefill_later(path: str | os.PathLike) -> Iterator[Callable[[int], None]]:
-    """``prefilled``, started when the block calls the function it is given with a size (from
-    the moment a core is free, say); calling it again with a larger size prefills more."""
-    key = os.path.abspath(path)
-    fillers: list[_Filler] = []
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(os.path.abspath(path))
+        self._filler: _Filler | None = None
+        self._done = False  # taken or discarded: no file is made any more
 
-    def start(size: int) -> None:
-        if fillers:
-            fillers[0].grow(size)
+    def start(self, size: int) -> None:
+        if self._filler is not None:
+            self._filler.grow(size)
             return
-        if size <= 0 or key in _prefilled or not hasattr(os, "pwrite"):
+        if size <= 0 or self._done or not hasattr(os, "pwrite"):
             return
         try:
-            fd, tmp = hidden_temporary(Path(path))
+            fd, tmp = hidden_temporary(self.path)
         except OSError:
             return
-        _prefilled[key] = filler = _Filler(fd, tmp, size)
-        fillers.append(filler)
+        self._filler = _Filler(fd, tmp, size)
 
+    def take(self, out: Path) -> tuple[int, str] | None:
+        """The (descriptor, path) of the file, its filling stopped (the caller now owns both), or
+        None."""
+        filler = self._filler
+        if filler is None or Path(os.path.abspath(out)) != self.path:
+            return None
+        self._filler, self._done = None, True
+        filler.stop()
+        return filler.fd, filler.tmp
+
+    def discard(self) -> None:
+        """Stop the filling and remove the file if the writer never took it; idempotent."""
+        filler, self._filler, self._done = self._filler, None, True
+        if filler is not None:
+            filler.stop()
+            os.close(filler.fd)
+            with contextlib.suppress(OSError):
+                os.unlink(filler.tmp)
+
+
+@contextlib.contextmanager
+def prefilled(path: str | os.PathLike, size: int) -> Iterator[Prefill]:
+    """Prefill the temporary file of output ``path`` with ``size`` bytes while the block runs; the
+    ``Prefill`` goes to ``atomic_output`` (nothing is made when ``size`` <= 0 or the file cannot
+    be: ``atomic_output`` then makes its own)."""
+    with prefill_later(path) as prefill:
+        prefill.start(size)
+        yield prefill
+
+
+@contextlib.contextmanager
+def prefill_later(path: str | os.PathLike) -> Iterator[Prefill]:
+    """``prefilled``, started when the block calls ``start`` with a size (from the moment a core
+    is free, say); calling it again with a larger size prefills more. The file lives as long as
+    the block, unless the writer took it."""
+    prefill = Prefill(path)
     try:
-        yield start
+        yield prefill
     finally:
-        for filler in fillers:
-            if _prefilled.get(key) is filler:  # never taken: the output was not written
-                del _prefilled[key]
-                filler.stop()
-                os.close(filler.fd)
-                with contextlib.suppress(OSError):
-                    os.unlink(filler.tmp)
-
-
-def take_prefilled(out: Path) -> tuple[int, str] | None:
-    """The (descriptor, path) of ``out``'s prefilled temporary file, its filling stopped (the caller
-    now owns both), or None."""
-    filler = _prefilled.pop(os.path.abspath(out), None)
-    if filler is None:
-        return None
-    filler.stop()
-    return filler.fd, filler.tmp
+        prefill.discard()
 
 
 def _umask() -> int:
@@ -198,11 +216,12 @@ def _write_problem(err: OSError) -> str:
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO[bytes]]:
+def atomic_output(path: str | os.PathLike, protected: tuple = (), prefill: Prefill | None = None
+                  ) -> Iterator[IO[bytes]]:
     """Open a binary stream that becomes ``path`` only if the block finishes without an exception.
 
-    Data goes to a temporary file in the same directory (the one ``prefilled`` has
-    been filling, if any), renamed over ``path`` at the end, so a reader never sees a half-written
+    Data goes to a temporary file in the same directory (the one ``prefill`` has been filling for
+    ``path``, if any), renamed over ``path`` at the end, so a reader never sees a half-written
     output; the file ends where the writing did (room reserved or prefilled beyond it is given
     back). ``.gz`` paths are gzip-compressed. Writing to any of the ``protected`` paths (the
     inputs) is refused with ``TraceInputError``.
@@ -210,7 +229,7 @@ def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO
     out = Path(path)
     check_output_paths([out], protected)
     try:
-        fd, tmp = take_prefilled(out) or hidden_temporary(out)
+        fd, tmp = (prefill.take(out) if prefill is not None else None) or hidden_temporary(out)
     except OSError as err:
         raise TraceInputError(out, _write_problem(err)) from None
     try:
