@@ -516,17 +516,16 @@ def test_writer_discards_output_on_exception(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["b.et", "b.et.gz"])
-def test_background_writer_writes_the_same_bytes(tmp_path, name, monkeypatch):
+def test_background_writer_writes_the_same_bytes(tmp_path, name):
     """A writer thread (``background=True``) gives the file a plain writer gives, through every
     way of writing: messages, framed bytes, frames copied from a stream; small flush blocks make
     many blocks wait for the thread."""
-    monkeypatch.setattr(chakra_io, "WRITE_FLUSH_BYTES", 64)
     nodes = sample_nodes(200)
     frames = b"".join(chakra_io.encode_varint(len(n.SerializeToString())) + n.SerializeToString() for n in nodes)
     paths = []
     for background in (False, True):
         path = tmp_path / f"{background}{name}"
-        with EtWriter(path, background=background) as writer:
+        with EtWriter(path, background=background, flush_bytes=64) as writer:
             writer.write_metadata(sample_metadata())
             for node in nodes:
                 writer.write_node(node)

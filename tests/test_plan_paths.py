@@ -36,22 +36,20 @@ def _et_plus(name: str):
     return build_et_plus(link(read_execution_trace(et_path), read_kineto_trace(kineto_path)))
 
 
-def _general_preorder(et, monkeypatch) -> tuple[list[int], list[int], int]:
-    """``_preorder`` with the id-order fast path turned off."""
+def _general_preorder(et) -> tuple[list[int], list[int], int]:
+    """``_preorder`` without the id-order shortcut: the general walk."""
     summary = WriteSummary("")
-    with monkeypatch.context() as patch:
-        patch.setattr(chakra_deps, "_id_order_is_preorder", lambda by_id, parent: False)
-        order, parent = _preorder(et, et.index_of_id(), summary)
+    order, parent = _preorder(et, et.index_of_id(), summary, check_id_order=False)
     return order, list(parent), summary.ctrl_deps_dropped
 
 
 @pytest.mark.parametrize("name", PAIRS + ["dlrm_rank0"])
-def test_fast_paths_match_the_general_algorithms(name, monkeypatch):
+def test_fast_paths_match_the_general_algorithms(name):
     et_plus = _et_plus(name)
     et = et_plus.et
     summary = WriteSummary("")
     order, parent = _preorder(et, et.index_of_id(), summary)
-    assert (order, list(parent), summary.ctrl_deps_dropped) == _general_preorder(et, monkeypatch)
+    assert (order, list(parent), summary.ctrl_deps_dropped) == _general_preorder(et)
     plan = chakra_deps.dependency_plan(et_plus)
     # The write order is the one Kahn's sort gives.
     keys = chakra_deps._time_keys(et_plus, chakra_deps._gpu_placement(et_plus))
@@ -101,12 +99,12 @@ def _reference_preorder(et) -> list[int]:
     {1: 1, 2: 1, 3: 9, 4: 3, 5: 2},  # a missing parent (dropped) holding a subtree
     {1: 1, 2: 3, 3: 2, 4: 1},  # a parent cycle
 ])
-def test_preorder_of_hand_made_trees(parents_by_id, monkeypatch):
+def test_preorder_of_hand_made_trees(parents_by_id):
     et = _tree(parents_by_id)
     summary = WriteSummary("")
     order, parent = _preorder(et, et.index_of_id(), summary)
     assert order == _reference_preorder(et)
-    assert (order, list(parent), summary.ctrl_deps_dropped) == _general_preorder(et, monkeypatch)
+    assert (order, list(parent), summary.ctrl_deps_dropped) == _general_preorder(et)
 
 
 def test_write_order_falls_back_when_the_time_order_has_a_backward_edge():

@@ -538,14 +538,13 @@ def test_failure_leaves_no_file_and_keeps_an_existing_one(tmp_path, synthetic_pa
             raise RuntimeError("disk full")
         return original(self, order)
 
-    monkeypatch.setattr(write_chakra, "CHUNK_NODES", 2)
-    monkeypatch.setattr(write_chakra.NodeFrames, "chunk", failing)
+    monkeypatch.setattr(write_chakra.NodeFrames, "chunk", failing)  # a failure on the third chunk
     with pytest.raises(RuntimeError, match="disk full"):
-        write_chakra_trace(et_plus, tmp_path / "new.et")
+        write_chakra_trace(et_plus, tmp_path / "new.et", chunk_nodes=2)
     existing = tmp_path / "old.et.gz"
     existing.write_bytes(b"previous content")
     with pytest.raises(RuntimeError):
-        write_chakra_trace(et_plus, existing)
+        write_chakra_trace(et_plus, existing, chunk_nodes=2)
     assert existing.read_bytes() == b"previous content"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["et.json", "kineto.json", "old.et.gz"]
 
@@ -740,16 +739,14 @@ def test_cached_io_fields_equal_plain_ones(text):
     assert wire_decoder.decode_node(plain)[8]
 
 
-def test_cached_attrs_stay_equal_when_their_caches_fill(monkeypatch):
+def test_cached_attrs_stay_equal_when_their_caches_fill():
     """The per-op value caches are emptied when full: texts seen before, after and across an
     emptying give the plain path's bytes."""
-    from linker.write import chakra_fields
     from linker.write.chakra_attrs import AttrEncoder
     from linker.write.chakra_fields import CpuAttrs
     from linker.read.et import EtNode, Raw
 
-    monkeypatch.setattr(chakra_fields, "MAX_CACHED_VALUES", 3)
-    fast = CpuAttrs(AttrEncoder())
+    fast = CpuAttrs(AttrEncoder(), max_cached_values=3)
     texts = ["[" + ",".join((_RF % (100 + k), _FW.replace("0}", "%d}" % (k % 5)), _SEQ % (k % 7), _REST)) + "]"
              for k in range(40)]
     for text in texts + texts[::-1]:

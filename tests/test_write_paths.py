@@ -45,15 +45,14 @@ PAIRS = [lambda: fixture_pair("cpu", "threads"), lambda: fixture_pair("gpu", "gp
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=["cpu-threads", "gpu-v111", "dlrm-rank3", "gpu-v101-flat"])
-def test_chunked_et_write_equals_protobuf_messages(pair, tmp_path, monkeypatch):
+def test_chunked_et_write_equals_protobuf_messages(pair, tmp_path):
     """The writer's chunked encoder (``NodeFrames``: caches, inlined fields) gives the bytes and
     counts protobuf gives for the same messages built one at a time (``chakra_oracle``)."""
     et_plus = _et_plus(*pair())
     expected, frames, expected_summary = _expected_et(et_plus)
     assert expected_summary.counts_by_type["COMP_NODE"] > 0
     for chunk_nodes in (write_chakra.CHUNK_NODES, 7, 1):
-        monkeypatch.setattr(write_chakra, "CHUNK_NODES", chunk_nodes)
-        summary = write_chakra.write_chakra_trace(et_plus, tmp_path / f"chunks{chunk_nodes}.et")
+        summary = write_chakra.write_chakra_trace(et_plus, tmp_path / f"chunks{chunk_nodes}.et", chunk_nodes=chunk_nodes)
         assert (tmp_path / f"chunks{chunk_nodes}.et").read_bytes() == expected
         assert summary.nodes == len(frames) - 1 == len(list(read_et(tmp_path / f"chunks{chunk_nodes}.et"))) - 1
         assert summary.counts_by_type == expected_summary.counts_by_type
@@ -85,14 +84,8 @@ def test_et_only_fields_equal_what_the_encoder_inlines(pair, tmp_path):
 
 def test_json_in_pieces_equals_one_encode(tmp_path):
     et_plus = _et_plus(*dlrm_pair(0))
-    import linker.write.etplus_json as write_json
-
     for per_piece in (NODES_PER_PIECE, 7, 1):
-        write_json.NODES_PER_PIECE = per_piece
-        try:
-            write_et_plus_json(et_plus, tmp_path / f"pieces{per_piece}.json")
-        finally:
-            write_json.NODES_PER_PIECE = NODES_PER_PIECE
+        write_et_plus_json(et_plus, tmp_path / f"pieces{per_piece}.json", nodes_per_piece=per_piece)
         doc = et_plus.et.header
         original = doc.nodes
         doc.nodes = et_plus.all_nodes()
@@ -104,7 +97,7 @@ def test_json_in_pieces_equals_one_encode(tmp_path):
     assert et_plus.gpu_nodes, "the pair must have GPU nodes, so the pieces cross from ET to GPU nodes"
 
 
-def test_chunked_et_write_of_odd_start_times_equals_protobuf_messages(tmp_path, monkeypatch):
+def test_chunked_et_write_of_odd_start_times_equals_protobuf_messages(tmp_path):
     """Start times of every size and sign (the chunked encoder keeps the high bits of the last
     large one: crossing 2**14 and 2**28 boundaries, going back, negative and tiny ones)."""
     et_plus = _et_plus(*fixture_pair("cpu", "threads"))
@@ -115,8 +108,7 @@ def test_chunked_et_write_of_odd_start_times_equals_protobuf_messages(tmp_path, 
         node.ts = odd[k % len(odd)]
     expected = _expected_et(et_plus)[0]
     for chunk_nodes in (write_chakra.CHUNK_NODES, 1):  # 1: each op first of its chunk
-        monkeypatch.setattr(write_chakra, "CHUNK_NODES", chunk_nodes)
-        write_chakra.write_chakra_trace(et_plus, tmp_path / f"odd{chunk_nodes}.et")
+        write_chakra.write_chakra_trace(et_plus, tmp_path / f"odd{chunk_nodes}.et", chunk_nodes=chunk_nodes)
         assert (tmp_path / f"odd{chunk_nodes}.et").read_bytes() == expected
 
 

@@ -61,11 +61,12 @@ def _id_order_is_preorder(by_id: list[int], parent: list[int]) -> bool:
 
 
 def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary,
-              by_id: list[int] | None = None) -> tuple[list[int], array]:
+              by_id: list[int] | None = None, check_id_order: bool = True) -> tuple[list[int], array]:
     """ET indices in start order (tree pre-order, siblings by id) and the ctrl parent of each
     (-1 for roots and dropped parents). Nodes under a parent cycle follow in id order, keeping a
     parent only when it comes earlier. O(n log n); ids in pre-order (PyTorch gives ids at op
-    start) take one sort and one stack sweep."""
+    start) take one sort and one stack sweep (``check_id_order`` False: the general walk, always;
+    the same answer)."""
     n = len(et.nodes)
     parents = _parent_indices(et, index_of_id)
     for i in compress(range(n), map(NO_NODE.__eq__, parents)):
@@ -73,7 +74,7 @@ def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary,
             summary.ctrl_deps_dropped += 1
     by_id = by_id if by_id is not None else id_order(et.ids)
     parent = array("q", parents)
-    if _id_order_is_preorder(by_id, parents):
+    if check_id_order and _id_order_is_preorder(by_id, parents):
         return by_id, parent
     children: dict[int, list[int]] = {}
     roots: list[int] = []

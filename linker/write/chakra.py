@@ -105,10 +105,11 @@ def metadata_message(et_plus: EtPlus) -> pb.GlobalMetadata:
 
 
 def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = (),
-                       pre_encoded=None) -> WriteSummary:
+                       pre_encoded=None, chunk_nodes: int = CHUNK_NODES) -> WriteSummary:
     """Write ``et_plus`` to ``path`` as a Chakra trace (gzip when it ends in ``.gz``) and return
     what was written. Atomic: on any error no file appears and an existing ``path`` is kept;
-    ``protected`` paths (the inputs) are refused. Nodes are encoded ``CHUNK_NODES`` at a time;
+    ``protected`` paths (the inputs) are refused. Nodes are encoded ``chunk_nodes`` at a time (the
+    bytes are the same for any number);
     ``pre_encoded``: the ET's own fields of each op, already encoded (``fields_child.PreEncoded``).
     Cost: see the module docstring."""
     started = time.perf_counter()
@@ -118,8 +119,8 @@ def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tupl
     order = plan.order
     with EtWriter(path, protected, background=True) as writer:
         writer.write_metadata(metadata_message(et_plus))
-        for start in range(0, len(order), CHUNK_NODES):
-            chunk = order[start:start + CHUNK_NODES]
+        for start in range(0, len(order), chunk_nodes):
+            chunk = order[start:start + chunk_nodes]
             encoded = frames.chunk(chunk)
             writer.write_frames_bytes(encoded, len(chunk))
             if start == 0:  # the file's size, extrapolated from the first chunk (a guess it forgives)

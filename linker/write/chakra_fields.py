@@ -147,8 +147,9 @@ class CpuAttrs:
     entries (a ``},{`` inside a string would leave a piece with an unclosed string). Returns None
     for any other text: the caller takes the general path. O(len(text)) per op."""
 
-    def __init__(self, attrs: AttrEncoder):
+    def __init__(self, attrs: AttrEncoder, max_cached_values: int = MAX_CACHED_VALUES):
         self._attrs = attrs
+        self._max_cached = max_cached_values  # texts kept per cache (``_cache``)
         self._second: dict[bytes, bytes | bool] = {}
         self._seq_id: dict[bytes, bytes | bool] = {}
         self._rest: dict[bytes, bytes | bool] = {}
@@ -186,10 +187,9 @@ class CpuAttrs:
             value = encode_varint(rf_id)
         return b"".join((self._rf_id_heads[len(value)], value, seq_id, shared, rest_bytes))
 
-    @staticmethod
-    def _cache(cache: dict, text: bytes, encoded: bytes | bool) -> bytes | bool:
+    def _cache(self, cache: dict, text: bytes, encoded: bytes | bool) -> bytes | bool:
         """Keeps the recent texts: emptied when full (seq_id / fw_parent values move on with time)."""
-        if len(cache) >= MAX_CACHED_VALUES:
+        if len(cache) >= self._max_cached:
             cache.clear()
         cache[text] = encoded
         return encoded

@@ -333,11 +333,13 @@ class EtWriter:
     ``background=True``: blocks are written (and gzip-compressed) by a thread
     (``read.files.BackgroundWriter``, at most ``BACKGROUND_BLOCKS`` waiting) while the caller encodes
     the next ones; a write error is raised by a later write or at the end of the block.
-    Cost: O(bytes written); output is flushed in ``WRITE_FLUSH_BYTES`` blocks.
+    Cost: O(bytes written); output is flushed in blocks of ``flush_bytes`` (``WRITE_FLUSH_BYTES``).
     """
 
-    def __init__(self, path: str | os.PathLike, protected: tuple = (), background: bool = False):
+    def __init__(self, path: str | os.PathLike, protected: tuple = (), background: bool = False,
+                 flush_bytes: int = WRITE_FLUSH_BYTES):
         self.path = Path(path)
+        self._flush_bytes = flush_bytes  # bytes gathered before a block is written (or handed to the thread)
         self._protected = protected
         self._background = background
         self._output: contextlib.AbstractContextManager[IO[bytes]] | None = None
@@ -423,7 +425,7 @@ class EtWriter:
             raise ValueError("EtWriter used without 'with'")
         self._pending += encode_varint(len(payload))
         self._pending += payload
-        if len(self._pending) >= WRITE_FLUSH_BYTES:
+        if len(self._pending) >= self._flush_bytes:
             self._flush()
 
     def _flush(self) -> None:

@@ -26,9 +26,9 @@ _NODES_KEY = b'"nodes":[0]'  # a placeholder list: an empty one is omitted (omit
 _COMMA = ord(",")
 
 
-def _write_document(et_plus: EtPlus, writer: BackgroundWriter) -> Iterator[int]:
+def _write_document(et_plus: EtPlus, writer: BackgroundWriter, nodes_per_piece: int) -> Iterator[int]:
     """Queue the ET+ JSON document on ``writer``, in order: the header, then the nodes
-    ``NODES_PER_PIECE`` at a time, each encoded into one of the writer's buffers (its list's
+    ``nodes_per_piece`` at a time, each encoded into one of the writer's buffers (its list's
     brackets cut, the first replaced by the comma that follows the previous piece), then the
     document's end. Yields the bytes queued so far after each piece."""
     doc = et_plus.et.header
@@ -45,9 +45,9 @@ def _write_document(et_plus: EtPlus, writer: BackgroundWriter) -> Iterator[int]:
     encode_into = msgspec.json.Encoder().encode_into
     first = True
     for nodes in (et_plus.et.nodes, et_plus.gpu_nodes):
-        for start in range(0, len(nodes), NODES_PER_PIECE):
+        for start in range(0, len(nodes), nodes_per_piece):
             buffer = writer.buffer()
-            encode_into(nodes[start:start + NODES_PER_PIECE], buffer)  # "[...]", at its length
+            encode_into(nodes[start:start + nodes_per_piece], buffer)  # "[...]", at its length
             end, lead = len(buffer) - 1, int(first)
             if not first:
                 buffer[0] = _COMMA
@@ -58,13 +58,15 @@ def _write_document(et_plus: EtPlus, writer: BackgroundWriter) -> Iterator[int]:
     writer.write(frame[open_at + 1:])
 
 
-def write_et_plus_json(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = (), prefill=None) -> None:
+def write_et_plus_json(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = (), prefill=None,
+                       nodes_per_piece: int = NODES_PER_PIECE) -> None:
     """Write ``et_plus`` as ET+ JSON to ``path`` (``atomic_output``; into ``prefill``'s file when
-    it holds one: ``write.sink.Prefill``)."""
+    it holds one: ``write.sink.Prefill``), its nodes encoded ``nodes_per_piece`` at a time (the
+    bytes are the same for any number)."""
     with atomic_output(path, protected, prefill) as out:
         writer = BackgroundWriter(out, depth=WRITE_QUEUE_PIECES)
         try:
-            for k, written in enumerate(_write_document(et_plus, writer)):
+            for k, written in enumerate(_write_document(et_plus, writer, nodes_per_piece)):
                 if k == 0:  # the header and the first nodes: the file's size, extrapolated
                     reserve_space(out, _expected_size(et_plus, written))
         finally:
