@@ -189,7 +189,7 @@ def test_dlrm_batch_et_delay_nodes_simulate_and_astra_setup(tmp_path):
         assert os.readlink(astra / f"workload.{rank}.et") == f"../rank.{rank}.et"
     network = (astra / "network.yml").read_text()
     fit = measured.simulator["astra_sim"]["network"]
-    assert f"npus_count: [ 8 ]" in network and f"bandwidth: [ {fit['bandwidth_gbps']} ]" in network
+    assert "npus_count: [ 8 ]" in network and f"bandwidth: [ {fit['bandwidth_gbps']} ]" in network
     assert fit["collectives"] == 8 and abs(fit["aggregate_error"]) < 0.10
     assert json.loads((astra / "comm_groups.json").read_text()) == {"1": list(range(8))}
     system = json.loads((astra / "system.json").read_text())

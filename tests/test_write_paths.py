@@ -21,7 +21,7 @@ from conftest import dlrm_pair, fixture_pair
 from linker.write import chakra as write_chakra
 from linker.write.chakra_attrs import AttrEncoder
 from linker.write.chakra_fields import EtOnlyFields
-from linker.write.chakra_wire import encode_varint, read_et
+from linker.write.chakra_wire import read_et
 from linker.read.et import FLAT, read_execution_trace
 from linker.write.sink import BackgroundWriter
 from linker.link.etplus import build_et_plus
