@@ -1,9 +1,10 @@
 """Write each rank's start offset into a job's outputs (``plan.rank_start`` holds the rule).
 
 Run by ``et-link batch`` once every rank is linked, since an offset is relative to the job's
-earliest start: each rank's measured span is read back from its output (``sim.load``, the
-reader ``et-link simulate`` uses, so both see the same numbers), the offsets follow from the
-rule, and each output whose offset differs from what it holds is rewritten:
+earliest start: each rank's measured span (handed over by its worker, ``plan.rank_start.et_plus_span``:
+the numbers ``et-link simulate`` reads back from the output; for a ``.et`` job the loaded graphs'
+own), the offsets follow from the rule, and each output whose offset differs from what it holds
+is rewritten (an output this run wrote, offset 0: left unread):
 
 - ``.et`` / ``.et.gz``: the delay node is written first after the metadata; every node without
   dependencies (the process root) gets a data dependency on it, cause ``rank_start``
@@ -12,8 +13,8 @@ rule, and each output whose offset differs from what it holds is rewritten:
 - ET+ JSON: the same delay node (``sim_dur`` the offset) and the same edge on the root node(s).
 
 The rewrite is atomic (temporary file renamed over the output) and the rank's report sidecar is
-updated to the new output, so a rerun still skips the rank. Cost per rank: one load of the
-output and, when it changes, one copy of it (``.et``: frames copied as bytes, only the
+updated to the new output, so a rerun still skips the rank. Cost per rank: when its offset
+changes, one copy of the output (``.et``: frames copied as bytes, only the
 dependency-free nodes decoded; JSON: one decode and encode of the document).
 """
 
