@@ -10,7 +10,7 @@ from linker.model import et_def_pb2 as pb
 from linker.sim.engine import ASTRA_SIM, LANES, Scale, measured_release, replay
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
-from sim_graphs import coll, cpu, gpu, recv, send, write_et
+from sim_graphs import coll, cpu, cpu_coll, gpu, recv, send, write_et
 
 
 def simulate(tmp_path, ranks: dict, model=ASTRA_SIM, scale=Scale(), groups=None):
@@ -120,6 +120,30 @@ def test_collective_starts_when_the_slowest_rank_arrives_and_lasts_the_transfer(
     u = result.offsets[0] + 1
     assert result.cause_kind[u] == 3 and result.rank_of(result.peer[u]) == 1
     assert sum(s.end - s.start for s in path) == 60
+
+
+def test_cpu_collective_ends_on_each_rank_its_own_measured_time_after_the_last_arrival(tmp_path):
+    # One clock: both ranks start at 1000. Rank 0: A(10), its gloo collective 1010-1060; rank 1:
+    # A(30), its collective 1030-1075 (it arrived last, at 1030). Each rank's worker finished its
+    # own part: rank 0 30 us after the last arrival, rank 1 45 us after it. Replayed from 0: the
+    # collective starts at 30 (rank 1's arrival); rank 0's ends at 30 + 30 = 60, rank 1's at 75,
+    # as measured (60 and 75 after the origin).
+    ranks = {0: [cpu(1, 10, start=1000), cpu_coll(2, 50, [1], start=1010)],
+             1: [cpu(1, 30, start=1000), cpu_coll(2, 45, [1], start=1030)]}
+    graphs = [load_graph(write_et(tmp_path / f"rank{r}.et", specs), r) for r, specs in ranks.items()]
+    result = replay(graphs, ASTRA_SIM, release=measured_release(graphs))
+    assert node_times(result, 0, 2) == (30, 60) and node_times(result, 1, 2) == (30, 75)
+    report = build_report(result)[0]
+    assert [r.end_ratio for r in report.ranks] == [1.0, 1.0]
+    # Halving the communication halves each rank's own part: 30 + 15, 30 + 22.5.
+    result = replay(graphs, ASTRA_SIM, Scale(comm=0.5), release=measured_release(graphs))
+    assert node_times(result, 0, 2) == (30, 45) and node_times(result, 1, 2) == (30, 52.5)
+    # GPU collectives keep one transfer for all members (the shortest: the last arrival's).
+    ranks = {0: [cpu(1, 10, start=1000), coll(2, 50, [1], start=1010)],
+             1: [cpu(1, 30, start=1000), coll(2, 45, [1], start=1030)]}
+    graphs = [load_graph(write_et(tmp_path / f"gpu{r}.et", specs), r) for r, specs in ranks.items()]
+    result = replay(graphs, ASTRA_SIM, release=measured_release(graphs))
+    assert node_times(result, 0, 2) == (30, 75) and node_times(result, 1, 2) == (30, 75)
 
 
 def test_ranks_start_at_their_measured_offsets_when_clocks_agree(tmp_path):

@@ -413,8 +413,8 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary,
         last_on_stream[key] = n + k
     exclusive = et_plus.op_exclusive if et_plus.op_exclusive is not None else _exclusive_of_ops(et_plus)
     starts = et_plus.op_times[0] if et_plus.op_times is not None else None
-    busy = compute_busy(et_plus, exclusive, preorder)
     cpu_comm = cpu_collectives(et_plus)  # gloo / MPI / UCC collectives: communication nodes
+    busy = compute_busy(et_plus, exclusive, preorder, cpu_comm)
     cpu_comm_order = hold_for_measured_duration(busy, et, cpu_comm)
     extra: dict[int, list[tuple[int, str]]] = {}
     for source, target, cause in busy.cross:
