@@ -226,7 +226,7 @@ def test_skewed_pageable_copy_pair_replays_as_measured(skew_outputs, name, model
 
 def test_with_equal_clocks_assumed_the_copies_are_missed(tmp_path, monkeypatch):
     """Without the skew (the rule of 0.2) the waits stay busy CPU time and the step is too long."""
-    monkeypatch.setattr(busy_module, "clock_skew", lambda links: ClockSkew())
+    monkeypatch.setattr(busy_module, "clock_skew", lambda links, unqueued=False: ClockSkew())
     name = SKEW_PAIRS[0]
     out = tmp_path / "old.et"
     outcome = link_pair(FIXTURES / "gpu" / name / "et.json.gz", FIXTURES / "gpu" / name / "kineto.json.gz", out,
@@ -265,6 +265,40 @@ def test_skew_is_local_and_small_copies_are_never_taken_for_blocking():
     # a copy that ended before its call returned is blocking with or without a skew
     plain = _Link(_Event("cudaMemcpyAsync", 0, 50), _Event("Memcpy DtoH (Device -> Pageable)", 10, 5, "gpu_memcpy"))
     assert is_blocking_copy(plain, None) and is_blocking_copy(plain, skew)
+
+
+def test_a_skew_added_to_a_time_rests_on_launches_that_did_not_queue():
+    # 20 kernels on one stream, each launched 4 us + 30 us (skew) before it starts, the stream idle
+    # at each launch; then 40 more launched while the stream still ran the one before (queued:
+    # gap 500 + 90 k us for the k-th).
+    idle = [_Link(_Event("cudaLaunchKernel", 1000 * k, 5), _Event("k", 1000 * k + 34, 50, "kernel"))
+            for k in range(20)]
+    queued = [_Link(_Event("cudaLaunchKernel", 30_000 + 10 * k, 5), _Event("k", 30_500 + 100 * k, 100, "kernel"))
+              for k in range(40)]
+    links = idle + queued
+    # the tolerant bound at 30.39 ms (launch 39) rests on launches 23..39 (16 before it): 500 + 90 * 23
+    assert clock_skew(links).at(30_390) == 500 + 90 * 23
+    assert clock_skew(links, unqueued=True).at(30_390) == 34  # launch latency + skew
+    assert clock_skew(idle[:15], unqueued=True).at(0) == 0.0  # too few launches to tell
+
+
+def test_unheld_waits_read_cpu_ends_on_the_gpu_clock(tmp_path):
+    """A GPU clock 30 us ahead makes every kernel look 30 us late after its launching op: no wait."""
+    from sim_graphs import cpu, gpu, write_et
+    from linker.sim.unheld import unheld_gpu_wait
+
+    specs = []
+    for k in range(20):  # op k (10 us) launches kernel k: on the host's clock it starts 4 us after
+        specs += [cpu(2 * k + 1, 10, [2 * k - 1] if k else [], start=1000 * k),
+                  gpu(2 * k + 2, 50, [2 * k + 1], start=1000 * k + 10 + 4 + 30)]
+    graph = load_graph(write_et(tmp_path / "skewed.et", specs))
+    assert unheld_gpu_wait(graph).us == 0.0
+    # every other kernel 900 us later still: those waited (the estimate, the smallest gap near
+    # them, 44 us = op 10 + latency 4 + skew 30, bounds the skew from above: 944 - 10 - 44 each)
+    late = [spec if k % 4 != 3 else gpu(spec.id, 50, spec.deps, start=spec.start + 900)
+            for k, spec in enumerate(specs)]
+    graph = load_graph(write_et(tmp_path / "late.et", late))
+    assert unheld_gpu_wait(graph).us == pytest.approx(10 * (944 - 10 - 44))
 
 
 # --- where the replay drifts (--explain) ---------------------------------------------------------

@@ -317,7 +317,8 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
         for tid, timeline in timelines.items():
             if tid != main_tid:
                 _cross_thread(main, timeline, thread_roots.get(tid, -1), waits, busy, burst_firsts, awaited)
-        _pre_trace_lead(et_plus, timelines[main_tid].starts[0], thread_roots.get(main_tid, -1), busy)
+        lead_skew = clock_skew(et_plus.gpu_links, unqueued=True) if et_plus.gpu_links else None
+        _pre_trace_lead(et_plus, timelines[main_tid].starts[0], thread_roots.get(main_tid, -1), busy, lead_skew)
     for waiter, position, lo, hi in waits.values():
         if waiter >= 0:
             busy.blocked[waiter] += hi - lo
@@ -356,15 +357,19 @@ def _sim_times(busy: BusyTimes, exclusive_of_op: list[float], linked: list[bool]
             sim[i] = host_gap[i]
 
 
-def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes) -> None:
+def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes, skew=None) -> None:
     """When GPU work launched before the trace (GPU nodes without a launch) started before the
     main thread's first linked op, the host was busy with untraced work for that long: fold the lead
     into the main thread's root (``host_gap``), so a replay issues the traced ops that much after
-    the untraced GPU work begins, as measured. O(g)."""
+    the untraced GPU work begins, as measured. The GPU start is read on the host's clock: less the
+    local skew (``clocks.clock_skew(..., unqueued=True)``: an estimate free of queueing, since it is
+    added here; ``skew`` None: equal clocks). O(g)."""
     if main_root < 0:
         return
     earliest = min((link.event.ts for link in et_plus.gpu_links if link.before_trace),
                    default=math.inf)
+    if earliest < math.inf and skew is not None:
+        earliest -= skew.at(earliest)
     if earliest < main_first:
         busy.host_gap[main_root] += main_first - earliest
 

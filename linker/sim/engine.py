@@ -19,7 +19,10 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   slowest peer; the last rank to arrive waits for nobody, so its kernel — the shortest — is the
   transfer alone. This needs no clock alignment between ranks. A single rank replays its
   collectives for their own duration.
-- CPU collectives (gloo, MPI, UCC; on a CPU lane) are matched by their issue number (``comm_seq``)
+- CPU collectives (gloo, MPI, UCC; on a CPU lane) start (arrive, in a job) as long after their
+  dependencies finish as their worker took to pick them up when measured (``_cpu_pickups``); in a
+  job on one clock each member ends its own measured time after the last arrival (``_cpu_waits``).
+  They are matched by their issue number (``comm_seq``)
   when every one has one: one that only some ranks hold (the ETs of the others lost it at the end of
   the trace) is replayed alone by those that hold it. One that ran, on some rank, while the group's
   previous one still ran (``_ran_under_previous``) is replayed alone on every rank, for the part that
@@ -228,26 +231,32 @@ def _cpu_waits(graphs: list[SimGraph], offsets: list[int], groups: CommGroups) -
     the ranks share here), each member's measured wait for its peers: the last member's measured
     arrival minus its own. The rest of its busy time is its own part of the transfer: ranks of a
     CPU backend do not finish a collective together (each ends when its last data arrived and its
-    worker ran), and a rank's step ends with its own. Also each member's *pickup* delay: its
-    measured start minus the latest measured end among its dependencies (the issuing call, the
-    group's previous collective): the worker took it that long after it could have, so it
-    arrives that long after its dependencies finish in the replay too (a loaded host wakes a
-    worker late; the last rank to arrive sets the collective's start). O(members + their deps)."""
+    worker ran), and a rank's step ends with its own. O(members)."""
     for g, members in enumerate(groups.members):
-        starts, pickups = [], []
+        starts = []
         for u in members:
             r = bisect_right(offsets, u) - 1
             graph, local = graphs[r], u - offsets[r]
             if graph.lane_keys[graph.lane[local]][0] != "cpu" or graph.start[local] != graph.start[local]:
                 break
             starts.append(graph.start[local])
-            pickups.append(_pickup(graph, local))
         else:
             last = max(starts)
             groups.waited[g] = [last - start for start in starts]
-            for u, delay in zip(members, pickups):
+
+
+def _cpu_pickups(graphs: list[SimGraph], offsets: list[int], groups: CommGroups) -> None:
+    """Each CPU collective's *pickup* delay (``groups.pickup``): its measured start minus the
+    latest measured end among its dependencies (the issuing call, the group's previous
+    collective). Its worker took it that long after it could have (a loaded host wakes a worker
+    late), so the replay starts it — in a job, its arrival, and the last rank to arrive sets the
+    collective's start — that long after its dependencies finish. O(CPU collectives + their deps)."""
+    for graph, base in zip(graphs, offsets):
+        for u in graph.comm:
+            if graph.lane_keys[graph.lane[u]][0] == "cpu":
+                delay = _pickup(graph, u)
                 if delay > 0:
-                    groups.pickup[u] = delay
+                    groups.pickup[base + u] = delay
 
 
 def _pickup(graph: SimGraph, local: int) -> float:
@@ -449,6 +458,7 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     unit_of, unit_names = _units(graphs, model)
     succ_offsets, succ_nodes, indegree, missing = _successors(graphs, offsets, total)
     groups = match_communication(graphs, offsets, comm_groups)
+    _cpu_pickups(graphs, offsets, groups)
     nan = array("d", [math.nan])
     result = Replay(graphs, model, scale, offsets, duration, unit_of, unit_names, nan * total, nan * total,
                     nan * total, nan * total, array("q", [NO_NODE]) * total, bytearray(total), array("q", [NO_NODE]) * total,
@@ -495,11 +505,11 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
         elif dep_cause[v] >= 0:
             cause[v], cause_kind[v] = dep_cause[v], CAUSE_DEPENDENCY
         g = group_of[v]
+        delay = pickup.get(v, 0.0) if pickup else 0.0
         if g < 0:
-            start[v] = t
-            push(events, (t + duration[v], v))
+            start[v] = t + delay
+            push(events, (t + delay + duration[v], v))
             return
-        delay = pickup.get(v, 0.0)
         if delay > 0:  # its worker takes it later: it arrives then (an arrival event)
             push(events, (t + delay, arrival_base + v))
             return
