@@ -418,3 +418,33 @@ def test_an_op_outside_its_et_parent_takes_the_op_that_encloses_it_in_kineto(tmp
     for node_id, innermost in contradicted:
         if innermost is not None:
             assert parent_of[node_id] == innermost, node_id
+
+
+# --- CPU collectives in the ASTRA-sim workload copies ---------------------------------------------
+
+
+def test_astra_copies_write_each_gloo_collective_as_a_meeting_then_the_ranks_own_time(ddp_job):
+    """ASTRA-sim times a collective from the network, not from the measurement: the workload
+    copies hold each gloo all-reduce the job replay matches as a 1-byte collective (the ranks meet)
+    followed, under the collective's id, by timed work off the CPU; the ones it replays alone are
+    that timed work only. Replayed again, the copies give what the job's files give."""
+    from linker.write.chakra_wire import get_attr, iter_frames
+    from linker.model import et_def_pb2 as pb
+
+    out, _ = ddp_job
+    for rank in RANKS:
+        gloo = {n["id"] for n in _et(rank)["nodes"] if n["name"] == "gloo:all_reduce"}
+        nodes = [pb.Node.FromString(f.payload) for f in iter_frames(out / "astra" / f"workload.{rank}.et") if f.index]
+        by_id = {node.id: node for node in nodes}
+        assert len(by_id) == len(nodes)  # no id written twice
+        timed = [by_id[i] for i in gloo]
+        assert all(node.type == pb.COMP_NODE and get_attr(node, "is_cpu_op") is False for node in timed)
+        meetings = [by_id[node.data_deps[0]] for node in timed if len(node.data_deps) == 1
+                    and by_id[node.data_deps[0]].type == pb.COMM_COLL_NODE]
+        assert meetings and all(get_attr(m, "comm_size") == 1 and m.id not in gloo for m in meetings)
+        assert all(m.name == "gloo:all_reduce" and not m.start_time_micros for m in meetings)
+        assert len(meetings) == 5  # one per step: the other bucket ran under it on another worker
+    job = linker.simulate([out / f"rank.{rank}.et" for rank in RANKS], rank_start="measured").report
+    copies = linker.simulate([out / "astra" / f"workload.{rank}.et" for rank in RANKS],
+                             comm_groups=out / "astra" / "comm_groups.json").report
+    assert [r.simulated_us for r in copies.ranks] == pytest.approx([r.simulated_us for r in job.ranks], abs=2.0)
