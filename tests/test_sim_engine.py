@@ -146,6 +146,24 @@ def test_cpu_collective_ends_on_each_rank_its_own_measured_time_after_the_last_a
     assert node_times(result, 0, 2) == (30, 75) and node_times(result, 1, 2) == (30, 75)
 
 
+def test_cpu_collective_starts_as_late_after_its_dependencies_as_its_worker_picked_it_up(tmp_path):
+    # One rank: A(10) measured 1000-1010, its gloo collective (30 us) measured from 1025: the
+    # worker took it 15 us after A ended. Replayed: A 0-10, the collective 25-55.
+    result, report, _, _ = simulate(tmp_path, {0: [cpu(1, 10, start=1000), cpu_coll(2, 30, [1], start=1025)]})
+    assert node_times(result, 0, 2) == (25, 55) and report.simulated_us == 55
+    # A job on one clock: rank 1 issues at 30 but its worker took it 40 us later (measured 1070):
+    # it arrives at 70, last; rank 0 (issued and arrived at 10, measured 1010) waited 60 of its 80.
+    ranks = {0: [cpu(1, 10, start=1000), cpu_coll(2, 80, [1], start=1010)],
+             1: [cpu(1, 30, start=1000), cpu_coll(2, 20, [1], start=1070)]}
+    graphs = [load_graph(write_et(tmp_path / f"job{r}.et", specs), r) for r, specs in ranks.items()]
+    result = replay(graphs, ASTRA_SIM, Scale(comm=0), release=measured_release(graphs))
+    # the pickup is the host's time, not communication: it stays under --scale comm=0
+    assert node_times(result, 0, 2) == (70, 70) and node_times(result, 1, 2) == (70, 70)
+    result = replay(graphs, ASTRA_SIM, release=measured_release(graphs))
+    assert node_times(result, 0, 2) == (70, 90) and node_times(result, 1, 2) == (70, 90)
+    assert result.issue[result.offsets[1] + 1] == 30  # it held its rank's communication unit from its issue
+
+
 def test_ranks_start_at_their_measured_offsets_when_clocks_agree(tmp_path):
     # Same job, but rank 1 began 25 us after rank 0 (starts 1000 and 1025 on one clock): rank 1 is
     # released at 25, A 25-55, the collective 55-85 (transfer min(50, 30) = 30).

@@ -20,7 +20,8 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   transfer alone. This needs no clock alignment between ranks. A single rank replays its
   collectives for their own duration.
 - CPU collectives (gloo, MPI, UCC; on a CPU lane) start (arrive, in a job) as long after their
-  dependencies finish as their worker took to pick them up when measured (``_cpu_pickups``); in a
+  dependencies finish as their worker took to pick them up when measured (``_cpu_pickups``: the
+  host's time, which ``Scale`` leaves as it is); in a
   job on one clock each member ends its own measured time after the last arrival (``_cpu_waits``).
   They are matched by their issue number (``comm_seq``)
   when every one has one: one that only some ranks hold (the ETs of the others lost it at the end of
