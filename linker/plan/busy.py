@@ -284,12 +284,14 @@ class IdleSegment:
 
 
 def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[int] | None = None,
-                 collectives: dict | None = None) -> BusyTimes:
+                 collectives: dict | None = None, lost: list[int] | None = None) -> BusyTimes:
     """Blocked time, host gaps, simulated durations and fork/join edges (module docstring).
     ``near_start_order``: the ET nodes in an order close to start order (the tree pre-order),
     which makes sorting each thread's ops by start cheap; any order gives the same result.
     ``collectives``: the CPU collectives (``cpu_comm.cpu_collectives``): the main thread's wait
-    for each is found from its consumer (``cpu_comm.consumers``), not from the worker's end."""
+    for each is found from its consumer (``cpu_comm.consumers``), not from the worker's end;
+    ``lost``: the calls that issued collectives the ET lacks (``cpu_comm.lost_issuers``): the wait
+    for each runs where it occurred, before its consumer (``_lost_collective_waits``)."""
     et, result = et_plus.et, et_plus.result
     n = len(et.nodes)
     starts, ends = et_plus.op_times if et_plus.op_times is not None else _event_times(result)
@@ -313,7 +315,9 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
         busy.main_tid = main_tid
         main = MainThread(timelines[main_tid], et.parent_index(), linked)
         thread_roots = _thread_roots(et, roots)
-        awaited = _collective_waits(et, collectives, main, starts, ends, waits, busy) if collectives else {}
+        awaited = _collective_waits(et_plus, collectives, main, starts, ends, waits, busy) if collectives else {}
+        if lost:
+            _lost_collective_waits(et, collectives, lost, main, starts, ends, waits, busy)
         for tid, timeline in timelines.items():
             if tid != main_tid:
                 _cross_thread(main, timeline, thread_roots.get(tid, -1), waits, busy, burst_firsts, awaited)
@@ -390,12 +394,14 @@ def _bursts(timeline: Timeline, main: MainThread) -> list[tuple[int, int, float,
     return [tuple(b) for b in bursts]
 
 
-def _collective_waits(et, collectives: dict, main: MainThread, starts: list[float], ends: list[float],
+def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list[float], ends: list[float],
                       waits: dict, busy: BusyTimes) -> set[int]:
     """The main thread's waits for CPU collectives, found from their consumers on it
     (``cpu_comm.consumers``): a ``join`` edge collective -> consumer, and the idle stretch before
-    the consumer — from the later of the thread's last activity and the collective's start, to
-    the consumer's start — as a wait, when the collective had not ended before that stretch. The
+    the consumer — from the later of the thread's last activity and the collective's issue (its
+    issuing call's end: a worker that picked it up late kept the thread waiting too, and the replay
+    holds that pickup in the collective's start), to the consumer's start — as a wait, when the
+    collective had not ended before that stretch. The
     thread was woken when the last collective it waited for ended: the latest end (each capped
     at its consumer's start) of the collectives that ended during the stretch. What follows that
     end (on a loaded host, milliseconds) is folded into the consumer (``host_gap``), so a replay
@@ -403,8 +409,10 @@ def _collective_waits(et, collectives: dict, main: MainThread, starts: list[floa
     Returns the collectives whose record function ended after their consumer began (their
     bursts get no join from the worker's end: it is not when the result was there). O(m) parses
     for the main-thread ops swept, O(c log c) for c collectives."""
-    from linker.plan.cpu_comm import consumers  # a sibling idea of the plan wing; imported where used
+    from linker.plan.cpu_comm import consumers, issuing_calls  # a sibling idea of the plan wing
 
+    et = et_plus.et
+    issued = issuing_calls(et_plus, collectives)
     tl = main.timeline
     timed = {i: starts[i] for i in collectives if starts[i] == starts[i]}
     found = consumers(et, collectives, tl.ops, tl.starts, timed)
@@ -420,7 +428,9 @@ def _collective_waits(et, collectives: dict, main: MainThread, starts: list[floa
         segment = main.idle_segment(math.nextafter(at, -math.inf))
         if segment is None or segment.resume != consumer:
             continue
-        lo, hi = max(segment.start, last_end, starts[collective]), done[collective]
+        call = issued.get(collective, -1)  # waiting began once the call had issued it (picked up or not)
+        since = ends[call] if call >= 0 and ends[call] == ends[call] else starts[collective]
+        lo, hi = max(segment.start, last_end, min(since, starts[collective])), done[collective]
         if hi > lo:  # it waited; woken when the last collective it waited for ended, or later
             _add_wait(waits, segment, lo, at)
             idle_from = max(segment.start, last_end)
@@ -428,6 +438,37 @@ def _collective_waits(et, collectives: dict, main: MainThread, starts: list[floa
             if woken > idle_from:
                 busy.host_gap[consumer] = max(busy.host_gap[consumer], at - woken)
     return {i for i, consumer in found.items() if ends[i] > starts[consumer]}
+
+
+def _lost_collective_waits(et, collectives: dict, lost: list[int], main: MainThread, starts: list[float],
+                           ends: list[float], waits: dict, busy: BusyTimes) -> None:
+    """The main thread's waits for collectives the ET lost (their issuing calls ``lost``): no
+    node holds such a wait, so the idle stretch before the op that reads the call's tensors (its
+    consumer, found as ``cpu_comm.consumers`` finds one, from the call's end) is taken out of the
+    op (or gap) it sat in and folded into the consumer (``host_gap``): the replay runs it where it
+    occurred, at the end of the step, instead of before the step's children. Only the part after
+    the last recorded collective that ended in that stretch: until then the thread waited for that
+    one too (its join holds it). O(m) parses for the main-thread ops swept."""
+    from linker.plan.cpu_comm import consumers
+
+    tl = main.timeline
+    timed = {i: ends[i] for i in lost if ends[i] == ends[i] and i in main.position}
+    found = consumers(et, {i: None for i in timed}, tl.ops, tl.starts, timed)
+    done_at = sorted(min(ends[i], busy.consumed_at.get(i, ends[i])) for i in (collectives or ())
+                     if ends[i] == ends[i])
+    for call, consumer in found.items():
+        at = starts[consumer]
+        q = main.position[consumer]
+        last_end = max((tl.ends[p] for p in range(q - 1, max(-1, q - 1 - SEARCH_LIMIT), -1) if tl.ends[p] <= at),
+                       default=-math.inf)
+        segment = main.idle_segment(math.nextafter(at, -math.inf))
+        if segment is None or segment.resume != consumer:
+            continue
+        p = bisect_right(done_at, at) - 1  # a recorded collective that ended meanwhile held the wait until then
+        lo = max(segment.start, last_end, ends[call], done_at[p] if p >= 0 else -math.inf)
+        if at > lo:
+            _add_wait(waits, segment, lo, at)
+            busy.host_gap[consumer] += at - lo
 
 
 def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,

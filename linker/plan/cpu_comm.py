@@ -129,6 +129,30 @@ def issue_numbers(et_plus, collectives: list[int]) -> tuple[dict[int, int], list
     return numbers, unrecorded
 
 
+def issuing_calls(et_plus, comm: dict[int, CommAttrs]) -> dict[int, int]:
+    """CPU collective ET index -> ET index of the ``c10d::`` call that issued it (by its issue
+    number, ``issue_numbers``); collectives without one are absent. O(c log c)."""
+    numbered = {i: attrs.seq for i, attrs in comm.items() if attrs.seq is not None}
+    if not numbered:
+        return {}
+    issuers = _issuers(et_plus.et, et_plus.result.match, et_plus.result.kineto.cpu_columns().rf_id)
+    return {i: issuers[seq][1] for i, seq in numbered.items() if 0 <= seq < len(issuers)}
+
+
+def lost_issuers(et_plus, comm: dict[int, CommAttrs]) -> list[int]:
+    """ET indices of the ``c10d::`` collective calls whose collective the ET lacks (it was still
+    running when the trace stopped: the observer writes an op when it ends), when ``comm``'s
+    collectives carry issue numbers; else []. O(c log c)."""
+    numbered = [i for i, attrs in comm.items() if attrs.seq is not None]
+    if not numbered:
+        return []
+    _, lost = issue_numbers(et_plus, numbered)
+    if not lost:
+        return []
+    issuers = _issuers(et_plus.et, et_plus.result.match, et_plus.result.kineto.cpu_columns().rf_id)
+    return [issuers[k][1] for k in lost]
+
+
 def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
     """ET index -> communication attributes of every joined CPU collective (see the module
     docstring). O(n) name checks; the inputs of the collectives (and their parents) parsed once."""
