@@ -59,7 +59,9 @@ def network_yaml(fit: NetworkFit) -> str:
 
 def job_collectives(graphs: list[SimGraph], comm_groups: dict[str, list[int]] | None) -> list[Collective]:
     """Each collective as ``et-link simulate`` replays it: matched across ranks (the shortest
-    member's kernel is the transfer time), or, for a single rank, each on its own over 2 NPUs."""
+    member's kernel is the transfer time), or, for a single rank, each on its own over 2 NPUs.
+    In a job, CPU collectives are left out: the workload copies give them their replayed time
+    (``astra_collectives``), so the network does not time them."""
     out: list[Collective] = []
     if len(graphs) == 1:
         graph = graphs[0]
@@ -76,6 +78,9 @@ def job_collectives(graphs: list[SimGraph], comm_groups: dict[str, list[int]] | 
         for m in members:
             r = bisect_right(offsets, m) - 1
             infos.append((graphs[r].comm[m - offsets[r]], graphs[r].duration[m - offsets[r]]))
+        r0 = bisect_right(offsets, members[0]) - 1
+        if graphs[r0].lane_keys[graphs[r0].lane[members[0] - offsets[r0]]][0] == "cpu":
+            continue  # a CPU collective: timed in the workload copies, not by the network
         first = infos[0][0]
         out.append(Collective(first.comm_type, max(i.size for i, _ in infos), groups.expected[g],
                               min(d for _, d in infos)))
@@ -139,6 +144,9 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
             notes.append(f"workload {sorted(set(copies) - set(edited))}: copies with METADATA_NODEs as CPU "
                          "COMP_NODEs (ASTRA-sim 0ba29a2 aborts on metadata nodes)")
         if edited:
+            cpu = sum(len(edit) for edit in edits)
+            notes.append(f"{cpu} CPU collective node(s) are not fitted: the workload copies give them their "
+                         "replayed time")
             notes.append(f"workload {edited}: copies whose CPU collectives are a 1-byte meeting of the ranks, then "
                          "the rank's replayed collective time off the CPU; metadata nodes as CPU COMP_NODEs "
                          "(docs/astra-sim.md)")
