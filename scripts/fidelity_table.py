@@ -37,12 +37,10 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import linker  # noqa: E402
 from linker.link.recipe import LinkOptions  # noqa: E402
 from linker.pipeline import link_pair  # noqa: E402
-from linker.sim.engine import ASTRA_SIM, LANES, measured_release, replay  # noqa: E402
-from linker.sim.job import read_comm_groups  # noqa: E402
-from linker.sim.load import load_graph  # noqa: E402
-from linker.sim.report import build_report  # noqa: E402
+from linker.sim.engine import ASTRA_SIM, LANES  # noqa: E402
 
 BOUNDS = {ASTRA_SIM: (0.95, 1.05), LANES: (0.97, 1.03)}
 _HOST = re.compile(r"host\.(\d+)\.json(\.gz)?$")
@@ -87,12 +85,13 @@ def find_traces(shared: Path, captures: Path | None, kineto_only: bool) -> list[
     return found
 
 
-def _replay_rows(name: str, graphs, groups) -> list[dict]:
-    """One row per rank and, for several ranks, a job row; both models."""
-    release = measured_release(graphs) if len(graphs) > 1 else None
+def _replay_rows(name: str, files: list[Path], groups: Path | None) -> list[dict]:
+    """One row per rank and, for several ranks, a job row; both models. Replayed as ``et-link
+    simulate`` replays them (``linker.simulate``: each rank released at the offset its
+    ``rank_start`` delay node carries, or at its measured offset for files without one)."""
     rows: dict[object, dict] = {}
     for model in (ASTRA_SIM, LANES):
-        report = build_report(replay(graphs, model, comm_groups=groups, release=release))[0]
+        report = linker.simulate(files, model=model, comm_groups=groups).report
         for rank in report.ranks:
             row = rows.setdefault(rank.rank, {"trace": name, "rank": rank.rank, "measured_us": rank.measured_us})
             row[model] = rank.ratio
@@ -100,7 +99,7 @@ def _replay_rows(name: str, graphs, groups) -> list[dict]:
                 row["measured_end_us"] = rank.measured_end_us
                 row[f"{model}_end"] = rank.end_ratio
             row[f"{model}_finished"] = report.finished
-        if len(graphs) > 1:
+        if len(files) > 1:
             row = rows.setdefault("job", {"trace": name, "rank": "job", "measured_us": report.measured_us,
                                           "origin": report.job_origin})
             row[model] = report.ratio
@@ -119,9 +118,8 @@ def measure(name: str, kind: str, what, directory: Path) -> list[dict]:
             return [{"trace": name, "rank": "-", "error": (done.stderr or done.stdout).strip().splitlines()[-1:]}]
         check = orjson.loads((out / "summary.json").read_bytes()).get("collectives") or {}
         files = sorted(out.glob("*.et"), key=lambda p: int(re.findall(r"\d+", p.name)[-1]))
-        graphs = [load_graph(path, int(re.findall(r"\d+", path.name)[-1])) for path in files]
-        groups = read_comm_groups(out / "comm_groups.json") if (out / "comm_groups.json").exists() else None
-        rows = _replay_rows(name, graphs, groups)
+        groups = out / "comm_groups.json" if (out / "comm_groups.json").exists() else None
+        rows = _replay_rows(name, files, groups)
         for row in rows:
             row["collectives"] = check.get("status")
         return rows
@@ -130,7 +128,7 @@ def measure(name: str, kind: str, what, directory: Path) -> list[dict]:
         link_pair(what[0], what[1], out, LinkOptions(), None)
     else:
         link_pair(None, what, out, LinkOptions(), None)
-    return _replay_rows(name, [load_graph(out)], None)
+    return _replay_rows(name, [out], None)
 
 
 def _cell(value, model: str) -> str:

@@ -43,6 +43,13 @@ def coll(node_id: int, dur: int, deps=(), pg: str = "0", comm_type: int = pb.ALL
                  make_attr("comm_type", comm_type), make_attr("comm_size", 1024), make_attr("pg_name", pg)])
 
 
+def cpu_coll(node_id: int, dur: int, deps=(), pg: str = "0", start: int = 0, tid: int = 2) -> Spec:
+    """A CPU backend's collective (gloo): a communication node on worker thread ``tid``."""
+    return Spec(node_id, f"gloo:all_reduce{node_id}", pb.COMM_COLL_NODE, dur, tuple(deps), (), start,
+                [make_attr("is_cpu_op", False), make_attr("tid", tid), make_attr("comm_type", pb.ALL_REDUCE),
+                 make_attr("comm_size", 1024), make_attr("pg_name", pg)])
+
+
 def send(node_id: int, dur: int, dst: int, deps=(), start: int = 0) -> Spec:
     return Spec(node_id, f"send{node_id}", pb.COMM_SEND_NODE, dur, tuple(deps), (), start,
                 [make_attr("is_cpu_op", False), make_attr("stream", 20), make_attr("comm_dst", dst),

@@ -96,11 +96,66 @@ def test_ddp_job_replays_as_measured_per_rank_and_job(ddp_job, model):
         ends.append(max(e["ts"] + e["dur"] for e in stepped))
     assert report.measured_us == pytest.approx(max(ends) - min(starts), abs=2.0)
     assert low <= report.ratio <= high, report.ratio
-    # Per rank, the capture's CPU contention (4 ranks on 2 cores) leaves up to 5% (issue 33's bound
-    # holds for the job, not for every rank of every capture: see docs/fidelity.md)
-    for r in report.ranks:
-        assert 0.95 <= r.ratio <= 1.06 and 0.95 <= r.end_ratio <= 1.06, (r.rank, r.ratio, r.end_ratio)
+    for r in report.ranks:  # issue 33's bounds per rank too
+        assert low <= r.ratio <= high and low <= r.end_ratio <= high, (r.rank, r.ratio, r.end_ratio)
         assert r.end_ratio == pytest.approx(r.simulated_end_us / (ends[r.rank] - min(starts)), abs=2e-4)
+
+
+def _storages(value) -> set[int]:
+    """Storage ids of the ET tensor values ``[id, storage, offset, numel, itemsize, device]`` in ``value``."""
+    if isinstance(value, list) and len(value) == 6 and isinstance(value[1], int) and isinstance(value[5], str):
+        return {value[1]}
+    return set().union(*map(_storages, value)) if isinstance(value, list) else set()
+
+
+def _gloo_consumers(rank: int) -> dict[int, tuple[int, float, float, float]]:
+    """From the capture alone: ET id of each gloo:all_reduce -> (ET id of the first main-thread op
+    starting at or after the collective's Kineto start whose input tensors share the bucket's
+    storage, c10d:: calls aside; that op's start; the collective's Kineto end; the latest end of a
+    main-thread op before that op started: the thread was idle since)."""
+    events = [e for e in _kineto(rank)["traceEvents"] if e.get("ph") == "X" and "Record function id" in e.get("args", {})]
+    by_rf = {e["args"]["Record function id"]: e for e in events}
+    main_tid = next(e["tid"] for e in events if e["name"].startswith("ProfilerStep#"))
+    timed = []
+    for node in _et(rank)["nodes"]:
+        rf = next((a["value"] for a in node.get("attrs", []) if a["name"] == "rf_id"), None)
+        if rf in by_rf:
+            timed.append((by_rf[rf], node))
+    main = sorted(((e["ts"], n) for e, n in timed if e["tid"] == main_tid), key=lambda pair: pair[0])
+    main_ends = [e["ts"] + e["dur"] for e, _ in timed if e["tid"] == main_tid]
+    found = {}
+    for event, node in timed:
+        if node["name"] != "gloo:all_reduce":
+            continue
+        bucket = _storages(node["inputs"]["values"])
+        for ts, op in main:
+            if ts >= event["ts"] and not op["name"].startswith("c10d::") and bucket & _storages(op["inputs"]["values"]):
+                idle_since = max(end for end in main_ends if end <= ts)
+                found[node["id"]] = (op["id"], ts, event["ts"] + event["dur"], idle_since)
+                break
+    return found
+
+
+def test_the_wait_for_each_gloo_collective_is_a_join_to_the_op_that_reads_its_bucket(ddp_job):
+    """DDP's main thread waits for each bucket's all-reduce (``work.wait()``, no op of its own)
+    and then copies the bucket to the gradients: that copy's first op joins the collective, and
+    where the thread was woken after the collective's end, the delay runs in that op."""
+    out, _ = ddp_job
+    for rank in RANKS:
+        consumers = _gloo_consumers(rank)
+        assert len(consumers) == 10  # every bucket's result is read in its step
+        graph = load_graph(out / f"rank.{rank}.et", rank)
+        local = {node_id: u for u, node_id in enumerate(graph.ids)}
+        woken_late = 0
+        for collective, (consumer, consumer_ts, collective_end, idle_since) in consumers.items():
+            u = local[consumer]
+            joins = {graph.ids[graph.dep_nodes[k]] for k in range(graph.dep_offsets[u], graph.dep_offsets[u + 1])
+                     if graph.edge_cause(u, graph.dep_nodes[k]) == "join"}
+            assert collective in joins, (rank, collective, consumer)
+            if idle_since < collective_end < consumer_ts:  # waiting when it ended, woken later
+                woken_late += 1
+                assert graph.duration[u] >= consumer_ts - collective_end - 1.0
+        assert woken_late > 0
 
 
 def test_et_tree_disagreements_are_counted_not_called_wrong_links(tmp_path):
@@ -171,7 +226,7 @@ def test_skewed_pageable_copy_pair_replays_as_measured(skew_outputs, name, model
 
 def test_with_equal_clocks_assumed_the_copies_are_missed(tmp_path, monkeypatch):
     """Without the skew (the rule of 0.2) the waits stay busy CPU time and the step is too long."""
-    monkeypatch.setattr(busy_module, "clock_skew", lambda links: ClockSkew())
+    monkeypatch.setattr(busy_module, "clock_skew", lambda links, unqueued=False: ClockSkew())
     name = SKEW_PAIRS[0]
     out = tmp_path / "old.et"
     outcome = link_pair(FIXTURES / "gpu" / name / "et.json.gz", FIXTURES / "gpu" / name / "kineto.json.gz", out,
@@ -210,6 +265,40 @@ def test_skew_is_local_and_small_copies_are_never_taken_for_blocking():
     # a copy that ended before its call returned is blocking with or without a skew
     plain = _Link(_Event("cudaMemcpyAsync", 0, 50), _Event("Memcpy DtoH (Device -> Pageable)", 10, 5, "gpu_memcpy"))
     assert is_blocking_copy(plain, None) and is_blocking_copy(plain, skew)
+
+
+def test_a_skew_added_to_a_time_rests_on_launches_that_did_not_queue():
+    # 20 kernels on one stream, each launched 4 us + 30 us (skew) before it starts, the stream idle
+    # at each launch; then 40 more launched while the stream still ran the one before (queued:
+    # gap 500 + 90 k us for the k-th).
+    idle = [_Link(_Event("cudaLaunchKernel", 1000 * k, 5), _Event("k", 1000 * k + 34, 50, "kernel"))
+            for k in range(20)]
+    queued = [_Link(_Event("cudaLaunchKernel", 30_000 + 10 * k, 5), _Event("k", 30_500 + 100 * k, 100, "kernel"))
+              for k in range(40)]
+    links = idle + queued
+    # the tolerant bound at 30.39 ms (launch 39) rests on launches 23..39 (16 before it): 500 + 90 * 23
+    assert clock_skew(links).at(30_390) == 500 + 90 * 23
+    assert clock_skew(links, unqueued=True).at(30_390) == 34  # launch latency + skew
+    assert clock_skew(idle[:15], unqueued=True).at(0) == 0.0  # too few launches to tell
+
+
+def test_unheld_waits_read_cpu_ends_on_the_gpu_clock(tmp_path):
+    """A GPU clock 30 us ahead makes every kernel look 30 us late after its launching op: no wait."""
+    from sim_graphs import cpu, gpu, write_et
+    from linker.sim.unheld import unheld_gpu_wait
+
+    specs = []
+    for k in range(20):  # op k (10 us) launches kernel k: on the host's clock it starts 4 us after
+        specs += [cpu(2 * k + 1, 10, [2 * k - 1] if k else [], start=1000 * k),
+                  gpu(2 * k + 2, 50, [2 * k + 1], start=1000 * k + 10 + 4 + 30)]
+    graph = load_graph(write_et(tmp_path / "skewed.et", specs))
+    assert unheld_gpu_wait(graph).us == 0.0
+    # every other kernel 900 us later still: those waited (the estimate, the smallest gap near
+    # them, 44 us = op 10 + latency 4 + skew 30, bounds the skew from above: 944 - 10 - 44 each)
+    late = [spec if k % 4 != 3 else gpu(spec.id, 50, spec.deps, start=spec.start + 900)
+            for k, spec in enumerate(specs)]
+    graph = load_graph(write_et(tmp_path / "late.et", late))
+    assert unheld_gpu_wait(graph).us == pytest.approx(10 * (944 - 10 - 44))
 
 
 # --- where the replay drifts (--explain) ---------------------------------------------------------
@@ -329,3 +418,64 @@ def test_an_op_outside_its_et_parent_takes_the_op_that_encloses_it_in_kineto(tmp
     for node_id, innermost in contradicted:
         if innermost is not None:
             assert parent_of[node_id] == innermost, node_id
+
+
+# --- CPU collectives in the ASTRA-sim workload copies ---------------------------------------------
+
+
+def test_astra_copies_write_each_gloo_collective_as_a_meeting_then_the_ranks_own_time(ddp_job):
+    """ASTRA-sim times a collective from the network, not from the measurement: the workload
+    copies hold each gloo all-reduce the job replay matches as a 1-byte collective (the ranks meet)
+    followed, under the collective's id, by timed work off the CPU; the ones it replays alone are
+    that timed work only. Replayed again, the copies give what the job's files give."""
+    from linker.write.chakra_wire import get_attr, iter_frames
+    from linker.model import et_def_pb2 as pb
+
+    out, _ = ddp_job
+    for rank in RANKS:
+        gloo = {n["id"] for n in _et(rank)["nodes"] if n["name"] == "gloo:all_reduce"}
+        nodes = [pb.Node.FromString(f.payload) for f in iter_frames(out / "astra" / f"workload.{rank}.et") if f.index]
+        by_id = {node.id: node for node in nodes}
+        assert len(by_id) == len(nodes)  # no id written twice
+        timed = [by_id[i] for i in gloo]
+        assert all(node.type == pb.COMP_NODE and get_attr(node, "is_cpu_op") is False for node in timed)
+        meetings = [by_id[node.data_deps[0]] for node in timed if len(node.data_deps) == 1
+                    and by_id[node.data_deps[0]].type == pb.COMM_COLL_NODE]
+        assert meetings and all(get_attr(m, "comm_size") == 1 and m.id not in gloo for m in meetings)
+        assert all(m.name == "gloo:all_reduce" and not m.start_time_micros for m in meetings)
+        assert len(meetings) == 5  # one per step: the other bucket ran under it on another worker
+    job = linker.simulate([out / f"rank.{rank}.et" for rank in RANKS], rank_start="measured").report
+    copies = linker.simulate([out / "astra" / f"workload.{rank}.et" for rank in RANKS],
+                             comm_groups=out / "astra" / "comm_groups.json").report
+    assert [r.simulated_us for r in copies.ranks] == pytest.approx([r.simulated_us for r in job.ranks], abs=2.0)
+
+
+# --- a capture whose ETs lost a collective -------------------------------------------------------
+
+LOST = FIXTURES / "ddp_gloo_lost"  # scripts/capture_ddp.py --batch 64 --seed 11 (made after the rules)
+
+
+def _lost_counts(rank: int) -> tuple[int, int]:
+    kineto = json.loads(gzip.decompress((LOST / f"device.{rank}.json.gz").read_bytes()))["traceEvents"]
+    et = json.loads(gzip.decompress((LOST / f"host.{rank}.json.gz").read_bytes()))["nodes"]
+    return (sum(1 for e in kineto if e.get("name") == "gloo:all_reduce"),
+            sum(1 for n in et if n["name"] == "gloo:all_reduce"))
+
+
+@pytest.mark.parametrize("model", [ASTRA_SIM, LANES])
+def test_a_collective_the_et_lost_leaves_its_wait_where_it_occurred(tmp_path, model):
+    """Ranks 0 and 3's ETs lack their last all-reduce (still running when the trace stopped); the
+    main thread's wait for it must not be replayed at the start of the last step (it was: 1.137
+    for the job, 1.27 for a rank)."""
+    counts = [_lost_counts(rank) for rank in RANKS]
+    assert counts == [(10, 9), (10, 10), (10, 10), (10, 9)]  # Kineto's vs the ET's, per rank
+    out = tmp_path / "job"
+    result = CliRunner().invoke(app, ["batch", "--et", str(LOST / "host.*.json.gz"), "--kineto",
+                                      str(LOST / "device.*.json.gz"), "--output-dir", str(out), "--format", "et",
+                                      "--workers", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    report = linker.simulate([out / f"rank.{rank}.et" for rank in RANKS], model=model).report
+    low, high = BOUNDS[model]
+    assert low <= report.ratio <= high, report.ratio
+    for r in report.ranks:
+        assert low <= r.ratio <= high and low <= r.end_ratio <= high, (r.rank, r.ratio, r.end_ratio)

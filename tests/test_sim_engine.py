@@ -10,7 +10,7 @@ from linker.model import et_def_pb2 as pb
 from linker.sim.engine import ASTRA_SIM, LANES, Scale, measured_release, replay
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
-from sim_graphs import coll, cpu, gpu, recv, send, write_et
+from sim_graphs import coll, cpu, cpu_coll, gpu, recv, send, write_et
 
 
 def simulate(tmp_path, ranks: dict, model=ASTRA_SIM, scale=Scale(), groups=None):
@@ -120,6 +120,48 @@ def test_collective_starts_when_the_slowest_rank_arrives_and_lasts_the_transfer(
     u = result.offsets[0] + 1
     assert result.cause_kind[u] == 3 and result.rank_of(result.peer[u]) == 1
     assert sum(s.end - s.start for s in path) == 60
+
+
+def test_cpu_collective_ends_on_each_rank_its_own_measured_time_after_the_last_arrival(tmp_path):
+    # One clock: both ranks start at 1000. Rank 0: A(10), its gloo collective 1010-1060; rank 1:
+    # A(30), its collective 1030-1075 (it arrived last, at 1030). Each rank's worker finished its
+    # own part: rank 0 30 us after the last arrival, rank 1 45 us after it. Replayed from 0: the
+    # collective starts at 30 (rank 1's arrival); rank 0's ends at 30 + 30 = 60, rank 1's at 75,
+    # as measured (60 and 75 after the origin).
+    ranks = {0: [cpu(1, 10, start=1000), cpu_coll(2, 50, [1], start=1010)],
+             1: [cpu(1, 30, start=1000), cpu_coll(2, 45, [1], start=1030)]}
+    graphs = [load_graph(write_et(tmp_path / f"rank{r}.et", specs), r) for r, specs in ranks.items()]
+    result = replay(graphs, ASTRA_SIM, release=measured_release(graphs))
+    assert node_times(result, 0, 2) == (30, 60) and node_times(result, 1, 2) == (30, 75)
+    report = build_report(result)[0]
+    assert [r.end_ratio for r in report.ranks] == [1.0, 1.0]
+    # Halving the communication halves each rank's own part: 30 + 15, 30 + 22.5.
+    result = replay(graphs, ASTRA_SIM, Scale(comm=0.5), release=measured_release(graphs))
+    assert node_times(result, 0, 2) == (30, 45) and node_times(result, 1, 2) == (30, 52.5)
+    # GPU collectives keep one transfer for all members (the shortest: the last arrival's).
+    ranks = {0: [cpu(1, 10, start=1000), coll(2, 50, [1], start=1010)],
+             1: [cpu(1, 30, start=1000), coll(2, 45, [1], start=1030)]}
+    graphs = [load_graph(write_et(tmp_path / f"gpu{r}.et", specs), r) for r, specs in ranks.items()]
+    result = replay(graphs, ASTRA_SIM, release=measured_release(graphs))
+    assert node_times(result, 0, 2) == (30, 75) and node_times(result, 1, 2) == (30, 75)
+
+
+def test_cpu_collective_starts_as_late_after_its_dependencies_as_its_worker_picked_it_up(tmp_path):
+    # One rank: A(10) measured 1000-1010, its gloo collective (30 us) measured from 1025: the
+    # worker took it 15 us after A ended. Replayed: A 0-10, the collective 25-55.
+    result, report, _, _ = simulate(tmp_path, {0: [cpu(1, 10, start=1000), cpu_coll(2, 30, [1], start=1025)]})
+    assert node_times(result, 0, 2) == (25, 55) and report.simulated_us == 55
+    # A job on one clock: rank 1 issues at 30 but its worker took it 40 us later (measured 1070):
+    # it arrives at 70, last; rank 0 (issued and arrived at 10, measured 1010) waited 60 of its 80.
+    ranks = {0: [cpu(1, 10, start=1000), cpu_coll(2, 80, [1], start=1010)],
+             1: [cpu(1, 30, start=1000), cpu_coll(2, 20, [1], start=1070)]}
+    graphs = [load_graph(write_et(tmp_path / f"job{r}.et", specs), r) for r, specs in ranks.items()]
+    result = replay(graphs, ASTRA_SIM, Scale(comm=0), release=measured_release(graphs))
+    # the pickup is the host's time, not communication: it stays under --scale comm=0
+    assert node_times(result, 0, 2) == (70, 70) and node_times(result, 1, 2) == (70, 70)
+    result = replay(graphs, ASTRA_SIM, release=measured_release(graphs))
+    assert node_times(result, 0, 2) == (70, 90) and node_times(result, 1, 2) == (70, 90)
+    assert result.issue[result.offsets[1] + 1] == 30  # it held its rank's communication unit from its issue
 
 
 def test_ranks_start_at_their_measured_offsets_when_clocks_agree(tmp_path):

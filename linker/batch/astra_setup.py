@@ -34,6 +34,7 @@ from linker.sim.graph import COLL, META, SimGraph
 from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
 from linker.sim.network_fit import (ENDPOINT_DELAY_NS, LOCAL_MEM_BW_GBPS, Collective, NetworkFit, fit_network)
+from linker.batch.astra_collectives import NodeEdit, cpu_collective_edits
 
 SETUP_DIR = "astra"
 WORKLOAD_PREFIX = "workload"
@@ -58,7 +59,9 @@ def network_yaml(fit: NetworkFit) -> str:
 
 def job_collectives(graphs: list[SimGraph], comm_groups: dict[str, list[int]] | None) -> list[Collective]:
     """Each collective as ``et-link simulate`` replays it: matched across ranks (the shortest
-    member's kernel is the transfer time), or, for a single rank, each on its own over 2 NPUs."""
+    member's kernel is the transfer time), or, for a single rank, each on its own over 2 NPUs.
+    In a job, CPU collectives are left out: the workload copies give them their replayed time
+    (``astra_collectives``), so the network does not time them."""
     out: list[Collective] = []
     if len(graphs) == 1:
         graph = graphs[0]
@@ -75,6 +78,9 @@ def job_collectives(graphs: list[SimGraph], comm_groups: dict[str, list[int]] | 
         for m in members:
             r = bisect_right(offsets, m) - 1
             infos.append((graphs[r].comm[m - offsets[r]], graphs[r].duration[m - offsets[r]]))
+        r0 = bisect_right(offsets, members[0]) - 1
+        if graphs[r0].lane_keys[graphs[r0].lane[members[0] - offsets[r0]]][0] == "cpu":
+            continue  # a CPU collective: timed in the workload copies, not by the network
         first = infos[0][0]
         out.append(Collective(first.comm_type, max(i.size for i, _ in infos), groups.expected[g],
                               min(d for _, d in infos)))
@@ -120,19 +126,30 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
         notes.append("a single rank, run as 2 NPUs (both replay the same file)")
     try:
         setup.mkdir(parents=True, exist_ok=True)
-        copies = []
-        for (path, rank), graph in zip(workload, graphs * 2 if single else graphs):
+        copies, edited = [], []
+        edits = cpu_collective_edits(_as_written(files, graphs), comm_groups)
+        for (path, rank), graph, edit in zip(workload, graphs * 2 if single else graphs,
+                                             edits * 2 if single else edits):
             link = setup / f"{WORKLOAD_PREFIX}.{rank}.et"
             if link.is_symlink() or link.exists():
                 link.unlink()
-            if META in graph.kind:
-                copy_without_metadata(path, link)
+            if META in graph.kind or edit:
+                copy_for_astra(path, link, edit)
                 copies.append(rank)
+                if edit:
+                    edited.append(rank)
             elif not path.name.endswith(".gz"):
                 link.symlink_to(os.path.relpath(path.absolute(), setup.absolute()))
-        if copies:
-            notes.append(f"workload {copies}: copies with METADATA_NODEs as CPU COMP_NODEs (ASTRA-sim 0ba29a2 "
-                         "aborts on metadata nodes)")
+        if set(copies) - set(edited):
+            notes.append(f"workload {sorted(set(copies) - set(edited))}: copies with METADATA_NODEs as CPU "
+                         "COMP_NODEs (ASTRA-sim 0ba29a2 aborts on metadata nodes)")
+        if edited:
+            cpu = sum(len(edit) for edit in edits)
+            notes.append(f"{cpu} CPU collective node(s) are not fitted: the workload copies give them their "
+                         "replayed time")
+            notes.append(f"workload {edited}: copies whose CPU collectives are a 1-byte meeting of the ranks, then "
+                         "the rank's replayed collective time off the CPU; metadata nodes as CPU COMP_NODEs "
+                         "(docs/astra-sim.md)")
         _write_text(setup / "network.yml", network_yaml(fit))
         _write_text(setup / "system.json", json.dumps(system_config(), indent=4) + "\n")
         _write_text(setup / "memory.json", json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}, indent=4) + "\n")
@@ -149,23 +166,70 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
     return {"dir": str(setup), "network": fit.to_json(), "notes": notes, "lines": lines}
 
 
+def _as_written(files: list[tuple[Path, int]], graphs: list[SimGraph]) -> list[SimGraph]:
+    """The job's graphs as the files now hold them (read again when a rank holds a CPU collective:
+    ``batch`` loads them before it writes the rank start delay nodes, which the replay of
+    ``cpu_collective_edits`` needs); ``graphs`` otherwise."""
+    from linker.sim.load import load_graph
+
+    if len(files) < 2 or not any(info.role == COLL and graph.lane_keys[graph.lane[u]][0] == "cpu"
+                                 for graph in graphs for u, info in graph.comm.items()):
+        return graphs
+    return [load_graph(path, rank) for path, rank in files]
+
+
 def copy_without_metadata(source: Path, target: Path) -> None:
     """Copy a ``.et``/``.et.gz`` to ``target`` (plain ``.et``) with every ``METADATA_NODE`` written as
     a CPU ``COMP_NODE`` of duration 0; the other frames copied as bytes. O(file)."""
+    copy_for_astra(source, target, {})
+
+
+def copy_for_astra(source: Path, target: Path, edits: dict[int, NodeEdit]) -> None:
+    """``copy_without_metadata``, also writing the CPU collectives named in ``edits`` (node id ->
+    ``NodeEdit``, ``batch.astra_collectives``): a 1-byte collective under the new id taking the
+    node's dependencies (when ``sync_id`` is set), then under the node's own id a ``COMP_NODE`` off
+    the CPU for ``timed_us``. Other nodes are copied as bytes. O(file)."""
     with EtWriter(target) as writer:
         for frame in iter_frames(source):
             if frame.index == 0:
                 writer.write_metadata(parse_metadata(frame, source))
                 continue
-            if node_head(frame.payload)[3] != pb.METADATA_NODE:
+            head = node_head(frame.payload)
+            if head[3] != pb.METADATA_NODE and head[0] not in edits:
                 writer.write_frames_bytes(encode_varint(len(frame.payload)) + frame.payload, 1)
                 continue
             node = pb.Node.FromString(frame.payload)
-            node.type = pb.COMP_NODE
-            node.duration_micros = 0
-            if find_attr(node, "is_cpu_op") is None:
-                node.attr.append(make_attr("is_cpu_op", True, "bool_val"))
-            writer.write_node(node)
+            edit = edits.get(node.id)
+            if edit is None:  # a metadata node
+                node.type = pb.COMP_NODE
+                node.duration_micros = 0
+                if find_attr(node, "is_cpu_op") is None:
+                    node.attr.append(make_attr("is_cpu_op", True, "bool_val"))
+                writer.write_node(node)
+                continue
+            timed = pb.Node(id=node.id, name=node.name, type=pb.COMP_NODE, duration_micros=edit.timed_us,
+                            start_time_micros=node.start_time_micros)
+            timed.attr.extend(attr for attr in node.attr if attr.name == "tid")
+            timed.attr.append(make_attr("is_cpu_op", False, "bool_val"))
+            if edit.sync_id is None:
+                timed.ctrl_deps.extend(node.ctrl_deps)
+                timed.data_deps.extend(node.data_deps)
+            else:
+                meeting = pb.Node()
+                meeting.CopyFrom(node)
+                meeting.id = edit.sync_id
+                meeting.duration_micros = 0
+                meeting.ClearField("start_time_micros")  # not a measured op: no time of its own
+                size = find_attr(meeting, "comm_size")
+                if size is not None and size.WhichOneof("value"):
+                    setattr(size, size.WhichOneof("value"), 1)
+                for attr in list(meeting.attr):
+                    if attr.name in ("data_dep_causes", "inclusive_dur_micros", "exclusive_dur_micros",
+                                     "blocked_micros"):
+                        meeting.attr.remove(attr)
+                writer.write_node(meeting)
+                timed.data_deps.append(edit.sync_id)
+            writer.write_node(timed)
 
 
 def _write_text(path: Path, text: str) -> None:

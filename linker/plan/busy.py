@@ -96,6 +96,7 @@ class BusyTimes:
     main_tid: int | None = None
     blocking_copies: list[int] = field(default_factory=list)
     clock_skew: dict = field(default_factory=dict)  # ``clocks.ClockSkew.summary`` (GPU traces)
+    consumed_at: dict[int, float] = field(default_factory=dict)  # CPU collective -> its consumer's start
 
 
 @dataclass
@@ -282,10 +283,15 @@ class IdleSegment:
         return (self.waiter, self.start) if self.waiter >= 0 else (-1, self.position)
 
 
-def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[int] | None = None) -> BusyTimes:
+def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[int] | None = None,
+                 collectives: dict | None = None, lost: list[int] | None = None) -> BusyTimes:
     """Blocked time, host gaps, simulated durations and fork/join edges (module docstring).
     ``near_start_order``: the ET nodes in an order close to start order (the tree pre-order),
-    which makes sorting each thread's ops by start cheap; any order gives the same result."""
+    which makes sorting each thread's ops by start cheap; any order gives the same result.
+    ``collectives``: the CPU collectives (``cpu_comm.cpu_collectives``): the main thread's wait
+    for each is found from its consumer (``cpu_comm.consumers``), not from the worker's end;
+    ``lost``: the calls that issued collectives the ET lacks (``cpu_comm.lost_issuers``): the wait
+    for each runs where it occurred, before its consumer (``_lost_collective_waits``)."""
     et, result = et_plus.et, et_plus.result
     n = len(et.nodes)
     starts, ends = et_plus.op_times if et_plus.op_times is not None else _event_times(result)
@@ -309,10 +315,14 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
         busy.main_tid = main_tid
         main = MainThread(timelines[main_tid], et.parent_index(), linked)
         thread_roots = _thread_roots(et, roots)
+        awaited = _collective_waits(et_plus, collectives, main, starts, ends, waits, busy) if collectives else {}
+        if lost:
+            _lost_collective_waits(et, collectives, lost, main, starts, ends, waits, busy)
         for tid, timeline in timelines.items():
             if tid != main_tid:
-                _cross_thread(main, timeline, thread_roots.get(tid, -1), waits, busy, burst_firsts)
-        _pre_trace_lead(et_plus, timelines[main_tid].starts[0], thread_roots.get(main_tid, -1), busy)
+                _cross_thread(main, timeline, thread_roots.get(tid, -1), waits, busy, burst_firsts, awaited)
+        lead_skew = clock_skew(et_plus.gpu_links, unqueued=True) if et_plus.gpu_links else None
+        _pre_trace_lead(et_plus, timelines[main_tid].starts[0], thread_roots.get(main_tid, -1), busy, lead_skew)
     for waiter, position, lo, hi in waits.values():
         if waiter >= 0:
             busy.blocked[waiter] += hi - lo
@@ -351,15 +361,19 @@ def _sim_times(busy: BusyTimes, exclusive_of_op: list[float], linked: list[bool]
             sim[i] = host_gap[i]
 
 
-def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes) -> None:
+def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes, skew=None) -> None:
     """When GPU work launched before the trace (GPU nodes without a launch) started before the
     main thread's first linked op, the host was busy with untraced work for that long: fold the lead
     into the main thread's root (``host_gap``), so a replay issues the traced ops that much after
-    the untraced GPU work begins, as measured. O(g)."""
+    the untraced GPU work begins, as measured. The GPU start is read on the host's clock: less the
+    local skew (``clocks.clock_skew(..., unqueued=True)``: an estimate free of queueing, since it is
+    added here; ``skew`` None: equal clocks). O(g)."""
     if main_root < 0:
         return
     earliest = min((link.event.ts for link in et_plus.gpu_links if link.before_trace),
                    default=math.inf)
+    if earliest < math.inf and skew is not None:
+        earliest -= skew.at(earliest)
     if earliest < main_first:
         busy.host_gap[main_root] += main_first - earliest
 
@@ -380,16 +394,96 @@ def _bursts(timeline: Timeline, main: MainThread) -> list[tuple[int, int, float,
     return [tuple(b) for b in bursts]
 
 
+def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list[float], ends: list[float],
+                      waits: dict, busy: BusyTimes) -> set[int]:
+    """The main thread's waits for CPU collectives, found from their consumers on it
+    (``cpu_comm.consumers``): a ``join`` edge collective -> consumer, and the idle stretch before
+    the consumer — from the later of the thread's last activity and the collective's issue (its
+    issuing call's end: a worker that picked it up late kept the thread waiting too, and the replay
+    holds that pickup in the collective's start), to the consumer's start — as a wait, when the
+    collective had not ended before that stretch. The
+    thread was woken when the last collective it waited for ended: the latest end (each capped
+    at its consumer's start) of the collectives that ended during the stretch. What follows that
+    end (on a loaded host, milliseconds) is folded into the consumer (``host_gap``), so a replay
+    resumes the thread that long after that end, as measured, instead of running it before.
+    Returns the collectives whose record function ended after their consumer began (their
+    bursts get no join from the worker's end: it is not when the result was there). O(m) parses
+    for the main-thread ops swept, O(c log c) for c collectives."""
+    from linker.plan.cpu_comm import consumers, issuing_calls  # a sibling idea of the plan wing
+
+    et = et_plus.et
+    issued = issuing_calls(et_plus, collectives)
+    tl = main.timeline
+    timed = {i: starts[i] for i in collectives if starts[i] == starts[i]}
+    found = consumers(et, collectives, tl.ops, tl.starts, timed)
+    done = {i: min(ends[i], starts[found[i]]) if i in found else ends[i] for i in timed}
+    done_at = sorted(done.values())
+    for collective, consumer in found.items():
+        busy.cross.append((collective, consumer, JOIN))
+        at = starts[consumer]
+        busy.consumed_at[collective] = at
+        q = main.position[consumer]
+        last_end = max((tl.ends[p] for p in range(q - 1, max(-1, q - 1 - SEARCH_LIMIT), -1) if tl.ends[p] <= at),
+                       default=-math.inf)
+        segment = main.idle_segment(math.nextafter(at, -math.inf))
+        if segment is None or segment.resume != consumer:
+            continue
+        call = issued.get(collective, -1)  # waiting began once the call had issued it (picked up or not)
+        since = ends[call] if call >= 0 and ends[call] == ends[call] else starts[collective]
+        lo, hi = max(segment.start, last_end, min(since, starts[collective])), done[collective]
+        if hi > lo:  # it waited; woken when the last collective it waited for ended, or later
+            _add_wait(waits, segment, lo, at)
+            idle_from = max(segment.start, last_end)
+            woken = done_at[bisect_right(done_at, at) - 1]  # the latest end at or before the consumer
+            if woken > idle_from:
+                busy.host_gap[consumer] = max(busy.host_gap[consumer], at - woken)
+    return {i for i, consumer in found.items() if ends[i] > starts[consumer]}
+
+
+def _lost_collective_waits(et, collectives: dict, lost: list[int], main: MainThread, starts: list[float],
+                           ends: list[float], waits: dict, busy: BusyTimes) -> None:
+    """The main thread's waits for collectives the ET lost (their issuing calls ``lost``): no
+    node holds such a wait, so the idle stretch before the op that reads the call's tensors (its
+    consumer, found as ``cpu_comm.consumers`` finds one, from the call's end) is taken out of the
+    op (or gap) it sat in and folded into the consumer (``host_gap``): the replay runs it where it
+    occurred, at the end of the step, instead of before the step's children. Only the part after
+    the last recorded collective that ended in that stretch: until then the thread waited for that
+    one too (its join holds it). O(m) parses for the main-thread ops swept."""
+    from linker.plan.cpu_comm import consumers
+
+    tl = main.timeline
+    timed = {i: ends[i] for i in lost if ends[i] == ends[i] and i in main.position}
+    found = consumers(et, {i: None for i in timed}, tl.ops, tl.starts, timed)
+    done_at = sorted(min(ends[i], busy.consumed_at.get(i, ends[i])) for i in (collectives or ())
+                     if ends[i] == ends[i])
+    for call, consumer in found.items():
+        at = starts[consumer]
+        q = main.position[consumer]
+        last_end = max((tl.ends[p] for p in range(q - 1, max(-1, q - 1 - SEARCH_LIMIT), -1) if tl.ends[p] <= at),
+                       default=-math.inf)
+        segment = main.idle_segment(math.nextafter(at, -math.inf))
+        if segment is None or segment.resume != consumer:
+            continue
+        p = bisect_right(done_at, at) - 1  # a recorded collective that ended meanwhile held the wait until then
+        lo = max(segment.start, last_end, ends[call], done_at[p] if p >= 0 else -math.inf)
+        if at > lo:
+            _add_wait(waits, segment, lo, at)
+            busy.host_gap[consumer] += at - lo
+
+
 def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
-                  busy: BusyTimes, burst_firsts: set[int]) -> None:
+                  busy: BusyTimes, burst_firsts: set[int], awaited: set[int] = frozenset()) -> None:
     """Fork and join edges for one non-main thread's bursts; the main thread's waits go to
-    ``waits`` (segment key -> [waiter, gap position, union start, union end])."""
+    ``waits`` (segment key -> [waiter, gap position, union start, union end]). A burst holding a
+    collective in ``awaited`` (it ended after its consumer began) gets no join here."""
     tl = main.timeline
     for number, (first, last, start, end, source) in enumerate(_bursts(timeline, main)):
         first_op, last_op = timeline.ops[first], timeline.ops[last]
         burst_firsts.add(first_op)
         at_start, at_end = main.idle_segment(start), main.idle_segment(end)
         joined_in = None
+        if awaited and any(op in awaited for op in timeline.ops[first:last + 1]):
+            at_end = None
         if at_end is not None and end > at_end.start:
             _add_wait(waits, at_end, max(start, at_end.start), end)
             target = at_end.resume

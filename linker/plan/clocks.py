@@ -7,7 +7,11 @@ rule comparing a GPU op's time with a CPU call's must allow for it.
 Estimate (``clock_skew``): every GPU op with a launch call gives a *launch gap*, GPU start minus
 launch start. A launch gap is the launch latency (a few µs, never negative) plus the skew, plus any
 time the op queued behind earlier work; so the smallest gaps of a stretch of the trace bound the
-skew from above, by about the launch latency. ``ClockSkew.at(t)``: the smallest launch gap among
+skew from above, by about the launch latency. That bound is what a rule *tolerating* the skew
+needs (the blocking-copy rule below). A rule that *adds* the skew to a time (``plan.busy``'s
+pre-trace lead) needs an estimate free of queueing: ``clock_skew(..., unqueued=True)`` keeps only
+the ops that found their stream idle at the launch call, since in a GPU-bound stretch every op
+queues and its gap mostly says how long. ``ClockSkew.at(t)``: the smallest launch gap among
 the ``NEIGHBOURS`` launches nearest to time ``t`` on each side, never below 0 (local, so a skew
 that drifts over the trace is followed; never negative, so a rule only ever becomes more tolerant
 than with equal clocks). ``summary``: the smallest gap over the trace, the largest local estimate
@@ -68,11 +72,37 @@ class ClockSkew:
                 "max_local_us": round(max(local), 1)}
 
 
-def clock_skew(gpu_links) -> ClockSkew:
-    """The launch gaps of every GPU op with a launch call (module docstring). O(g log g)."""
-    pairs = sorted((link.launch.ts, link.event.ts - link.launch.ts) for link in gpu_links
-                   if link.launch is not None)
+def clock_skew(gpu_links, unqueued: bool = False) -> ClockSkew:
+    """The launch gaps of every GPU op with a launch call (module docstring). ``unqueued``: only
+    those of ops that found their stream idle (``unqueued_links``), and none at all when fewer
+    than ``NEIGHBOURS`` did (too few to tell a skew from a wait): the estimate for a rule that
+    adds the skew to a measured time rather than tolerating it. O(g log g)."""
+    links = unqueued_links(gpu_links) if unqueued else [link for link in gpu_links if link.launch is not None]
+    if unqueued and len(links) < NEIGHBOURS:
+        return ClockSkew()
+    pairs = sorted((link.launch.ts, link.event.ts - link.launch.ts) for link in links)
     return ClockSkew([ts for ts, _ in pairs], [gap for _, gap in pairs])
+
+
+def unqueued_links(gpu_links) -> list:
+    """The links with a launch call whose GPU op's stream had finished its previous op by the
+    call's start, on the trace's times (a GPU clock ahead makes the previous op's end look later:
+    the test only ever drops more). A queued op's launch gap also holds its wait in the queue,
+    which says nothing of the clocks: in a GPU-bound stretch every gap is mostly queueing.
+    O(g log g)."""
+    by_stream: dict = {}
+    for link in gpu_links:
+        event = link.event
+        by_stream.setdefault((getattr(event, "pid", 0), getattr(event, "tid", 0)), []).append(link)
+    kept = []
+    for links in by_stream.values():
+        links.sort(key=lambda link: link.event.ts)
+        previous_end = float("-inf")
+        for link in links:
+            if link.launch is not None and previous_end <= link.launch.ts:
+                kept.append(link)
+            previous_end = max(previous_end, link.event.ts + link.event.dur)
+    return kept
 
 
 def is_blocking_copy(link, skew: ClockSkew | None = None) -> bool:

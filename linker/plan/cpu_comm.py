@@ -15,10 +15,22 @@ has already put it on its measured thread. Here each such joined op becomes a co
 - its *issue number* (``seq``; ``issue_numbers``): which of the rank's ``c10d::`` collective calls
   issued it, so ranks pair their collectives by it, and a collective the ET lost at the end of the
   trace leaves a gap instead of shifting the others;
-- its busy time is its measured duration, less any part spent while the group's earlier
-  collective still ran (``hold_for_measured_duration``: the replay serialises a group's collectives
-  in issue order, ``collective_order`` edges); the host gap ``busy`` folded into it (the worker's
-  idle time until its next collective) and any blocked time are dropped.
+- its *consumer* (``consumers``): the first op of the issuing thread, after the collective
+  started, whose inputs use the tensor storage the collective works on (DDP's
+  ``copy_bucket_to_grad`` views of the bucket, an optimizer reading gradients that are bucket
+  views). That op could not run before the result was there: the thread waited for the
+  collective (``work.wait()``, no op of its own) from its last activity until the consumer began.
+  ``plan.busy`` counts that wait as blocked time and gives the consumer a ``join`` edge from the
+  collective. The worker's record function ends a little after the waiting thread is woken
+  (the backend completes the work inside it), so the wait cannot be found from the worker's end;
+  the data the collective hands back finds it;
+- its busy time is its measured interval up to its *end*, less any part spent while the group's
+  earlier collective still ran (``hold_for_measured_duration``: the replay serialises a group's
+  collectives in issue order, ``collective_order`` edges); the host gap ``busy`` folded into it
+  (the worker's idle time until its next collective) and any blocked time are dropped. Its end is
+  the earlier of its record function's end and its consumer's start: the result was there when
+  the consumer read it, and a worker descheduled before closing the record function (seen for
+  14 ms on a loaded host) did not make the collective longer.
 
 Cost: O(n) name checks plus one parse of the few collectives' inputs.
 """
@@ -33,6 +45,7 @@ from linker.plan.comm import (COLL, PARAM_COMMS_NAME, PYTORCH_WORLD_GROUP, CommA
                               kind_from_name, op_inputs, read_process_groups, tensors_bytes, _TENSOR_DTYPE)
 
 CPU_BACKEND_PREFIXES = ("gloo:", "mpi:", "ucc:")
+_ISSUING_PREFIXES = ("c10d::", PARAM_COMMS_NAME)
 MAX_ANCESTORS = 4  # how far up a record_param_comms naming the group is looked for
 
 
@@ -116,6 +129,30 @@ def issue_numbers(et_plus, collectives: list[int]) -> tuple[dict[int, int], list
     return numbers, unrecorded
 
 
+def issuing_calls(et_plus, comm: dict[int, CommAttrs]) -> dict[int, int]:
+    """CPU collective ET index -> ET index of the ``c10d::`` call that issued it (by its issue
+    number, ``issue_numbers``); collectives without one are absent. O(c log c)."""
+    numbered = {i: attrs.seq for i, attrs in comm.items() if attrs.seq is not None}
+    if not numbered:
+        return {}
+    issuers = _issuers(et_plus.et, et_plus.result.match, et_plus.result.kineto.cpu_columns().rf_id)
+    return {i: issuers[seq][1] for i, seq in numbered.items() if 0 <= seq < len(issuers)}
+
+
+def lost_issuers(et_plus, comm: dict[int, CommAttrs]) -> list[int]:
+    """ET indices of the ``c10d::`` collective calls whose collective the ET lacks (it was still
+    running when the trace stopped: the observer writes an op when it ends), when ``comm``'s
+    collectives carry issue numbers; else []. O(c log c)."""
+    numbered = [i for i, attrs in comm.items() if attrs.seq is not None]
+    if not numbered:
+        return []
+    _, lost = issue_numbers(et_plus, numbered)
+    if not lost:
+        return []
+    issuers = _issuers(et_plus.et, et_plus.result.match, et_plus.result.kineto.cpu_columns().rf_id)
+    return [issuers[k][1] for k in lost]
+
+
 def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
     """ET index -> communication attributes of every joined CPU collective (see the module
     docstring). O(n) name checks; the inputs of the collectives (and their parents) parsed once."""
@@ -147,6 +184,69 @@ def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
     return out
 
 
+def _storages(io) -> set[int]:
+    """Storage ids of the tensors (and tensor lists) among ``io``'s values: the second entry of an
+    ET tensor value ``[tensor_id, storage_id, offset, numel, elem_bytes, device]``."""
+    found: set[int] = set()
+    for position, type_name in enumerate(io.types):
+        if not isinstance(type_name, str) or "Tensor" not in type_name or position >= len(io.values):
+            continue
+        value = io.values[position]
+        items = [value] if type_name.startswith("Tensor") else value if isinstance(value, list) else []
+        for item in items:
+            if (isinstance(item, list) and len(item) == 6 and isinstance(item[1], int)
+                    and not isinstance(item[1], bool) and isinstance(item[5], str)):
+                found.add(item[1])
+    return found
+
+
+def consumers(et, comm: dict[int, CommAttrs], thread_ops: list[int], thread_starts: list[float],
+              collective_starts: dict[int, float]) -> dict[int, int]:
+    """Collective ET index -> its consumer on one thread (module docstring): the first of
+    ``thread_ops`` (that thread's linked ops in start order, ``thread_starts`` their starts)
+    starting at or after the collective's measured start (``collective_starts``) whose input
+    tensors share a storage with the collective's. A collective none reads is absent.
+
+    One sweep over the thread from the earliest collective's start; an op's inputs are parsed
+    only while some collective still waits for its consumer. O(m) parses for the m ops swept."""
+    wanted: list[tuple[float, int, set[int]]] = []
+    for i in comm:
+        storages = _storages(op_inputs(et.nodes[i], et.layout))
+        if storages and i in collective_starts:
+            wanted.append((collective_starts[i], i, storages))
+    if not wanted:
+        return {}
+    wanted.sort()
+    found: dict[int, int] = {}
+    pending: list[tuple[int, set[int]]] = []
+    next_wanted = 0
+    for p in range(bisect_left(thread_starts, wanted[0][0]), len(thread_ops)):
+        start = thread_starts[p]
+        while next_wanted < len(wanted) and wanted[next_wanted][0] <= start:
+            pending.append(wanted[next_wanted][1:])
+            next_wanted += 1
+        if not pending:
+            if next_wanted == len(wanted):
+                break
+            continue
+        op = thread_ops[p]
+        if op in comm or et.names[op].startswith(_ISSUING_PREFIXES):  # the calls that issue collectives
+            continue
+        used = _storages(op_inputs(et.nodes[op], et.layout))
+        if not used:
+            continue
+        still = []
+        for i, storages in pending:
+            if storages & used:
+                found[i] = op
+            else:
+                still.append((i, storages))
+        pending = still
+        if not pending and next_wanted == len(wanted):
+            break
+    return found
+
+
 def issue_order(et, comm: dict[int, CommAttrs]) -> dict[str, list[int]]:
     """Per process group, its CPU collectives in issue order (ET ids are given at issue; the
     backend's worker threads may start them in another order). O(c log c)."""
@@ -164,12 +264,15 @@ def hold_for_measured_duration(busy, et, comm: dict[int, CommAttrs]) -> list[tup
     CPU backend may run two on two worker threads at once. Each collective's busy time is the part
     of its measured interval after the group's earlier collectives had ended: from the later of
     its start and their latest end to its own end (0 when it ended under them), so serialised they
-    end when they ended. No blocked time, no host gap (a worker's idle time is nobody's work)."""
+    end when they ended. No blocked time, no host gap (a worker's idle time is nobody's work).
+    The end is the earlier of the measured end and the consumer's start (``busy.consumed_at``)."""
     edges = []
+    consumed_at = busy.consumed_at
     for members in issue_order(et, comm).values():
         latest_end = float("-inf")
         for previous, i in zip([None] + members[:-1], members):
             start, end = float(et.nodes[i].ts), float(et.nodes[i].ts) + float(et.nodes[i].dur)
+            end = max(start, min(end, consumed_at.get(i, end)))
             busy.sim[i] = max(0.0, end - max(start, latest_end))
             busy.blocked[i] = 0.0
             busy.host_gap[i] = 0.0

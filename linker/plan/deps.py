@@ -30,7 +30,7 @@ import msgspec
 
 from linker.plan.busy import compute_busy
 from linker.plan.comm import CommAttrs, CommResolver, is_comm_kernel
-from linker.plan.cpu_comm import cpu_collectives, hold_for_measured_duration
+from linker.plan.cpu_comm import cpu_collectives, hold_for_measured_duration, lost_issuers
 from linker.plan.dependency_plan import (COLLECTIVE_ORDER, LAUNCH, NO_NODE, PARENT, STREAM_ORDER, THREAD_ORDER,
                                          DependencyPlan, GpuPlacement, WriteSummary)
 from linker.plan.waits import add_wait_edges
@@ -414,8 +414,8 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary,
         last_on_stream[key] = n + k
     exclusive = et_plus.op_exclusive if et_plus.op_exclusive is not None else _exclusive_of_ops(et_plus)
     starts = et_plus.op_times[0] if et_plus.op_times is not None else None
-    busy = compute_busy(et_plus, exclusive, preorder)
     cpu_comm = cpu_collectives(et_plus)  # gloo / MPI / UCC collectives: communication nodes
+    busy = compute_busy(et_plus, exclusive, preorder, cpu_comm, lost_issuers(et_plus, cpu_comm) if cpu_comm else None)
     cpu_comm_order = hold_for_measured_duration(busy, et, cpu_comm)
     extra: dict[int, list[tuple[int, str]]] = {}
     for source, target, cause in busy.cross:

@@ -19,7 +19,11 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   slowest peer; the last rank to arrive waits for nobody, so its kernel — the shortest — is the
   transfer alone. This needs no clock alignment between ranks. A single rank replays its
   collectives for their own duration.
-- CPU collectives (gloo, MPI, UCC; on a CPU lane) are matched by their issue number (``comm_seq``)
+- CPU collectives (gloo, MPI, UCC; on a CPU lane) start (arrive, in a job) as long after their
+  dependencies finish as their worker took to pick them up when measured (``_cpu_pickups``: the
+  host's time, which ``Scale`` leaves as it is); in a
+  job on one clock each member ends its own measured time after the last arrival (``_cpu_waits``).
+  They are matched by their issue number (``comm_seq``)
   when every one has one: one that only some ranks hold (the ETs of the others lost it at the end of
   the trace) is replayed alone by those that hold it. One that ran, on some rank, while the group's
   previous one still ran (``_ran_under_previous``) is replayed alone on every rank, for the part that
@@ -46,7 +50,7 @@ from itertools import accumulate, chain, repeat
 from operator import sub
 
 from linker.plan.rank_start import measured_offsets
-from linker.sim.graph import COLL, META, RECV, SEND, SimGraph, comm_type_name, lane_label
+from linker.sim.graph import COLL, COMM, META, RECV, SEND, SimGraph, comm_type_name, lane_label
 
 ASTRA_SIM, LANES = "astra-sim", "lanes"
 MODELS = (ASTRA_SIM, LANES)
@@ -100,6 +104,8 @@ class CommGroups:
     label: list[tuple[str, int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     type_mismatch: dict[str, str] = field(default_factory=dict)  # pg -> first disagreement, in words
+    waited: dict[int, list[float]] = field(default_factory=dict)  # g -> per member: measured wait for peers
+    pickup: dict[int, float] = field(default_factory=dict)  # CPU collective -> its worker's measured pickup delay
 
 
 @dataclass
@@ -216,7 +222,53 @@ def match_communication(graphs: list[SimGraph], offsets: list[int], comm_groups:
                                     f"{graph.ids[u]} has no peer among the given ranks; replayed alone")
     _group_collectives(graphs, collectives, comm_groups, position_of_rank, groups)
     _group_point_to_point(sends, recvs, position_of_rank, groups)
+    if measured_release(graphs) is not None:  # one clock: CPU collectives' waits can be read
+        _cpu_waits(graphs, offsets, groups)
     return groups
+
+
+def _cpu_waits(graphs: list[SimGraph], offsets: list[int], groups: CommGroups) -> None:
+    """For each matched group of CPU collectives (gloo, MPI, UCC: timed on the host clock, which
+    the ranks share here), each member's measured wait for its peers: the last member's measured
+    arrival minus its own. The rest of its busy time is its own part of the transfer: ranks of a
+    CPU backend do not finish a collective together (each ends when its last data arrived and its
+    worker ran), and a rank's step ends with its own. O(members)."""
+    for g, members in enumerate(groups.members):
+        starts = []
+        for u in members:
+            r = bisect_right(offsets, u) - 1
+            graph, local = graphs[r], u - offsets[r]
+            if graph.lane_keys[graph.lane[local]][0] != "cpu" or graph.start[local] != graph.start[local]:
+                break
+            starts.append(graph.start[local])
+        else:
+            last = max(starts)
+            groups.waited[g] = [last - start for start in starts]
+
+
+def _cpu_pickups(graphs: list[SimGraph], offsets: list[int], groups: CommGroups) -> None:
+    """Each CPU collective's *pickup* delay (``groups.pickup``): its measured start minus the
+    latest measured end among its dependencies (the issuing call, the group's previous
+    collective). Its worker took it that long after it could have (a loaded host wakes a worker
+    late), so the replay starts it — in a job, its arrival, and the last rank to arrive sets the
+    collective's start — that long after its dependencies finish. O(CPU collectives + their deps)."""
+    for graph, base in zip(graphs, offsets):
+        for u in graph.comm:
+            if graph.lane_keys[graph.lane[u]][0] == "cpu":
+                delay = _pickup(graph, u)
+                if delay > 0:
+                    groups.pickup[base + u] = delay
+
+
+def _pickup(graph: SimGraph, local: int) -> float:
+    """Measured start of node ``local`` minus the latest measured end among its timed
+    dependencies (0 when none is timed or it started before one ended)."""
+    ready = -math.inf
+    for k in range(graph.dep_offsets[local], graph.dep_offsets[local + 1]):
+        d = graph.dep_nodes[k]
+        if d >= 0 and graph.start[d] == graph.start[d]:
+            ready = max(ready, graph.start[d] + graph.measured_dur[d])
+    return max(0.0, graph.start[local] - ready) if ready > -math.inf else 0.0
 
 
 def _issue_key(graph: SimGraph, u: int) -> tuple:
@@ -263,6 +315,7 @@ def _group_collectives(graphs, collectives, comm_groups, position_of_rank, group
         if numbered is not None:  # CPU collectives: paired by issue number, gaps where a rank lacks one
             every = sorted(set().union(*numbered))
             lists = [[by_number.get(number) for number in every] for by_number in numbered]
+        under = _ran_under_previous(graphs, offsets, lists) if SERIALISED_ALONE else set()
         alone = cut = 0
         for k in range(max(len(nodes) for nodes in lists)):
             g = len(groups.members)
@@ -270,8 +323,7 @@ def _group_collectives(graphs, collectives, comm_groups, position_of_rank, group
             if numbered is not None and len(members) < len(positions):
                 cut += 1  # the ETs of some ranks lost it: the others replay theirs alone
                 continue
-            if SERIALISED_ALONE and len(members) == len(positions) and any(
-                    _ran_under_previous(graphs, offsets, u) for u in members):
+            if len(members) == len(positions) and any(u in under for u in members):
                 alone += 1
                 continue
             groups.members.append(members)
@@ -315,14 +367,28 @@ def _by_issue_number(graphs: list[SimGraph], offsets: list[int], lists: list[lis
     return numbered if any(numbered) else None
 
 
-def _ran_under_previous(graphs: list[SimGraph], offsets: list[int], u: int) -> bool:
-    """True for a collective whose busy time is shorter than its measured duration: it started
-    while the previous collective of its group still ran on its rank (``plan.cpu_comm`` serialises
-    them and keeps only the part after the previous one ended). Matching it across ranks would make
-    each rank's part wait for every rank's previous collective, which the run did not do."""
-    r = bisect_right(offsets, u) - 1
-    graph, local = graphs[r], u - offsets[r]
-    return graph.lane_keys[graph.lane[local]][0] == "cpu" and graph.duration[local] < graph.measured_dur[local] - 1.0
+def _ran_under_previous(graphs: list[SimGraph], offsets: list[int], lists: list[list[int | None]]) -> set[int]:
+    """The CPU collectives (global nodes) of one group that started, on their rank, before the
+    group's earlier collectives there had ended (measured start and duration; ``lists``: per member
+    rank, its collectives in issue order, None for a gap). ``plan.cpu_comm`` serialises them and
+    keeps only the part after the previous ones ended: matching such a part across ranks would
+    make each rank's part wait for every rank's previous collective, which the run did not do.
+    O(collectives of the group)."""
+    under = set()
+    for nodes in lists:
+        latest_end = -math.inf
+        for u in nodes:
+            if u is None:
+                continue
+            r = bisect_right(offsets, u) - 1
+            graph, local = graphs[r], u - offsets[r]
+            if graph.lane_keys[graph.lane[local]][0] != "cpu":
+                break  # GPU collectives: a stream runs them one at a time
+            start = graph.start[local]
+            if start < latest_end:
+                under.add(u)
+            latest_end = max(latest_end, start + graph.measured_dur[local])
+    return under
 
 
 def _first_type_mismatch(graphs, offsets: list[int], positions: list[int], lists: list[list[int]]) -> str:
@@ -393,6 +459,7 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     unit_of, unit_names = _units(graphs, model)
     succ_offsets, succ_nodes, indegree, missing = _successors(graphs, offsets, total)
     groups = match_communication(graphs, offsets, comm_groups)
+    _cpu_pickups(graphs, offsets, groups)
     nan = array("d", [math.nan])
     result = Replay(graphs, model, scale, offsets, duration, unit_of, unit_names, nan * total, nan * total,
                     nan * total, nan * total, array("q", [NO_NODE]) * total, bytearray(total), array("q", [NO_NODE]) * total,
@@ -407,6 +474,8 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
     duration, unit_of = rp.duration, rp.unit_of
     ready, issue, start, end, cause, cause_kind, peer = rp.ready, rp.issue, rp.start, rp.end, rp.cause, rp.cause_kind, rp.peer
     group_of, members, expected = rp.groups.group_of, rp.groups.members, rp.groups.expected
+    waited, comm_factor, pickup = rp.groups.waited, rp.scale.factor(COMM), rp.groups.pickup
+    arrival_base = len(duration)  # events u >= arrival_base: node u - arrival_base arrives at its collective
     unit_count = len(rp.unit_names)
     queues: list[list] = [[] for _ in range(unit_count)]
     busy = bytearray(unit_count)
@@ -437,20 +506,30 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
         elif dep_cause[v] >= 0:
             cause[v], cause_kind[v] = dep_cause[v], CAUSE_DEPENDENCY
         g = group_of[v]
+        delay = pickup.get(v, 0.0) if pickup else 0.0
         if g < 0:
-            start[v] = t
-            push(events, (t + duration[v], v))
+            start[v] = t + delay
+            push(events, (t + delay + duration[v], v))
             return
+        if delay > 0:  # its worker takes it later: it arrives then (an arrival event)
+            push(events, (t + delay, arrival_base + v))
+            return
+        arrive(v, t)
+
+    def arrive(v: int, t: float) -> None:
+        g = group_of[v]
         arrived[g] += 1
         last_arrival[g] = v
         if arrived[g] == expected[g]:
             transfer = min(duration[m] for m in members[g])
-            for m in members[g]:
+            waits = waited.get(g)
+            for k, m in enumerate(members[g]):
                 start[m] = t
                 peer[m] = v
                 if m != v:
                     cause[m], cause_kind[m] = cause[v], CAUSE_PEER
-                push(events, (t + transfer, m))
+                own = transfer if waits is None else max(0.0, duration[m] - waits[k] * comm_factor)
+                push(events, (t + own, m))
 
     touched: list[int] = []
     for r, base in enumerate(rp.offsets):
@@ -474,6 +553,9 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
             _, u = pop(events)
             if u < 0:
                 become_ready(~u, t, touched)
+                continue
+            if u >= arrival_base:
+                arrive(u - arrival_base, t)
                 continue
             end[u] = t
             unit = unit_of[u]

@@ -11,6 +11,10 @@ For each timed GPU / communication node u: ``ready`` = the latest measured end a
 dependencies (its launching CPU op, stream predecessor, waited-on ops...; untimed ones such as the
 process root count as the rank's measured start), and ``wait`` = max(0, start(u) - ready). Using
 the CPU launcher's *end* makes ``wait`` a lower bound: the launch call lies somewhere inside that op.
+A CPU op's end is read on the GPU's clock: plus the local skew the graph shows
+(``graph_clock_skew``, the ``plan.clocks`` estimate from launch gaps), so a GPU clock ahead of the
+host's is not taken for a wait. CPU collectives (gloo, MPI, UCC, on a CPU thread) are left out:
+the replay starts them as late after their dependencies as their worker picked them up.
 A stream's waits never overlap (its predecessor is a dependency), so a stream's total is time that
 stream sat idle with its next op's dependencies met. ``unheld_gpu_wait`` reports, per rank, the
 largest per-stream total (a lower bound of what the replay drops), the streams, and the largest
@@ -23,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from linker.model.units import format_us
+from linker.plan.clocks import NEIGHBOURS, ClockSkew
 from linker.sim.graph import COMM, GPU, SimGraph, lane_label
 
 LARGEST = 3
@@ -45,6 +50,31 @@ class UnheldWait:
     largest: list[dict] = field(default_factory=list)  # {id, name, lane, us}, largest first
 
 
+def graph_clock_skew(graph: SimGraph) -> ClockSkew:
+    """The CPU/GPU clock skew the graph shows (``plan.clocks``): each GPU op's start minus its
+    launching CPU op's start (its CPU dependency; the launch call lies inside that op, so these gaps
+    bound the skew from above less tightly than the call's own), for the ops whose GPU
+    dependencies had all ended by then (the others' gaps hold queueing as well); none (equal
+    clocks) when fewer than ``NEIGHBOURS`` such ops exist. O(n + E)."""
+    launches = []
+    start, dur, kind, lane = graph.start, graph.measured_dur, graph.kind, graph.lane
+    for u in range(len(graph)):
+        if kind[u] != GPU or start[u] != start[u] or graph.lane_keys[lane[u]][0] == "cpu":
+            continue
+        deps = [d for d in graph.deps_of(u) if start[d] == start[d]]
+        launcher = [d for d in deps if kind[d] not in (GPU, COMM)]
+        if not launcher:
+            continue
+        s = max(start[d] for d in launcher)
+        if any(start[d] + dur[d] > s for d in deps if kind[d] in (GPU, COMM)):
+            continue  # queued behind GPU work: its gap holds the queueing too
+        launches.append((s, start[u] - s))
+    if len(launches) < NEIGHBOURS:  # too few to tell a skew from a wait
+        return ClockSkew()
+    launches.sort()
+    return ClockSkew([ts for ts, _ in launches], [gap for _, gap in launches])
+
+
 def unheld_gpu_wait(graph: SimGraph, min_us: float = 1.0) -> UnheldWait:
     """The waits of ``graph``'s GPU / communication ops that no dependency explains (waits under
     ``min_us`` are ignored as timing noise)."""
@@ -55,14 +85,18 @@ def unheld_gpu_wait(graph: SimGraph, min_us: float = 1.0) -> UnheldWait:
     start, dur, kind = graph.start, graph.measured_dur, graph.kind
     by_lane: dict[int, list[float]] = {}
     waits: list[tuple[float, int]] = []
+    skew = graph_clock_skew(graph)
     for u in range(len(graph)):
-        if kind[u] not in (GPU, COMM) or start[u] != start[u]:
-            continue
+        if kind[u] not in (GPU, COMM) or start[u] != start[u] or graph.lane_keys[graph.lane[u]][0] == "cpu":
+            continue  # a CPU collective's pickup is replayed (``engine._cpu_pickups``)
         ready = first
         for d in graph.deps_of(u):
             s = start[d]
-            if s == s and s + dur[d] > ready:
-                ready = s + dur[d]
+            if s == s:
+                end = s + dur[d]
+                if kind[d] not in (GPU, COMM):  # a host time: read on the GPU's clock
+                    end += skew.at(s)
+                ready = max(ready, end)
         wait = start[u] - ready
         if wait >= min_us:
             total = by_lane.setdefault(graph.lane[u], [0.0, 0])
