@@ -10,6 +10,7 @@ import os
 import stat
 from pathlib import Path
 
+import msgspec
 import orjson
 import pytest
 from typer.testing import CliRunner
@@ -98,14 +99,17 @@ def test_delay_node_in_et_is_leading_gates_the_root_and_validates(tmp_path):
     assert path.read_bytes() == original  # removed: the file is the original again
 
 
-def test_delay_node_in_json(tmp_path):
+@pytest.mark.parametrize("indent", [False, True], ids=["as et-link writes it", "pretty-printed"])
+def test_delay_node_in_json(tmp_path, indent):
+    """The same edit whether the file is spliced in its bytes (compact, as written) or decoded
+    whole (any other layout)."""
     doc = {"schema": "1.0.1", "nodes": [
         {"id": 1, "name": "[pytorch|profiler|execution_graph|process]", "parent": 1, "tid": 0, "data_deps": [],
          "data_dep_causes": []},
         {"id": 2, "name": "aten::mm", "parent": 1, "tid": 1, "ts": 100, "dur": 5, "sim_dur": 5, "data_deps": [1],
          "data_dep_causes": ["parent"]}]}
     path = tmp_path / "rank2_plus.json"
-    path.write_bytes(orjson.dumps(doc))
+    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 if indent else 0))
     assert set_rank_start(path, 70) is True
     out = orjson.loads(path.read_bytes())
     assert out["nodes"][0] == {"id": 3, "name": DELAY_NODE_NAME, "parent": 3, "tid": 0, "sim_dur": 70,
@@ -114,6 +118,77 @@ def test_delay_node_in_json(tmp_path):
     assert out["nodes"][2] == doc["nodes"][1]
     assert validate_file(path).ok
     assert set_rank_start(path, 0) is True and orjson.loads(path.read_bytes()) == doc
+
+
+def _node(i, parent, deps, key="parent", **more):
+    return {"id": i, "name": more.pop("name", f"op{i}"), key: parent, "data_deps": deps,
+            "data_dep_causes": ["parent"] * len(deps), **more}
+
+
+_PROCESS, _THREAD = "[pytorch|profiler|execution_trace|process]", "[pytorch|profiler|execution_trace|thread]"
+_LAYOUTS = {  # node lists in the orders files may hold them
+    "root last": [_node(2, 9, [9]), _node(3, 9, [2]), _node(9, 9, [], tid=5, name=_PROCESS)],
+    "root in the middle": [_node(2, 9, [9]), _node(9, 9, [], tid=5, name=_PROCESS), _node(3, 9, [2])],
+    "two roots": [_node(1, 1, [], tid=1, name=_PROCESS), _node(2, 1, [1]), _node(7, 99, [], tid=2, name=_THREAD),
+                  _node(8, 7, [7])],  # the thread root's parent is not in the file
+    "nested layout": [_node(1, 1, [], "ctrl_deps", tid=3, name=_PROCESS), _node(2, 1, [1], "ctrl_deps")],
+    "one node": [_node(4, 4, [], name=_PROCESS)],
+}
+
+
+@pytest.mark.parametrize("layout", list(_LAYOUTS))
+def test_json_splice_and_whole_document_agree(tmp_path, layout):
+    """The spliced file (compact, as written) and the decoded one (pretty-printed) hold the same
+    document after every edit: add, change, remove; each root gated by the delay node."""
+    doc = {"schema": "1.0.1", "nodes": _LAYOUTS[layout], "finish_ts": 5}
+    compact, pretty = tmp_path / "a.json", tmp_path / "b.json"
+    compact.write_bytes(orjson.dumps(doc))
+    pretty.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    roots = [n["id"] for n in doc["nodes"] if not n["data_deps"]]
+    for offset in (70, 70, 12, 0):
+        assert set_rank_start(compact, offset) == set_rank_start(pretty, offset)
+        got = orjson.loads(compact.read_bytes())
+        assert got == orjson.loads(pretty.read_bytes())
+        if offset:
+            delay = got["nodes"][0]
+            assert delay["sim_dur"] == offset and delay["id"] == max(n["id"] for n in doc["nodes"]) + 1
+            assert [n["id"] for n in got["nodes"] if delay["id"] in n["data_deps"]] == roots
+            assert validate_file(compact).ok or layout == "two roots"  # (a parent missing from the file)
+    assert orjson.loads(compact.read_bytes()) == doc
+
+
+class _NodeTexts(msgspec.Struct):
+    nodes: list[msgspec.Raw]
+
+
+@pytest.mark.parametrize("pair", ["cpu/threads", "gpu/gpu_v101"], ids=["nested layout", "flat layout"])
+def test_json_delay_node_spliced_into_a_real_output(tmp_path, pair):
+    """A real ET+ JSON: the delay node first, its edge on the process root, every other node's
+    text kept byte for byte; changed and removed again."""
+    out = tmp_path / "plus.json"
+    link_pair(FIXTURES / pair / "et.json.gz", FIXTURES / pair / "kineto.json.gz", out)
+    original = out.read_bytes()
+    doc = json.loads(original)
+    key = "ctrl_deps" if "ctrl_deps" in doc["nodes"][0] else "parent"
+    ids = {n["id"] for n in doc["nodes"]}
+    roots = [n["id"] for n in doc["nodes"] if not n.get("data_deps") and n.get(key) in (None, -1, n["id"])
+             or n.get(key) not in ids]
+    assert roots  # the process root at least
+    assert set_rank_start(out, 1234) is True
+    spliced = out.read_bytes()
+    got = json.loads(spliced)
+    delay = got["nodes"][0]
+    assert delay["name"] == DELAY_NODE_NAME and delay["sim_dur"] == 1234 and delay["id"] == max(ids) + 1
+    texts = msgspec.json.decode(original, type=_NodeTexts).nodes  # each node's text, as written
+    for node, before, text in zip(got["nodes"][1:], doc["nodes"], texts):
+        if node["id"] in roots and not before.get("data_deps"):
+            assert node["data_deps"] == [delay["id"]] and node["data_dep_causes"] == [RANK_START]
+        else:
+            assert node == before and bytes(text) in spliced
+    assert len(spliced) < len(original) + 1000  # the other nodes' texts as they were
+    assert validate_file(out).ok
+    assert set_rank_start(out, 99) is True and json.loads(out.read_bytes())["nodes"][0]["sim_dur"] == 99
+    assert set_rank_start(out, 0) is True and json.loads(out.read_bytes()) == doc
 
 
 def test_metadata_nodes_become_cpu_ops_in_the_astra_copy(tmp_path):

@@ -22,8 +22,12 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from itertools import accumulate, compress
+from operator import attrgetter, not_
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import orjson
 
 from linker.model.errors import TraceInputError
@@ -304,8 +308,134 @@ def _copy_rest(path: Path, offset: int, writer: EtWriter) -> None:
 
 
 def _set_json(path: Path, offset_us: int) -> bool:
+    """``set_rank_start`` for an ET+ JSON: spliced in its bytes (``_splice_json``) when laid out as
+    et-link writes it, else decoded and encoded whole. The two give the same document."""
+    data = read_trace_bytes(path)
     try:
-        document = orjson.loads(read_trace_bytes(path))
+        heads = _JSON_HEADS.decode(data).nodes
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        heads = None
+    spliced = _splice_json(data, heads, offset_us) if heads else None
+    if spliced is None:
+        return _set_json_document(path, data, offset_us)
+    if spliced is False:
+        return False
+    with atomic_output(path) as out:
+        for piece in spliced:
+            out.write(piece)
+    return True
+
+
+class _JsonNodeHead(msgspec.Struct):
+    """What the rewrite reads of a node (other keys skipped)."""
+
+    id: Any = None
+    name: Any = None
+    parent: Any = msgspec.UNSET
+    ctrl_deps: Any = msgspec.UNSET
+    data_deps: Any = None
+    sim_dur: Any = 0
+    tid: Any = None
+
+
+class _JsonNodeHeads(msgspec.Struct):
+    nodes: list[_JsonNodeHead]
+
+
+class _RawNodes(msgspec.Struct):
+    nodes: list[msgspec.Raw]
+
+
+_JSON_HEADS, _RAW_NODES = msgspec.json.Decoder(_JsonNodeHeads), msgspec.json.Decoder(_RawNodes)
+_NODES_OPEN = b'"nodes":['  # only a key can match: a quote inside a JSON string is escaped
+_ID, _DATA_DEPS = attrgetter("id"), attrgetter("data_deps")
+
+
+def _splice_json(data, heads: list[_JsonNodeHead], offset_us: int) -> list | bool | None:
+    """The document ``data`` with the delay node of ``offset_us`` (as ``_set_json_document`` makes
+    it), as pieces to write one after the other: long slices of ``data`` itself, and the few
+    nodes that change (the delay node, the nodes whose edges change) encoded anew. False when
+    nothing changes; None when the nodes list is not laid out as et-link writes it (one top-level
+    ``nodes`` key, no space between its items) or a node is not what the rewrite expects: the
+    caller then decodes the document. O(bytes): two C decodes (the nodes' heads, their raw texts),
+    C passes over the nodes, a Python step per node that changes."""
+    ids_column = list(map(_ID, heads))
+    if not all(map(int.__instancecheck__, ids_column)):
+        return None
+    old = [k for k, h in enumerate(heads) if h.name == DELAY_NODE_NAME]
+    if (heads[old[0]].sim_dur if old else 0) == offset_us:
+        return False
+    raws = _RAW_NODES.decode(data).nodes
+    opening = (data if hasattr(data, "find") else bytes(data)).find(_NODES_OPEN)
+    if opening < 0 or len(raws) != len(heads):
+        return None
+    first = opening + len(_NODES_OPEN)  # the first node's first byte
+    starts = list(accumulate(map((1).__add__, map(len, raws)), initial=first))  # node k at starts[k]
+    closing = starts[-1] - 1  # the list's "]", when nothing lies between its items
+    view = memoryview(data)
+    if bytes(view[closing:closing + 1]) != b"]" or view[first:first + len(raws[0])] != memoryview(raws[0]):
+        return None
+    parent_key = "ctrl_deps" if heads[0].ctrl_deps is not msgspec.UNSET and heads[0].parent is msgspec.UNSET else "parent"
+    ids = set(ids_column)
+    delay_id = heads[old[0]].id if old else max(ids) + 1
+    edited: dict[int, dict | None] = dict.fromkeys(old)  # None: left out
+    for k, deps in enumerate(map(_DATA_DEPS, heads) if old else ()):  # edges on an earlier delay node
+        if k not in edited and isinstance(deps, list) and delay_id in deps:
+            edited[k] = node = orjson.loads(bytes(raws[k]))
+            _drop_delay_edge(node, delay_id)
+    roots = [k for k in compress(range(len(heads)), map(not_, map(_DATA_DEPS, heads)))
+             if k not in edited and _is_root(getattr(heads[k], parent_key), heads[k].id, ids)]
+    roots = sorted(roots + [k for k, node in edited.items() if node is not None and not node.get("data_deps")
+                            and _is_root(node.get(parent_key), node["id"], ids)])
+    items: list = []  # the new list's items: the delay node, runs of nodes kept as written, changed nodes
+    if offset_us:
+        for k in roots:
+            node = edited.get(k) or orjson.loads(bytes(raws[k]))
+            _add_delay_edge(node, delay_id)
+            edited[k] = node
+        tid = edited[roots[0]].get("tid") if roots else None
+        items.append(orjson.dumps(delay_node_json(delay_id, offset_us, parent_key, tid)))
+    given = 0  # the first node not yet in ``items``
+    for k in sorted(edited):
+        if k > given:
+            items.append(view[starts[given]:starts[k] - 1])  # nodes given..k-1, their commas between them
+        if edited[k] is not None:
+            items.append(orjson.dumps(edited[k]))
+        given = k + 1
+    if given < len(raws):
+        items.append(view[starts[given]:closing])
+    pieces = [view[:first]]
+    for i, item in enumerate(items):
+        pieces += [b",", item] if i else [item]
+    pieces.append(view[closing:])
+    return pieces
+
+
+def _drop_delay_edge(node: dict, delay_id: int) -> None:
+    """``node`` without its data dependency on the delay node ``delay_id`` (and that cause)."""
+    deps = node.get("data_deps") or []
+    if delay_id in deps:
+        causes = node.get("data_dep_causes") or []
+        keep = [k for k, d in enumerate(deps) if d != delay_id]
+        node["data_deps"] = [deps[k] for k in keep]
+        if len(causes) == len(deps):
+            node["data_dep_causes"] = [causes[k] for k in keep]
+
+
+def _add_delay_edge(node: dict, delay_id: int) -> None:
+    """``node`` (a root) data-depending on the delay node ``delay_id``, cause ``RANK_START``."""
+    node.setdefault("data_deps", [])
+    causes = node.get("data_dep_causes")
+    if causes is None or len(causes) != len(node["data_deps"]):
+        causes = [""] * len(node["data_deps"])
+    node["data_deps"] = node["data_deps"] + [delay_id]
+    node["data_dep_causes"] = causes + [RANK_START]
+
+
+def _set_json_document(path: Path, data, offset_us: int) -> bool:
+    """``_set_json`` on the whole document decoded (any JSON layout). O(bytes), in Python objects."""
+    try:
+        document = orjson.loads(data)
         nodes = document["nodes"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
         raise TraceInputError(path, "not an ET+ JSON document") from None
@@ -320,23 +450,12 @@ def _set_json(path: Path, offset_us: int) -> bool:
     for node in nodes:
         if node.get("name") == DELAY_NODE_NAME:
             continue
-        deps = node.get("data_deps") or []
-        if delay_id in deps:
-            causes = node.get("data_dep_causes") or []
-            keep = [k for k, d in enumerate(deps) if d != delay_id]
-            node["data_deps"] = [deps[k] for k in keep]
-            if len(causes) == len(deps):
-                node["data_dep_causes"] = [causes[k] for k in keep]
+        _drop_delay_edge(node, delay_id)
         kept.append(node)
-    roots = [n for n in kept if not n.get("data_deps") and _is_root(n, parent_key, ids)]
+    roots = [n for n in kept if not n.get("data_deps") and _is_root(n.get(parent_key), n["id"], ids)]
     if offset_us:
         for node in roots:
-            node.setdefault("data_deps", [])
-            causes = node.get("data_dep_causes")
-            if causes is None or len(causes) != len(node["data_deps"]):
-                causes = [""] * len(node["data_deps"])
-            node["data_deps"] = node["data_deps"] + [delay_id]
-            node["data_dep_causes"] = causes + [RANK_START]
+            _add_delay_edge(node, delay_id)
         tid = roots[0].get("tid") if roots else None
         kept.insert(0, delay_node_json(delay_id, offset_us, parent_key, tid))
     document["nodes"] = kept
@@ -345,12 +464,12 @@ def _set_json(path: Path, offset_us: int) -> bool:
     return True
 
 
-def _is_root(node: dict, parent_key: str, ids: set) -> bool:
+def _is_root(parent, node_id: int, ids: set) -> bool:
     """A node without a parent in the file: none, itself, -1, or an id the file does not hold."""
-    parent = node.get(parent_key)
     if isinstance(parent, list):
         parent = parent[0] if parent else None
-    return parent is None or parent == node["id"] or parent == -1 or not isinstance(parent, int) or parent not in ids
+    return parent is None or parent is msgspec.UNSET or parent == node_id or parent == -1 \
+        or not isinstance(parent, int) or parent not in ids
 
 
 # ---------------------------------------------------------------------------------------------
