@@ -26,7 +26,8 @@ import struct
 from pathlib import Path
 
 from linker.read import timing_model as model
-from linker.read.nsys import Processes, choose_processes, cpu_sql, op_filter, range_notes
+from linker.read.nsys import (CPU_ORDER, Processes, choose_processes, cpu_sql, op_filter, open_ops,
+                              range_notes, read_in_order)
 from linker.read.sqlite_source import sqlite_problem
 
 MARKER = "CUPTI_ACTIVITY_KIND_MARKER"
@@ -127,8 +128,8 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     pids, chosen = choose_processes(path, processes.pytorch(), processes.rows, pid, prefer_pid, "nvprof database")
     base = _time_base(conn, tables)
     us = f"- {base}) / {model.NS_PER_US}"
-    cpu = model.cpu_events(conn.execute(cpu_sql(ranges_sql, op_filter(pids, processes), us)))
-    notes, warnings = range_notes(pids, processes, len(cpu))
+    cpu = read_in_order(conn, cpu_sql(ranges_sql, op_filter(pids, processes), us), CPU_ORDER, model.cpu_events)
+    notes, warnings = range_notes(pids, processes, cpu, open_ops(conn, ranges_sql, pids, processes))
     warnings[:0] = chosen
     runtime = _runtime(conn, tables, pids, us)
     gpu = _gpu(conn, tables, us)

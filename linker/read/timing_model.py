@@ -118,48 +118,90 @@ def _leading_int(text: str, at: int) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def cpu_events(rows) -> list[KinetoEvent]:
-    """Rows (core text, op_id, seq, pid, tid, ts, dur) -> ``cpu_op`` events, in row order. The
-    core text is the range text without its seq and op_id (``cpu_fields_sql``): the same op with
-    the same sizes repeats it, so each distinct one is parsed once (``parse_range_text``) and its
-    name and sizes bytes are shared by the events that have it."""
+_LAST = float("inf")  # op_id key of a range without op_id: after every id, as in ``cpu_sql``
+
+
+def cpu_events(rows, in_order: bool = False) -> list[KinetoEvent]:
+    """Rows (core text, op_id, seq, pid, tid, ts, dur) -> ``cpu_op`` events in ``cpu_event_order``.
+
+    The rows come sorted per thread by (ts, op_id, longer first, file order), threads in any
+    order and interleaved (``Threads`` groups them). ``in_order=True``: rows in file order that
+    are expected to be so (nsys writes ranges by start), checked as they come (a few comparisons
+    per row); a thread whose rows are not is sorted here (``CPU_ORDER_KEY``, stable: file order
+    among equals). The core text is the range
+    text without its seq and op_id (``cpu_fields_sql``): the same op with the same sizes repeats
+    it, so each distinct one is parsed once (``parse_range_text``) and its name, sizes bytes and,
+    for a range without op_id and seq, its args are shared by the events that have it. A thread's
+    pid and tid objects are shared by its events. O(n), one struct (two with op_id or seq) per row."""
     Event, Args, no_dims, parse = KinetoEvent, RangeArgs, NO_DIMS, parse_range_text
     seen: dict[str, tuple] = {}
-    threads = _Threads()
-    add = threads.add
+    threads = Threads()
+    add = None
+    cur_pid = cur_tid = None
+    last_ts, last_op, last_dur = -_LAST, -_LAST, _LAST
     for core, op_id, seq, pid, tid, ts, dur in rows:
-        if pid != threads.pid or tid != threads.tid:
-            add = threads.start(pid, tid)
+        if tid != cur_tid or pid != cur_pid:
+            if add is not None:
+                threads.last[(cur_pid, cur_tid)] = (last_ts, last_op, last_dur)
+            add, cur_pid, cur_tid = threads.switch(pid, tid)
+            last_ts, last_op, last_dur = threads.last.get((cur_pid, cur_tid), (-_LAST, -_LAST, _LAST))
+        if in_order:
+            op = op_id if op_id is not None else _LAST
+            if ts < last_ts or (ts == last_ts and (op < last_op or (op == last_op and dur > last_dur))):
+                threads.unsorted.add((cur_pid, cur_tid))
+            last_ts, last_op, last_dur = ts, op, dur
         parsed = seen.get(core)
         if parsed is None:
             name, _, old_seq, sizes = parse(core)
-            parsed = seen[core] = (name, msgspec.Raw(sizes) if sizes else no_dims, old_seq)
-        add(Event("X", "cpu_op", parsed[0], pid, tid, ts, dur, None,
-                  Args(external_id=op_id, rf_id=op_id, input_dims=parsed[1], seq=seq if seq is not None else parsed[2])))
-    return threads.events()
+            dims = msgspec.Raw(sizes) if sizes else no_dims
+            parsed = seen[core] = (name, dims, old_seq, Args(input_dims=dims, seq=old_seq))
+        if op_id is None and seq is None:
+            args = parsed[3]
+        else:
+            args = Args(external_id=op_id, rf_id=op_id, input_dims=parsed[1],
+                        seq=seq if seq is not None else parsed[2])
+        add(Event("X", "cpu_op", parsed[0], cur_pid, cur_tid, ts, dur, None, args))
+    return threads.events(cpu_order_key)
 
 
-class _Threads:
-    """Events arriving grouped by thread in numeric (pid, tid) order (an integer sort in SQL),
-    given back in ``cpu_event_order``'s thread order: pid and tid compared as text. O(n) list
-    joins; the rows are compared with the last one's thread only."""
+def cpu_order_key(event: KinetoEvent) -> tuple:
+    """The per-thread order of ``cpu_events`` (``ts``, op_id with none last, the longer first)."""
+    op_id = event.args.rf_id
+    return event.ts, op_id if op_id is not None else _LAST, -event.dur
+
+
+def runtime_order_key(event: KinetoEvent) -> tuple:
+    """The per-thread order of ``runtime_events`` (``ts``, the longer first)."""
+    return event.ts, -event.dur
+
+
+class Threads:
+    """Events grouped by thread as rows arrive (threads in any order, interleaved or not), given
+    back in ``cpu_event_order``'s thread order: pid and tid compared as text, each thread's events
+    in arrival order. ``switch`` is called only when a row's thread differs from the previous
+    row's; it gives the thread's append and the pid and tid objects its events share (one pair per
+    thread, not per row). ``last`` keeps, per thread, what the order check of ``cpu_events`` last
+    saw; ``unsorted`` the threads whose rows came out of order, sorted by ``events``' key. O(n)
+    list joins, plus O(k log k) per unsorted thread of k events."""
 
     def __init__(self):
-        self.pid = self.tid = None
-        self.groups: list[tuple[tuple[str, str], list]] = []
-        self.add = None
+        self.groups: dict[tuple, tuple] = {}
+        self.last: dict[tuple, tuple] = {}
+        self.unsorted: set[tuple] = set()
 
-    def start(self, pid, tid):
-        self.pid, self.tid = pid, tid
-        group: list = []
-        self.groups.append(((str(pid), str(tid)), group))
-        return group.append
+    def switch(self, pid, tid):
+        group = self.groups.get((pid, tid))
+        if group is None:
+            group = self.groups[(pid, tid)] = ([], pid, tid)
+        return group[0].append, group[1], group[2]
 
-    def events(self) -> list:
-        self.groups.sort(key=lambda item: item[0])  # stable: a thread met twice keeps its order
-        if len(self.groups) == 1:
-            return self.groups[0][1]
-        return [event for _, group in self.groups for event in group]
+    def events(self, key) -> list:
+        for thread in self.unsorted:
+            self.groups[thread][0].sort(key=key)
+        groups = sorted(self.groups.values(), key=lambda g: (str(g[1]), str(g[2])))
+        if len(groups) == 1:
+            return groups[0][0]
+        return [event for group in groups for event in group[0]]
 
 
 def cpu_fields_sql(ranges_sql: str) -> str:
@@ -183,19 +225,30 @@ HAS_OP_ID_SQL = f"instr(t, '{OP_ID_MARKER}') > 0"
 HAS_SEQ_SQL = "(" + " OR ".join(f"instr(t, '{m}') > 0" for m in SEQ_SPELLINGS) + ")"
 
 
-def runtime_events(rows, names: dict) -> list[KinetoEvent]:
-    """Rows (name key, driver?, pid, tid, ts, dur, correlation), grouped by thread in numeric
-    order -> runtime events in ``cpu_event_order``; ``names`` maps the key (a string id or a
-    callback id) to the call's name."""
+def runtime_events(rows, names: dict, in_order: bool = False) -> list[KinetoEvent]:
+    """Rows (name key, driver?, pid, tid, ts, dur, correlation), sorted per thread by (ts, longer
+    first, file order), threads in any order -> runtime events in ``cpu_event_order``; ``names``
+    maps the key (a string id or a callback id) to the call's name. ``in_order``: as in
+    ``cpu_events`` (``runtime_order_key``). O(n), one struct per row, plus the sort of a thread
+    whose rows came out of order."""
     Event, Args = KinetoEvent, KinetoArgs
-    threads = _Threads()
-    add = threads.add
+    threads = Threads()
+    add = None
+    cur_pid = cur_tid = None
+    last_ts, last_dur = -_LAST, _LAST
     for key, driver, pid, tid, ts, dur, corr in rows:
-        if pid != threads.pid or tid != threads.tid:
-            add = threads.start(pid, tid)
-        add(Event("X", "cuda_driver" if driver else "cuda_runtime", names.get(key, ""), pid, tid, ts, dur,
+        if tid != cur_tid or pid != cur_pid:
+            if add is not None:
+                threads.last[(cur_pid, cur_tid)] = (last_ts, last_dur)
+            add, cur_pid, cur_tid = threads.switch(pid, tid)
+            last_ts, last_dur = threads.last.get((cur_pid, cur_tid), (-_LAST, _LAST))
+        if in_order:
+            if ts < last_ts or (ts == last_ts and dur > last_dur):
+                threads.unsorted.add((cur_pid, cur_tid))
+            last_ts, last_dur = ts, dur
+        add(Event("X", "cuda_driver" if driver else "cuda_runtime", names.get(key, ""), cur_pid, cur_tid, ts, dur,
                   None, Args(correlation=corr)))
-    return threads.events()
+    return threads.events(runtime_order_key)
 
 
 def gpu_events(rows, names: dict | None = None) -> list[KinetoEvent]:
