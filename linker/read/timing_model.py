@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import islice
+from operator import attrgetter, eq
 
 import msgspec
 
@@ -127,8 +129,8 @@ def cpu_events(rows, in_order: bool = False) -> list[KinetoEvent]:
     The rows come sorted per thread by (ts, op_id, longer first, file order), threads in any
     order and interleaved (``Threads`` groups them). ``in_order=True``: rows in file order that
     are expected to be so (nsys writes ranges by start), checked as they come (a few comparisons
-    per row); a thread whose rows are not is sorted here (``CPU_ORDER_KEY``, stable: file order
-    among equals). The core text is the range
+    per row); a thread whose rows are not is sorted here (``sort_nearly_sorted`` with
+    ``cpu_order_key``: file order among equals). The core text is the range
     text without its seq and op_id (``cpu_fields_sql``): the same op with the same sizes repeats
     it, so each distinct one is parsed once (``parse_range_text``) and its name, sizes bytes and,
     for a range without op_id and seq, its args are shared by the events that have it. A thread's
@@ -164,6 +166,26 @@ def cpu_events(rows, in_order: bool = False) -> list[KinetoEvent]:
     return threads.events(cpu_order_key)
 
 
+_TS = attrgetter("ts")
+
+
+def sort_nearly_sorted(events: list, tie_key) -> None:
+    """Sort ``events`` in place by ``ts``, then ``tie_key`` among equal ``ts``, file order last:
+    a stable sort by ``ts`` (a C key: nearly sorted rows cost O(n)), then each run of equal
+    ``ts`` sorted by ``tie_key`` (runs are short: nested ranges opened at one instant)."""
+    events.sort(key=_TS)
+    ts = list(map(_TS, events))
+    ties = [k for k, same in enumerate(map(eq, ts, islice(ts, 1, None))) if same]
+    k = 0
+    while k < len(ties):
+        first = last = ties[k]
+        while k + 1 < len(ties) and ties[k + 1] == last + 1:
+            k += 1
+            last = ties[k]
+        events[first:last + 2] = sorted(events[first:last + 2], key=tie_key)
+        k += 1
+
+
 def cpu_order_key(event: KinetoEvent) -> tuple:
     """The per-thread order of ``cpu_events`` (``ts``, op_id with none last, the longer first)."""
     op_id = event.args.rf_id
@@ -195,9 +217,9 @@ class Threads:
             group = self.groups[(pid, tid)] = ([], pid, tid)
         return group[0].append, group[1], group[2]
 
-    def events(self, key) -> list:
+    def events(self, tie_key) -> list:
         for thread in self.unsorted:
-            self.groups[thread][0].sort(key=key)
+            sort_nearly_sorted(self.groups[thread][0], tie_key)
         groups = sorted(self.groups.values(), key=lambda g: (str(g[1]), str(g[2])))
         if len(groups) == 1:
             return groups[0][0]
