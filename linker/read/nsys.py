@@ -201,8 +201,7 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     warnings[:0] = chosen
     runtime = _runtime(conn, tables, pids, several, us)
     gpu = _gpu(conn, tables, pids, several, us)
-    launches = {e.args.correlation for e in runtime}
-    unlaunched = sum(1 for e in gpu if e.args.correlation not in launches)
+    unlaunched = unlaunched_count(runtime, gpu)
     if unlaunched:
         warnings.append(f"{path}: {unlaunched} of {len(gpu)} GPU ops have no launch row in "
                         f"{TABLE_RUNTIME} (cut off by the capture, a slice or the export); "
@@ -215,6 +214,15 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     if trace.pid is None and cpu:
         trace.pid = pids[0]
     return trace
+
+
+_CORRELATION = attrgetter("args.correlation")
+
+
+def unlaunched_count(runtime: list, gpu: list) -> int:
+    """How many of the ``gpu`` events have no ``runtime`` event with their correlation. O(n + g)."""
+    launches = set(map(_CORRELATION, runtime))
+    return len(gpu) - sum(map(launches.__contains__, map(_CORRELATION, gpu)))
 
 
 def read_in_order(conn, sql: str, order: str, build):
@@ -256,17 +264,19 @@ def time_base(conn, tables, range_starts: tuple | None = None) -> int:
     return int(earliest) if latest / model.NS_PER_US >= model.MAX_PLAIN_US else 0
 
 
-# The reader's order of the CPU rows (``cpu_sql``'s columns): by thread (pid, tid as numbers:
-# ``cpu_events`` puts the threads in text order), start, op_id (Kineto's External id order), the
-# longer first, then file order.
-CPU_ORDER = f"pid, tid, start, coalesce(op_id, {1 << 62}), stop DESC, rid"
+# The reader's order of the CPU rows (``cpu_sql``'s columns), when SQLite sorts them
+# (``read_in_order``): by thread (pid, tid as numbers: ``cpu_events`` puts the threads in text
+# order), start, op_id (Kineto's External id order; none last), the longer first, then file order.
+_OP_ID_SQL = (f"CASE WHEN instr(t, '{model.OP_ID_MARKER}') > 0 THEN CAST(substr(t, instr(t, "
+              f"'{model.OP_ID_MARKER}') + {len(model.OP_ID_MARKER)}) AS INTEGER) END")
+CPU_ORDER = f"pid, tid, start, coalesce({_OP_ID_SQL}, {1 << 62}), stop DESC, rid"
 
 
 def cpu_sql(ranges_sql: str, ops: str, us: str) -> str:
-    """The PyTorch ranges to read, closed ones, as ``timing_model.cpu_events`` rows, in file
-    order (``read_in_order`` adds ``ORDER BY CPU_ORDER`` when needed)."""
-    return (f"SELECT core, op_id, seq, pid, tid, (start {us}, (stop - start) / {model.NS_PER_US} "
-            f"FROM ({model.cpu_fields_sql(f'SELECT * FROM ({ranges_sql}) WHERE {ops} AND stop IS NOT NULL')})")
+    """The PyTorch ranges to read, closed ones, as ``timing_model.cpu_events`` rows (text, pid,
+    tid, ts, dur), in file order (``read_in_order`` adds ``ORDER BY CPU_ORDER`` when needed)."""
+    return (f"SELECT t, pid, tid, (start {us}, (stop - start) / {model.NS_PER_US} "
+            f"FROM ({ranges_sql}) WHERE {ops} AND stop IS NOT NULL")
 
 
 def range_notes(pids, processes, cpu: list, open_ops: dict[int, int]) -> tuple[list[str], list[str]]:

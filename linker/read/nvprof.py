@@ -27,7 +27,7 @@ from pathlib import Path
 
 from linker.read import timing_model as model
 from linker.read.nsys import (CPU_ORDER, Processes, choose_processes, cpu_sql, op_filter, open_ops,
-                              range_notes, read_in_order)
+                              range_notes, read_in_order, unlaunched_count)
 from linker.read.sqlite_source import sqlite_problem
 
 MARKER = "CUPTI_ACTIVITY_KIND_MARKER"
@@ -133,8 +133,7 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     warnings[:0] = chosen
     runtime = _runtime(conn, tables, pids, us)
     gpu = _gpu(conn, tables, us)
-    launches = {e.args.correlation for e in runtime}
-    unlaunched = sum(1 for e in gpu if e.args.correlation not in launches)
+    unlaunched = unlaunched_count(runtime, gpu)
     if unlaunched:
         warnings.append(f"{path}: {unlaunched} of {len(gpu)} GPU ops have no launch row in the runtime "
                         "or driver table; see the report's GPU accounting (those before the first "

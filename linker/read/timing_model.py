@@ -124,24 +124,30 @@ _LAST = float("inf")  # op_id key of a range without op_id: after every id, as i
 
 
 def cpu_events(rows, in_order: bool = False) -> list[KinetoEvent]:
-    """Rows (core text, op_id, seq, pid, tid, ts, dur) -> ``cpu_op`` events in ``cpu_event_order``.
+    """Rows (range text, pid, tid, ts, dur) -> ``cpu_op`` events in ``cpu_event_order``.
 
     The rows come sorted per thread by (ts, op_id, longer first, file order), threads in any
     order and interleaved (``Threads`` groups them). ``in_order=True``: rows in file order that
     are expected to be so (nsys writes ranges by start), checked as they come (a few comparisons
     per row); a thread whose rows are not is sorted here (``sort_nearly_sorted`` with
-    ``cpu_order_key``: file order among equals). The core text is the range
-    text without its seq and op_id (``cpu_fields_sql``): the same op with the same sizes repeats
-    it, so each distinct one is parsed once (``parse_range_text``) and its name, sizes bytes and,
-    for a range without op_id and seq, its args are shared by the events that have it. A thread's
-    pid and tid objects are shared by its events. O(n), one struct (two with op_id or seq) per row."""
+    ``cpu_order_key``: file order among equals). ``split_ids`` takes seq and op_id out of the
+    text; the rest (the core) is the same for every call of an op with the same sizes, so each
+    distinct one is parsed once (``parse_range_text``) and its name, sizes bytes and, for a range
+    without op_id and seq, its args are shared by the events that have it. A thread's pid and tid
+    objects are shared by its events. O(n), one struct (two with op_id or seq) per row."""
     Event, Args, no_dims, parse = KinetoEvent, RangeArgs, NO_DIMS, parse_range_text
     seen: dict[str, tuple] = {}
     threads = Threads()
     add = None
     cur_pid = cur_tid = None
     last_ts, last_op, last_dur = -_LAST, -_LAST, _LAST
-    for core, op_id, seq, pid, tid, ts, dur in rows:
+    seq_marker, op_id_marker, split = SEQ_MARKER, OP_ID_MARKER, _split_ids_at
+    for text, pid, tid, ts, dur in rows:
+        ps, po = text.find(seq_marker), text.find(op_id_marker)
+        if ps < 0 and po < 0:
+            core, op_id, seq = text, None, None
+        else:
+            core, op_id, seq = split(text, ps, po)
         if tid != cur_tid or pid != cur_pid:
             if add is not None:
                 threads.last[(cur_pid, cur_tid)] = (last_ts, last_op, last_dur)
@@ -226,20 +232,51 @@ class Threads:
         return [event for group in groups for event in group[0]]
 
 
-def cpu_fields_sql(ranges_sql: str) -> str:
-    """SQL over ``ranges_sql`` (columns rid, pid, tid, start, stop, dom, t) adding ``op_id``,
-    ``seq`` and ``core``: the text without its ``, seq = N, op_id = M`` part (PyTorch writes seq
-    before op_id and nothing between them). Positions are found once per row (the inner query's
-    ``LIMIT -1 OFFSET 0`` keeps SQLite from folding it into the outer one)."""
-    op_len, seq_len = len(OP_ID_MARKER), len(SEQ_SPELLINGS[0])
-    first = "CASE WHEN ps > 0 AND (po = 0 OR ps < po) THEN ps ELSE po END"
-    after = f"CASE WHEN po > 0 THEN po + {op_len} ELSE ps + {seq_len} END"
-    tail = f"coalesce(substr(substr(t, {after}), nullif(instr(substr(t, {after}), ', '), 0)), '')"
-    return (f"SELECT *, CASE WHEN po > 0 THEN CAST(substr(t, po + {op_len}) AS INTEGER) END AS op_id, "
-            f"CASE WHEN ps > 0 THEN CAST(ltrim(substr(t, ps + {seq_len}), ' =') AS INTEGER) END AS seq, "
-            f"CASE WHEN ps = 0 AND po = 0 THEN t ELSE substr(t, 1, ({first}) - 1) || {tail} END AS core "
-            f"FROM (SELECT *, instr(t, '{SEQ_SPELLINGS[0]}') AS ps, instr(t, '{OP_ID_MARKER}') AS po "
-            f"FROM ({ranges_sql}) LIMIT -1 OFFSET 0)")
+SEQ_MARKER = SEQ_SPELLINGS[0]
+_SQL_INT = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+
+
+def split_ids(text: str) -> tuple[str, int | None, int | None]:
+    """(core, op_id, seq) of a range text: the text without its ``, seq = N, op_id = M`` part
+    (PyTorch writes seq before op_id and nothing between them; the core keeps what follows the
+    last of them from its ``, ``), op_id and seq as the leading integers after their markers (0
+    when none: SQLite's ``CAST`` rule, which the first version of this reader used), None when
+    the marker is absent. A few ``str.find`` and slices."""
+    ps, po = text.find(SEQ_MARKER), text.find(OP_ID_MARKER)
+    if ps < 0 and po < 0:
+        return text, None, None
+    return _split_ids_at(text, ps, po)
+
+
+def _split_ids_at(text: str, ps: int, po: int) -> tuple[str, int | None, int | None]:
+    """``split_ids`` once the markers were found (``ps``, ``po``: their positions, -1 if absent;
+    one at least). One function, no calls but ``str`` methods: it runs once per range."""
+    first = ps if ps >= 0 and (po < 0 or ps < po) else po
+    op_id = seq = None
+    if po >= 0:
+        after = po + _OP_ID_LEN
+        end = text.find(",", after)
+        digits = text[after:end] if end >= 0 else text[after:]
+        op_id = int(digits) if digits.isdigit() and digits.isascii() else _sql_int(digits)
+    else:
+        after = ps + _SEQ_LEN
+    if ps >= 0:
+        end = text.find(",", ps + _SEQ_LEN)
+        digits = (text[ps + _SEQ_LEN:end] if end >= 0 else text[ps + _SEQ_LEN:]).lstrip(" =")
+        seq = int(digits) if digits.isdigit() and digits.isascii() else _sql_int(digits)
+    comma = text.find(", ", after)
+    return (text[:first] + text[comma:] if comma >= 0 else text[:first]), op_id, seq
+
+
+_OP_ID_LEN, _SEQ_LEN = len(OP_ID_MARKER), len(SEQ_SPELLINGS[0])
+
+
+def _sql_int(digits: str) -> int:
+    """The leading integer of ``digits`` as SQLite's ``CAST(x AS INTEGER)`` reads it (0: none)."""
+    if digits.isdigit() and digits.isascii():
+        return int(digits)
+    match = _SQL_INT.match(digits)
+    return int(match.group(1)) if match else 0
 
 
 # SQL: per process, the ranges by kind (see ``linker.read.nsys.Processes``).
@@ -275,13 +312,16 @@ def runtime_events(rows, names: dict, in_order: bool = False) -> list[KinetoEven
 
 def gpu_events(rows, names: dict | None = None) -> list[KinetoEvent]:
     """Rows (name, cat, device, stream, ts, dur, correlation) -> GPU events (pid = device,
-    tid = stream), in row order; with ``names`` the first column is a key into it."""
+    tid = stream), in row order; with ``names`` the first column is a key into it. O(n), one
+    struct per row."""
     Event, Args = KinetoEvent, KinetoArgs
-    if names is not None:
-        rows = ((names.get(key, ""), *rest) for key, *rest in rows)
-    return [Event("X", cat, name, device, stream, ts, dur, None,
-                  Args(correlation=corr, stream_value=stream, device=device))
-            for name, cat, device, stream, ts, dur, corr in rows]
+    events = []
+    add = events.append
+    lookup = names.get if names is not None else None
+    for name, cat, device, stream, ts, dur, corr in rows:
+        add(Event("X", cat, lookup(name, "") if lookup else name, device, stream, ts, dur, None,
+                  Args(correlation=corr, stream_value=stream, device=device)))
+    return events
 
 
 # CUPTI enum names as Kineto writes them into memcpy / memset event names.
