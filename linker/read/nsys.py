@@ -89,13 +89,13 @@ def _ranges_sql(tables: dict) -> str | None:
 class Processes:
     """Per process: its ranges by kind. One aggregate query that does not read the text (ranges
     and never-closed ones of the default and other domains, the earliest and latest start), then
-    per process with default-domain ranges a query that stops at its first range with ``op_id``
-    (PyTorch >= 2022: its ops are those ranges); a process without one (older captures, small) is
-    then PyTorch's when some range has a ``seq`` or a namespaced ``aten::`` name (a query that
-    stops at the first). ``rows[pid]``: ranges, other_domains, default, open_default, op_id
-    (bool), pytorch (bool). ``starts``: (earliest, latest) start of all ranges, or None. The
-    ranges left out of a process read (PyProf markers, user ranges, ops never closed) are counted
-    once its ops are read (``range_notes``)."""
+    per process with default-domain ranges a query that stops at its first PyTorch range (one with
+    ``op_id`` or ``seq``, or a namespaced ``aten::`` name: ops run without autograd have neither
+    field). ``rows[pid]``: ranges, other_domains, default, open_default, pytorch (bool), and
+    op_id (bool: some op has an ``op_id``, PyTorch >= 2022; its ops are then those ranges), set
+    by ``read_ops`` once the ranges are read. ``starts``: (earliest, latest) start of all
+    ranges, or None. The ranges left out of a process read (PyProf markers, user ranges, ops never
+    closed) are counted once its ops are read (``range_notes``)."""
 
     def __init__(self, conn: sqlite3.Connection, ranges_sql: str | None):
         self.rows: dict[int, dict] = {}
@@ -121,10 +121,9 @@ class Processes:
 
     @staticmethod
     def _classify(conn, ranges_sql: str, pid: int, row: dict) -> None:
-        mine = f"SELECT * FROM ({ranges_sql}) WHERE pid = {pid} AND dom = 0"
-        row["op_id"] = conn.execute(f"SELECT 1 FROM ({mine}) WHERE {model.HAS_OP_ID_SQL} LIMIT 1").fetchone() is not None
-        row["pytorch"] = row["op_id"] or conn.execute(
-            f"SELECT 1 FROM ({mine}) WHERE {model.HAS_SEQ_SQL} OR instr(t, '::') > 0 LIMIT 1").fetchone() is not None
+        row["pytorch"] = conn.execute(
+            f"SELECT 1 FROM ({ranges_sql}) WHERE pid = {pid} AND dom = 0 AND ({model.HAS_OP_ID_SQL} OR "
+            f"{model.HAS_SEQ_SQL} OR instr(t, '::') > 0) LIMIT 1").fetchone() is not None
 
     def pytorch(self) -> list[int]:
         return sorted(p for p, r in self.rows.items() if r["pytorch"])
@@ -138,6 +137,37 @@ def op_filter(pids: list[int], processes: Processes) -> str:
         rule = model.HAS_OP_ID_SQL if processes.rows[pid]["op_id"] else "t NOT LIKE '{%'"
         terms.append(f"(pid = {pid} AND {rule})")
     return f"dom = 0 AND ({' OR '.join(terms)})"
+
+
+# The ranges that may be ops under either rule of ``op_filter`` (before it is known whether the
+# process has op_ids): default domain, not a PyProf marker unless it has an op_id.
+MAY_BE_OP_SQL = f"dom = 0 AND (t NOT LIKE '{{%' OR {model.HAS_OP_ID_SQL})"
+_RF_ID = attrgetter("args.rf_id")
+
+
+def read_ops(conn, ranges_sql: str, pids: list[int], processes: Processes, us: str) -> list:
+    """The closed PyTorch ranges of ``pids`` as ``cpu_op`` events, and each process's ``op_id``
+    flag set (``Processes.rows``). One query reads the ranges that may be ops under either rule
+    of ``op_filter``; a process with some op_id then keeps only its ranges with one (user ranges
+    dropped: a pass over its events, only when it has both kinds). A scan for op_id before the
+    read would cost a full pass over the text of a file without any. O(n)."""
+    pid_list = ", ".join(map(str, pids))
+    events = read_in_order(conn, cpu_sql(ranges_sql, f"{MAY_BE_OP_SQL} AND pid IN ({pid_list})", us),
+                           CPU_ORDER, model.cpu_events)
+    rf_ids = list(map(_RF_ID, events))
+    without = rf_ids.count(None)
+    with_id = ({e.pid for e, rf_id in zip(events, rf_ids) if rf_id is not None} if len(pids) > 1 else set(pids)
+               if without < len(events) else set())
+    for pid in pids:  # op_ids only on ranges never closed: rare, looked for among those only
+        if pid not in with_id and processes.rows[pid]["open_default"] and conn.execute(
+                f"SELECT 1 FROM ({ranges_sql}) WHERE pid = {pid} AND dom = 0 AND stop IS NULL AND "
+                f"{model.HAS_OP_ID_SQL} LIMIT 1").fetchone():
+            with_id.add(pid)
+    for pid in with_id:
+        processes.rows[pid]["op_id"] = True
+    if without and with_id:
+        events = [e for e, rf_id in zip(events, rf_ids) if rf_id is not None or e.pid not in with_id]
+    return events
 
 
 def read_nsys(conn: sqlite3.Connection, path: Path, tables: dict, pid: int | None = None,
@@ -195,8 +225,7 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     several = _first_correlations(conn, tables, pids) if len(pids) > 1 else None
     base = time_base(conn, tables, processes.starts)
     us = f"- {base}) / {model.NS_PER_US}"
-    ops = op_filter(pids, processes)
-    cpu = read_in_order(conn, cpu_sql(ranges_sql, ops, us), CPU_ORDER, model.cpu_events)
+    cpu = read_ops(conn, ranges_sql, pids, processes, us)
     notes, warnings = range_notes(pids, processes, cpu, open_ops(conn, ranges_sql, pids, processes))
     warnings[:0] = chosen
     runtime = _runtime(conn, tables, pids, several, us)

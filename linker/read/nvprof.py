@@ -26,8 +26,7 @@ import struct
 from pathlib import Path
 
 from linker.read import timing_model as model
-from linker.read.nsys import (CPU_ORDER, Processes, choose_processes, cpu_sql, op_filter, open_ops,
-                              range_notes, read_in_order, unlaunched_count)
+from linker.read.nsys import Processes, choose_processes, open_ops, range_notes, read_ops, unlaunched_count
 from linker.read.sqlite_source import sqlite_problem
 
 MARKER = "CUPTI_ACTIVITY_KIND_MARKER"
@@ -128,7 +127,7 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     pids, chosen = choose_processes(path, processes.pytorch(), processes.rows, pid, prefer_pid, "nvprof database")
     base = _time_base(conn, tables)
     us = f"- {base}) / {model.NS_PER_US}"
-    cpu = read_in_order(conn, cpu_sql(ranges_sql, op_filter(pids, processes), us), CPU_ORDER, model.cpu_events)
+    cpu = read_ops(conn, ranges_sql, pids, processes, us)
     notes, warnings = range_notes(pids, processes, cpu, open_ops(conn, ranges_sql, pids, processes))
     warnings[:0] = chosen
     runtime = _runtime(conn, tables, pids, us)
