@@ -13,7 +13,7 @@ import sqlite3
 import pytest
 
 from conftest import SHARED_TRACES
-from linker.read.timing_model import split_ids
+from linker.read.timing_model import cpu_events, parse_range_text, split_ids
 
 # The SQL of the first reader: core (the text without ", seq = N, op_id = M"), op_id, seq.
 ORACLE = """
@@ -32,6 +32,8 @@ EDGE_CASES = [
     "x, op_id = 9, seq = 2, sizes = [[]]", "x, seq = , op_id = ", "x, op_id = abc", "x, op_id = 12abc, y",
     "x, seq =\t7", "x, op_id = +4", "x, seq = ²", "x, op_id = 1_000", "x, op_id = 5,", "a, b, c",
     "x, seq = 1 , op_id = 2 ,", "ünïcode::op, seq = 3, op_id = 4, sizes = [[5]]",
+    "x, op_id = 9, seq = 2", "x, sequence, seq = 5, op_id = 1", "x, seq = 5, op_id = 1,y", "x, seq = 5,6, op_id = 1",
+    "x, seq = 5, op_id = 1, seq = 3", "x, op_id = 1, op_id = 2", "x, op_id = 7", "x, seq = 07, op_id = 007, a",
 ]
 
 
@@ -50,10 +52,21 @@ def _real_texts() -> list[str]:
     return texts
 
 
+def _read_back(texts: list[str]) -> list[tuple]:
+    """(name, op_id, seq) of each text as ``cpu_events`` reads it (its own way to the split)."""
+    rows = [(text, 1, 1, float(k), 1.0) for k, text in enumerate(texts)]
+    return [(e.name, e.args.rf_id, e.args.seq) for e in cpu_events(rows, in_order=True)]
+
+
 def test_split_ids_agrees_with_sqlite_on_edge_cases():
     conn = sqlite3.connect(":memory:")
+    expected = []
     for text in EDGE_CASES:
-        assert split_ids(text) == conn.execute(ORACLE, (text, text, text)).fetchone(), text
+        core, op_id, seq = conn.execute(ORACLE, (text, text, text)).fetchone()
+        assert split_ids(text) == (core, op_id, seq), text
+        name, _, old_seq, _ = parse_range_text(core)
+        expected.append((name, op_id, seq if seq is not None else old_seq))
+    assert _read_back(EDGE_CASES) == expected
 
 
 def test_split_ids_agrees_with_sqlite_on_real_captures():
@@ -63,5 +76,10 @@ def test_split_ids_agrees_with_sqlite_on_real_captures():
     with_ids = [t for t in texts if ", op_id = " in t or ", seq" in t]
     assert len(with_ids) > 10_000  # the captures with PyTorch ranges hold tens of thousands
     conn = sqlite3.connect(":memory:")
+    expected = []
     for text in texts:
-        assert split_ids(text) == conn.execute(ORACLE, (text, text, text)).fetchone(), text
+        core, op_id, seq = conn.execute(ORACLE, (text, text, text)).fetchone()
+        assert split_ids(text) == (core, op_id, seq), text
+        name, _, old_seq, _ = parse_range_text(core)
+        expected.append((name, op_id, seq if seq is not None else old_seq))
+    assert _read_back(texts) == expected

@@ -141,13 +141,15 @@ def cpu_events(rows, in_order: bool = False) -> list[KinetoEvent]:
     add = None
     cur_pid = cur_tid = None
     last_ts, last_op, last_dur = -_LAST, -_LAST, _LAST
-    seq_marker, op_id_marker, split = SEQ_MARKER, OP_ID_MARKER, _split_ids_at
+    seq_marker, op_id_marker, split_op_id = SEQ_MARKER, OP_ID_MARKER, _split_op_id
     for text, pid, tid, ts, dur in rows:
-        ps, po = text.find(seq_marker), text.find(op_id_marker)
-        if ps < 0 and po < 0:
-            core, op_id, seq = text, None, None
+        head, found, rest = text.partition(op_id_marker)
+        if found:
+            core, op_id, seq = split_op_id(text, head, rest)
+        elif seq_marker in text:
+            core, op_id, seq = split_ids(text)
         else:
-            core, op_id, seq = split(text, ps, po)
+            core, op_id, seq = text, None, None
         if tid != cur_tid or pid != cur_pid:
             if add is not None:
                 threads.last[(cur_pid, cur_tid)] = (last_ts, last_op, last_dur)
@@ -246,6 +248,22 @@ def split_ids(text: str) -> tuple[str, int | None, int | None]:
     if ps < 0 and po < 0:
         return text, None, None
     return _split_ids_at(text, ps, po)
+
+
+def _split_op_id(text: str, head: str, rest: str) -> tuple[str, int | None, int | None]:
+    """``split_ids`` of a text with an op_id (``head``, ``rest``: the text before and after the
+    first op_id marker). PyTorch's own shape, ``name[, seq = N], op_id = M[, …]`` with plain
+    digits, is cut with ``str.partition`` (C); anything else goes the general way."""
+    digits, comma, tail = rest.partition(",")
+    if digits.isdigit() and digits.isascii() and (not comma or tail[:1] == " ") and SEQ_MARKER not in tail:
+        name, seq_found, seq = head.partition(", seq = ")
+        core = name + "," + tail if comma else name
+        if not seq_found:
+            if SEQ_MARKER not in head:
+                return core, int(digits), None
+        elif SEQ_MARKER not in name and seq.isdigit() and seq.isascii():
+            return core, int(digits), int(seq)
+    return _split_ids_at(text, text.find(SEQ_MARKER), len(head))
 
 
 def _split_ids_at(text: str, ps: int, po: int) -> tuple[str, int | None, int | None]:
