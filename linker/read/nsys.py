@@ -21,10 +21,13 @@ One output is one rank: a file with several PyTorch processes gives one of them 
 the ET's, else the first by pid, with a warning) unless a process or ``ALL_PROCESSES`` is asked for.
 
 Tables or columns that are missing are treated as empty. Every query reads only the columns
-needed; SQLite joins the string table, filters, cuts seq and op_id out of the range text and
-sorts the CPU rows (the GPU rows are sorted in Python: nearly in order already). Cost: a streaming
-aggregate over the ranges, a probe per process, one query per event kind; one struct per row
-kept; O(n log n) for the sorts.
+needed; SQLite joins the string table, filters and divides the times. Rows are read in file order,
+which Nsight Systems writes by start: the builders (``timing_model``) check each thread's order as
+rows come and sort only a thread that is out of it, in Python (SQLite's sort of millions of range
+rows with their text cost more than the whole rest of the query). Cost: a streaming aggregate
+over the ranges, a probe per process that stops at its first PyTorch range, one query per event
+kind; one struct per row kept (two per range with op_id or seq); O(n) for rows in order, O(n log
+n) for a thread that is not.
 """
 
 from __future__ import annotations

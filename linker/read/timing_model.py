@@ -18,9 +18,11 @@ as ns by ``scripts/kineto_to_sqlite.py`` reads back as the very float Kineto's d
 
 ``TimingTrace`` adds what the report says about the source: its kind and version, the processes
 read and the ranges left out. The builders below turn cursor rows into events in one pass each
-(SQL has joined, filtered and sorted; it has also cut seq and op_id out of the range text, so
-the rest, the same for every call of an op with the same shapes, is parsed once per distinct
-text). Cost: one struct per row read.
+(SQL has joined and filtered; the builders group the rows by thread, check their order and sort
+a thread only when its rows were not in order; they cut seq and op_id out of the range text,
+``split_ids``, so that the rest, the same for every call of an op with the same shapes, is
+parsed once per distinct text). Cost: one struct per row read (two for a range with op_id or
+seq), a few ``str`` operations per range.
 """
 
 from __future__ import annotations
@@ -143,9 +145,8 @@ def cpu_events(rows, in_order: bool = False) -> list[KinetoEvent]:
     last_ts, last_op, last_dur = -_LAST, -_LAST, _LAST
     seq_marker, op_id_marker, split_op_id = SEQ_MARKER, OP_ID_MARKER, _split_op_id
     for text, pid, tid, ts, dur in rows:
-        head, found, rest = text.partition(op_id_marker)
-        if found:
-            core, op_id, seq = split_op_id(text, head, rest)
+        if op_id_marker in text:
+            core, op_id, seq = split_op_id(text)
         elif seq_marker in text:
             core, op_id, seq = split_ids(text)
         else:
@@ -250,10 +251,11 @@ def split_ids(text: str) -> tuple[str, int | None, int | None]:
     return _split_ids_at(text, ps, po)
 
 
-def _split_op_id(text: str, head: str, rest: str) -> tuple[str, int | None, int | None]:
-    """``split_ids`` of a text with an op_id (``head``, ``rest``: the text before and after the
-    first op_id marker). PyTorch's own shape, ``name[, seq = N], op_id = M[, …]`` with plain
-    digits, is cut with ``str.partition`` (C); anything else goes the general way."""
+def _split_op_id(text: str) -> tuple[str, int | None, int | None]:
+    """``split_ids`` of a text with an op_id marker. PyTorch's own shape, ``name[, seq = N], op_id
+    = M[, …]`` with plain digits, is cut with ``str.partition`` (C); anything else goes the
+    general way."""
+    head, _, rest = text.partition(OP_ID_MARKER)
     digits, comma, tail = rest.partition(",")
     if digits.isdigit() and digits.isascii() and (not comma or tail[:1] == " ") and SEQ_MARKER not in tail:
         name, seq_found, seq = head.partition(", seq = ")
