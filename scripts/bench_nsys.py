@@ -9,10 +9,14 @@ in a fresh process so that peak memory is its own:
 
 - floor: a bare ``SELECT`` of the same columns the reader needs, every row fetched into Python;
   like the reader and the pipeline, with Python's cyclic collector paused;
-- read: ``read_timing_trace`` (SQL joins, parses, filters and sorts; one struct per row kept);
+- read: ``read_timing_trace`` (SQL joins and filters; rows come in file order, checked per thread
+  and sorted only where out of order; one struct per row kept, two per range with op_id or seq);
 - read + link: the same plus ``link_kineto_only`` (host graph from the ranges, GPU attribution).
 
-Prints wall seconds, the ratio to the floor and peak RSS (``ru_maxrss``) of each.
+Prints wall seconds, the ratio to the floor and peak RSS (``ru_maxrss``) of each. The default
+capture has no record-function ids (ranges ``name, sizes = …``); ``--kineto ../shared/traces/
+kineto_only/multistream_hta_a100_nccl_rank0.json.gz`` gives ranges with ``op_id`` (and ``seq``) as
+PyTorch >= 2022 writes them, whose text takes more to cut.
 """
 
 from __future__ import annotations

@@ -245,3 +245,36 @@ def test_pid_ranks_maps_processes_to_ranks(nsys_file, tmp_path):
     bad = _cli("batch", "--kineto", nsys_file, "--output-dir", tmp_path / "j3", "--pid-ranks", "x:0")
     assert bad.returncode == EXIT_INPUT and bad.stderr.strip().splitlines() == [
         "et-link: error: --pid-ranks: 'x:0' is not PID:RANK (e.g. 4242:0)"]
+
+
+def _add_ranges(path: Path, texts: list[str], domain: int = 0) -> None:
+    """Closed ranges with ``texts`` on the first range's thread, inside its interval."""
+    conn = sqlite3.connect(path)
+    start, end, gtid = conn.execute("SELECT start, end, globalTid FROM NVTX_EVENTS ORDER BY rowid LIMIT 1").fetchone()
+    conn.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                     "VALUES (?, ?, 59, ?, ?, ?)", [(start, end, t, gtid, domain) for t in texts])
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("strip", [False, True], ids=["op_id", "no_op_id"])
+def test_ranges_that_are_not_ops_are_left_out_and_counted(tmp_path, strip):
+    from linker.read.timing import read_timing_trace
+
+    path = tmp_path / "trace.sqlite"
+    converter.write_nsys(KINETO, path, strip_op_id=strip)
+    with sqlite3.connect(path) as conn:
+        ops = conn.execute("SELECT count(*) FROM NVTX_EVENTS").fetchone()[0]
+    user = ["my_region", "train step 3"]
+    pyprof = ["{'mod': 'torch.nn', 'op': 'linear'}"]
+    _add_ranges(path, user + pyprof)
+    _add_ranges(path, ["ncclGroupEnd"], domain=1)
+    trace = read_timing_trace(path)
+    names = {e.name for e in trace.cpu_events}
+    if strip:  # no op_id: every default-domain range but PyProf markers is an op
+        assert len(trace.cpu_events) == ops + len(user) and set(user) <= names
+        assert f"{len(pyprof)} PyProf dict markers" in " ".join(trace.notes)
+    else:  # op_id: the ranges without one are user ranges
+        assert len(trace.cpu_events) == ops and not set(user) & names
+        assert f"{len(user) + len(pyprof)} default-domain ranges that are not PyTorch ops" in " ".join(trace.notes)
+    assert "1 ranges of other NVTX domains" in " ".join(trace.notes)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from linker.model.columns import unique_positions
 from linker.link.intervals import CoverIndex, TimePoint, cover_index, innermost_covering
@@ -65,13 +66,13 @@ REASON_WORDS = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class GpuLink:
     """One GPU op and what it was attached to (``et_index`` -1 when not attributed).
 
     ``cpu_event``: innermost covering Kineto CPU event (-1 if none); ``python_event``: when no
     CPU event covers the launch, the innermost covering ``python_function`` event (the event
-    itself), else None.
+    itself), else None. (Slots: one per GPU op, millions on large traces.)
     """
 
     event: KinetoEvent
@@ -140,33 +141,40 @@ def _unique_index(events, key) -> dict:
     return {value: events[p] for value, p in unique_positions([key(e) for e in events]).items()}
 
 
-def _host_flow_end(kineto: KinetoTrace, flow_id, host_threads: set) -> TimePoint | None:
+def _host_flow_end(kineto: KinetoTrace, flow_id, index: "_LaunchIndex") -> TimePoint | None:
     for end in kineto.flows.get(flow_id, ()):
-        if (end.pid, end.tid) in host_threads:
+        if (end.pid, end.tid) in index.host_threads:
             return TimePoint(end.pid, end.tid, end.ts)
     return None
 
 
-@dataclass
 class _LaunchIndex:
-    """The lookups that lead from a GPU op to its launch, built once per trace. O(n)."""
+    """The lookups that lead from a GPU op to its launch, built once per trace: by correlation at
+    once, O(r); those of the rarer ways (External id, flows) the first time a GPU op needs them,
+    O(n) each (traces whose GPU ops all find their launch by correlation never build them)."""
 
-    by_correlation: dict
-    first_correlation: int | None
-    runtime_by_ext: dict
-    cpu_by_ext: dict
-    host_threads: set
+    def __init__(self, kineto: KinetoTrace):
+        self.kineto = kineto
+        self.by_correlation = {e.args.correlation: e for e in kineto.runtime_events
+                               if e.args.correlation is not None}
+        numeric = [c for c in self.by_correlation if isinstance(c, int)]
+        self.first_correlation = min(numeric) if numeric else None
 
     @classmethod
     def build(cls, kineto: KinetoTrace) -> "_LaunchIndex":
-        by_correlation = {e.args.correlation: e for e in kineto.runtime_events
-                          if e.args.correlation is not None}
-        cpu = kineto.cpu_events
-        cpu_by_ext = unique_positions([e.args.external_id for e in cpu])
-        numeric = [c for c in by_correlation if isinstance(c, int)]
-        return cls(by_correlation, min(numeric) if numeric else None,
-                   _unique_index(kineto.runtime_events, lambda e: e.args.external_id),
-                   cpu_by_ext, {(e.pid, e.tid) for e in cpu})
+        return cls(kineto)
+
+    @cached_property
+    def runtime_by_ext(self) -> dict:
+        return _unique_index(self.kineto.runtime_events, lambda e: e.args.external_id)
+
+    @cached_property
+    def cpu_by_ext(self) -> dict:
+        return unique_positions([e.args.external_id for e in self.kineto.cpu_events])
+
+    @cached_property
+    def host_threads(self) -> set:
+        return {(e.pid, e.tid) for e in self.kineto.cpu_events}
 
 
 def _find_launch(g: KinetoEvent, index: _LaunchIndex, kineto: KinetoTrace) -> tuple[GpuLink, TimePoint | None]:
@@ -190,7 +198,7 @@ def _find_launch(g: KinetoEvent, index: _LaunchIndex, kineto: KinetoTrace) -> tu
         return link, None
     for flow_id in (corr, ext):
         if flow_id is not None:
-            point = _host_flow_end(kineto, flow_id, index.host_threads)
+            point = _host_flow_end(kineto, flow_id, index)
             if point is not None:
                 link.via = VIA_FLOW
                 return link, point

@@ -107,8 +107,33 @@ def _inputs(event: KinetoEvent) -> msgspec.Raw:
     return msgspec.Raw(b"".join((_SHAPES_HEAD, view, _SHAPES_TAIL)))
 
 
+class _SharedInputs:
+    """``_inputs`` of an event, one ``Raw`` per distinct ``Input Dims`` text: nodes with the same
+    shapes share it (an op repeats its shapes every step). The cache is keyed by the dims' bytes
+    (O(len) to copy and hash, far less than building the ``Raw``); the dims object of the previous
+    event is recognised by identity (readers that share one between events: ``timing_model``)."""
+
+    def __init__(self):
+        self.by_text: dict[bytes, msgspec.Raw] = {}
+        self.last = self.last_raw = None
+
+    def __call__(self, event: KinetoEvent) -> msgspec.Raw:
+        dims = event.args.input_dims
+        if dims is self.last:
+            return self.last_raw
+        key = bytes(dims)
+        raw = self.by_text.get(key)
+        if raw is None:
+            raw = self.by_text[key] = _inputs(event)
+        self.last, self.last_raw = dims, raw
+        return raw
+
+
 def _with_python_events(kineto: KinetoTrace) -> tuple[KinetoTrace, int]:
-    """The trace with the innermost python function around each uncovered launch as a CPU event."""
+    """The trace with the innermost python function around each uncovered launch as a CPU event
+    (the trace itself when it has no python function events: nothing to look up)."""
+    if not kineto.python_events:
+        return kineto, 0
     points = uncovered_launch_points(kineto)
     chosen = {id(e): e for e in innermost_python_functions(kineto, points) if e is not None}
     if not chosen:
@@ -136,10 +161,12 @@ def build_host_graph(kineto: KinetoTrace) -> KinetoGraph:
     roots = len(nodes)
     first_op_id = PROCESS_ROOT_ID + roots
     add = nodes.append
+    inputs_of = _SharedInputs()
+    unknown_rf_id = [_attrs(0, number) for number in range(len(thread_number) + 1)]
     for i, (e, p, thread, rf_id) in enumerate(zip(events, parents, thread_of, rf_ids)):
         parent = first_op_id + p if p >= 0 else PROCESS_ROOT_ID + thread
-        add(EtNode(id=first_op_id + i, name=e.name, ctrl_deps=parent, inputs=_inputs(e),
-                   outputs=_EMPTY_IO, attrs=msgspec.Raw(_ATTRS % (rf_id, thread))))
+        add(EtNode(id=first_op_id + i, name=e.name, ctrl_deps=parent, inputs=inputs_of(e),
+                   outputs=_EMPTY_IO, attrs=msgspec.Raw(_ATTRS % (rf_id, thread)) if rf_id else unknown_rf_id[thread]))
     event_of_op = [-1] * roots + list(range(len(events)))
     doc = KinetoOnlyDocument(schema=SCHEMA, nodes=nodes,
                              pid=kineto.pid if kineto.pid is not None else msgspec.UNSET)

@@ -21,16 +21,20 @@ One output is one rank: a file with several PyTorch processes gives one of them 
 the ET's, else the first by pid, with a warning) unless a process or ``ALL_PROCESSES`` is asked for.
 
 Tables or columns that are missing are treated as empty. Every query reads only the columns
-needed; SQLite joins the string table, filters, cuts seq and op_id out of the range text and
-sorts the CPU rows (the GPU rows are sorted in Python: nearly in order already). Cost: a streaming
-aggregate over the ranges, a probe per process, one query per event kind; one struct per row
-kept; O(n log n) for the sorts.
+needed; SQLite joins the string table, filters and divides the times. Rows are read in file order,
+which Nsight Systems writes by start: the builders (``timing_model``) check each thread's order as
+rows come and sort only a thread that is out of it, in Python (SQLite's sort of millions of range
+rows with their text cost more than the whole rest of the query). Cost: a streaming aggregate
+over the ranges, a probe per process that stops at its first PyTorch range, one query per event
+kind; one struct per row kept (two per range with op_id or seq); O(n) for rows in order, O(n log
+n) for a thread that is not.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
+from collections import Counter
 from operator import attrgetter
 from pathlib import Path
 
@@ -87,47 +91,42 @@ def _ranges_sql(tables: dict) -> str | None:
 
 class Processes:
     """Per process: its ranges by kind. One aggregate query that does not read the text (ranges
-    and never-closed ones of the default and other domains), then per process with
-    default-domain ranges a query that stops at its first range with ``op_id`` (PyTorch >= 2022:
-    its ops are those ranges); a process without one is looked at in full (older captures,
-    small): is it PyTorch's (a ``seq`` or a namespaced ``aten::`` name), how many PyProf markers.
-    ``rows[pid]``: ranges, other_domains, op_id (bool), pytorch (bool), pyprof, open_ops (ops
-    never closed)."""
+    and never-closed ones of the default and other domains, the earliest and latest start), then
+    per process with default-domain ranges a query that stops at its first PyTorch range (one with
+    ``op_id`` or ``seq``, or a namespaced ``aten::`` name: ops run without autograd have neither
+    field). ``rows[pid]``: ranges, other_domains, default, open_default, pytorch (bool), and
+    op_id (bool: some op has an ``op_id``, PyTorch >= 2022; its ops are then those ranges), set
+    by ``read_ops`` once the ranges are read. ``starts``: (earliest, latest) start of all
+    ranges, or None. The ranges left out of a process read (PyProf markers, user ranges, ops never
+    closed) are counted once its ops are read (``range_notes``)."""
 
     def __init__(self, conn: sqlite3.Connection, ranges_sql: str | None):
         self.rows: dict[int, dict] = {}
+        self.starts: tuple[int, int] | None = None
         if ranges_sql is None:
             return
         counts = "count(*), sum(dom <> 0), sum(dom = 0), sum(dom = 0 AND stop IS NULL)"
         # One streaming pass (no sort) answers for a one-process file; several processes are
         # then counted per process (GROUP BY sorts).
-        low, high, *totals = conn.execute(f"SELECT min(pid), max(pid), {counts} FROM ({ranges_sql})").fetchone()
+        low, high, first, last, *totals = conn.execute(
+            f"SELECT min(pid), max(pid), min(start), max(start), {counts} FROM ({ranges_sql})").fetchone()
         if low is None:
             return
+        self.starts = (first, last)
         rows = [(low, *totals)] if low == high else conn.execute(
             f"SELECT pid, {counts} FROM ({ranges_sql}) GROUP BY pid").fetchall()
         for pid, count, other, default, open_default in rows:
             self.rows[pid] = {"ranges": count, "other_domains": other, "default": default,
-                              "open_default": open_default, "op_id": False, "pytorch": False, "pyprof": 0,
-                              "open_ops": 0}
+                              "open_default": open_default, "op_id": False, "pytorch": False}
         for pid, row in self.rows.items():
             if row["default"]:
                 self._classify(conn, ranges_sql, pid, row)
 
     @staticmethod
     def _classify(conn, ranges_sql: str, pid: int, row: dict) -> None:
-        mine = f"SELECT * FROM ({ranges_sql}) WHERE pid = {pid} AND dom = 0"
-        row["op_id"] = conn.execute(f"SELECT 1 FROM ({mine}) WHERE {model.HAS_OP_ID_SQL} LIMIT 1").fetchone() is not None
-        if row["op_id"]:
-            row["pytorch"] = True
-            if row["open_default"]:
-                row["open_ops"] = conn.execute(f"SELECT count(*) FROM ({mine}) WHERE stop IS NULL "
-                                               f"AND {model.HAS_OP_ID_SQL}").fetchone()[0]
-            return
-        pytorch, pyprof, open_ops = conn.execute(
-            f"SELECT max({model.HAS_SEQ_SQL} OR instr(t, '::') > 0), sum(t LIKE '{{%'), "
-            f"sum(stop IS NULL AND t NOT LIKE '{{%') FROM ({mine})").fetchone()
-        row.update(pytorch=bool(pytorch), pyprof=pyprof or 0, open_ops=open_ops or 0)
+        row["pytorch"] = conn.execute(
+            f"SELECT 1 FROM ({ranges_sql}) WHERE pid = {pid} AND dom = 0 AND ({model.HAS_OP_ID_SQL} OR "
+            f"{model.HAS_SEQ_SQL} OR instr(t, '::') > 0) LIMIT 1").fetchone() is not None
 
     def pytorch(self) -> list[int]:
         return sorted(p for p, r in self.rows.items() if r["pytorch"])
@@ -141,6 +140,37 @@ def op_filter(pids: list[int], processes: Processes) -> str:
         rule = model.HAS_OP_ID_SQL if processes.rows[pid]["op_id"] else "t NOT LIKE '{%'"
         terms.append(f"(pid = {pid} AND {rule})")
     return f"dom = 0 AND ({' OR '.join(terms)})"
+
+
+# The ranges that may be ops under either rule of ``op_filter`` (before it is known whether the
+# process has op_ids): default domain, not a PyProf marker unless it has an op_id.
+MAY_BE_OP_SQL = f"dom = 0 AND (t NOT LIKE '{{%' OR {model.HAS_OP_ID_SQL})"
+_RF_ID = attrgetter("args.rf_id")
+
+
+def read_ops(conn, ranges_sql: str, pids: list[int], processes: Processes, us: str) -> list:
+    """The closed PyTorch ranges of ``pids`` as ``cpu_op`` events, and each process's ``op_id``
+    flag set (``Processes.rows``). One query reads the ranges that may be ops under either rule
+    of ``op_filter``; a process with some op_id then keeps only its ranges with one (user ranges
+    dropped: a pass over its events, only when it has both kinds). A scan for op_id before the
+    read would cost a full pass over the text of a file without any. O(n)."""
+    pid_list = ", ".join(map(str, pids))
+    events = read_in_order(conn, cpu_sql(ranges_sql, f"{MAY_BE_OP_SQL} AND pid IN ({pid_list})", us),
+                           CPU_ORDER, model.cpu_events)
+    rf_ids = list(map(_RF_ID, events))
+    without = rf_ids.count(None)
+    with_id = ({e.pid for e, rf_id in zip(events, rf_ids) if rf_id is not None} if len(pids) > 1 else set(pids)
+               if without < len(events) else set())
+    for pid in pids:  # op_ids only on ranges never closed: rare, looked for among those only
+        if pid not in with_id and processes.rows[pid]["open_default"] and conn.execute(
+                f"SELECT 1 FROM ({ranges_sql}) WHERE pid = {pid} AND dom = 0 AND stop IS NULL AND "
+                f"{model.HAS_OP_ID_SQL} LIMIT 1").fetchone():
+            with_id.add(pid)
+    for pid in with_id:
+        processes.rows[pid]["op_id"] = True
+    if without and with_id:
+        events = [e for e, rf_id in zip(events, rf_ids) if rf_id is not None or e.pid not in with_id]
+    return events
 
 
 def read_nsys(conn: sqlite3.Connection, path: Path, tables: dict, pid: int | None = None,
@@ -196,15 +226,14 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     pids, chosen = choose_processes(path, processes.pytorch(), processes.rows, pid, prefer_pid,
                                     "Nsight Systems export")
     several = _first_correlations(conn, tables, pids) if len(pids) > 1 else None
-    base = time_base(conn, tables)
+    base = time_base(conn, tables, processes.starts)
     us = f"- {base}) / {model.NS_PER_US}"
-    cpu = model.cpu_events(conn.execute(cpu_sql(ranges_sql, op_filter(pids, processes), us)))
-    notes, warnings = range_notes(pids, processes, len(cpu))
+    cpu = read_ops(conn, ranges_sql, pids, processes, us)
+    notes, warnings = range_notes(pids, processes, cpu, open_ops(conn, ranges_sql, pids, processes))
     warnings[:0] = chosen
     runtime = _runtime(conn, tables, pids, several, us)
     gpu = _gpu(conn, tables, pids, several, us)
-    launches = {e.args.correlation for e in runtime}
-    unlaunched = sum(1 for e in gpu if e.args.correlation not in launches)
+    unlaunched = unlaunched_count(runtime, gpu)
     if unlaunched:
         warnings.append(f"{path}: {unlaunched} of {len(gpu)} GPU ops have no launch row in "
                         f"{TABLE_RUNTIME} (cut off by the capture, a slice or the export); "
@@ -219,36 +248,83 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     return trace
 
 
-def time_base(conn, tables) -> int:
-    """0, or the earliest start when times in µs would not keep whole ns (``MAX_PLAIN_US``)."""
+_CORRELATION = attrgetter("args.correlation")
+
+
+def unlaunched_count(runtime: list, gpu: list) -> int:
+    """How many of the ``gpu`` events have no ``runtime`` event with their correlation. O(n + g)."""
+    launches = set(map(_CORRELATION, runtime))
+    return len(gpu) - sum(map(launches.__contains__, map(_CORRELATION, gpu)))
+
+
+def read_in_order(conn, sql: str, order: str, build):
+    """``build(rows, in_order=True)`` over the rows of ``sql`` in file order: Nsight Systems writes
+    rows by start, so they rarely need the sort that would be most of what SQL costs beyond a bare
+    scan; ``build`` checks the order as rows come and sorts a thread whose rows are not in it. A
+    NULL time (which the check cannot compare: ``TypeError``) has SQLite sort the rows instead
+    (``ORDER BY order``)."""
+    try:
+        return build(conn.execute(sql), in_order=True)
+    except TypeError:
+        return build(conn.execute(f"{sql} ORDER BY {order}"))
+
+
+def open_ops(conn, ranges_sql: str, pids: list[int], processes: Processes) -> dict[int, int]:
+    """pid -> its PyTorch ops never closed (``end`` NULL), for the processes read that have
+    default-domain ranges never closed (one query each, looking at those rows only)."""
+    counts = {}
+    for pid in pids:
+        if processes.rows[pid]["open_default"]:
+            counts[pid] = conn.execute(f"SELECT count(*) FROM ({ranges_sql}) WHERE stop IS NULL AND "
+                                       f"{op_filter([pid], processes)}").fetchone()[0]
+    return counts
+
+
+def time_base(conn, tables, range_starts: tuple | None = None) -> int:
+    """0, or the earliest start when times in µs would not keep whole ns (``MAX_PLAIN_US``), among
+    the ranges (``range_starts``: their earliest and latest start, from ``Processes``), the API
+    calls and the kernels."""
     latest, earliest = 0, None
-    for table in (TABLE_NVTX, TABLE_RUNTIME, TABLE_KERNEL):
+    spans = [range_starts] if range_starts else []
+    for table in (TABLE_RUNTIME, TABLE_KERNEL):
         if "start" in tables.get(table, ()):
-            low, high = conn.execute(f"SELECT min(start), max(start) FROM {table}").fetchone()
-            if high is not None:
-                latest = max(latest, high)
-                earliest = low if earliest is None else min(earliest, low)
+            spans.append(conn.execute(f"SELECT min(start), max(start) FROM {table}").fetchone())
+    for low, high in spans:
+        if high is not None:
+            latest = max(latest, high)
+            earliest = low if earliest is None else min(earliest, low)
     return int(earliest) if latest / model.NS_PER_US >= model.MAX_PLAIN_US else 0
 
 
+# The reader's order of the CPU rows (``cpu_sql``'s columns), when SQLite sorts them
+# (``read_in_order``): by thread (pid, tid as numbers: ``cpu_events`` puts the threads in text
+# order), start, op_id (Kineto's External id order; none last), the longer first, then file order.
+_OP_ID_SQL = (f"CASE WHEN instr(t, '{model.OP_ID_MARKER}') > 0 THEN CAST(substr(t, instr(t, "
+              f"'{model.OP_ID_MARKER}') + {len(model.OP_ID_MARKER)}) AS INTEGER) END")
+CPU_ORDER = f"pid, tid, start, coalesce({_OP_ID_SQL}, {1 << 62}), stop DESC, rid"
+
+
 def cpu_sql(ranges_sql: str, ops: str, us: str) -> str:
-    """The PyTorch ranges to read, closed ones, as ``timing_model.cpu_events`` rows: by thread
-    (pid, tid as numbers: ``cpu_events`` puts the threads in text order), start, op_id (Kineto's
-    External id order), the longer first, then file order."""
-    return (f"SELECT core, op_id, seq, pid, tid, (start {us}, (stop - start) / {model.NS_PER_US} "
-            f"FROM ({model.cpu_fields_sql(f'SELECT * FROM ({ranges_sql}) WHERE {ops} AND stop IS NOT NULL')}) "
-            f"ORDER BY pid, tid, start, coalesce(op_id, {1 << 62}), stop DESC, rid")
+    """The PyTorch ranges to read, closed ones, as ``timing_model.cpu_events`` rows (text, pid,
+    tid, ts, dur), in file order (``read_in_order`` adds ``ORDER BY CPU_ORDER`` when needed)."""
+    return (f"SELECT t, pid, tid, (start {us}, (stop - start) / {model.NS_PER_US} "
+            f"FROM ({ranges_sql}) WHERE {ops} AND stop IS NOT NULL")
 
 
-def range_notes(pids, processes, kept: int) -> tuple[list[str], list[str]]:
-    """What was read (``kept`` ranges) and left out of the chosen processes' ranges, in words
-    (notes, warnings)."""
-    notes, warnings = [f"{kept} PyTorch NVTX ranges read as CPU ops"], []
-    rows = [processes.rows[p] for p in pids]
-    other = sum(r["other_domains"] for r in rows)
-    pyprof = sum(r["pyprof"] for r in rows)
-    never_closed = sum(r["open_ops"] for r in rows)
-    user = sum(r["default"] for r in rows) - pyprof - kept - never_closed
+def range_notes(pids, processes, cpu: list, open_ops: dict[int, int]) -> tuple[list[str], list[str]]:
+    """What was read (the ``cpu`` events) and left out of the chosen processes' ranges, in words
+    (notes, warnings). ``open_ops``: pid -> PyTorch ops never closed. A process with ``op_id``
+    leaves out its default-domain ranges without one (user ranges); one without leaves out its
+    PyProf markers (``{…}``): either count is the default-domain ranges less the ops read and
+    the ops never closed. O(1) for one process, O(n) for several (events counted per pid)."""
+    kept = {pids[0]: len(cpu)} if len(pids) == 1 else Counter(e.pid for e in cpu)
+    notes, warnings = [f"{len(cpu)} PyTorch NVTX ranges read as CPU ops"], []
+    rows = {p: processes.rows[p] for p in pids}
+    other = sum(r["other_domains"] for r in rows.values())
+    rest = {p: r["default"] - kept.get(p, 0) - open_ops.get(p, 0) for p, r in rows.items()}
+    user = sum(n for p, n in rest.items() if rows[p]["op_id"])
+    pyprof = sum(n for p, n in rest.items() if not rows[p]["op_id"])
+    never_closed = sum(open_ops.values())
     left = []
     if other:
         left.append(f"{other} ranges of other NVTX domains (NCCL, MPI, user domains)")
@@ -309,12 +385,12 @@ def _runtime(conn, tables, pids, several, us) -> list:
     names = _string_names(conn, TABLE_RUNTIME, "nameId", tables) if name_key != "NULL" else {}
     driver = "(eventClass = 1)" if "eventClass" in columns else "0"
     pid = _pid("globalTid")
-    rows = conn.execute(
+    sql = (
         f"SELECT {name_key}, {driver}, {pid}, {_tid('globalTid')}, (start {us}, "
         f"(\"end\" - start) / {model.NS_PER_US}, {_correlation_sql('correlationId', pid, several)} "
-        f"FROM {TABLE_RUNTIME} WHERE {pid} IN ({', '.join(map(str, pids))}) "
-        f"ORDER BY globalTid, start, \"end\" DESC, rowid")
-    return model.runtime_events(rows, names)
+        f"FROM {TABLE_RUNTIME} WHERE {pid} IN ({', '.join(map(str, pids))})")
+    return read_in_order(conn, sql, 'globalTid, start, "end" DESC, rowid',
+                         lambda rows, **order: model.runtime_events(rows, names, **order))
 
 
 def _gpu(conn, tables, pids, several, us) -> list:

@@ -26,7 +26,7 @@ import struct
 from pathlib import Path
 
 from linker.read import timing_model as model
-from linker.read.nsys import Processes, choose_processes, cpu_sql, op_filter, range_notes
+from linker.read.nsys import Processes, choose_processes, open_ops, range_notes, read_ops, unlaunched_count
 from linker.read.sqlite_source import sqlite_problem
 
 MARKER = "CUPTI_ACTIVITY_KIND_MARKER"
@@ -127,13 +127,12 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     pids, chosen = choose_processes(path, processes.pytorch(), processes.rows, pid, prefer_pid, "nvprof database")
     base = _time_base(conn, tables)
     us = f"- {base}) / {model.NS_PER_US}"
-    cpu = model.cpu_events(conn.execute(cpu_sql(ranges_sql, op_filter(pids, processes), us)))
-    notes, warnings = range_notes(pids, processes, len(cpu))
+    cpu = read_ops(conn, ranges_sql, pids, processes, us)
+    notes, warnings = range_notes(pids, processes, cpu, open_ops(conn, ranges_sql, pids, processes))
     warnings[:0] = chosen
     runtime = _runtime(conn, tables, pids, us)
     gpu = _gpu(conn, tables, us)
-    launches = {e.args.correlation for e in runtime}
-    unlaunched = sum(1 for e in gpu if e.args.correlation not in launches)
+    unlaunched = unlaunched_count(runtime, gpu)
     if unlaunched:
         warnings.append(f"{path}: {unlaunched} of {len(gpu)} GPU ops have no launch row in the runtime "
                         "or driver table; see the report's GPU accounting (those before the first "

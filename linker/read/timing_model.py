@@ -18,15 +18,19 @@ as ns by ``scripts/kineto_to_sqlite.py`` reads back as the very float Kineto's d
 
 ``TimingTrace`` adds what the report says about the source: its kind and version, the processes
 read and the ranges left out. The builders below turn cursor rows into events in one pass each
-(SQL has joined, filtered and sorted; it has also cut seq and op_id out of the range text, so
-the rest, the same for every call of an op with the same shapes, is parsed once per distinct
-text). Cost: one struct per row read.
+(SQL has joined and filtered; the builders group the rows by thread, check their order and sort
+a thread only when its rows were not in order; they cut seq and op_id out of the range text,
+``split_ids``, so that the rest, the same for every call of an op with the same shapes, is
+parsed once per distinct text). Cost: one struct per row read (two for a range with op_id or
+seq), a few ``str`` operations per range.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import islice
+from operator import attrgetter, eq
 
 import msgspec
 
@@ -118,64 +122,181 @@ def _leading_int(text: str, at: int) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def cpu_events(rows) -> list[KinetoEvent]:
-    """Rows (core text, op_id, seq, pid, tid, ts, dur) -> ``cpu_op`` events, in row order. The
-    core text is the range text without its seq and op_id (``cpu_fields_sql``): the same op with
-    the same sizes repeats it, so each distinct one is parsed once (``parse_range_text``) and its
-    name and sizes bytes are shared by the events that have it."""
+_LAST = float("inf")  # op_id key of a range without op_id: after every id, as in ``cpu_sql``
+
+
+def cpu_events(rows, in_order: bool = False) -> list[KinetoEvent]:
+    """Rows (range text, pid, tid, ts, dur) -> ``cpu_op`` events in ``cpu_event_order``.
+
+    The rows come sorted per thread by (ts, op_id, longer first, file order), threads in any
+    order and interleaved (``Threads`` groups them). ``in_order=True``: rows in file order that
+    are expected to be so (nsys writes ranges by start), checked as they come (a few comparisons
+    per row); a thread whose rows are not is sorted here (``sort_nearly_sorted`` with
+    ``cpu_order_key``: file order among equals). ``split_ids`` takes seq and op_id out of the
+    text; the rest (the core) is the same for every call of an op with the same sizes, so each
+    distinct one is parsed once (``parse_range_text``) and its name, sizes bytes and, for a range
+    without op_id and seq, its args are shared by the events that have it. A thread's pid and tid
+    objects are shared by its events. O(n), one struct (two with op_id or seq) per row."""
     Event, Args, no_dims, parse = KinetoEvent, RangeArgs, NO_DIMS, parse_range_text
     seen: dict[str, tuple] = {}
-    threads = _Threads()
-    add = threads.add
-    for core, op_id, seq, pid, tid, ts, dur in rows:
-        if pid != threads.pid or tid != threads.tid:
-            add = threads.start(pid, tid)
+    threads = Threads()
+    add = None
+    cur_pid = cur_tid = None
+    last_ts, last_op, last_dur = -_LAST, -_LAST, _LAST
+    seq_marker, op_id_marker, split_op_id = SEQ_MARKER, OP_ID_MARKER, _split_op_id
+    for text, pid, tid, ts, dur in rows:
+        if op_id_marker in text:
+            core, op_id, seq = split_op_id(text)
+        elif seq_marker in text:
+            core, op_id, seq = split_ids(text)
+        else:
+            core, op_id, seq = text, None, None
+        if tid != cur_tid or pid != cur_pid:
+            if add is not None:
+                threads.last[(cur_pid, cur_tid)] = (last_ts, last_op, last_dur)
+            add, cur_pid, cur_tid = threads.switch(pid, tid)
+            last_ts, last_op, last_dur = threads.last.get((cur_pid, cur_tid), (-_LAST, -_LAST, _LAST))
+        if in_order:
+            op = op_id if op_id is not None else _LAST
+            if ts < last_ts or (ts == last_ts and (op < last_op or (op == last_op and dur > last_dur))):
+                threads.unsorted.add((cur_pid, cur_tid))
+            last_ts, last_op, last_dur = ts, op, dur
         parsed = seen.get(core)
         if parsed is None:
             name, _, old_seq, sizes = parse(core)
-            parsed = seen[core] = (name, msgspec.Raw(sizes) if sizes else no_dims, old_seq)
-        add(Event("X", "cpu_op", parsed[0], pid, tid, ts, dur, None,
-                  Args(external_id=op_id, rf_id=op_id, input_dims=parsed[1], seq=seq if seq is not None else parsed[2])))
-    return threads.events()
+            dims = msgspec.Raw(sizes) if sizes else no_dims
+            parsed = seen[core] = (name, dims, old_seq, Args(input_dims=dims, seq=old_seq))
+        if op_id is None and seq is None:
+            args = parsed[3]
+        else:
+            args = Args(external_id=op_id, rf_id=op_id, input_dims=parsed[1],
+                        seq=seq if seq is not None else parsed[2])
+        add(Event("X", "cpu_op", parsed[0], cur_pid, cur_tid, ts, dur, None, args))
+    return threads.events(cpu_order_key)
 
 
-class _Threads:
-    """Events arriving grouped by thread in numeric (pid, tid) order (an integer sort in SQL),
-    given back in ``cpu_event_order``'s thread order: pid and tid compared as text. O(n) list
-    joins; the rows are compared with the last one's thread only."""
+_TS = attrgetter("ts")
+
+
+def sort_nearly_sorted(events: list, tie_key) -> None:
+    """Sort ``events`` in place by ``ts``, then ``tie_key`` among equal ``ts``, file order last:
+    a stable sort by ``ts`` (a C key: nearly sorted rows cost O(n)), then each run of equal
+    ``ts`` sorted by ``tie_key`` (runs are short: nested ranges opened at one instant)."""
+    events.sort(key=_TS)
+    ts = list(map(_TS, events))
+    ties = [k for k, same in enumerate(map(eq, ts, islice(ts, 1, None))) if same]
+    k = 0
+    while k < len(ties):
+        first = last = ties[k]
+        while k + 1 < len(ties) and ties[k + 1] == last + 1:
+            k += 1
+            last = ties[k]
+        events[first:last + 2] = sorted(events[first:last + 2], key=tie_key)
+        k += 1
+
+
+def cpu_order_key(event: KinetoEvent) -> tuple:
+    """The per-thread order of ``cpu_events`` (``ts``, op_id with none last, the longer first)."""
+    op_id = event.args.rf_id
+    return event.ts, op_id if op_id is not None else _LAST, -event.dur
+
+
+def runtime_order_key(event: KinetoEvent) -> tuple:
+    """The per-thread order of ``runtime_events`` (``ts``, the longer first)."""
+    return event.ts, -event.dur
+
+
+class Threads:
+    """Events grouped by thread as rows arrive (threads in any order, interleaved or not), given
+    back in ``cpu_event_order``'s thread order: pid and tid compared as text, each thread's events
+    in arrival order. ``switch`` is called only when a row's thread differs from the previous
+    row's; it gives the thread's append and the pid and tid objects its events share (one pair per
+    thread, not per row). ``last`` keeps, per thread, what the order check of ``cpu_events`` last
+    saw; ``unsorted`` the threads whose rows came out of order, sorted by ``events``' key. O(n)
+    list joins, plus O(k log k) per unsorted thread of k events."""
 
     def __init__(self):
-        self.pid = self.tid = None
-        self.groups: list[tuple[tuple[str, str], list]] = []
-        self.add = None
+        self.groups: dict[tuple, tuple] = {}
+        self.last: dict[tuple, tuple] = {}
+        self.unsorted: set[tuple] = set()
 
-    def start(self, pid, tid):
-        self.pid, self.tid = pid, tid
-        group: list = []
-        self.groups.append(((str(pid), str(tid)), group))
-        return group.append
+    def switch(self, pid, tid):
+        group = self.groups.get((pid, tid))
+        if group is None:
+            group = self.groups[(pid, tid)] = ([], pid, tid)
+        return group[0].append, group[1], group[2]
 
-    def events(self) -> list:
-        self.groups.sort(key=lambda item: item[0])  # stable: a thread met twice keeps its order
-        if len(self.groups) == 1:
-            return self.groups[0][1]
-        return [event for _, group in self.groups for event in group]
+    def events(self, tie_key) -> list:
+        for thread in self.unsorted:
+            sort_nearly_sorted(self.groups[thread][0], tie_key)
+        groups = sorted(self.groups.values(), key=lambda g: (str(g[1]), str(g[2])))
+        if len(groups) == 1:
+            return groups[0][0]
+        return [event for group in groups for event in group[0]]
 
 
-def cpu_fields_sql(ranges_sql: str) -> str:
-    """SQL over ``ranges_sql`` (columns rid, pid, tid, start, stop, dom, t) adding ``op_id``,
-    ``seq`` and ``core``: the text without its ``, seq = N, op_id = M`` part (PyTorch writes seq
-    before op_id and nothing between them). Positions are found once per row (the inner query's
-    ``LIMIT -1 OFFSET 0`` keeps SQLite from folding it into the outer one)."""
-    op_len, seq_len = len(OP_ID_MARKER), len(SEQ_SPELLINGS[0])
-    first = "CASE WHEN ps > 0 AND (po = 0 OR ps < po) THEN ps ELSE po END"
-    after = f"CASE WHEN po > 0 THEN po + {op_len} ELSE ps + {seq_len} END"
-    tail = f"coalesce(substr(substr(t, {after}), nullif(instr(substr(t, {after}), ', '), 0)), '')"
-    return (f"SELECT *, CASE WHEN po > 0 THEN CAST(substr(t, po + {op_len}) AS INTEGER) END AS op_id, "
-            f"CASE WHEN ps > 0 THEN CAST(ltrim(substr(t, ps + {seq_len}), ' =') AS INTEGER) END AS seq, "
-            f"CASE WHEN ps = 0 AND po = 0 THEN t ELSE substr(t, 1, ({first}) - 1) || {tail} END AS core "
-            f"FROM (SELECT *, instr(t, '{SEQ_SPELLINGS[0]}') AS ps, instr(t, '{OP_ID_MARKER}') AS po "
-            f"FROM ({ranges_sql}) LIMIT -1 OFFSET 0)")
+SEQ_MARKER = SEQ_SPELLINGS[0]
+_SQL_INT = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+
+
+def split_ids(text: str) -> tuple[str, int | None, int | None]:
+    """(core, op_id, seq) of a range text: the text without its ``, seq = N, op_id = M`` part
+    (PyTorch writes seq before op_id and nothing between them; the core keeps what follows the
+    last of them from its ``, ``), op_id and seq as the leading integers after their markers (0
+    when none: SQLite's ``CAST`` rule, which the first version of this reader used), None when
+    the marker is absent. A few ``str.find`` and slices."""
+    ps, po = text.find(SEQ_MARKER), text.find(OP_ID_MARKER)
+    if ps < 0 and po < 0:
+        return text, None, None
+    return _split_ids_at(text, ps, po)
+
+
+def _split_op_id(text: str) -> tuple[str, int | None, int | None]:
+    """``split_ids`` of a text with an op_id marker. PyTorch's own shape, ``name[, seq = N], op_id
+    = M[, …]`` with plain digits, is cut with ``str.partition`` (C); anything else goes the
+    general way."""
+    head, _, rest = text.partition(OP_ID_MARKER)
+    digits, comma, tail = rest.partition(",")
+    if digits.isdigit() and digits.isascii() and (not comma or tail[:1] == " ") and SEQ_MARKER not in tail:
+        name, seq_found, seq = head.partition(", seq = ")
+        core = name + "," + tail if comma else name
+        if not seq_found:
+            if SEQ_MARKER not in head:
+                return core, int(digits), None
+        elif SEQ_MARKER not in name and seq.isdigit() and seq.isascii():
+            return core, int(digits), int(seq)
+    return _split_ids_at(text, text.find(SEQ_MARKER), len(head))
+
+
+def _split_ids_at(text: str, ps: int, po: int) -> tuple[str, int | None, int | None]:
+    """``split_ids`` once the markers were found (``ps``, ``po``: their positions, -1 if absent;
+    one at least). One function, no calls but ``str`` methods: it runs once per range."""
+    first = ps if ps >= 0 and (po < 0 or ps < po) else po
+    op_id = seq = None
+    if po >= 0:
+        after = po + _OP_ID_LEN
+        end = text.find(",", after)
+        digits = text[after:end] if end >= 0 else text[after:]
+        op_id = int(digits) if digits.isdigit() and digits.isascii() else _sql_int(digits)
+    else:
+        after = ps + _SEQ_LEN
+    if ps >= 0:
+        end = text.find(",", ps + _SEQ_LEN)
+        digits = (text[ps + _SEQ_LEN:end] if end >= 0 else text[ps + _SEQ_LEN:]).lstrip(" =")
+        seq = int(digits) if digits.isdigit() and digits.isascii() else _sql_int(digits)
+    comma = text.find(", ", after)
+    return (text[:first] + text[comma:] if comma >= 0 else text[:first]), op_id, seq
+
+
+_OP_ID_LEN, _SEQ_LEN = len(OP_ID_MARKER), len(SEQ_SPELLINGS[0])
+
+
+def _sql_int(digits: str) -> int:
+    """The leading integer of ``digits`` as SQLite's ``CAST(x AS INTEGER)`` reads it (0: none)."""
+    if digits.isdigit() and digits.isascii():
+        return int(digits)
+    match = _SQL_INT.match(digits)
+    return int(match.group(1)) if match else 0
 
 
 # SQL: per process, the ranges by kind (see ``linker.read.nsys.Processes``).
@@ -183,30 +304,44 @@ HAS_OP_ID_SQL = f"instr(t, '{OP_ID_MARKER}') > 0"
 HAS_SEQ_SQL = "(" + " OR ".join(f"instr(t, '{m}') > 0" for m in SEQ_SPELLINGS) + ")"
 
 
-def runtime_events(rows, names: dict) -> list[KinetoEvent]:
-    """Rows (name key, driver?, pid, tid, ts, dur, correlation), grouped by thread in numeric
-    order -> runtime events in ``cpu_event_order``; ``names`` maps the key (a string id or a
-    callback id) to the call's name."""
+def runtime_events(rows, names: dict, in_order: bool = False) -> list[KinetoEvent]:
+    """Rows (name key, driver?, pid, tid, ts, dur, correlation), sorted per thread by (ts, longer
+    first, file order), threads in any order -> runtime events in ``cpu_event_order``; ``names``
+    maps the key (a string id or a callback id) to the call's name. ``in_order``: as in
+    ``cpu_events`` (``runtime_order_key``). O(n), one struct per row, plus the sort of a thread
+    whose rows came out of order."""
     Event, Args = KinetoEvent, KinetoArgs
-    threads = _Threads()
-    add = threads.add
+    threads = Threads()
+    add = None
+    cur_pid = cur_tid = None
+    last_ts, last_dur = -_LAST, _LAST
     for key, driver, pid, tid, ts, dur, corr in rows:
-        if pid != threads.pid or tid != threads.tid:
-            add = threads.start(pid, tid)
-        add(Event("X", "cuda_driver" if driver else "cuda_runtime", names.get(key, ""), pid, tid, ts, dur,
+        if tid != cur_tid or pid != cur_pid:
+            if add is not None:
+                threads.last[(cur_pid, cur_tid)] = (last_ts, last_dur)
+            add, cur_pid, cur_tid = threads.switch(pid, tid)
+            last_ts, last_dur = threads.last.get((cur_pid, cur_tid), (-_LAST, _LAST))
+        if in_order:
+            if ts < last_ts or (ts == last_ts and dur > last_dur):
+                threads.unsorted.add((cur_pid, cur_tid))
+            last_ts, last_dur = ts, dur
+        add(Event("X", "cuda_driver" if driver else "cuda_runtime", names.get(key, ""), cur_pid, cur_tid, ts, dur,
                   None, Args(correlation=corr)))
-    return threads.events()
+    return threads.events(runtime_order_key)
 
 
 def gpu_events(rows, names: dict | None = None) -> list[KinetoEvent]:
     """Rows (name, cat, device, stream, ts, dur, correlation) -> GPU events (pid = device,
-    tid = stream), in row order; with ``names`` the first column is a key into it."""
+    tid = stream), in row order; with ``names`` the first column is a key into it. O(n), one
+    struct per row."""
     Event, Args = KinetoEvent, KinetoArgs
-    if names is not None:
-        rows = ((names.get(key, ""), *rest) for key, *rest in rows)
-    return [Event("X", cat, name, device, stream, ts, dur, None,
-                  Args(correlation=corr, stream_value=stream, device=device))
-            for name, cat, device, stream, ts, dur, corr in rows]
+    events = []
+    add = events.append
+    lookup = names.get if names is not None else None
+    for name, cat, device, stream, ts, dur, corr in rows:
+        add(Event("X", cat, lookup(name, "") if lookup else name, device, stream, ts, dur, None,
+                  Args(correlation=corr, stream_value=stream, device=device)))
+    return events
 
 
 # CUPTI enum names as Kineto writes them into memcpy / memset event names.
