@@ -40,7 +40,7 @@ from pathlib import Path
 
 from linker.model.errors import TraceInputError
 from linker.read import timing_model as model
-from linker.read.sqlite_source import sqlite_problem
+from linker.read.sqlite_source import ALL_PROCESSES, sqlite_problem
 
 NVTX_PUSH_POP = 59
 PID_SQL = "(({col} >> 24) & 16777215)"
@@ -184,7 +184,6 @@ def read_nsys(conn: sqlite3.Connection, path: Path, tables: dict, pid: int | Non
         raise sqlite_problem(path, err) from None
 
 
-ALL_PROCESSES = -1  # ``pid`` value: read every PyTorch process of the file
 
 
 def choose_processes(path: Path, available: list[int], everything: dict, pid: int | None,

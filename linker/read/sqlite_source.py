@@ -23,6 +23,7 @@ from urllib.parse import quote
 from linker.model.errors import TraceInputError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+ALL_PROCESSES = -1  # a reader's ``pid`` value: read every PyTorch process of the file
 NSYS, NVPROF = "nsys", "nvprof"
 # Files a writer leaves beside a database while it is (or was, until the next open) at work.
 SIDE_FILES = ("-journal", "-wal")

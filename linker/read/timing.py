@@ -24,8 +24,8 @@ from pathlib import Path
 from linker.model.errors import TraceInputError
 from linker.read.files import collector_paused
 from linker.read.kineto import KinetoTrace, read_kineto_trace
-from linker.read.sqlite_source import (NSYS, NVPROF, has_sqlite_header, open_read_only, source_kind, sqlite_problem,
-                                       table_columns)
+from linker.read.sqlite_source import (ALL_PROCESSES, NSYS, NVPROF, has_sqlite_header, open_read_only, source_kind,
+                                       sqlite_problem, table_columns)
 
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".qdstrm")
 GZIP_MAGIC = b"\x1f\x8b"
@@ -62,8 +62,6 @@ def read_timing_trace(path: str | os.PathLike, prefer_pid: int | None = None,
     reads them all into one trace. ``read_json``: the Kineto reader for JSON files (the
     pipeline passes the one it holds). Raises ``TraceInputError`` (one line naming the file) on
     anything unusable."""
-    from linker.read.nsys import ALL_PROCESSES
-
     pid = path.pid if isinstance(path, TimingSelection) else ALL_PROCESSES if all_processes else None
     file = Path(os.fspath(path))
     if is_sqlite_file(file):
