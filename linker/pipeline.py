@@ -200,6 +200,7 @@ def add_simulation_counts(report: LinkReport, et_plus) -> None:
     report.dependencies = sum(summary.dependency_causes.values())
     report.simulation = {
         "blocked_us": round(sum(busy.blocked), 3), "host_gap_us": round(sum(busy.host_gap), 3),
+        "deferred_us": round(sum(busy.deferred), 3),
         "sim_busy_us": round(sum(busy.sim), 3), "main_thread": busy.main_tid,
         "fork_join_edges": len(busy.cross), "wait_edges": summary.wait_edges,
         "copy_wait_edges": summary.copy_wait_edges, "waits_skipped": dict(summary.waits_skipped),

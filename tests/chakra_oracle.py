@@ -80,10 +80,32 @@ def _cpu_attrs(message: pb.Node, plan, u: int, node, flat: bool) -> None:
                              ("blocked_micros", "int64_val", _micros(busy.blocked[u]))])
     if busy.host_gap[u] > 0:
         _add_attrs(message, [("host_gap_micros", "int64_val", _micros(busy.host_gap[u]))])
+    if busy.deferred[u] > 0:
+        _add_attrs(message, [("deferred_micros", "int64_val", _micros(busy.deferred[u]))])
+    if busy.folded[u] > 0:
+        _add_attrs(message, [("folded_micros", "int64_val", _micros(busy.folded[u]))])
 
 
-def node_message(et_plus, plan, u: int) -> pb.Node:
-    """The ``Node`` of node number ``u`` (ET op i is i, GPU op k is ``plan.cpu_count + k``)."""
+def whole_micros(et, sim: list[float]) -> list[int]:
+    """Each CPU op's busy time in whole µs: one running total over the ops taken thread by thread
+    (threads by number, ET order within each), rounded, less the rounded total before the op. A
+    plain loop over the ops grouped by thread."""
+    by_thread: dict[int, list[int]] = {}
+    for u in range(len(sim)):
+        by_thread.setdefault(et.tid[u], []).append(u)
+    whole = [0] * len(sim)
+    total, written = 0.0, 0
+    for tid in sorted(by_thread):
+        for u in by_thread[tid]:
+            total += sim[u]
+            whole[u] = round(total) - written
+            written = round(total)
+    return whole
+
+
+def node_message(et_plus, plan, u: int, whole: list[int] | None = None) -> pb.Node:
+    """The ``Node`` of node number ``u`` (ET op i is i, GPU op k is ``plan.cpu_count + k``);
+    ``whole``: the CPU ops' ``whole_micros`` (computed here when not given)."""
     et, n = et_plus.et, plan.cpu_count
     flat = et.layout == FLAT
 
@@ -93,7 +115,8 @@ def node_message(et_plus, plan, u: int) -> pb.Node:
     deps = plan.data_deps(u)
     if u < n:
         node = et.nodes[u]
-        node_type, duration = cpu_node_type_of(node.name), plan.busy.sim[u]
+        whole = whole if whole is not None else whole_micros(et, plan.busy.sim)
+        node_type, duration = cpu_node_type_of(node.name), whole[u]
     else:
         node, comm = et_plus.gpu_nodes[u - n], plan.comm[u - n]
         node_type, duration = (pb.COMP_NODE if comm is None else comm.node_type), node.dur
@@ -120,7 +143,8 @@ def expected_et(et_plus) -> tuple[bytes, list[bytes], WriteSummary]:
     counts by node type, as the oracle makes them."""
     summary = WriteSummary("")
     plan = dependency_plan(et_plus, summary)
-    messages = [metadata_message(et_plus)] + [node_message(et_plus, plan, u) for u in plan.order]
+    whole = whole_micros(et_plus.et, plan.busy.sim)
+    messages = [metadata_message(et_plus)] + [node_message(et_plus, plan, u, whole) for u in plan.order]
     summary.counts_by_type = Counter(pb.NodeType.Name(m.type) for m in messages[1:])
     frames = [m.SerializeToString() for m in messages]
     return b"".join(encode_varint(len(frame)) + frame for frame in frames), frames, summary

@@ -25,7 +25,12 @@ writes it) still counts time the op sat blocked. This module computes, per ET no
   worker's ET thread root (``spawn``; see below). When GPU work launched before the trace (no
   launch event) started before the main thread's first op, that lead is folded into the main
   thread's root (``pre_trace_lead``): the host was busy with untraced work meanwhile.
-- ``sim`` = max(0, exclusive − blocked) + host_gap (unlinked nodes: host_gap only, usually 0).
+- ``deferred`` / ``folded`` (``later_pieces``): a replay runs an op's busy time before its first
+  child, so the op keeps only the part of its exclusive time before that child; each later piece
+  (between children, after the last) is folded into the op that precedes the piece in the
+  thread's start order, as host gaps are, less the blocked time lying in it (a wait stays a wait).
+- ``sim`` = max(0, exclusive − blocked) − deferred + folded + host_gap (unlinked nodes: host_gap
+  only, usually 0). Per thread, deferred and folded cancel: the total busy time is unchanged.
 
 Cross-thread structure (``cross`` edges), found from the ET threads and the Kineto times, never
 from adjacency alone: the *main* thread is the one holding the earliest linked op; every other
@@ -46,7 +51,7 @@ thread's ops are cut into *bursts*, a burst being the maximal run of that thread
   finished last before it gets an edge to it.
 
 Cost: O(n log n) for n ET nodes (sorting per thread, bisects for the main-thread lookups, ancestor
-walks bounded by tree depth), O(n) floats of memory.
+walks bounded by tree depth; ``later_pieces`` one bisect per op in C passes), O(n) floats of memory.
 """
 
 from __future__ import annotations
@@ -54,8 +59,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from itertools import accumulate, compress
-from operator import add, eq, gt, lt, not_
+from itertools import accumulate, compress, repeat
+from operator import add, eq, gt, lt, not_, sub
 
 from linker.link.intervals import TimePoint, cover_index, innermost_covering
 from linker.link.recipe import op_of_event
@@ -97,6 +102,10 @@ class BusyTimes:
     blocking_copies: list[int] = field(default_factory=list)
     clock_skew: dict = field(default_factory=dict)  # ``clocks.ClockSkew.summary`` (GPU traces)
     consumed_at: dict[int, float] = field(default_factory=dict)  # CPU collective -> its consumer's start
+    # ``later_pieces``: exclusive µs an op runs after its first child (taken out of it), and the
+    # µs of its ancestors' such pieces folded into the op that precedes each piece
+    deferred: list[float] = field(default_factory=list)
+    folded: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -301,9 +310,11 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     busy.clock_skew = skew.summary() if skew is not None else {}
     busy.blocking_copies = blocking_copies(et_plus.gpu_links, skew) if skew is not None else []
     calls = blocking_calls(et_plus, busy.blocking_copies)
+    blocked_at: list[tuple[int, float, float]] = []  # (op, where, µs) of every blocked stretch
     for call, op in zip(calls, ops_covering(et_plus, calls)):
         if op >= 0:
             busy.blocked[op] += call.dur
+            blocked_at.append((op, call.ts, call.dur))
 
     roots = et.root_positions()
     timelines = _timelines(et, starts, ends, linked, roots, near_start_order)
@@ -326,10 +337,14 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     for waiter, position, lo, hi in waits.values():
         if waiter >= 0:
             busy.blocked[waiter] += hi - lo
+            blocked_at.append((waiter, lo, hi - lo))
         else:
             gap_waits[position] = gap_waits.get(position, 0.0) + hi - lo
     for tid, timeline in timelines.items():
         _host_gaps(busy, timeline, gap_waits if tid == busy.main_tid else None, burst_firsts)
+    busy.deferred, busy.folded = later_pieces(timelines.values(), nesting_parent_ops(et_plus), ends,
+                                              exclusive_of_op, busy.blocked, blocked_at, n,
+                                              frozenset(collectives or ()))
     _sim_times(busy, exclusive_of_op, linked)
     return busy
 
@@ -346,19 +361,16 @@ def _event_times(result) -> tuple[list[float], list[float]]:
 
 
 def _sim_times(busy: BusyTimes, exclusive_of_op: list[float], linked: list[bool]) -> None:
-    """Linked: blocked capped at the exclusive time, sim = exclusive - blocked + host gap;
-    unlinked: sim = host gap. Where blocked and host gap are 0 (most nodes) sim is the exclusive
-    time: one copy, then the other nodes (non-zero times, unlinked) one by one."""
-    blocked, host_gap = busy.blocked, busy.host_gap
-    sim = busy.sim = list(exclusive_of_op)
-    others = set(compress(range(len(linked)), blocked))
-    others.update(compress(range(len(linked)), host_gap), compress(range(len(linked)), map(not_, linked)))
-    for i in others:
+    """Blocked capped at the exclusive time (linked nodes that have some), then sim = exclusive -
+    blocked - deferred + folded + host gap for every node, in C passes (an unlinked node's
+    exclusive time is 0 and nothing is deferred from or folded into it: sim = host gap; where all
+    four are 0, sim is the exclusive time itself)."""
+    blocked = busy.blocked
+    for i in compress(range(len(linked)), blocked):
         if linked[i]:
             blocked[i] = min(blocked[i], exclusive_of_op[i])
-            sim[i] = exclusive_of_op[i] - blocked[i] + host_gap[i]
-        else:
-            sim[i] = host_gap[i]
+    own = map(sub, map(sub, exclusive_of_op, blocked), busy.deferred)
+    busy.sim = list(map(add, own, map(add, busy.folded, busy.host_gap)))
 
 
 def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes, skew=None) -> None:
@@ -558,3 +570,110 @@ def _host_gaps(busy: BusyTimes, timeline: Timeline, gap_waits: dict[int, float] 
             gap -= gap_waits.get(p - 1, 0.0)
         if gap > 0:
             busy.host_gap[ops[p - 1]] += gap
+
+
+def nesting_parent_ops(et_plus) -> list[int]:
+    """Per ET node, the linked op of its Kineto event's nesting parent (-1: unlinked, top level,
+    or a parent event no op is linked to, whose exclusive time is no op's). C passes and the
+    inverse of ``event_of_op``: O(n + E) for E Kineto CPU events."""
+    result = et_plus.result
+    event_of_op = result.match.event_of_op
+    op_of = op_of_event(event_of_op, len(result.parents)) + [-1]  # [-1]: no event
+    parent_event = list(result.parents) + [-1]
+    return list(map(op_of.__getitem__, map(parent_event.__getitem__, event_of_op)))
+
+
+def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusive_of_op: list[float],
+                 blocked_of: list[float], blocked_at: list[tuple[int, float, float]], n: int,
+                 skip: frozenset = frozenset()) -> tuple[list[float], list[float]]:
+    """Move each op's exclusive time after its first child to where a replay meets it.
+
+    A replay runs an op's busy time before its first child (which depends on it), but the measured
+    exclusive time lies in pieces: before the first child, between children, after the last one.
+    The op keeps the first piece. Each later piece begins where a child q ends and lasts until the
+    thread's next op starts or the op ends; it is folded into the op that precedes it in the
+    thread's start order (the last op started before q's end: the last of q's subtree in the ET
+    pre-order a replay follows), as host gaps are. Blocked time stays a wait where it was: a
+    blocked stretch (``blocked_at``: (op, where, µs), the op's blocking calls and waits) lying in a
+    moved piece is left out of what moves. What moves from an op never exceeds its exclusive time
+    less its blocked time (``blocked_of``): a piece may hold a Kineto child no op is linked to,
+    which is not exclusive time; an op's pieces then move in time order until that is used up.
+
+    ``timelines``: per thread, the linked ops in start order (``Timeline``); ``parent_op``: each
+    op's enclosing linked op by the Kineto nesting (``nesting_parent_ops``); ``ends_of``: each
+    op's measured end; ``skip``: ops neither moved nor moved into (CPU collectives: their busy
+    time comes from their measured interval). Returns (deferred, folded) per ET node: µs taken
+    out of an op, µs folded into it; per thread their sums agree, so the thread's total busy time
+    is unchanged.
+
+    Cost: O(m log m) per thread of m ops in C passes (one bisect per op), a loop over the pieces
+    found, and O(b) for b blocked stretches; O(n) floats. No scan per op.
+    """
+    owners: list[int] = []
+    targets: list[int] = []
+    lengths: list[float] = []
+    starts_at: list[float] = []
+    for timeline in timelines:
+        ops, starts, ends = timeline.ops, timeline.starts, timeline.ends
+        owner = list(map(parent_op.__getitem__, ops))
+        children = list(compress(range(len(ops)), map((0).__le__, owner)))  # positions with a parent op
+        if not children:
+            continue
+        begin = list(map(ends.__getitem__, children))  # a piece begins where a child ends
+        after = list(map(bisect_left, repeat(starts), begin))  # the thread's next op starting then or later
+        next_start = starts + [math.inf]
+        own = list(map(owner.__getitem__, children))
+        finish = list(map(min, map(next_start.__getitem__, after), map(ends_of.__getitem__, own)))
+        length = list(map(sub, finish, begin))
+        found = list(compress(range(len(children)), map(gt, length, repeat(0.0))))
+        before = list(map(max, map(sub, map(after.__getitem__, found), repeat(1)), map(children.__getitem__, found)))
+        owners += map(own.__getitem__, found)
+        targets += map(ops.__getitem__, before)
+        lengths += map(length.__getitem__, found)
+        starts_at += map(begin.__getitem__, found)
+    if skip:
+        kept = [j for j in compress(range(len(owners)), map(not_, map(skip.__contains__, owners)))
+                if targets[j] not in skip]
+        owners, targets, lengths, starts_at = ([column[j] for j in kept] for column in (owners, targets, lengths, starts_at))
+    _leave_waits_in_place(owners, lengths, starts_at, blocked_at)
+    deferred, folded = [0.0] * n, [0.0] * n
+    for owner, length in zip(owners, lengths):
+        deferred[owner] += length
+    over = set(compress(range(n), map(gt, deferred, map(sub, exclusive_of_op, blocked_of))))
+    if over:  # pieces holding unlinked Kineto children: an op's pieces move in time order what it has
+        for owner, pieces in _pieces_of(owners, over).items():
+            left = max(0.0, exclusive_of_op[owner] - blocked_of[owner])
+            for j in pieces:
+                lengths[j] = min(lengths[j], left)
+                left -= lengths[j]
+            deferred[owner] = sum(lengths[j] for j in pieces)
+    for target, length in zip(targets, lengths):
+        folded[target] += length
+    return deferred, folded
+
+
+def _pieces_of(owners: list[int], wanted: set[int]) -> dict[int, list[int]]:
+    """The pieces (indices into ``owners``) of each op in ``wanted``, in time order (a parent's
+    children end in order). One C pass over the pieces and a loop over those kept."""
+    pieces_of: dict[int, list[int]] = {}
+    for j in compress(range(len(owners)), map(wanted.__contains__, owners)):
+        pieces_of.setdefault(owners[j], []).append(j)
+    return pieces_of
+
+
+def _leave_waits_in_place(owners: list[int], lengths: list[float], starts_at: list[float],
+                          blocked_at: list[tuple[int, float, float]]) -> None:
+    """Shorten each piece by the blocked stretches of its op that begin inside it (a wait is not
+    busy time wherever it lies). O(p + b log p) for p pieces and b blocked stretches."""
+    if not blocked_at or not owners:
+        return
+    pieces_of = _pieces_of(owners, {op for op, _, _ in blocked_at})
+    marks_of = {op: [starts_at[j] for j in pieces] for op, pieces in pieces_of.items()}
+    for op, where, length in blocked_at:
+        pieces = pieces_of.get(op)
+        if pieces is None:
+            continue
+        k = bisect_right(marks_of[op], where) - 1
+        if k >= 0 and where < starts_at[pieces[k]] + lengths[pieces[k]]:
+            j = pieces[k]
+            lengths[j] = max(0.0, lengths[j] - length)

@@ -2,8 +2,10 @@
 
 Every linked CPU node gets ``blocked_dur`` (µs of its exclusive time spent waiting: blocking runtime
 calls, another thread), ``host_gap_dur`` (uncovered thread time folded into it, 0 when none) and
-``sim_dur`` (= exclusive_dur − blocked_dur + host_gap_dur: the ``.et`` ``duration_micros`` before
-rounding); an unlinked node gets ``sim_dur`` and ``host_gap_dur`` only when it carries a gap (a
+``sim_dur`` (= exclusive_dur − blocked_dur − deferred_dur + folded_dur + host_gap_dur: the ``.et``
+``duration_micros`` before rounding); ``deferred_dur`` (the busy part of its exclusive time after
+its first child began, run by the ops before each piece) and ``folded_dur`` (enclosing ops' such
+time folded into it) only when > 0 (``busy.later_pieces``); an unlinked node gets ``sim_dur`` and ``host_gap_dur`` only when it carries a gap (a
 worker's thread root: the time before its first op). Every node gets ``data_deps`` (node ids) and
 ``data_dep_causes`` (same order; ``plan.deps.CAUSES``). GPU nodes get ``sim_dur`` (their ``dur``)
 and, for resolved communication kernels, ``comm_type`` (Chakra enum name), ``comm_size`` (bytes),
@@ -49,7 +51,8 @@ def _sim_us_column(et_plus: EtPlus, busy) -> list[float | int]:
     gathered = et_plus.exclusive_us
     n = len(nodes)
     others = set(compress(range(n), busy.blocked))
-    others.update(compress(range(n), busy.host_gap),
+    others.update(compress(range(n), busy.host_gap), compress(range(n), busy.deferred),
+                  compress(range(n), busy.folded),
                   compress(range(n), map((0).__gt__, et_plus.result.match.event_of_op)))
     if gathered is not None and len(gathered) == n:
         column = list(gathered)  # the build's column stays as it was
@@ -113,6 +116,11 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
         elif gap > 0:
             node.host_gap_dur = node.sim_dur = gap_us
         node.data_deps, node.data_dep_causes = ids, causes
+    nodes = et.nodes
+    for i in compress(range(n), busy.deferred):  # a parent's exclusive time after its first child
+        nodes[i].deferred_dur = _us(busy.deferred[i])
+    for i in compress(range(n), busy.folded):  # that time, where a replay runs it
+        nodes[i].folded_dur = _us(busy.folded[i])
     for i, comm in plan.cpu_comm.items():  # CPU collectives: communication nodes on their measured thread
         node = et.nodes[i]
         node.comm_type, node.comm_size = pb.CollectiveCommType.Name(comm.comm_type), comm.comm_size

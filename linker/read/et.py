@@ -101,6 +101,8 @@ class EtNode(_CollectiveFields, forbid_unknown_fields=True, omit_defaults=True):
     # dependencies with causes and a collective's communication attributes.
     blocked_dur: float | Unset = UNSET
     host_gap_dur: float | Unset = UNSET
+    deferred_dur: float | Unset = UNSET
+    folded_dur: float | Unset = UNSET
     sim_dur: float | Unset = UNSET
 
 

@@ -107,7 +107,7 @@ _WANTED_ATTRS = frozenset(name.encode() for name in (
     "inclusive_dur_micros", "data_dep_causes", "comm_seq"))
 # Attributes not read whose values are about unique per op: skipped by prefix, never cached.
 _PER_OP_ATTRS = frozenset((b"rf_id", b"seq_id", b"fw_parent", b"exclusive_dur_micros", b"blocked_micros",
-                           b"host_gap_micros"))
+                           b"host_gap_micros", b"deferred_micros", b"folded_micros"))
 # A per-op attribute the replay reads, as its int64 wire prefix (name, then field 9 varint): decoded inline.
 _INCLUSIVE_PREFIX = b"\x0a\x14inclusive_dur_micros\x48"
 _ATTR_CACHE_LIMIT = 1 << 16

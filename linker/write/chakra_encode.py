@@ -8,7 +8,8 @@ descriptors, ``protobuf_wire.tags``): ``id``, ``name``, ``type``, ``ctrl_deps``,
 - a CPU op: duration = its busy time (``plan.busy.sim``); the ET's own fields
   (``chakra_fields.EtOnlyFields``: inputs, outputs, ``is_cpu_op`` true and the ET's attributes),
   then its time split (``inclusive_dur_micros``, ``exclusive_dur_micros``, ``blocked_micros`` when
-  linked, ``host_gap_micros`` when > 0);
+  linked, ``host_gap_micros``, ``deferred_micros`` and ``folded_micros`` when > 0: ``plan.busy``);
+  duration rounded as a running total over its thread's ops (``whole_microseconds``);
 - a CPU collective (``plan.cpu_comm``: gloo, MPI, UCC): a communication node whose duration is its
   busy time, its inputs/outputs, ``cpu_comm_attrs`` (not the ET's CPU-op attributes), then its time
   split as a CPU op's;
@@ -28,7 +29,8 @@ chunk of output.
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import accumulate, repeat
+from operator import sub
 from typing import Iterator
 
 from linker.model import et_def_pb2 as pb
@@ -46,7 +48,8 @@ __all__ = ["AttrEncoder", "EtOnlyFields", "NodeFrames", "TYPE_NAMES", "cpu_comm_
 _ID, _NAME, _TYPE, _CTRL_DEPS, _DATA_DEPS, _START, _DURATION = tags(
     pb.Node, "id", "name", "type", "ctrl_deps", "data_deps", "start_time_micros", "duration_micros")
 TYPE_NAMES = {value: pb.NodeType.Name(value) for value in pb.NodeType.values()}
-TIME_SPLIT_ATTRS = ("inclusive_dur_micros", "exclusive_dur_micros", "blocked_micros", "host_gap_micros")
+TIME_SPLIT_ATTRS = ("inclusive_dur_micros", "exclusive_dur_micros", "blocked_micros", "host_gap_micros",
+                    "deferred_micros", "folded_micros")
 
 
 def cpu_node_type_of(name: str) -> int:
@@ -94,6 +97,20 @@ def cpu_comm_attrs(tid: int, comm: CommAttrs) -> Iterator[AttrSpec]:
         yield "comm_seq", "int64_val", comm.seq
 
 
+def whole_microseconds(sim: list[float], tid: list[int]) -> list[int]:
+    """Each CPU op's busy time in whole µs, rounded as one running total over the ops taken thread
+    by thread (``tid``: threads by number, ET order within each), not one by one: an op's value is
+    the rounded running total up to it less that up to the op before. Each value is within 1 µs
+    of the op's own time and never negative, and a thread's sum is within 1 µs of its total
+    (rounding each op alone can lose up to 0.5 µs an op, and many short ops lean one way). C
+    passes: a stable sort by thread, a running sum, a difference. O(n log n)."""
+    n = len(sim)
+    order = sorted(range(n), key=tid.__getitem__)
+    running = list(map(round, accumulate(map(sim.__getitem__, order))))
+    whole = dict(zip(order, map(sub, running, [0] + running[:-1])))
+    return list(map(whole.__getitem__, range(n)))
+
+
 class _IntAttr:
     """One int64 attribute's ``Node.attr`` bytes, cached by value (small values repeat)."""
 
@@ -131,6 +148,7 @@ class NodeFrames:
         self._heads: dict = {}  # op name (GPU: name and type) -> its name and type fields
         self._ints = [_IntAttr(name) for name in TIME_SPLIT_ATTRS]
         self._causes: dict = {}  # the causes of a node's data dependencies -> their attribute
+        self._durations: list[int] | None = None  # ``whole_microseconds`` of the busy times
 
     def chunk(self, order) -> bytes:
         """The frames of the nodes in ``order``, joined."""
@@ -139,7 +157,7 @@ class NodeFrames:
         nodes, ids, n, tids = et.nodes, et.ids, plan.cpu_count, et.tid
         gpu_nodes, gpu_links, comm_of, cpu_comm = et_plus.gpu_nodes, et_plus.gpu_links, plan.comm, plan.cpu_comm
         ctrl_of, data_deps, prev, waits = plan.ctrl, plan.data_deps, plan.prev, plan.waits
-        sim, blocked, host_gap = busy.sim, busy.blocked, busy.host_gap
+        sim, blocked, host_gap = self._whole_us(), busy.blocked, busy.host_gap
         parent_cause, order_cause = self._cause((PARENT,)), self._cause((THREAD_ORDER,))
         heads, causes_of, et_fields, attrs = self._heads, self._causes, self._et_fields, self.attrs
         flat, inputs, outputs, cpu_attrs = et.layout == FLAT, et_fields.inputs, et_fields.outputs, et_fields.cpu_attrs
@@ -150,7 +168,8 @@ class NodeFrames:
             self._summary.et_fields_from_child += len(fields_of) - fields_of.count(None)
         else:
             fields_of = repeat(None)
-        inclusive, exclusive, blocked_attr, gap_attr = self._ints
+        inclusive, exclusive, blocked_attr, gap_attr, deferred_attr, folded_attr = self._ints
+        deferred, folded = busy.deferred, busy.folded
         inclusive_get, exclusive_get, blocked_get = inclusive.cache.get, exclusive.cache.get, blocked_attr.cache.get
         small, end, varint, pairs = SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, CONTINUED_PAIRS
         id_tag, ctrl_tag, data_tag, start_tag, duration_tag = _ID, _CTRL_DEPS, _DATA_DEPS, _START, _DURATION
@@ -244,6 +263,14 @@ class NodeFrames:
                 if gap > 0:
                     t = round(gap)
                     parts.append(gap_attr.cache.get(t) or gap_attr.miss(t))
+                moved = deferred[u]
+                if moved > 0:
+                    t = round(moved)
+                    parts.append(deferred_attr.cache.get(t) or deferred_attr.miss(t))
+                moved = folded[u]
+                if moved > 0:
+                    t = round(moved)
+                    parts.append(folded_attr.cache.get(t) or folded_attr.miss(t))
             else:
                 parts += (et_fields.io(node), attrs.encode_all(gpu_attrs(node, tids[gpu_links[k].et_index], comm)))
             parts.append(causes)
@@ -255,6 +282,13 @@ class NodeFrames:
             append(payload)
         _count_et_ops(self._summary.counts_by_type, order, nodes, n, PROCESS_GROUP_INIT in heads, cpu_comm)
         return b"".join(out)
+
+    def _whole_us(self) -> list[int]:
+        """``whole_microseconds`` of the plan's busy times, computed on first use."""
+        if self._durations is None:
+            plan = self._plan
+            self._durations = whole_microseconds(plan.busy.sim, self._et_plus.et.tid)
+        return self._durations
 
     def _head(self, key, node_type: int) -> bytes:
         """The ``name`` and ``type`` fields of the ops of ``key`` (a name, or a GPU op's name and type)."""

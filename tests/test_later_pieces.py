@@ -1,0 +1,124 @@
+"""A parent's exclusive time after its first child runs where it was measured, not before the
+children (``plan.busy.later_pieces``; docs/durations.md). A small hand-written pair, one thread:
+
+    ## step ##        100 ─────────────────────────────── 200
+      aten::a             110 ─────────── 130
+        aten::a_inner         115 ─── 125
+      aten::b                                 150 ─── 170
+    aten::after                                                205 ── 215
+
+Exclusive times: step 100 − 20 − 20 = 60 (10 before its first child, 20 between its children,
+30 after the last), a 20 − 10 = 10 (5 before a_inner, 5 after), a_inner 10, b 20, after 10;
+the 5 µs host gap 200–205 is folded into b, the op before it. Each later piece goes to the op a
+replay runs just before it (start order): a's 125–130 and step's 130–150 to a_inner, step's
+170–200 to b. So the expected busy times, worked out here by hand:
+
+    step 10, a 5, a_inner 10 + 5 + 20 = 35, b 20 + 30 + 5 = 55, after 10   (sum 115 = 215 − 100)
+
+and a replay starts every op at its measured time. The second case adds a 8 µs
+``cudaDeviceSynchronize`` at 135–143 inside step's piece 130–150: blocked time, which stays out
+of what moves (20 − 8 = 12 goes to a_inner: 27).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import wire_decoder
+import linker
+from linker.link.recipe import LinkOptions
+from linker.pipeline import link_pair
+
+PID = TID = 77
+T0 = 1_700_000_000_000_000
+OPS = [  # id, name, parent id, rf_id, start, duration
+    (3, "## step ##", 2, 1, 100, 100),
+    (4, "aten::a", 3, 2, 110, 20),
+    (5, "aten::a_inner", 4, 3, 115, 10),
+    (6, "aten::b", 3, 4, 150, 20),
+    (7, "aten::after", 2, 5, 205, 10),
+]
+
+
+def _et_node(node_id: int, name: str, parent: int, rf_id: int, tid: int = 1) -> dict:
+    attrs = [{"name": "rf_id", "type": "uint64", "value": rf_id},
+             {"name": "scope", "type": "uint64", "value": 0},
+             {"name": "tid", "type": "uint64", "value": tid},
+             {"name": "op_schema", "type": "string", "value": ""}]
+    io = {"values": [], "shapes": [], "types": [], "strides": []}
+    return {"id": node_id, "name": name, "ctrl_deps": parent, "inputs": io, "outputs": io, "attrs": attrs}
+
+
+def _pair(directory: Path, sync: tuple[int, int] | None = None) -> tuple[Path, Path]:
+    nodes = [_et_node(2, "[pytorch|profiler|execution_trace|thread]", 1, 0)]
+    nodes += [_et_node(i, name, parent, rf) for i, name, parent, rf, _, _ in OPS]
+    nodes.append(_et_node(1, "[pytorch|profiler|execution_trace|process]", 1, 0, tid=0))
+    events = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": PID, "tid": TID, "ts": T0 + ts, "dur": dur,
+               "args": {"External id": rf, "Record function id": rf}} for _, name, _, rf, ts, dur in OPS]
+    if sync is not None:
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": PID, "tid": TID,
+                       "ts": T0 + sync[0], "dur": sync[1], "args": {"correlation": 9001, "External id": 9001}})
+    et, kineto = directory / "et.json", directory / "kineto.json"
+    et.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": PID, "time": "2025-01-01 00:00:00",
+                              "start_ts": 1000, "finish_ts": 2000, "nodes": nodes}))
+    kineto.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return et, kineto
+
+
+def _json_nodes(path: Path) -> dict[int, dict]:
+    return {node["id"]: node for node in json.loads(path.read_text())["nodes"]}
+
+
+def _et_durations(path: Path) -> dict[int, tuple[int, dict]]:
+    """id -> (duration_micros, {attribute name: int value}) read with the tests' own decoder."""
+    out = {}
+    for frame in wire_decoder.read_stream(path)[1:]:
+        node = wire_decoder.decode_node(frame)
+        attrs = {a[1]: a.get(9, a.get(10)) for a in node.get(10, [])}
+        out[node[1][0]] = (node.get(7, [0])[0], attrs)
+    return out
+
+
+# id -> (busy µs, deferred µs, folded µs), by hand (module docstring)
+EXPECTED = {3: (10, 50, 0), 4: (5, 5, 0), 5: (35, 0, 25), 6: (55, 0, 30), 7: (10, 0, 0)}
+EXPECTED_WITH_WAIT = {3: (10, 42, 0), 4: (5, 5, 0), 5: (27, 0, 17), 6: (55, 0, 30), 7: (10, 0, 0)}
+
+
+@pytest.mark.parametrize("sync, expected", [(None, EXPECTED), ((135, 8), EXPECTED_WITH_WAIT)],
+                         ids=["plain", "wait_in_a_piece"])
+def test_a_parents_later_exclusive_time_is_folded_where_a_replay_meets_it(tmp_path, sync, expected):
+    et, kineto = _pair(tmp_path, sync)
+    link_pair(et, kineto, tmp_path / "out.json", LinkOptions(), None)
+    link_pair(et, kineto, tmp_path / "out.et", LinkOptions(), None)
+    nodes, frames = _json_nodes(tmp_path / "out.json"), _et_durations(tmp_path / "out.et")
+    for node_id, (busy, deferred, folded) in expected.items():
+        node = nodes[node_id]
+        assert node["sim_dur"] == busy, node["name"]
+        assert node.get("deferred_dur", 0) == deferred and node.get("folded_dur", 0) == folded, node["name"]
+        assert node["sim_dur"] == pytest.approx(node["exclusive_dur"] - node["blocked_dur"] - node.get("deferred_dur", 0)
+                                                + node.get("folded_dur", 0) + node["host_gap_dur"])
+        duration, attrs = frames[node_id]
+        assert duration == busy, node["name"]
+        assert attrs.get("deferred_micros", 0) == deferred and attrs.get("folded_micros", 0) == folded
+    assert nodes[3]["blocked_dur"] == (8 if sync else 0)  # the wait stays the step's, and a wait
+    assert nodes[6]["host_gap_dur"] == 5
+    assert sum(busy for busy, _, _ in expected.values()) == (115 - 8 if sync else 115)
+
+
+def test_the_replay_starts_every_op_at_its_measured_time(tmp_path):
+    """Without the rule the step would hold the CPU 60 µs first and aten::a would start 50 µs
+    late (at 60 instead of 10); with it every op starts at its measured offset from the step, and
+    the replay lasts the measured 115 µs."""
+    et, kineto = _pair(tmp_path)
+    link_pair(et, kineto, tmp_path / "out.et", LinkOptions(), None)
+    measured = {name: ts - 100 for _, name, _, _, ts, _ in OPS}
+    for model in ("astra-sim", "lanes"):
+        simulation = linker.simulate(tmp_path / "out.et", model=model)
+        assert (simulation.report.measured_us, simulation.report.simulated_us) == (115, 115)
+        simulation.write_trace(tmp_path / f"{model}.json")
+        events = json.loads((tmp_path / f"{model}.json").read_text())["traceEvents"]
+        replayed = {(e["name"], e["ts"]) for e in events if e.get("ph") == "X" and e["name"] in measured}
+        assert replayed == set(measured.items()), model
