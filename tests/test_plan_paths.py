@@ -199,16 +199,16 @@ def test_columns_gathered_by_the_build_give_what_the_nodes_give(name):
     from linker.plan.json_fields import annotate_et_plus
 
     gathered, again = _et_plus(name), _et_plus(name)
-    assert gathered.op_exclusive is not None and gathered.exclusive_us is not None
+    assert gathered.op_exclusive is not None
     placement = chakra_deps._gpu_placement(gathered)
     assert chakra_deps._time_keys(gathered, placement, gathered.op_times[0]) == \
         chakra_deps._time_keys(gathered, placement)
-    again.op_times = again.op_exclusive = again.exclusive_us = None
+    again.op_times = again.op_exclusive = None
     assert chakra_deps._exclusive_of_ops(gathered) == gathered.op_exclusive
-    built = (list(gathered.op_exclusive), list(gathered.exclusive_us), tuple(map(list, gathered.op_times)))
+    built = (list(gathered.op_exclusive), tuple(map(list, gathered.op_times)))
     annotate_et_plus(gathered)
     annotate_et_plus(again)
-    assert (gathered.op_exclusive, gathered.exclusive_us, tuple(map(list, gathered.op_times))) == built
+    assert (gathered.op_exclusive, tuple(map(list, gathered.op_times))) == built
     assert gathered.plan.busy == again.plan.busy
     assert gathered.plan.order == again.plan.order and gathered.plan.position == again.plan.position
     assert msgspec.json.encode(gathered.all_nodes()) == msgspec.json.encode(again.all_nodes())

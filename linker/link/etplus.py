@@ -5,9 +5,8 @@ every attributed kernel/memcpy/memset becomes a node whose parent (``ctrl_deps``
 the layout has it) is its launching CPU node, carrying ``cat, name, ph, ts, dur, inclusive_dur,
 exclusive_dur, stream, device, correlation`` (and ``pg_name`` when the trace names the process
 group). New ids continue after the largest existing id. Each linked node's Kineto start and end
-and its exclusive time, raw and as written, are gathered on the way (``EtPlus.op_times``,
-``op_exclusive``, ``exclusive_us``: values of the build, never changed after it) for the plan's
-busy times and the simulation fields. Cost O(n + g).
+and its exclusive time are gathered on the way (``EtPlus.op_times``, ``op_exclusive``: values of
+the build, never changed after it) for the plan's busy times. Cost O(n + g).
 """
 
 from __future__ import annotations
@@ -82,10 +81,8 @@ class EtPlus:
     # Per ET node: its linked Kineto event's start and end (µs, NaN when unlinked), gathered by
     # ``build_et_plus`` for the plan (``busy``; None: read off the events again).
     op_times: tuple[list[float], list[float]] | None = None
-    # Per ET node: its exclusive µs (0.0 when unlinked), for the plan's busy times, and
-    # ``exclusive_dur`` as written, integral values as int (0 when unlinked), for ``json_fields``.
+    # Per ET node: its exclusive µs (0.0 when unlinked), for the plan's busy times.
     op_exclusive: list[float] | None = None
-    exclusive_us: list[float | int] | None = None
 
     @property
     def et(self) -> ExecutionTrace:
@@ -112,7 +109,7 @@ def build_et_plus(result: LinkResult) -> EtPlus:
     apply_placement(et, result.placement)  # where the ET's tree contradicts the measurement
     nodes, event_ts, event_dur = et.nodes, columns.ts, columns.dur
     starts, ends = [math.nan] * len(nodes), [math.nan] * len(nodes)
-    op_exclusive, exclusive_us = [0.0] * len(nodes), [0] * len(nodes)
+    op_exclusive = [0.0] * len(nodes)
     for i, e in enumerate(result.match.event_of_op):
         if e < 0:
             continue
@@ -121,11 +118,7 @@ def build_et_plus(result: LinkResult) -> EtPlus:
         starts[i], ends[i], op_exclusive[i] = ts, ts + dur, excl
         node.ts = int(ts) if ts.is_integer() else ts
         node.dur = node.inclusive_dur = int(dur) if dur.is_integer() else dur
-        if excl.is_integer():
-            node.exclusive_dur = exclusive_us[i] = int(excl)
-        else:
-            rounded = node.exclusive_dur = rounded_column[e]
-            exclusive_us[i] = int(rounded) if rounded.is_integer() else rounded
+        node.exclusive_dur = int(excl) if excl.is_integer() else rounded_column[e]
     next_id = max(et.ids) + 1
     flat = et.layout == FLAT
     gpu_nodes, gpu_links = [], []
@@ -155,8 +148,7 @@ def build_et_plus(result: LinkResult) -> EtPlus:
         gpu_nodes.append(node)
         gpu_links.append(link)
         next_id += 1
-    return EtPlus(result, gpu_nodes, gpu_links, op_times=(starts, ends), op_exclusive=op_exclusive,
-                  exclusive_us=exclusive_us)
+    return EtPlus(result, gpu_nodes, gpu_links, op_times=(starts, ends), op_exclusive=op_exclusive)
 
 
 def _int_or_none(value) -> int | None:

@@ -18,8 +18,8 @@ Cost: O(n + g + edges) after the plan.
 
 from __future__ import annotations
 
-from itertools import compress
-from operator import attrgetter, eq
+from itertools import compress, repeat
+from operator import eq
 
 import msgspec
 
@@ -41,38 +41,19 @@ def _us(value: float) -> float | int:
     return as_number(round(value, 3))
 
 
-def _sim_us_column(et_plus: EtPlus, busy) -> list[float | int]:
-    """``_us(sim)`` of every ET node. A linked node with no blocked time and no host gap has
-    sim = its exclusive time, whose ``_us`` is the ``exclusive_dur`` just written (as a number:
-    rounded to 3 digits, integral as int): ``EtPlus.exclusive_us`` as the build gathered it, else
-    read off the nodes with C passes; the other nodes (non-zero times,
-    unlinked) are converted one by one. O(n)."""
-    nodes, sim = et_plus.et.nodes, busy.sim
-    gathered = et_plus.exclusive_us
-    n = len(nodes)
-    others = set(compress(range(n), busy.blocked))
-    others.update(compress(range(n), busy.host_gap), compress(range(n), busy.deferred),
-                  compress(range(n), busy.folded),
-                  compress(range(n), map((0).__gt__, et_plus.result.match.event_of_op)))
-    if gathered is not None and len(gathered) == n:
-        column = list(gathered)  # the build's column stays as it was
-    else:
-        column = list(map(attrgetter("exclusive_dur"), nodes))
-        for i in others:
-            column[i] = 0
-        for i in compress(range(n), map(eq, column, map(int, column))):
-            column[i] = int(column[i])
-    for i in others:
-        column[i] = _us(sim[i])
-    return column
-
-
-def _sparse_us_column(values: list[float]) -> list[float | int]:
-    """``_us`` of every value, for a column that is mostly 0: only the non-zero ones converted."""
-    column: list[float | int] = [0] * len(values)
-    for i in compress(range(len(values)), values):
-        column[i] = _us(values[i])
-    return column
+def us_column(values: list[float]) -> list[float | int]:
+    """``_us`` of every value, in C passes over the non-zero ones (0 stays int 0): rounded to 3
+    digits, the integral ones as ints. Raises as ``_us`` does on a NaN or infinite value. O(n)."""
+    n = len(values)
+    at = list(compress(range(n), values))
+    rounded: list[float | int] = list(map(round, map(values.__getitem__, at), repeat(3)))
+    whole = list(map(int, rounded))
+    for k in compress(range(len(rounded)), map(eq, rounded, whole)):
+        rounded[k] = whole[k]
+    if len(at) == n:
+        return rounded
+    found = dict(zip(at, rounded))
+    return list(map(found.get, range(n), repeat(0)))
 
 
 def _chain_deps(plan: DependencyPlan, id_of: list[int]) -> tuple[list[list[int]], list[tuple[str, ...]]]:
@@ -108,8 +89,10 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
     for i in plan.waits:
         if i < n:
             dep_ids[i], dep_causes[i] = dep_fields(data_deps(i))
-    blocked, host_gap = _sparse_us_column(busy.blocked), _sparse_us_column(busy.host_gap)
-    columns = zip(et.nodes, blocked, host_gap, _sim_us_column(et_plus, busy), dep_ids, dep_causes, busy.host_gap)
+    # sim = exclusive where nothing is blocked, deferred, folded or a gap: its ``_us`` is then the
+    # ``exclusive_dur`` the build wrote, as every other node's is its own ``_us``: one column.
+    blocked, host_gap, sim = us_column(busy.blocked), us_column(busy.host_gap), us_column(busy.sim)
+    columns = zip(et.nodes, blocked, host_gap, sim, dep_ids, dep_causes, busy.host_gap)
     for node, blocked_us, gap_us, sim_us, ids, causes, gap in columns:
         if node.ts is not unset:
             node.blocked_dur, node.host_gap_dur, node.sim_dur = blocked_us, gap_us, sim_us
@@ -117,10 +100,11 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
             node.host_gap_dur = node.sim_dur = gap_us
         node.data_deps, node.data_dep_causes = ids, causes
     nodes = et.nodes
+    deferred, folded = us_column(busy.deferred), us_column(busy.folded)
     for i in compress(range(n), busy.deferred):  # a parent's exclusive time after its first child
-        nodes[i].deferred_dur = _us(busy.deferred[i])
+        nodes[i].deferred_dur = deferred[i]
     for i in compress(range(n), busy.folded):  # that time, where a replay runs it
-        nodes[i].folded_dur = _us(busy.folded[i])
+        nodes[i].folded_dur = folded[i]
     for i, comm in plan.cpu_comm.items():  # CPU collectives: communication nodes on their measured thread
         node = et.nodes[i]
         node.comm_type, node.comm_size = pb.CollectiveCommType.Name(comm.comm_type), comm.comm_size
