@@ -33,7 +33,7 @@ from linker.read.kineto import read_kineto_trace
 from linker.read.sanity import check_execution_trace, check_kineto_trace
 from linker.schedule import Schedule
 from linker.schedule.kineto_child import CheckedKineto, finish
-from linker.write.sink import atomic_output, prefill_later
+from linker.write.sink import atomic_output
 
 if TYPE_CHECKING:
     from linker.plan.dependency_plan import WriteSummary
@@ -66,14 +66,13 @@ def _report_bytes(report: LinkReport) -> bytes:
 
 class Inputs(NamedTuple):
     """Both inputs read and checked: the ET, the Kineto trace, the checks' warnings (the ET's
-    first), and what was computed beside the reading (None when it was not: the link and the plan
-    compute it): the Kineto CPU events' nesting, the ET's tree order."""
+    first), and what was computed beside the reading (None when it was not: the link computes
+    it): the Kineto CPU events' nesting."""
 
     et: object
     kineto: object
     warnings: list[str]
     nesting: object = None
-    tree: object = None
     child: object = None  # the Kineto child, kept while its pending CPU events may be read
 
 
@@ -95,23 +94,19 @@ def read_pair(et_path, kineto_path, schedule: Schedule | None = None):
     return inputs[:3]
 
 
-def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None,
-                et_read: Callable[[object], object] | None = None) -> Inputs:
+def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None) -> Inputs:
     """``read_pair``'s work, with what was computed beside it. Under a schedule with a Kineto
     child (``Schedule.kineto_reader``) the Kineto trace is read, checked and nested by the child
-    while this process reads the ET, then checks it and computes its tree order; a child that
-    failed leaves the Kineto read to this process (same trace, same errors). ``fields`` (a
-    ``fields_child.FieldsAhead``): the ET is inflated into its shared text, and its child told to
-    go once the ET is read. ``et_read(et)`` is called once the ET is read (the output's prefill
-    starts then). The caller cancels ``Inputs.child`` once done with the Kineto trace (its CPU
-    events stay on the child until read)."""
+    while this process reads the ET, then checks it; a child that failed leaves the Kineto read to
+    this process (same trace, same errors). ``fields`` (a ``fields_child.FieldsAhead``): the ET is
+    inflated into its shared text, and its child told to go once the ET is read. The caller
+    cancels ``Inputs.child`` once done with the Kineto trace (its CPU events stay on the child
+    until read)."""
     child = schedule.kineto_reader(kineto_path)
     try:
         with decoding(et_path, "Execution Trace"):
             et = read_execution_trace(et_path, fields.inflate_into if fields is not None else None)
         log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
-        if et_read is not None:
-            et_read(et)
         if fields is not None:
             fields.go(et)
         ahead = _EtChecked(et) if child is not None else None
@@ -123,32 +118,25 @@ def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None,
         else:
             _log_kineto(kineto_path, checked.trace)
         if ahead is None:
-            ahead = _EtChecked(et, tree=False)
-        return Inputs(et, checked.trace, ahead.result() + checked.warnings, checked.nesting, ahead.tree, child)
+            ahead = _EtChecked(et)
+        return Inputs(et, checked.trace, ahead.result() + checked.warnings, checked.nesting, child)
     except BaseException:
         _cancel(child)
         raise
 
 
 class _EtChecked:
-    """The ET's input check and, once it passed, the ET's tree order (``plan.deps.tree_order``:
-    the plan's part that needs only the ET), made while a Kineto child still works. The check's
-    outcome, warnings or refusal, is kept and given where reading the files one after the other
-    has it (``result``: after the Kineto file is read, so a bad Kineto file is still named first)."""
+    """The ET's input check, made while a Kineto child still works. Its outcome, warnings or
+    refusal, is kept and given where reading the files one after the other has it (``result``:
+    after the Kineto file is read, so a bad Kineto file is still named first)."""
 
-    def __init__(self, et, tree: bool = True):
+    def __init__(self, et):
         self.warnings: list[str] = []
         self.refusal: TraceInputError | None = None
-        self.tree = None
         try:
             self.warnings = check_execution_trace(et)
         except TraceInputError as err:
             self.refusal = err
-            return
-        if tree:
-            from linker.plan.deps import tree_order
-
-            self.tree = tree_order(et)
 
     def result(self) -> list[str]:
         """The check's warnings, or its refusal raised."""
@@ -172,7 +160,7 @@ def _log_kineto(kineto_path, kineto) -> None:
              kineto.cpu_count(), len(kineto.gpu_events))
 
 
-def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=None, prefill=None) -> WriteSummary | None:
+def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=None) -> WriteSummary | None:
     """Write the ET+; the ``.et`` writer's summary, None for JSON."""
     try:
         if output.format == CHAKRA:
@@ -182,7 +170,7 @@ def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=No
             return write_et_plus_chakra(et_plus, output.path, protected, pre_encoded)
         from linker.write.etplus_json import write_et_plus_json
 
-        write_et_plus_json(et_plus, output.path, protected, prefill)
+        write_et_plus_json(et_plus, output.path, protected)
         return None
     except (ValueError, OverflowError) as err:
         # A value of the input that the output format cannot hold (nothing was left behind).
@@ -214,13 +202,12 @@ def add_simulation_counts(report: LinkReport, et_plus) -> None:
         report.warnings.append(f"{summary.ctrl_deps_dropped} ops name a parent missing from the ET: written without it")
 
 
-def plan_simulation(et_plus, output: Output, report: LinkReport, tree=None) -> None:
+def plan_simulation(et_plus, output: Output, report: LinkReport) -> None:
     """Compute the dependency plan (busy durations, dependencies with causes) once, before the
-    report and the ET+ are written; for JSON output also fill the ET+ simulation fields.
-    ``tree``: the ET's tree order when already computed (``read_inputs``)."""
+    report and the ET+ are written; for JSON output also fill the ET+ simulation fields."""
     from linker.plan.deps import dependency_plan
 
-    dependency_plan(et_plus, tree=tree)
+    dependency_plan(et_plus)
     if output.format != CHAKRA:
         from linker.plan.json_fields import annotate_et_plus
 
@@ -276,16 +263,11 @@ def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Sch
     fields = schedule.fields_encoder(et_path, output)
     inputs = None
     try:
-        with prefill_later(output.path) as prefill:
-            et_read = (lambda et: prefill.start(schedule.prefill_size(output, et))) if schedule.prefill else None
-            inputs = read_inputs(et_path, kineto_path, schedule, fields, et_read)
-            if et_read is not None:
-                prefill.start(schedule.prefill_size(output, inputs.et, inputs.kineto))  # its GPU ops too, now known
-            progress("linking")
-            result = link(inputs.et, inputs.kineto, options, inputs.nesting)
-            result.report.warnings[:0] = inputs.warnings
-            return _link_and_write(result, output, report_path, protected, beside, started, fields, inputs.tree,
-                                   progress, prefill)
+        inputs = read_inputs(et_path, kineto_path, schedule, fields)
+        progress("linking")
+        result = link(inputs.et, inputs.kineto, options, inputs.nesting)
+        result.report.warnings[:0] = inputs.warnings
+        return _link_and_write(result, output, report_path, protected, beside, started, fields, progress)
     finally:
         if fields is not None:
             fields.cancel()
@@ -294,20 +276,19 @@ def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Sch
 
 
 def _link_and_write(result, output: Output, report_path, protected: tuple, beside, started: float,
-                    fields=None, tree=None, progress=_silent, prefill=None) -> PairOutcome:
+                    fields=None, progress=_silent) -> PairOutcome:
     """Build the ET+ of ``result``, plan it, write the report and the ET+ (``fields``: the ET's
-    own fields encoded by a child, ``Schedule.fields_encoder``; ``prefill``: the output's
-    prefilled file, ``write.sink.Prefill``)."""
+    own fields encoded by a child, ``Schedule.fields_encoder``)."""
     progress("writing")
     _note_timing_source(result)
     et_plus = build_et_plus(result)
-    plan_simulation(et_plus, output, result.report, tree)
+    plan_simulation(et_plus, output, result.report)
     report_output = atomic_output(report_path, protected) if report_path else contextlib.nullcontext()
     with report_output as report_stream:
         if report_stream is not None:
             report_stream.write(_report_bytes(result.report))
             report_stream.flush()  # a full disk shows here, before the ET+ is written
-        written = _write_et_plus(et_plus, output, protected, beside, fields, prefill)
+        written = _write_et_plus(et_plus, output, protected, beside, fields)
     return PairOutcome(result.report, output.path, Path(report_path) if report_path else None,
                        time.perf_counter() - started, et_plus, written)
 

@@ -108,11 +108,8 @@ SIMULATE_OK = (0, 6)
 TRICKS = [
     ("kineto child", "json", ("plain", "gzip"), "the Kineto trace read by this process (Schedule.kineto_child off)"),
     ("pending CPU events", "json", ("plain", "gzip"), "the child's CPU events decoded at the hand-over"),
-    ("early tree order", "json", ("plain", "gzip"), "the ET's tree order made by the plan, not beside the child"),
     ("fields child", "et", ("plain", "gzip"), "the .et's ET-only fields all encoded by the writer"),
-    ("prefill", "json", ("plain", "gzip"), "no prefill of the JSON output's file"),
     ("background writer", "json", ("plain", "gzip"), "the writer writes each chunk itself"),
-    ("background writer .et", "et", ("plain", "gzip"), "the .et writer writes each chunk itself"),
     ("one-shot exit", "json", ("plain", "gzip"), "the process collects and frees as usual at the end"),
     ("positional attrs", "json", ("plain", "gzip"), "the ET's attrs columns read by name"),
     ("ISA-L inflate", "json", ("gzip",), "gzip inflated by zlib"),
@@ -147,8 +144,6 @@ if trick == "kineto child":
     schedule_without(kineto_child=False)
 elif trick == "fields child":
     schedule_without(fields_child=False)
-elif trick == "prefill":
-    schedule_without(prefill=False)
 elif trick == "pending CPU events":
     real_finish = pipeline.finish
     def eager(child):
@@ -157,14 +152,12 @@ elif trick == "pending CPU events":
             checked.trace.cpu_events
         return checked
     pipeline.finish = eager
-elif trick == "early tree order":
-    pipeline._EtChecked.__init__.__defaults__ = (False,)
 elif trick.startswith("background writer"):
     from linker.write import chakra_wire, etplus_json
     etplus_json.BackgroundWriter = chakra_wire.BackgroundWriter = SyncWriter
 elif trick == "positional attrs":
-    from linker.read import et
-    et._positional_decoder = lambda nodes: None
+    real_read = pipeline.read_execution_trace
+    pipeline.read_execution_trace = lambda path, inflate_into=None: real_read(path, inflate_into, attrs_by_position=False)
 elif trick == "ISA-L inflate":
     from linker.read import files
     files.inflating = zlib

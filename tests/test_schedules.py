@@ -28,14 +28,14 @@ def test_pinned_outputs_under_the_forced_schedule(name, method, fmt, tmp_path):
 
 def test_serial_is_the_default_and_auto_forks_only_with_a_spare_core():
     serial, auto, forced = Schedule.serial(), Schedule.auto(), Schedule.forced()
-    assert serial == Schedule() and not (serial.kineto_child or serial.fields_child or serial.prefill
+    assert serial == Schedule() and not (serial.kineto_child or serial.fields_child
                                          or serial.split_load or serial.one_shot)
-    assert auto.kineto_child == auto.fields_child == auto.prefill == auto.split_load == spare_core()
+    assert auto.kineto_child == auto.fields_child == auto.split_load == spare_core()
     assert auto.one_shot and not Schedule.auto(one_shot=False).one_shot
-    assert forced.kineto_child and forced.fields_child and forced.prefill and forced.split_load
-    assert forced.child_min_bytes == forced.prefill_min_bytes == forced.split_min_bytes == 0
+    assert forced.kineto_child and forced.fields_child and forced.split_load
+    assert forced.child_min_bytes == forced.split_min_bytes == 0
     with pytest.raises(AttributeError):
-        forced.prefill = False  # a value: frozen
+        forced.kineto_child = False  # a value: frozen
 
 
 def test_only_a_one_shot_schedule_keeps_the_collector_off():

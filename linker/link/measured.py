@@ -147,7 +147,7 @@ def measured_placement(result, nesting_violations: int | None = None) -> Placeme
 def apply_placement(et, placement: Placement) -> None:
     """Write ``placement`` into ``et``: its ``tid`` / ``parent`` columns and the nodes' parent
     field (``ctrl_deps`` or ``parent``, as the layout has it); drops what was derived from the old
-    columns (parent positions, a tree order made ahead). O(changed ops)."""
+    columns (the parent positions the ET keeps). O(changed ops)."""
     if not placement.tid and not placement.parent:
         return
     for i, t in placement.tid.items():
@@ -163,4 +163,3 @@ def apply_placement(et, placement: Placement) -> None:
         else:
             node.ctrl_deps = parent_id
     et._parent_index = None
-    et.tree_order = None

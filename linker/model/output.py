@@ -2,7 +2,7 @@
 
 ``Output.of(path)`` reads the format from the path's suffix (``.et``/``.et.gz``: Chakra protobuf;
 anything else: ET+ JSON) and the compression from a final ``.gz``. Everything downstream (the
-plan, the writers, the schedule's prefill) asks the value, never the path string. Cost: O(1).
+plan, the writers, the schedule) asks the value, never the path string. Cost: O(1).
 """
 
 from __future__ import annotations

@@ -119,9 +119,8 @@ class TreeOrder:
 
 
 def tree_order(et) -> TreeOrder:
-    """``et``'s ``TreeOrder`` (a value: the pipeline may compute it while the Kineto child is still
-    at work and hand it to ``dependency_plan``). O(n log n), one sort and stack sweeps when the id
-    order is the pre-order."""
+    """``et``'s ``TreeOrder``. O(n log n), one sort and stack sweeps when the id order is the
+    pre-order."""
     n = len(et.nodes)
     by_id = id_order(et.ids)
     counts = WriteSummary(et.path)
@@ -392,13 +391,12 @@ def _collective_order(plan: DependencyPlan, placement: GpuPlacement, extra: dict
 
 
 def plan_dependencies(et_plus: EtPlus, summary: WriteSummary,
-                      resolver: CommResolver | None = None, tree: TreeOrder | None = None) -> DependencyPlan:
+                      resolver: CommResolver | None = None) -> DependencyPlan:
     """ctrl / thread-chain / launcher / stream / fork-join / collective dependencies, the write
-    order, then the waits; every data dependency with its cause (counted in ``summary``).
-    ``tree``: the ET's ``tree_order`` when already computed."""
+    order, then the waits; every data dependency with its cause (counted in ``summary``)."""
     et = et_plus.et
     n, g = len(et.nodes), len(et_plus.gpu_nodes)
-    tree = tree if tree is not None else tree_order(et)
+    tree = tree_order(et)
     by_id, preorder = tree.by_id, tree.preorder
     summary.ctrl_deps_dropped += tree.dropped
     ctrl = tree.parent + array("q", [NO_NODE]) * g
@@ -465,14 +463,12 @@ def _count_causes(plan: DependencyPlan, counts: Counter) -> None:
             counts[cause] += count
 
 
-def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None,
-                    tree: TreeOrder | None = None) -> DependencyPlan:
-    """The plan of ``et_plus`` (durations, dependencies with causes), computed once and kept on it.
-    ``tree``: the ET's ``tree_order`` when already computed (used only by the first call)."""
+def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
+    """The plan of ``et_plus`` (durations, dependencies with causes), computed once and kept on it."""
     if et_plus.plan is None:
         summary = summary if summary is not None else WriteSummary("")
         resolver = CommResolver(et_plus, et_plus.et.index_of_id()) if et_plus.gpu_nodes else None  # GPU nodes only
-        et_plus.plan = plan_dependencies(et_plus, summary, resolver, tree)
+        et_plus.plan = plan_dependencies(et_plus, summary, resolver)
         et_plus.plan_summary = summary
     elif summary is not None and summary is not et_plus.plan_summary:
         _copy_plan_counts(et_plus.plan_summary, summary)

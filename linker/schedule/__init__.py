@@ -2,9 +2,8 @@
 
 Every speed decision of et-link is made here, and only here: whether a large Kineto trace is read
 by a forked child while the parent reads the ET (``kineto_child``), whether a ``.et`` output's
-ET-only fields are encoded by a child while the parent links (``fields_child``), whether a large
-plain JSON output's file is prefilled while linking (``prefill``), whether ``simulate`` reads a
-large plain ``.et`` in two halves (``sim.load``), the size thresholds of each, the check for a
+ET-only fields are encoded by a child while the parent links (``fields_child``), whether
+``simulate`` reads a large plain ``.et`` in two halves (``sim.load``), the size thresholds of each, the check for a
 spare core, and whether the process ends with the command (``one_shot``: the collector is left
 off, what was built is kept and the process exits without freeing it: ``process_exit``).
 
@@ -23,7 +22,8 @@ decision (a ``stat`` of the input at most).
 The wing's modules, which only this one decides to use: ``fork`` (run a function in a forked child,
 take back its bytes), ``kineto_child`` (read, check and nest a Kineto trace in a child),
 ``fields_child`` (encode a ``.et``'s ET-only fields in a child), ``process_exit`` (end a one-shot
-process without freeing). The prefill's file thread is part of the output sink (``write.sink``).
+process without freeing). Each was measured to pay more than 3% of a large run
+(docs/performance.md); those that did not were removed.
 """
 
 from __future__ import annotations
@@ -61,11 +61,9 @@ class Schedule:
 
     kineto_child: bool = False  # read, check and nest a large Kineto trace in a forked child
     fields_child: bool = False  # encode a large ET's own fields of a ``.et`` output in a forked child
-    prefill: bool = False  # prefill a large plain JSON output's file from a thread while linking
     split_load: bool = False  # ``simulate``: read a large plain ``.et`` in two processes
     one_shot: bool = False  # the process ends with the command: no collection, no freeing
     child_min_bytes: int = 2 << 20  # smaller inputs are read (and encoded) quickly where they are
-    prefill_min_bytes: int = 64 << 20  # smaller outputs are written quickly enough as they come
     split_min_bytes: int = 64 << 20  # smaller ``.et`` files are read quickly enough by one process
     fields_batch_nodes: int = 2048  # nodes the fields child encodes between two reports of its progress
     wait_for_fields: bool = False  # the ``.et`` writer waits for the fields child to be done (tests)
@@ -77,17 +75,16 @@ class Schedule:
 
     @classmethod
     def auto(cls, one_shot: bool = True) -> Schedule:
-        """The CLI's: children and the prefill thread where a second core can run them; the
+        """The CLI's: children where a second core can run them; the
         process ends with the command when ``one_shot``."""
         spare = spare_core()
-        return cls(kineto_child=spare, fields_child=spare, prefill=spare, split_load=spare, one_shot=one_shot)
+        return cls(kineto_child=spare, fields_child=spare, split_load=spare, one_shot=one_shot)
 
     @classmethod
     def forced(cls) -> Schedule:
         """Every child and thread, whatever the sizes and the cores (tests: the paths a large
         trace takes, on the fixtures)."""
-        return cls(kineto_child=True, fields_child=True, prefill=True, split_load=True,
-                   child_min_bytes=0, prefill_min_bytes=0, split_min_bytes=0)
+        return cls(kineto_child=True, fields_child=True, split_load=True, child_min_bytes=0, split_min_bytes=0)
 
     def without(self, **fields: bool) -> Schedule:
         """This schedule with some decisions turned off (or thresholds changed)."""
@@ -117,16 +114,6 @@ class Schedule:
         from linker.schedule import fields_child
 
         return fields_child.start(et_path, self.child_min_bytes, self.fields_batch_nodes, self.wait_for_fields)
-
-    def prefill_size(self, output, et, kineto=None) -> int:
-        """How much of a plain JSON output (an ``Output``) to prefill while linking: the ET's text
-        plus a little per node and GPU op (under the ET+ on the traces we have; without
-        ``kineto``, the ET's part); 0 when this schedule does not prefill, for other formats, and
-        under ``prefill_min_bytes``."""
-        if not self.prefill or output.format != "json" or output.compressed:
-            return 0
-        guess = et.text_bytes + 64 * len(et.nodes) + (256 * len(kineto.gpu_events) if kineto is not None else 0)
-        return guess if guess >= self.prefill_min_bytes else 0
 
     def splits_load(self, path) -> bool:
         """Whether ``simulate`` reads the plain ``.et`` at ``path`` in two processes."""

@@ -119,7 +119,9 @@ def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tupl
     plan = dependency_plan(et_plus, summary)
     frames = NodeFrames(et_plus, plan, summary, pre_encoded)
     order = plan.order
-    with EtWriter(path, protected, background=True) as writer:
+    # A writer thread pays where it compresses (``.et.gz``); for a plain ``.et`` it was measured to
+    # save nothing (0.0-0.7% of a large run, docs/performance.md), so the encoder writes itself.
+    with EtWriter(path, protected, background=str(path).endswith(".gz")) as writer:
         writer.write_metadata(metadata_message(et_plus))
         for start in range(0, len(order), chunk_nodes):
             chunk = order[start:start + chunk_nodes]

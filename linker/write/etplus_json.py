@@ -58,12 +58,11 @@ def _write_document(et_plus: EtPlus, writer: BackgroundWriter, nodes_per_piece: 
     writer.write(frame[open_at + 1:])
 
 
-def write_et_plus_json(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = (), prefill=None,
+def write_et_plus_json(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = (),
                        nodes_per_piece: int = NODES_PER_PIECE) -> None:
-    """Write ``et_plus`` as ET+ JSON to ``path`` (``atomic_output``; into ``prefill``'s file when
-    it holds one: ``write.sink.Prefill``), its nodes encoded ``nodes_per_piece`` at a time (the
-    bytes are the same for any number)."""
-    with atomic_output(path, protected, prefill) as out:
+    """Write ``et_plus`` as ET+ JSON to ``path`` (``atomic_output``), its nodes encoded
+    ``nodes_per_piece`` at a time (the bytes are the same for any number)."""
+    with atomic_output(path, protected) as out:
         writer = BackgroundWriter(out, depth=WRITE_QUEUE_PIECES)
         try:
             for k, written in enumerate(_write_document(et_plus, writer, nodes_per_piece)):
