@@ -166,7 +166,7 @@ def _start_order(ops: list[int], starts: list[float], ends: list[float],
     at = list(map(starts.__getitem__, ops))
     if all(map(lt, at, at[1:])):
         return ops, at
-    run_start = None
+    run_start = run_end = None
     for p in compress(range(1, len(ops)), map(eq, at[1:], at[:-1])):  # p ties with p - 1
         if run_start is None or at[p] != at[run_start]:
             if run_start is not None:
@@ -434,12 +434,10 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
         busy.cross.append((collective, consumer, JOIN))
         at = starts[consumer]
         busy.consumed_at[collective] = at
-        q = main.position[consumer]
-        last_end = max((tl.ends[p] for p in range(q - 1, max(-1, q - 1 - SEARCH_LIMIT), -1) if tl.ends[p] <= at),
-                       default=-math.inf)
-        segment = main.idle_segment(math.nextafter(at, -math.inf))
-        if segment is None or segment.resume != consumer:
+        idle = _idle_before(main, consumer, at)
+        if idle is None:
             continue
+        segment, last_end = idle
         call = issued.get(collective, -1)  # waiting began once the call had issued it (picked up or not)
         since = ends[call] if call >= 0 and ends[call] == ends[call] else starts[collective]
         lo, hi = max(segment.start, last_end, min(since, starts[collective])), done[collective]
@@ -450,6 +448,20 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
             if woken > idle_from:
                 busy.host_gap[consumer] = max(busy.host_gap[consumer], at - woken)
     return {i for i, consumer in found.items() if ends[i] > starts[consumer]}
+
+
+def _idle_before(main: MainThread, consumer: int, at: float):
+    """(the main thread's idle segment that ``consumer``, starting at ``at``, resumes; the latest
+    end at or before ``at`` among the ``SEARCH_LIMIT`` ops before it), or None when the consumer
+    does not end an idle segment. O(SEARCH_LIMIT)."""
+    tl = main.timeline
+    q = main.position[consumer]
+    last_end = max((tl.ends[p] for p in range(q - 1, max(-1, q - 1 - SEARCH_LIMIT), -1) if tl.ends[p] <= at),
+                   default=-math.inf)
+    segment = main.idle_segment(math.nextafter(at, -math.inf))
+    if segment is None or segment.resume != consumer:
+        return None
+    return segment, last_end
 
 
 def _lost_collective_waits(et, collectives: dict, lost: list[int], main: MainThread, starts: list[float],
@@ -470,12 +482,10 @@ def _lost_collective_waits(et, collectives: dict, lost: list[int], main: MainThr
                      if ends[i] == ends[i])
     for call, consumer in found.items():
         at = starts[consumer]
-        q = main.position[consumer]
-        last_end = max((tl.ends[p] for p in range(q - 1, max(-1, q - 1 - SEARCH_LIMIT), -1) if tl.ends[p] <= at),
-                       default=-math.inf)
-        segment = main.idle_segment(math.nextafter(at, -math.inf))
-        if segment is None or segment.resume != consumer:
+        idle = _idle_before(main, consumer, at)
+        if idle is None:
             continue
+        segment, last_end = idle
         p = bisect_right(done_at, at) - 1  # a recorded collective that ended meanwhile held the wait until then
         lo = max(segment.start, last_end, ends[call], done_at[p] if p >= 0 else -math.inf)
         if at > lo:
