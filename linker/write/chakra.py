@@ -76,6 +76,7 @@ import msgspec
 
 from linker.link.etplus import EtPlus
 from linker.model import et_def_pb2 as pb
+from linker.model.output import Output
 from linker.plan.comm import is_int
 from linker.plan.dependency_plan import WriteSummary
 from linker.plan.deps import dependency_plan
@@ -121,7 +122,7 @@ def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tupl
     order = plan.order
     # A writer thread pays where it compresses (``.et.gz``); for a plain ``.et`` it was measured to
     # save nothing (0.0-0.7% of a large run, docs/performance.md), so the encoder writes itself.
-    with EtWriter(path, protected, background=str(path).endswith(".gz")) as writer:
+    with EtWriter(path, protected, background=Output.of(path).compressed) as writer:
         writer.write_metadata(metadata_message(et_plus))
         for start in range(0, len(order), chunk_nodes):
             chunk = order[start:start + chunk_nodes]
