@@ -264,6 +264,14 @@ def _write_gz(obj: dict, path: Path) -> None:
     path.write_bytes(gzip.compress(json.dumps(obj, indent=None).encode(), mtime=0))
 
 
+def write_fixture(directory: Path, et: dict, kineto: dict, truth: dict) -> None:
+    """One fixture pair and its truth file: ``et.json.gz``, ``kineto.json.gz``, ``truth.json``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    _write_gz(et, directory / "et.json.gz")
+    _write_gz(kineto, directory / "kineto.json.gz")
+    (directory / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gpu")
@@ -271,10 +279,7 @@ def main() -> None:
     for dialect in ("cuda", "rocm"):
         et, kineto, truth = build(dialect)
         directory = args.out / f"shapes_{dialect}"
-        directory.mkdir(parents=True, exist_ok=True)
-        _write_gz(et, directory / "et.json.gz")
-        _write_gz(kineto, directory / "kineto.json.gz")
-        (directory / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+        write_fixture(directory, et, kineto, truth)
         print(f"wrote {directory}: {len(truth['gpu_ops'])} GPU ops")
 
 

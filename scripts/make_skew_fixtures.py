@@ -27,12 +27,11 @@ copies blocked. Deterministic (seeded): the same bytes on every run.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 from pathlib import Path
 
 # The ET node parts and the gzip writer of the other hand-written GPU fixtures (same directory).
-from make_gpu_shape_fixtures import ROOT_NAMES, _attrs, _io, _write_gz
+from make_gpu_shape_fixtures import ROOT_NAMES, _attrs, _io, write_fixture
 
 PID, TID, STREAM, DEVICE = 2284, 2284, 7, 0
 LAUNCH_LATENCY = 4  # µs from a launch call's start to its kernel's start on an idle GPU (true time)
@@ -231,10 +230,7 @@ def main() -> None:
     for name in VARIANTS:
         et, kineto, truth = build(name)
         directory = args.out / name
-        directory.mkdir(parents=True, exist_ok=True)
-        _write_gz(et, directory / "et.json.gz")
-        _write_gz(kineto, directory / "kineto.json.gz")
-        (directory / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+        write_fixture(directory, et, kineto, truth)
         print(f"wrote {directory}: {len(et['nodes'])} ET nodes, {len(kineto['traceEvents'])} Kineto events")
 
 

@@ -134,13 +134,20 @@ def test_locked_by_a_writer(nsys_file, tmp_path):
         writer.close()
 
 
-def test_ranges_never_closed_warn_and_link(nsys_file, tmp_path):
-    conn = sqlite3.connect(nsys_file)
-    open_ranges = conn.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep%'").fetchone()[0]
-    conn.execute("UPDATE NVTX_EVENTS SET end = NULL WHERE text LIKE 'ProfilerStep%'")
+def _edited(path: Path, count_sql: str, change_sql: str) -> int:
+    """Rows ``count_sql`` counts in the file at ``path`` (at least one), then ``change_sql`` run on it."""
+    conn = sqlite3.connect(path)
+    rows = conn.execute(count_sql).fetchone()[0]
+    conn.execute(change_sql)
     conn.commit()
     conn.close()
-    assert open_ranges
+    assert rows
+    return rows
+
+
+def test_ranges_never_closed_warn_and_link(nsys_file, tmp_path):
+    open_ranges = _edited(nsys_file, "SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep%'",
+                          "UPDATE NVTX_EVENTS SET end = NULL WHERE text LIKE 'ProfilerStep%'")
     out = tmp_path / "o.json"
     run = _cli("--kineto-file", nsys_file, "-o", out)
     assert run.returncode == EXIT_OK, run.stderr
@@ -149,15 +156,11 @@ def test_ranges_never_closed_warn_and_link(nsys_file, tmp_path):
 
 
 def test_kernels_whose_launch_row_is_missing(nsys_file, tmp_path):
-    conn = sqlite3.connect(nsys_file)
-    gone = conn.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE k.correlationId IN "
-                        "(SELECT correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE nameId IN "
-                        "(SELECT id FROM StringIds WHERE value LIKE 'cudaLaunchKernel_v%'))").fetchone()[0]
-    conn.execute("DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE nameId IN "
-                 "(SELECT id FROM StringIds WHERE value LIKE 'cudaLaunchKernel_v%')")
-    conn.commit()
-    conn.close()
-    assert gone
+    _edited(nsys_file, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE k.correlationId IN "
+                       "(SELECT correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE nameId IN "
+                       "(SELECT id FROM StringIds WHERE value LIKE 'cudaLaunchKernel_v%'))",
+            "DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE nameId IN "
+            "(SELECT id FROM StringIds WHERE value LIKE 'cudaLaunchKernel_v%')")
     out = tmp_path / "o.json"
     run = _cli("--et-file", ET, "--kineto-file", nsys_file, "-o", out)
     assert run.returncode == EXIT_OK, run.stderr
@@ -176,12 +179,8 @@ def test_seq_check_warns_when_the_order_alignment_disagrees(tmp_path):
     converter.write_nsys(kineto, path, strip_op_id=True)
     good = _cli("--et-file", et, "--kineto-file", path, "-o", tmp_path / "good.json")
     assert good.returncode == EXIT_OK and "seq check:" in good.stderr and "BELOW" not in good.stderr
-    conn = sqlite3.connect(path)
-    shifted = conn.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE '%, seq = %'").fetchone()[0]
-    conn.execute("UPDATE NVTX_EVENTS SET text = replace(text, ', seq = ', ', seq = 9') WHERE text LIKE '%, seq = %'")
-    conn.commit()
-    conn.close()
-    assert shifted
+    _edited(path, "SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE '%, seq = %'",
+            "UPDATE NVTX_EVENTS SET text = replace(text, ', seq = ', ', seq = 9') WHERE text LIKE '%, seq = %'")
     bad = _cli("--et-file", et, "--kineto-file", path, "-o", tmp_path / "bad.json")
     assert bad.returncode == EXIT_OK, bad.stderr
     assert "WARNING: seq check: the ET's seq_id equals the range's seq on 0 of" in bad.stderr

@@ -58,23 +58,9 @@ def _read_back(texts: list[str]) -> list[tuple]:
     return [(e.name, e.args.rf_id, e.args.seq) for e in cpu_events(rows, in_order=True)]
 
 
-def test_split_ids_agrees_with_sqlite_on_edge_cases():
-    conn = sqlite3.connect(":memory:")
-    expected = []
-    for text in EDGE_CASES:
-        core, op_id, seq = conn.execute(ORACLE, (text, text, text)).fetchone()
-        assert split_ids(text) == (core, op_id, seq), text
-        name, _, old_seq, _ = parse_range_text(core)
-        expected.append((name, op_id, seq if seq is not None else old_seq))
-    assert _read_back(EDGE_CASES) == expected
-
-
-def test_split_ids_agrees_with_sqlite_on_real_captures():
-    texts = _real_texts()
-    if not texts:
-        pytest.skip("shared traces not available")
-    with_ids = [t for t in texts if ", op_id = " in t or ", seq" in t]
-    assert len(with_ids) > 10_000  # the captures with PyTorch ranges hold tens of thousands
+def _agrees_with_sqlite(texts: list[str]) -> None:
+    """``split_ids`` of each text is SQLite's evaluation of the first reader's SQL, and
+    ``cpu_events`` reads the names, op_ids and seqs that split gives."""
     conn = sqlite3.connect(":memory:")
     expected = []
     for text in texts:
@@ -83,3 +69,16 @@ def test_split_ids_agrees_with_sqlite_on_real_captures():
         name, _, old_seq, _ = parse_range_text(core)
         expected.append((name, op_id, seq if seq is not None else old_seq))
     assert _read_back(texts) == expected
+
+
+def test_split_ids_agrees_with_sqlite_on_edge_cases():
+    _agrees_with_sqlite(EDGE_CASES)
+
+
+def test_split_ids_agrees_with_sqlite_on_real_captures():
+    texts = _real_texts()
+    if not texts:
+        pytest.skip("shared traces not available")
+    with_ids = [t for t in texts if ", op_id = " in t or ", seq" in t]
+    assert len(with_ids) > 10_000  # the captures with PyTorch ranges hold tens of thousands
+    _agrees_with_sqlite(texts)
