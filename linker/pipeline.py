@@ -109,7 +109,7 @@ def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None) -> Inputs
         log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
         if fields is not None:
             fields.go(et)
-        ahead = _EtChecked(et) if child is not None else None
+        ahead = _EtChecked(et)  # beside a Kineto child still at work; its refusal comes after the Kineto read
         checked = finish(child)
         if checked is None:
             child = None  # reaped
@@ -117,8 +117,6 @@ def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None) -> Inputs
             checked = CheckedKineto(kineto, check_kineto_trace(kineto))
         else:
             _log_kineto(kineto_path, checked.trace)
-        if ahead is None:
-            ahead = _EtChecked(et)
         return Inputs(et, checked.trace, ahead.result() + checked.warnings, checked.nesting, child)
     except BaseException:
         _cancel(child)
