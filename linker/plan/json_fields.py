@@ -18,8 +18,9 @@ Cost: O(n + g + edges) after the plan.
 
 from __future__ import annotations
 
+from collections import deque
 from itertools import compress, repeat
-from operator import eq
+from operator import attrgetter, eq, gt, is_not
 
 import msgspec
 
@@ -35,39 +36,54 @@ def pytorch_group_name(group_id: str) -> str:
     return str(int(group_id) - 1) if group_id.isdigit() else group_id
 
 
+SAMPLE = 32768  # values looked at to choose how a column is rounded (``us_at``)
+PARENT_CAUSES, THREAD_ORDER_CAUSES = (PARENT,), (THREAD_ORDER,)  # one tuple each for every chain node
+
+
 def _us(value: float) -> float | int:
     if value == 0:  # most blocked / gap times
         return 0
     return as_number(round(value, 3))
 
 
-def us_column(values: list[float]) -> list[float | int]:
-    """``_us`` of every value, in C passes over the non-zero ones (0 stays int 0): rounded to 3
-    digits, the integral ones as ints. Raises as ``_us`` does on a NaN or infinite value. O(n)."""
-    n = len(values)
-    at = list(compress(range(n), values))
-    rounded: list[float | int] = list(map(round, map(values.__getitem__, at), repeat(3)))
+def us_at(values: list[float], at: list[int]) -> list[float | int]:
+    """``_us`` of ``values[i]`` for each i of ``at``, in C passes. A column whose first ``SAMPLE``
+    values are less than half distinct (the later-piece columns: a few thousand values over
+    hundreds of thousands of ops) has each distinct value rounded once; one of mostly distinct values (``sim``)
+    is rounded value by value, as hashing them would cost more than it saves. Raises as ``_us``
+    does on a NaN or infinite value. O(len(at))."""
+    picked = list(map(values.__getitem__, at))
+    sample = picked[:SAMPLE]
+    repeats = len(set(sample)) * 2 < len(sample)
+    distinct = list(dict.fromkeys(picked)) if repeats else picked
+    rounded: list[float | int] = list(map(round, distinct, repeat(3)))
     whole = list(map(int, rounded))
-    for k in compress(range(len(rounded)), map(eq, rounded, whole)):
+    for k in compress(range(len(rounded)), map(eq, rounded, whole)):  # 0.0 too: _us gives int 0
         rounded[k] = whole[k]
-    if len(at) == n:
-        return rounded
-    found = dict(zip(at, rounded))
-    return list(map(found.get, range(n), repeat(0)))
+    return list(map(dict(zip(distinct, rounded)).__getitem__, picked)) if repeats else rounded
+
+
+def _set_all(nodes, name: str, values) -> None:
+    """Set attribute ``name`` of each node to its value (one C pass)."""
+    deque(map(setattr, nodes, repeat(name), values), maxlen=0)
 
 
 def _chain_deps(plan: DependencyPlan, id_of: list[int]) -> tuple[list[list[int]], list[tuple[str, ...]]]:
     """``data_deps`` ids and causes of the CPU nodes from their thread chain alone (what
-    ``plan.data_deps`` gives a node without waits): the previous node, a parent or not. O(n)."""
-    n, parent, thread = plan.cpu_count, (PARENT,), (THREAD_ORDER,)
+    ``plan.data_deps`` gives a node without waits): the previous node, a parent or not. C passes
+    and a loop over the thread firsts; O(n)."""
+    n = plan.cpu_count
     prev, ctrl = plan.prev[:n], plan.ctrl[:n]
-    ids = [[id_of[p]] if p >= 0 else [] for p in prev]
-    causes = [(parent if p == c else thread) if p >= 0 else () for p, c in zip(prev, ctrl)]
+    ids = list(map(list, zip(map(id_of.__getitem__, prev))))  # [id], each a list of exactly one
+    causes = list(map((THREAD_ORDER_CAUSES, PARENT_CAUSES).__getitem__, map(eq, prev, ctrl)))
+    for i in compress(range(n), map(gt, repeat(0), prev)):  # a thread's first node: no previous
+        ids[i], causes[i] = [], ()
     return ids, causes
 
 
 def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
-    """Compute (or reuse) the plan and write the simulation fields onto the ET+ nodes."""
+    """Compute (or reuse) the plan and write the simulation fields onto the ET+ nodes. C passes
+    over the columns and the nodes; loops only over the nodes with waits, gaps or blocked time."""
     plan = dependency_plan(et_plus, summary)
     et, busy, n = et_plus.et, plan.busy, plan.cpu_count
     gpu_nodes = et_plus.gpu_nodes
@@ -89,22 +105,31 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
     for i in plan.waits:
         if i < n:
             dep_ids[i], dep_causes[i] = dep_fields(data_deps(i))
-    # sim = exclusive where nothing is blocked, deferred, folded or a gap: its ``_us`` is then the
-    # ``exclusive_dur`` the build wrote, as every other node's is its own ``_us``: one column.
-    blocked, host_gap, sim = us_column(busy.blocked), us_column(busy.host_gap), us_column(busy.sim)
-    columns = zip(et.nodes, blocked, host_gap, sim, dep_ids, dep_causes, busy.host_gap)
-    for node, blocked_us, gap_us, sim_us, ids, causes, gap in columns:
-        if node.ts is not unset:
-            node.blocked_dur, node.host_gap_dur, node.sim_dur = blocked_us, gap_us, sim_us
-        elif gap > 0:
-            node.host_gap_dur = node.sim_dur = gap_us
-        node.data_deps, node.data_dep_causes = ids, causes
     nodes = et.nodes
-    deferred, folded = us_column(busy.deferred), us_column(busy.folded)
-    for i in compress(range(n), busy.deferred):  # a parent's exclusive time after its first child
-        nodes[i].deferred_dur = deferred[i]
-    for i in compress(range(n), busy.folded):  # that time, where a replay runs it
-        nodes[i].folded_dur = folded[i]
+    _set_all(nodes, "data_deps", dep_ids)
+    _set_all(nodes, "data_dep_causes", dep_causes)
+    # Linked nodes (a ``ts``) carry blocked_dur, host_gap_dur (0 when none) and sim_dur: sim is
+    # exclusive where nothing is blocked, deferred, folded or a gap (its ``_us`` is then the
+    # ``exclusive_dur`` the build wrote, as every other node's is its own ``_us``).
+    linked = list(compress(range(n), map(is_not, map(attrgetter("ts"), nodes), repeat(unset))))
+    linked_nodes = list(map(nodes.__getitem__, linked))
+    _set_all(linked_nodes, "blocked_dur", repeat(0))
+    _set_all(linked_nodes, "host_gap_dur", repeat(0))
+    _set_all(linked_nodes, "sim_dur", us_at(busy.sim, linked))
+    at = list(compress(range(n), busy.blocked))
+    for i, value in zip(at, us_at(busy.blocked, at)):
+        if nodes[i].ts is not unset:
+            nodes[i].blocked_dur = value
+    at = list(compress(range(n), map(gt, busy.host_gap, repeat(0.0))))
+    for i, value in zip(at, us_at(busy.host_gap, at)):
+        node = nodes[i]
+        node.host_gap_dur = value
+        if node.ts is unset:  # a worker's thread root: the time before its first op
+            node.sim_dur = value
+    at = list(compress(range(n), busy.deferred))  # a parent's exclusive time after its first child
+    _set_all(map(nodes.__getitem__, at), "deferred_dur", us_at(busy.deferred, at))
+    at = list(compress(range(n), busy.folded))  # that time, where a replay runs it
+    _set_all(map(nodes.__getitem__, at), "folded_dur", us_at(busy.folded, at))
     for i, comm in plan.cpu_comm.items():  # CPU collectives: communication nodes on their measured thread
         node = et.nodes[i]
         node.comm_type, node.comm_size = pb.CollectiveCommType.Name(comm.comm_type), comm.comm_size
