@@ -629,18 +629,24 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
         children = list(compress(range(len(ops)), map((0).__le__, owner)))  # positions with a parent op
         if not children:
             continue
-        begin = list(map(ends.__getitem__, children))  # a piece begins where a child ends
+        if len(children) == len(ops):  # every op in some linked op (the usual case)
+            begin, own = ends, owner  # a piece begins where a child ends; its op
+        else:
+            begin, own = list(map(ends.__getitem__, children)), list(map(owner.__getitem__, children))
         after = list(map(bisect_left, repeat(starts), begin))  # the thread's next op starting then or later
         next_start = starts + [math.inf]
-        own = list(map(owner.__getitem__, children))
         finish = list(map(min, map(next_start.__getitem__, after), map(ends_of.__getitem__, own)))
         length = list(map(sub, finish, begin))
         found = list(compress(range(len(children)), map(gt, length, repeat(0.0))))
-        before = list(map(max, map(sub, map(after.__getitem__, found), repeat(1)), map(children.__getitem__, found)))
-        owners += map(own.__getitem__, found)
+        if len(found) < len(children):  # else (the usual case) every child ends a piece
+            after, own, length, begin = (list(map(column.__getitem__, found)) for column in (after, own, length, begin))
+        # The op started last before the piece began: a piece of positive length ends at a start
+        # after its child's end, hence after the child's own start: ``after`` > the child.
+        before = list(map(sub, after, repeat(1)))
+        owners += own
         targets += map(ops.__getitem__, before)
-        lengths += map(length.__getitem__, found)
-        starts_at += map(begin.__getitem__, found)
+        lengths += length
+        starts_at += begin
     if skip:
         kept = [j for j in compress(range(len(owners)), map(not_, map(skip.__contains__, owners)))
                 if targets[j] not in skip]
