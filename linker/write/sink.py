@@ -3,8 +3,12 @@
 ``atomic_output(path)`` gives a binary stream that becomes ``path`` only if its block finishes
 without an exception: the data goes to a hidden temporary file beside the target, renamed at the
 end and removed on any exception, Ctrl-C and SIGTERM (``files.terminate_as_interrupt``); a full
-disk is a one-line ``TraceInputError``. ``.gz`` paths are gzip-compressed. ``BackgroundWriter``
-writes a writer's chunks from a thread.
+disk is a one-line ``TraceInputError``. ``.gz`` paths are gzip-compressed, by ISA-L's deflate at
+its default level (2) when ``isal`` is installed (it is a dependency): about ten times zlib's level 6
+(1.4 GB/s against 140 MB/s on ET+ JSON), for files about a third larger (ET+ JSON 10.5 against
+7.3 MB per 120 MB, ``.et`` 13.0 against 10.0); without it, zlib's level 6. Either is read by any
+gzip reader. ``BackgroundWriter`` writes a writer's chunks from a thread (both deflates let it run
+beside the encoder: they release the GIL).
 
 ``reserve_space``: the file system allocates an output's blocks in one call (Linux
 ``fallocate(2)``) instead of page by page as the writes come (ext4's delayed allocation); writers
@@ -30,6 +34,13 @@ from typing import IO, Iterator
 
 from linker.model.errors import TraceInputError
 from linker.read.files import check_output_paths
+
+try:  # ISA-L's deflate: the module docstring says what it buys and costs
+    from isal.igzip import GzipFile as _GzipWriter
+
+    GZIP_LEVEL = 2
+except ImportError:  # pragma: no cover - isal is a dependency
+    _GzipWriter, GZIP_LEVEL = gzip.GzipFile, 6
 
 
 
@@ -105,7 +116,7 @@ def atomic_output(path: str | os.PathLike, protected: tuple = ()) -> Iterator[IO
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual mode
         with os.fdopen(fd, "wb") as raw:
             if out.name.endswith(".gz"):
-                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
+                with _GzipWriter(fileobj=raw, mode="wb", compresslevel=GZIP_LEVEL, mtime=0) as gz:
                     yield gz
             else:
                 yield raw
