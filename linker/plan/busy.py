@@ -650,7 +650,8 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     if skip:
         kept = [j for j in compress(range(len(owners)), map(not_, map(skip.__contains__, owners)))
                 if targets[j] not in skip]
-        owners, targets, lengths, starts_at = ([column[j] for j in kept] for column in (owners, targets, lengths, starts_at))
+        owners, targets, lengths, starts_at = ([column[j] for j in kept]
+                                               for column in (owners, targets, lengths, starts_at))
     _leave_waits_in_place(owners, lengths, starts_at, blocked_at)
     deferred, folded = [0.0] * n, [0.0] * n
     for owner, length in zip(owners, lengths):

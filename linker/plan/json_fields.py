@@ -5,8 +5,9 @@ calls, another thread), ``host_gap_dur`` (uncovered thread time folded into it, 
 ``sim_dur`` (= exclusive_dur − blocked_dur − deferred_dur + folded_dur + host_gap_dur: the ``.et``
 ``duration_micros`` before rounding); ``deferred_dur`` (the busy part of its exclusive time after
 its first child began, run by the ops before each piece) and ``folded_dur`` (enclosing ops' such
-time folded into it) only when > 0 (``busy.later_pieces``); an unlinked node gets ``sim_dur`` and ``host_gap_dur`` only when it carries a gap (a
-worker's thread root: the time before its first op). Every node gets ``data_deps`` (node ids) and
+time folded into it) only when > 0 (``busy.later_pieces``); an unlinked node gets ``sim_dur``
+and ``host_gap_dur`` only when it carries a gap (a worker's thread root: the time before its
+first op). Every node gets ``data_deps`` (node ids) and
 ``data_dep_causes`` (same order; ``plan.deps.CAUSES``). GPU nodes get ``sim_dur`` (their ``dur``)
 and, for resolved communication kernels, ``comm_type`` (Chakra enum name), ``comm_size`` (bytes),
 ``pg_name`` (PyTorch's process-group name, as Kineto's "Process Group Name" that the node may
@@ -49,9 +50,9 @@ def _us(value: float) -> float | int:
 def us_at(values: list[float], at: list[int]) -> list[float | int]:
     """``_us`` of ``values[i]`` for each i of ``at``, in C passes. A column whose first ``SAMPLE``
     values are less than half distinct (the later-piece columns: a few thousand values over
-    hundreds of thousands of ops) has each distinct value rounded once; one of mostly distinct values (``sim``)
-    is rounded value by value, as hashing them would cost more than it saves. Raises as ``_us``
-    does on a NaN or infinite value. O(len(at))."""
+    hundreds of thousands of ops) has each distinct value rounded once; one of mostly distinct
+    values (``sim``) is rounded value by value, as hashing them would cost more than it saves.
+    Raises as ``_us`` does on a NaN or infinite value. O(len(at))."""
     picked = list(map(values.__getitem__, at))
     sample = picked[:SAMPLE]
     repeats = len(set(sample)) * 2 < len(sample)
