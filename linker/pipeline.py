@@ -74,6 +74,7 @@ class Inputs(NamedTuple):
     warnings: list[str]
     nesting: object = None
     child: object = None  # the Kineto child, kept while its pending CPU events may be read
+    tree: object = None  # the checked ET's ``plan.deps.TreeOrder``, made while a Kineto child worked
 
 
 def _cancel(child) -> None:
@@ -110,6 +111,11 @@ def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None) -> Inputs
         if fields is not None:
             fields.go(et)
         ahead = _EtChecked(et)  # beside a Kineto child still at work; its refusal comes after the Kineto read
+        tree = None
+        if child is not None and ahead.refusal is None:  # the plan's tree order, made while the child works
+            from linker.plan.deps import tree_order
+
+            tree = tree_order(et)
         checked = finish(child)
         if checked is None:
             child = None  # reaped
@@ -117,7 +123,7 @@ def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None) -> Inputs
             checked = CheckedKineto(kineto, check_kineto_trace(kineto))
         else:
             _log_kineto(kineto_path, checked.trace)
-        return Inputs(et, checked.trace, ahead.result() + checked.warnings, checked.nesting, child)
+        return Inputs(et, checked.trace, ahead.result() + checked.warnings, checked.nesting, child, tree)
     except BaseException:
         _cancel(child)
         raise
@@ -200,12 +206,13 @@ def add_simulation_counts(report: LinkReport, et_plus) -> None:
         report.warnings.append(f"{summary.ctrl_deps_dropped} ops name a parent missing from the ET: written without it")
 
 
-def plan_simulation(et_plus, output: Output, report: LinkReport) -> None:
+def plan_simulation(et_plus, output: Output, report: LinkReport, tree=None) -> None:
     """Compute the dependency plan (busy durations, dependencies with causes) once, before the
-    report and the ET+ are written; for JSON output also fill the ET+ simulation fields."""
+    report and the ET+ are written; for JSON output also fill the ET+ simulation fields.
+    ``tree``: the ET's ``plan.deps.TreeOrder`` made while reading (``Inputs.tree``), or None."""
     from linker.plan.deps import dependency_plan
 
-    dependency_plan(et_plus)
+    dependency_plan(et_plus, tree=tree)
     if output.format != CHAKRA:
         from linker.plan.json_fields import annotate_et_plus
 
@@ -265,7 +272,8 @@ def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Sch
         progress("linking")
         result = link(inputs.et, inputs.kineto, options, inputs.nesting)
         result.report.warnings[:0] = inputs.warnings
-        return _link_and_write(result, output, report_path, protected, beside, started, fields, progress)
+        return _link_and_write(result, output, report_path, protected, beside, started, fields, progress,
+                               inputs.tree)
     finally:
         if fields is not None:
             fields.cancel()
@@ -274,13 +282,13 @@ def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Sch
 
 
 def _link_and_write(result, output: Output, report_path, protected: tuple, beside, started: float,
-                    fields=None, progress=_silent) -> PairOutcome:
+                    fields=None, progress=_silent, tree=None) -> PairOutcome:
     """Build the ET+ of ``result``, plan it, write the report and the ET+ (``fields``: the ET's
-    own fields encoded by a child, ``Schedule.fields_encoder``)."""
+    own fields encoded by a child, ``Schedule.fields_encoder``; ``tree``: ``Inputs.tree``)."""
     progress("writing")
     _note_timing_source(result)
     et_plus = build_et_plus(result)
-    plan_simulation(et_plus, output, result.report)
+    plan_simulation(et_plus, output, result.report, tree)
     report_output = atomic_output(report_path, protected) if report_path else contextlib.nullcontext()
     with report_output as report_stream:
         if report_stream is not None:

@@ -133,6 +133,8 @@ _LAYOUTS = {  # node lists in the orders files may hold them
                   _node(8, 7, [7])],  # the thread root's parent is not in the file
     "nested layout": [_node(1, 1, [], "ctrl_deps", tid=3, name=_PROCESS), _node(2, 1, [1], "ctrl_deps")],
     "one node": [_node(4, 4, [], name=_PROCESS)],
+    # over ``files.MAP_AT_LEAST`` bytes: read as a mapping of the file, not a copy
+    "large file": [_node(1, 1, [], tid=1, name=_PROCESS)] + [_node(i, 1, [i - 1]) for i in range(2, 20_002)],
 }
 
 

@@ -174,6 +174,38 @@ def test_gunzip_gives_what_gzip_gives(tmp_path, make, inflater, into):
     assert len(given) == (into and plausible)  # asked only for a size the trailer can be right about
 
 
+def test_a_large_file_is_mapped_and_reads_as_its_bytes(tmp_path):
+    """A file of ``MAP_AT_LEAST`` bytes or more is mapped, not copied: the mapping holds the
+    file's bytes (a gzip one inflates from it); a smaller one is read."""
+    large, small = text(60_000), text(100)
+    assert len(large) >= fileio.MAP_AT_LEAST > len(small)
+    for data in (large, small):
+        path = tmp_path / "t.json"
+        path.write_bytes(data)
+        read = read_trace_bytes(path)
+        assert isinstance(read, mmap.mmap) == (data is large)
+        assert bytes(read) == data
+    noise = os.urandom(2 * fileio.MAP_AT_LEAST)  # incompressible: the gzip file is mapped too
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gz(noise))
+    assert bytes(read_trace_bytes(path)) == noise
+
+
+def test_what_cannot_be_mapped_is_read(tmp_path):
+    """A pipe has no mapping: its bytes are read as they come."""
+    import threading
+
+    data = text(60_000)
+    path = tmp_path / "fifo.json"
+    os.mkfifo(path)
+    writer = threading.Thread(target=path.write_bytes, args=(data,))
+    writer.start()
+    try:
+        assert bytes(read_trace_bytes(path)) == data
+    finally:
+        writer.join()
+
+
 @pytest.fixture(params=["isal", "zlib"])
 def inflater(request, monkeypatch):
     if request.param == "isal":

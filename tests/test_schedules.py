@@ -51,3 +51,18 @@ def test_only_a_one_shot_schedule_keeps_the_collector_off():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("fmt", ["json", "et"])
+def test_ops_moved_to_their_measured_thread_come_out_alike_under_both_schedules(fmt, tmp_path):
+    """The forced schedule makes the ET's tree order while the Kineto child reads; the link then
+    moves ops the measurement places elsewhere (DDP's gloo collectives, to their worker thread), so
+    the plan makes the order again from the moved tree: the output is the serial one."""
+    from conftest import FIXTURES
+
+    et, kineto = FIXTURES / "ddp_gloo" / "host.0.json.gz", FIXTURES / "ddp_gloo" / "device.0.json.gz"
+    serial, forced = tmp_path / f"serial.{fmt}", tmp_path / f"forced.{fmt}"
+    moved = link_pair(et, kineto, serial, LinkOptions()).report.et_tree_disagrees["moved_thread"]
+    link_pair(et, kineto, forced, LinkOptions(), schedule=Schedule.forced())
+    assert moved > 0
+    assert forced.read_bytes() == serial.read_bytes()

@@ -435,7 +435,7 @@ def _add_delay_edge(node: dict, delay_id: int) -> None:
 def _set_json_document(path: Path, data, offset_us: int) -> bool:
     """``_set_json`` on the whole document decoded (any JSON layout). O(bytes), in Python objects."""
     try:
-        document = orjson.loads(data)
+        document = orjson.loads(memoryview(data))  # a large file comes mapped (``files.read_trace_bytes``)
         nodes = document["nodes"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
         raise TraceInputError(path, "not an ET+ JSON document") from None

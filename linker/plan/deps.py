@@ -390,13 +390,17 @@ def _collective_order(plan: DependencyPlan, placement: GpuPlacement, extra: dict
         last_of_group[group] = k
 
 
-def plan_dependencies(et_plus: EtPlus, summary: WriteSummary,
-                      resolver: CommResolver | None = None) -> DependencyPlan:
+def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommResolver | None = None,
+                      tree: TreeOrder | None = None) -> DependencyPlan:
     """ctrl / thread-chain / launcher / stream / fork-join / collective dependencies, the write
-    order, then the waits; every data dependency with its cause (counted in ``summary``)."""
+    order, then the waits; every data dependency with its cause (counted in ``summary``).
+    ``tree``: the ``tree_order`` of the ET as read and checked (made while the Kineto trace was
+    still being read), used unless the link moved ops to their measured thread or parent
+    (``Placement``): the ET's tree is then not the one it was made of, and it is made again."""
     et = et_plus.et
     n, g = len(et.nodes), len(et_plus.gpu_nodes)
-    tree = tree_order(et)
+    if tree is None or et_plus.result.placement.disagreements or len(tree.preorder) != n:
+        tree = tree_order(et)
     by_id, preorder = tree.by_id, tree.preorder
     summary.ctrl_deps_dropped += tree.dropped
     ctrl = tree.parent + array("q", [NO_NODE]) * g
@@ -463,12 +467,14 @@ def _count_causes(plan: DependencyPlan, counts: Counter) -> None:
             counts[cause] += count
 
 
-def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
-    """The plan of ``et_plus`` (durations, dependencies with causes), computed once and kept on it."""
+def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None,
+                    tree: TreeOrder | None = None) -> DependencyPlan:
+    """The plan of ``et_plus`` (durations, dependencies with causes), computed once and kept on it;
+    ``tree``: see ``plan_dependencies``."""
     if et_plus.plan is None:
         summary = summary if summary is not None else WriteSummary("")
         resolver = CommResolver(et_plus, et_plus.et.index_of_id()) if et_plus.gpu_nodes else None  # GPU nodes only
-        et_plus.plan = plan_dependencies(et_plus, summary, resolver)
+        et_plus.plan = plan_dependencies(et_plus, summary, resolver, tree)
         et_plus.plan_summary = summary
     elif summary is not None and summary is not et_plus.plan_summary:
         _copy_plan_counts(et_plus.plan_summary, summary)
