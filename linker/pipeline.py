@@ -164,8 +164,10 @@ def _log_kineto(kineto_path, kineto) -> None:
              kineto.cpu_count(), len(kineto.gpu_events))
 
 
-def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=None) -> WriteSummary | None:
-    """Write the ET+; the ``.et`` writer's summary, None for JSON."""
+def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=None,
+                   room=None) -> WriteSummary | None:
+    """Write the ET+; the ``.et`` writer's summary, None for JSON (``room``: its file's
+    ``write.sink.OutputRoom``, or None)."""
     try:
         if output.format == CHAKRA:
             from linker.write.chakra import write_et_plus_chakra
@@ -174,7 +176,7 @@ def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=No
             return write_et_plus_chakra(et_plus, output.path, protected, pre_encoded)
         from linker.write.etplus_json import write_et_plus_json
 
-        write_et_plus_json(et_plus, output.path, protected)
+        write_et_plus_json(et_plus, output.path, protected, room=room)
         return None
     except (ValueError, OverflowError) as err:
         # A value of the input that the output format cannot hold (nothing was left behind).
@@ -266,15 +268,18 @@ def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Sch
         result = _link_kineto_alone(kineto_path, progress)
         return _link_and_write(result, output, report_path, protected, beside, started, progress=progress)
     fields = schedule.fields_encoder(et_path, output)
-    inputs = None
+    inputs = room = None
     try:
         inputs = read_inputs(et_path, kineto_path, schedule, fields)
         progress("linking")
         result = link(inputs.et, inputs.kineto, options, inputs.nesting)
+        room = schedule.room_for(output, inputs.et.text_bytes)
         result.report.warnings[:0] = inputs.warnings
         return _link_and_write(result, output, report_path, protected, beside, started, fields, progress,
-                               inputs.tree)
+                               inputs.tree, room)
     finally:
+        if room is not None:
+            room.discard()  # nothing, once the write took it
         if fields is not None:
             fields.cancel()
         if inputs is not None:
@@ -282,9 +287,10 @@ def _link_pair(et_path, kineto_path, output, options, report_path, schedule: Sch
 
 
 def _link_and_write(result, output: Output, report_path, protected: tuple, beside, started: float,
-                    fields=None, progress=_silent, tree=None) -> PairOutcome:
+                    fields=None, progress=_silent, tree=None, room=None) -> PairOutcome:
     """Build the ET+ of ``result``, plan it, write the report and the ET+ (``fields``: the ET's
-    own fields encoded by a child, ``Schedule.fields_encoder``; ``tree``: ``Inputs.tree``)."""
+    own fields encoded by a child, ``Schedule.fields_encoder``; ``tree``: ``Inputs.tree``;
+    ``room``: the output file's ``Schedule.room_for``)."""
     progress("writing")
     _note_timing_source(result)
     et_plus = build_et_plus(result)
@@ -294,7 +300,7 @@ def _link_and_write(result, output: Output, report_path, protected: tuple, besid
         if report_stream is not None:
             report_stream.write(_report_bytes(result.report))
             report_stream.flush()  # a full disk shows here, before the ET+ is written
-        written = _write_et_plus(et_plus, output, protected, beside, fields)
+        written = _write_et_plus(et_plus, output, protected, beside, fields, room)
     return PairOutcome(result.report, output.path, Path(report_path) if report_path else None,
                        time.perf_counter() - started, et_plus, written)
 

@@ -113,6 +113,7 @@ TRICKS = [
     ("one-shot exit", "json", ("plain", "gzip"), "the process collects and frees as usual at the end"),
     ("positional attrs", "json", ("plain", "gzip"), "the ET's attrs columns read by name"),
     ("ISA-L inflate", "json", ("gzip",), "gzip inflated by zlib"),
+    ("output room", "json", ("plain", "gzip"), "the output's file gets its pages as it is written (Schedule.output_room off)"),
 ]
 
 TRICK_DRIVER = """
@@ -144,6 +145,8 @@ if trick == "kineto child":
     schedule_without(kineto_child=False)
 elif trick == "fields child":
     schedule_without(fields_child=False)
+elif trick == "output room":
+    schedule_without(output_room=False)
 elif trick == "pending CPU events":
     real_finish = pipeline.finish
     def eager(child):

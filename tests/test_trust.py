@@ -426,8 +426,8 @@ SIGTERM_DURING_WRITE = """
 import os, signal, sys
 import linker.write.sink as sink
 real = sink.atomic_output
-def killing(path, protected=()):
-    manager = real(path, protected)
+def killing(path, protected=(), room=None):
+    manager = real(path, protected, room)
     class Wrapped:
         def __enter__(self):
             stream = manager.__enter__()

@@ -2,7 +2,8 @@
 
 Every speed decision of et-link is made here, and only here: whether a large Kineto trace is read
 by a forked child while the parent reads the ET (``kineto_child``), whether a ``.et`` output's
-ET-only fields are encoded by a child while the parent links (``fields_child``), whether
+ET-only fields are encoded by a child while the parent links (``fields_child``), whether a large
+plain JSON output's file is filled from a thread meanwhile (``write.sink.OutputRoom``), whether
 ``simulate`` reads a large plain ``.et`` in two halves (``sim.load``), the size thresholds of each, the check for a
 spare core, and whether the process ends with the command (``one_shot``: the collector is left
 off, what was built is kept and the process exits without freeing it: ``process_exit``).
@@ -67,6 +68,8 @@ class Schedule:
     split_min_bytes: int = 64 << 20  # smaller ``.et`` files are read quickly enough by one process
     fields_batch_nodes: int = 2048  # nodes the fields child encodes between two reports of its progress
     wait_for_fields: bool = False  # the ``.et`` writer waits for the fields child to be done (tests)
+    output_room: bool = False  # a large plain JSON output's file filled from a thread while linking
+    room_min_bytes: int = 64 << 20  # smaller outputs get their pages quickly enough as they are written
 
     @classmethod
     def serial(cls) -> Schedule:
@@ -78,13 +81,14 @@ class Schedule:
         """The CLI's: children where a second core can run them; the
         process ends with the command when ``one_shot``."""
         spare = spare_core()
-        return cls(kineto_child=spare, fields_child=spare, split_load=spare, one_shot=one_shot)
+        return cls(kineto_child=spare, fields_child=spare, split_load=spare, output_room=spare, one_shot=one_shot)
 
     @classmethod
     def forced(cls) -> Schedule:
         """Every child and thread, whatever the sizes and the cores (tests: the paths a large
         trace takes, on the fixtures)."""
-        return cls(kineto_child=True, fields_child=True, split_load=True, child_min_bytes=0, split_min_bytes=0)
+        return cls(kineto_child=True, fields_child=True, split_load=True, output_room=True, child_min_bytes=0,
+                   split_min_bytes=0, room_min_bytes=0)
 
     def without(self, **fields: bool) -> Schedule:
         """This schedule with some decisions turned off (or thresholds changed)."""
@@ -114,6 +118,23 @@ class Schedule:
         from linker.schedule import fields_child
 
         return fields_child.start(et_path, self.child_min_bytes, self.fields_batch_nodes, self.wait_for_fields)
+
+    def room_for(self, output, et_text_bytes: int):
+        """For a plain ET+ JSON output (an ``Output``) of an ET of ``et_text_bytes`` bytes of text:
+        an ``OutputRoom`` (``write.sink``) filling the output's file from a thread while the ET+
+        is linked and planned, or None. Its size is a guess: the ET's text and a fifth (the ET+
+        fields; the large CPU pair's ET+ is 1.14 times its ET). The JSON writer waits for no
+        child then: the room is made on the core the Kineto child has left."""
+        size = et_text_bytes * 6 // 5
+        if not (self.output_room and output.format == "json" and not output.compressed
+                and size >= self.room_min_bytes):
+            return None
+        from linker.write.sink import OutputRoom
+
+        try:
+            return OutputRoom(output.path, size)
+        except OSError:  # no temporary file there: the write will say why
+            return None
 
     def splits_load(self, path) -> bool:
         """Whether ``simulate`` reads the plain ``.et`` at ``path`` in two processes."""

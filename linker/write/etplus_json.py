@@ -18,7 +18,7 @@ from typing import Iterator
 import msgspec
 
 from linker.link.etplus import EtPlus
-from linker.write.sink import BackgroundWriter, atomic_output, reserve_space
+from linker.write.sink import BackgroundWriter, OutputRoom, atomic_output, reserve_space
 
 NODES_PER_PIECE = 4096
 WRITE_QUEUE_PIECES = 3  # pieces (~4.5 MB each on large traces) waiting for the writer: gzip is the slow side
@@ -59,10 +59,10 @@ def _write_document(et_plus: EtPlus, writer: BackgroundWriter, nodes_per_piece: 
 
 
 def write_et_plus_json(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = (),
-                       nodes_per_piece: int = NODES_PER_PIECE) -> None:
-    """Write ``et_plus`` as ET+ JSON to ``path`` (``atomic_output``), its nodes encoded
-    ``nodes_per_piece`` at a time (the bytes are the same for any number)."""
-    with atomic_output(path, protected) as out:
+                       nodes_per_piece: int = NODES_PER_PIECE, room: OutputRoom | None = None) -> None:
+    """Write ``et_plus`` as ET+ JSON to ``path`` (``atomic_output``, into ``room``'s file when
+    given), its nodes encoded ``nodes_per_piece`` at a time (the bytes are the same for any number)."""
+    with atomic_output(path, protected, room) as out:
         writer = BackgroundWriter(out, depth=WRITE_QUEUE_PIECES)
         try:
             for k, written in enumerate(_write_document(et_plus, writer, nodes_per_piece)):
