@@ -29,7 +29,7 @@ from pathlib import Path
 from linker import __version__
 from linker.model.errors import TraceInputError
 from linker.sim.engine import match_communication
-from linker.batch.rank_start import node_head
+from linker.batch.rank_start_et import node_head
 from linker.sim.graph import COLL, META, SimGraph
 from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata

@@ -146,34 +146,41 @@ def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Pa
     (``rank_start``), then, for ``--format et``, the ASTRA-sim configuration and ``run`` script
     in ``astra/`` (``astra_setup``). None when no rank was linked. Raises TraceInputError when an
     output cannot be read back or rewritten."""
-    from linker.batch.astra_setup import SETUP_DIR, write_setup
     from linker.batch.rank_start import apply_rank_starts
     from linker.plan.rank_start import MEASURED
-    from linker.sim.job import read_comm_groups
-    from linker.sim.load import load_graph
 
     done = [r for r in ranks if r.ok and r.output]
     if not done:
         return None
     files = [(Path(r.output), r.rank) for r in done]
     # The ASTRA-sim setup reads the graphs; the offsets need only each rank's measured span, which
-    # its worker handed over (read back from the output only when it did not).
-    graphs = [load_graph(path, rank) for path, rank in files] if config.fmt == "et" else []
+    # its worker handed over (read back from the output only when it did not). The simulator's
+    # modules are imported only when they are used (a JSON job's workers hand every span over).
+    graphs = [_load_graph(path, rank) for path, rank in files] if config.fmt == "et" else []
     spans = []
     if config.rank_start == MEASURED and len(files) > 1:
         spans = [graph.measured_span() for graph in graphs] or [
-            tuple(r.measured_span) if r.measured_span else load_graph(path, rank).measured_span()
+            tuple(r.measured_span) if r.measured_span else _load_graph(path, rank).measured_span()
             for r, (path, rank) in zip(done, files)]
     starts = apply_rank_starts(files, spans, {r.rank: Path(r.report) for r in done if r.report},
                                config.rank_start, frozenset(r.rank for r in done if r.status == "linked"), graphs)
     setup = {"rank_start": starts.to_json(), "lines": starts.lines()}
     if config.fmt == "et":
+        from linker.batch.astra_setup import SETUP_DIR, write_setup
+        from linker.sim.job import read_comm_groups
+
         groups_path = output_dir / COMM_GROUPS_FILE
         groups = read_comm_groups(groups_path) if groups_path.is_file() else None
         astra = write_setup(files, graphs, groups, output_dir / SETUP_DIR, config.simulator or {})
         setup["astra_sim"] = {k: v for k, v in astra.items() if k != "lines"}
         setup["lines"] += astra["lines"]
     return setup
+
+
+def _load_graph(path: Path, rank: int):
+    from linker.sim.load import load_graph
+
+    return load_graph(path, rank)
 
 
 def parse_bytes(text: str) -> int:
