@@ -173,7 +173,7 @@ def _write_et_plus(et_plus, output: Output, protected: tuple, et_path, fields=No
             from linker.write.chakra import write_et_plus_chakra
 
             pre_encoded = fields.take(et_plus.et) if fields is not None else None
-            return write_et_plus_chakra(et_plus, output.path, protected, pre_encoded, room)
+            return write_et_plus_chakra(et_plus, output.path, protected, pre_encoded)
         from linker.write.etplus_json import write_et_plus_json
 
         write_et_plus_json(et_plus, output.path, protected, room=room)

@@ -125,8 +125,8 @@ class Schedule:
         is linked and planned, or None. Its size is a guess: the ET's text and a fifth (the ET+
         fields; the large CPU pair's ET+ is 1.14 times its ET). The JSON writer waits for no
         child then: the room is made on the core the Kineto child has left."""
-        size = et_text_bytes * 6 // 5 if output.format == "json" else et_text_bytes * 3 // 5
-        if not (self.output_room and not output.compressed
+        size = et_text_bytes * 6 // 5
+        if not (self.output_room and output.format == "json" and not output.compressed
                 and size >= self.room_min_bytes):
             return None
         from linker.write.sink import OutputRoom

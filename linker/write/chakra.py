@@ -108,7 +108,7 @@ def metadata_message(et_plus: EtPlus) -> pb.GlobalMetadata:
 
 
 def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = (),
-                       pre_encoded=None, chunk_nodes: int = CHUNK_NODES, room=None) -> WriteSummary:
+                       pre_encoded=None, chunk_nodes: int = CHUNK_NODES) -> WriteSummary:
     """Write ``et_plus`` to ``path`` as a Chakra trace (gzip when it ends in ``.gz``) and return
     what was written. Atomic: on any error no file appears and an existing ``path`` is kept;
     ``protected`` paths (the inputs) are refused. Nodes are encoded ``chunk_nodes`` at a time (the
@@ -122,7 +122,7 @@ def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tupl
     order = plan.order
     # A writer thread pays where it compresses (``.et.gz``); for a plain ``.et`` it was measured to
     # save nothing (0.0-0.7% of a large run, docs/performance.md), so the encoder writes itself.
-    with EtWriter(path, protected, background=Output.of(path).compressed, room=room) as writer:
+    with EtWriter(path, protected, background=Output.of(path).compressed) as writer:
         writer.write_metadata(metadata_message(et_plus))
         for start in range(0, len(order), chunk_nodes):
             chunk = order[start:start + chunk_nodes]
@@ -136,9 +136,9 @@ def write_chakra_trace(et_plus: EtPlus, path: str | os.PathLike, protected: tupl
 
 
 def write_et_plus_chakra(et_plus: EtPlus, path: str | os.PathLike, protected: tuple = (),
-                         pre_encoded=None, room=None) -> WriteSummary:
+                         pre_encoded=None) -> WriteSummary:
     """Pipeline entry point: ``write_chakra_trace``, its summary logged and returned."""
-    summary = write_chakra_trace(et_plus, path, protected, pre_encoded, room=room)
+    summary = write_chakra_trace(et_plus, path, protected, pre_encoded)
     types = ", ".join(f"{name} {count}" for name, count in sorted(summary.counts_by_type.items()))
     log.info("wrote Chakra trace %s: %d nodes (%s) in %.2fs", path, summary.nodes, types, summary.seconds)
     log.info("waits: %d edges (%d moved past the launching op), skipped %s",

@@ -337,9 +337,8 @@ class EtWriter:
     """
 
     def __init__(self, path: str | os.PathLike, protected: tuple = (), background: bool = False,
-                 flush_bytes: int = WRITE_FLUSH_BYTES, room=None):
+                 flush_bytes: int = WRITE_FLUSH_BYTES):
         self.path = Path(path)
-        self._room = room  # a ``sink.OutputRoom`` for ``path``, or None
         self._flush_bytes = flush_bytes  # bytes gathered before a block is written (or handed to the thread)
         self._protected = protected
         self._background = background
@@ -351,7 +350,7 @@ class EtWriter:
         self.nodes_written = 0
 
     def __enter__(self) -> EtWriter:
-        self._output = atomic_output(self.path, self._protected, self._room)
+        self._output = atomic_output(self.path, self._protected)
         self._stream = self._output.__enter__()
         if self._background:
             self._writer = BackgroundWriter(self._stream, depth=BACKGROUND_BLOCKS)
