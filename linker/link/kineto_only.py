@@ -202,4 +202,5 @@ def link_kineto_only(kineto: KinetoTrace) -> LinkResult:
                           nesting=(nesting.parents, nesting.end), op_of_event=ops)
     report.et_file = None
     report.host_graph = HOST_GRAPH_SOURCE
-    return LinkResult(graph.et, graph.kineto, match, None, gpu, nesting.parents, nesting.exclusive, report)
+    return LinkResult(graph.et, graph.kineto, match, None, gpu, nesting.parents, nesting.exclusive, report,
+                      op_of_event=ops)

@@ -61,6 +61,8 @@ class LinkResult:
     placement: Placement = field(default_factory=Placement)
     # ``exclusive`` rounded as the ET+ writes it, when the nesting came with it (``CpuNesting.rounded``).
     exclusive_rounded: list[float] | None = None
+    # Per Kineto CPU event, its linked op or -1: ``op_of_event`` of the match, made once by the link.
+    op_of_event: list[int] | None = None
 
 
 def check_same_run(et: ExecutionTrace, kineto: KinetoTrace, same_name_pairs: int = 0) -> list[str]:
@@ -179,7 +181,7 @@ def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = 
     report = build_report(et, kineto, match, window, gpu, notes, warnings, seconds=time.perf_counter() - started,
                           nesting=(nesting.parents, nesting.end), op_of_event=ops)
     result = LinkResult(et, kineto, match, window, gpu, nesting.parents, nesting.exclusive, report, warnings,
-                        exclusive_rounded=nesting.rounded)
+                        exclusive_rounded=nesting.rounded, op_of_event=ops)
     result.placement = measured_placement(result, report.nesting_violations)
     note_tree_disagreements(report, result.placement)
     return result

@@ -143,7 +143,7 @@ def ops_covering(et_plus, calls: list) -> list[int]:
         return []
     result = et_plus.result
     events = result.kineto.cpu_events
-    op_of = op_of_event(result.match.event_of_op, len(events))
+    op_of = _op_of_event(result)
     points = [TimePoint(call.pid, call.tid, call.ts) for call in calls]
     covering = []
     cover = result.gpu.cover if result.gpu.cover is not None else cover_index(events)
@@ -152,6 +152,14 @@ def ops_covering(et_plus, calls: list) -> list[int]:
             e = result.parents[e]
         covering.append(op_of[e] if e >= 0 else -1)
     return covering
+
+
+def _op_of_event(result) -> list[int]:
+    """Per Kineto CPU event, its linked op or -1: the link's, or made here for a result that
+    lacks it. O(1), else O(n)."""
+    if result.op_of_event is not None:
+        return result.op_of_event
+    return op_of_event(result.match.event_of_op, len(result.parents))
 
 
 def _start_order(ops: list[int], starts: list[float], ends: list[float],
@@ -588,7 +596,7 @@ def nesting_parent_ops(et_plus) -> list[int]:
     inverse of ``event_of_op``: O(n + E) for E Kineto CPU events."""
     result = et_plus.result
     event_of_op = result.match.event_of_op
-    op_of = op_of_event(event_of_op, len(result.parents)) + [-1]  # [-1]: no event
+    op_of = _op_of_event(result) + [-1]  # [-1]: no event
     parent_event = list(result.parents) + [-1]
     return list(map(op_of.__getitem__, map(parent_event.__getitem__, event_of_op)))
 
