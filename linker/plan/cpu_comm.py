@@ -38,7 +38,7 @@ Cost: O(n) name checks plus one parse of the few collectives' inputs.
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import compress, repeat
+from itertools import compress
 
 from linker.model import et_def_pb2 as pb
 from linker.plan.comm import (COLL, PARAM_COMMS_NAME, PYTORCH_WORLD_GROUP, CommAttrs, dtype_name, job_group_id,
@@ -157,8 +157,11 @@ def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
     """ET index -> communication attributes of every joined CPU collective (see the module
     docstring). O(n) name checks; the inputs of the collectives (and their parents) parsed once."""
     et, match = et_plus.et, et_plus.result.match
-    named = compress(range(len(et.names)), map(str.startswith, et.names, repeat(CPU_BACKEND_PREFIXES)))
-    found = [i for i in named if match.event_of_op[i] >= 0 and is_cpu_collective_name(et.names[i])]
+    collective_names = set(filter(is_cpu_collective_name, set(et.names)))  # a few hundred distinct names
+    if not collective_names:
+        return {}
+    named = compress(range(len(et.names)), map(collective_names.__contains__, et.names))
+    found = [i for i in named if match.event_of_op[i] >= 0]
     if not found:
         return {}
     groups = read_process_groups(et_plus)
