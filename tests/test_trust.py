@@ -393,6 +393,19 @@ def test_full_disk_leaves_nothing(tmp_path, target):
         assert list(out_dir.iterdir()) == []
 
 
+def test_full_disk_under_an_output_room_leaves_nothing(tmp_path):
+    """The forced schedule makes a room for the JSON output (``write.sink.OutputRoom``); on a full
+    disk its thread stops at the first refused write, the real write says why, nothing is left."""
+    from linker.model.errors import TraceInputError
+    from linker.pipeline import link_pair
+    from linker.schedule import Schedule
+
+    with full_disk(tmp_path / "full") as full:
+        with pytest.raises(TraceInputError, match="no space left"):
+            link_pair(NESTED_ET, NESTED_KINETO, full / "o.json", schedule=Schedule.forced())
+        assert sorted(p.name for p in full.iterdir()) == ["filler"]
+
+
 @pytest.mark.parametrize("suffix", [".json", ".json.gz", ".et"])
 def test_write_error_mid_output_leaves_nothing(dirs, monkeypatch, suffix):
     """Without root: the same as a full disk, by making the output's writes fail."""
