@@ -100,7 +100,7 @@ def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None) -> Inputs
     child (``Schedule.kineto_reader``) the Kineto trace is read, checked and nested by the child
     while this process reads the ET, then checks it; a child that failed leaves the Kineto read to
     this process (same trace, same errors). ``fields`` (a ``fields_child.FieldsAhead``): the ET is
-    inflated into its shared text, and its child told to go once the ET is read. The caller
+    inflated into its shared text, and its child told to go once the Kineto child is done. The caller
     cancels ``Inputs.child`` once done with the Kineto trace (its CPU events stay on the child
     until read)."""
     child = schedule.kineto_reader(kineto_path)
@@ -108,8 +108,6 @@ def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None) -> Inputs
         with decoding(et_path, "Execution Trace"):
             et = read_execution_trace(et_path, fields.inflate_into if fields is not None else None)
         log.info("read ET %s: %d nodes, schema %r (%s layout)", et_path, len(et), et.schema, et.layout)
-        if fields is not None:
-            fields.go(et)
         ahead = _EtChecked(et)  # beside a Kineto child still at work; its refusal comes after the Kineto read
         tree = None
         if child is not None and ahead.refusal is None:  # the plan's tree order, made while the child works
@@ -117,6 +115,8 @@ def read_inputs(et_path, kineto_path, schedule: Schedule, fields=None) -> Inputs
 
             tree = tree_order(et)
         checked = finish(child)
+        if fields is not None:  # not before: beside the Kineto child it slowed the reading (docs/performance.md)
+            fields.go(et)
         if checked is None:
             child = None  # reaped
             kineto = _read_kineto(kineto_path, et.pid)
