@@ -1,5 +1,5 @@
 """A parent's exclusive time after its first child runs where it was measured, not before the
-children (``plan.busy.later_pieces``; docs/durations.md). A small hand-written pair, one thread:
+children (``plan.later_pieces``; docs/durations.md). A small hand-written pair, one thread:
 
     ## step ##        100 ─────────────────────────────── 200
       aten::a             110 ─────────── 130

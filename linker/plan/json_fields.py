@@ -5,7 +5,7 @@ calls, another thread), ``host_gap_dur`` (uncovered thread time folded into it, 
 ``sim_dur`` (= exclusive_dur − blocked_dur − deferred_dur + folded_dur + host_gap_dur: the ``.et``
 ``duration_micros`` before rounding); ``deferred_dur`` (the busy part of its exclusive time after
 its first child began, run by the ops before each piece) and ``folded_dur`` (enclosing ops' such
-time folded into it) only when > 0 (``busy.later_pieces``); an unlinked node gets ``sim_dur``
+time folded into it) only when > 0 (``plan.later_pieces``); an unlinked node gets ``sim_dur``
 and ``host_gap_dur`` only when it carries a gap (a worker's thread root: the time before its
 first op). Every node gets ``data_deps`` (node ids) and
 ``data_dep_causes`` (same order; ``plan.deps.CAUSES``). GPU nodes get ``sim_dur`` (their ``dur``)

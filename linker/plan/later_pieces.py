@@ -1,0 +1,119 @@
+"""Later pieces: an op's exclusive time after its first child, moved to where a replay meets it.
+
+A replay runs an op's busy time before its first child, so the op keeps only the part of its
+exclusive time before that child; each later piece (between children, after the last) is folded
+into the op that precedes the piece in the thread's start order, as host gaps are
+(``plan.busy``), less the blocked time lying in it (a wait stays a wait). The rule and its
+reasons: docs/durations.md. ``busy.compute_busy`` calls ``later_pieces`` with its per-thread
+timelines; the functions here read plain columns. Cost: see ``later_pieces``.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from itertools import compress, repeat
+from operator import gt, not_, sub
+
+
+def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusive_of_op: list[float],
+                 blocked_of: list[float], blocked_at: list[tuple[int, float, float]], n: int,
+                 skip: frozenset = frozenset()) -> tuple[list[float], list[float]]:
+    """Move each op's exclusive time after its first child to where a replay meets it.
+
+    A replay runs an op's busy time before its first child (which depends on it), but the measured
+    exclusive time lies in pieces: before the first child, between children, after the last one.
+    The op keeps the first piece. Each later piece begins where a child q ends and lasts until the
+    thread's next op starts or the op ends; it is folded into the op that precedes it in the
+    thread's start order (the last op started before q's end: the last of q's subtree in the ET
+    pre-order a replay follows), as host gaps are. Blocked time stays a wait where it was: a
+    blocked stretch (``blocked_at``: (op, where, µs), the op's blocking calls and waits) lying in a
+    moved piece is left out of what moves. What moves from an op never exceeds its exclusive time
+    less its blocked time (``blocked_of``): a piece may hold a Kineto child no op is linked to,
+    which is not exclusive time; an op's pieces then move in time order until that is used up.
+
+    ``timelines``: per thread, the linked ops in start order (``Timeline``); ``parent_op``: each
+    op's enclosing linked op by the Kineto nesting (``nesting_parent_ops``); ``ends_of``: each
+    op's measured end; ``skip``: ops neither moved nor moved into (CPU collectives: their busy
+    time comes from their measured interval). Returns (deferred, folded) per ET node: µs taken
+    out of an op, µs folded into it; per thread their sums agree, so the thread's total busy time
+    is unchanged.
+
+    Cost: O(m log m) per thread of m ops in C passes (one bisect per op), a loop over the pieces
+    found, and O(b) for b blocked stretches; O(n) floats. No scan per op.
+    """
+    owners: list[int] = []
+    targets: list[int] = []
+    lengths: list[float] = []
+    starts_at: list[float] = []
+    for timeline in timelines:
+        ops, starts, ends = timeline.ops, timeline.starts, timeline.ends
+        owner = list(map(parent_op.__getitem__, ops))
+        children = list(compress(range(len(ops)), map((0).__le__, owner)))  # positions with a parent op
+        if not children:
+            continue
+        if len(children) == len(ops):  # every op in some linked op (the usual case)
+            begin, own = ends, owner  # a piece begins where a child ends; its op
+        else:
+            begin, own = list(map(ends.__getitem__, children)), list(map(owner.__getitem__, children))
+        after = list(map(bisect_left, repeat(starts), begin))  # the thread's next op starting then or later
+        next_start = starts + [math.inf]
+        finish = list(map(min, map(next_start.__getitem__, after), map(ends_of.__getitem__, own)))
+        length = list(map(sub, finish, begin))
+        found = list(compress(range(len(children)), map(gt, length, repeat(0.0))))
+        if len(found) < len(children):  # else (the usual case) every child ends a piece
+            after, own, length, begin = (list(map(column.__getitem__, found)) for column in (after, own, length, begin))
+        # The op started last before the piece began: a piece of positive length ends at a start
+        # after its child's end, hence after the child's own start: ``after`` > the child.
+        before = list(map(sub, after, repeat(1)))
+        owners += own
+        targets += map(ops.__getitem__, before)
+        lengths += length
+        starts_at += begin
+    if skip:
+        kept = [j for j in compress(range(len(owners)), map(not_, map(skip.__contains__, owners)))
+                if targets[j] not in skip]
+        owners, targets, lengths, starts_at = ([column[j] for j in kept]
+                                               for column in (owners, targets, lengths, starts_at))
+    _leave_waits_in_place(owners, lengths, starts_at, blocked_at)
+    deferred, folded = [0.0] * n, [0.0] * n
+    for owner, length in zip(owners, lengths):
+        deferred[owner] += length
+    over = set(compress(range(n), map(gt, deferred, map(sub, exclusive_of_op, blocked_of))))
+    if over:  # pieces holding unlinked Kineto children: an op's pieces move in time order what it has
+        for owner, pieces in _pieces_of(owners, over).items():
+            left = max(0.0, exclusive_of_op[owner] - blocked_of[owner])
+            for j in pieces:
+                lengths[j] = min(lengths[j], left)
+                left -= lengths[j]
+            deferred[owner] = sum(lengths[j] for j in pieces)
+    for target, length in zip(targets, lengths):
+        folded[target] += length
+    return deferred, folded
+
+
+def _pieces_of(owners: list[int], wanted: set[int]) -> dict[int, list[int]]:
+    """The pieces (indices into ``owners``) of each op in ``wanted``, in time order (a parent's
+    children end in order). One C pass over the pieces and a loop over those kept."""
+    pieces_of: dict[int, list[int]] = {}
+    for j in compress(range(len(owners)), map(wanted.__contains__, owners)):
+        pieces_of.setdefault(owners[j], []).append(j)
+    return pieces_of
+
+
+def _leave_waits_in_place(owners: list[int], lengths: list[float], starts_at: list[float],
+                          blocked_at: list[tuple[int, float, float]]) -> None:
+    """Shorten each piece by the blocked stretches of its op that begin inside it (a wait is not
+    busy time wherever it lies). O(p + b log p) for p pieces and b blocked stretches."""
+    if not blocked_at or not owners:
+        return
+    pieces_of = _pieces_of(owners, {op for op, _, _ in blocked_at})
+    marks_of = {op: [starts_at[j] for j in pieces] for op, pieces in pieces_of.items()}
+    for op, where, length in blocked_at:
+        pieces = pieces_of.get(op)
+        if pieces is None:
+            continue
+        k = bisect_right(marks_of[op], where) - 1
+        if k >= 0 and where < starts_at[pieces[k]] + lengths[pieces[k]]:
+            j = pieces[k]
+            lengths[j] = max(0.0, lengths[j] - length)
