@@ -3,7 +3,7 @@
 over every real trace at hand.
 
 Usage: PYTHONPATH=. python scripts/fidelity_table.py [--shared ../shared/traces]
-           [--captures /work/captures] [--json] [--skip-kineto-only]
+           [--captures /work/captures] [--kineto-dir DIR ...] [--json] [--skip-kineto-only]
 
 Traces (each found one is used; missing ones are skipped):
 - ``--shared``: ``param_dlrm`` (8 ranks, one job), ``param_linear``, ``hta_simple_add``,
@@ -53,10 +53,15 @@ def _first(directory: Path, stem: str) -> Path | None:
     return None
 
 
-def find_traces(shared: Path, captures: Path | None, kineto_only: bool) -> list[tuple[str, str, object]]:
+def find_traces(shared: Path, captures: Path | None, kineto_only: bool,
+                kineto_dirs: list[Path] = ()) -> list[tuple[str, str, object]]:
     """(name, kind, what) with kind "job" (what: directory, host glob, device glob), "pair"
-    (what: (ET, Kineto)), "kineto" (what: Kineto path)."""
+    (what: (ET, Kineto)), "kineto" (what: Kineto path). ``kineto_dirs``: every ``*.json`` and
+    ``*.json.gz`` below each is a trace without an ET."""
     found: list[tuple[str, str, object]] = []
+    for directory in kineto_dirs:
+        for path in sorted(p for p in directory.rglob("*") if p.name.endswith((".json", ".json.gz"))):
+            found.append((f"kineto/{path.relative_to(directory)}", "kineto", path))
     dlrm = shared / "param_dlrm"
     if (dlrm / "rank0.et.json.gz").exists():
         found.append(("param_dlrm", "job", (dlrm, "rank*.et.json.gz", "rank*.kineto.json.gz")))
@@ -144,9 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--captures", type=Path, default=Path("/work/captures"))
     parser.add_argument("--json", action="store_true", help="one JSON object per row instead of the table")
     parser.add_argument("--skip-kineto-only", action="store_true", help="leave out the traces without an ET")
+    parser.add_argument("--kineto-dir", type=Path, action="append", default=[],
+                        help="also every *.json[.gz] below DIR, as a Kineto trace without an ET (repeatable; "
+                             "a file et-link refuses gets its one-line error as its row)")
     args = parser.parse_args(argv)
     rows: list[dict] = []
-    for name, kind, what in find_traces(args.shared, args.captures, not args.skip_kineto_only):
+    for name, kind, what in find_traces(args.shared, args.captures, not args.skip_kineto_only, args.kineto_dir):
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 rows += measure(name, kind, what, Path(tmp))
