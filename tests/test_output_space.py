@@ -110,6 +110,7 @@ def test_a_failed_write_into_the_room_leaves_nothing(tmp_path):
 
 
 def test_the_schedule_makes_a_room_only_for_a_large_plain_json_output(tmp_path):
+    from linker import schedule as schedule_module
     from linker.model.output import Output
     from linker.schedule import Schedule
 
@@ -121,6 +122,8 @@ def test_the_schedule_makes_a_room_only_for_a_large_plain_json_output(tmp_path):
     room = forced.room_for(Output.of(tmp_path / "a.json"), 1000)
     assert room is not None and room.size == 1200  # the ET's text and a fifth
     room.discard()
+    free = schedule_module._free_memory()
+    assert forced.room_for(Output.of(tmp_path / "a.json"), free) is None  # more than half the free memory
     assert auto.output_room == auto.kineto_child  # with a spare core
     assert _listing(tmp_path) == []
 

@@ -48,6 +48,14 @@ def spare_core() -> bool:
         return (os.cpu_count() or 1) > 1
 
 
+def _free_memory() -> int:
+    """Bytes of memory free now (``sysconf``; a large number where it cannot tell)."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return 1 << 62
+
+
 def _at_least(path, size: int) -> bool:
     """True when the file at ``path`` has ``size`` bytes or more (False when it cannot be read)."""
     try:
@@ -124,10 +132,12 @@ class Schedule:
         an ``OutputRoom`` (``write.sink``) filling the output's file from a thread while the ET+
         is linked and planned, or None. Its size is a guess: the ET's text and a fifth (the ET+
         fields; the large CPU pair's ET+ is 1.14 times its ET). The JSON writer waits for no
-        child then: the room is made on the core the Kineto child has left."""
+        child then: the room is made on the core the Kineto child has left. None too when the
+        room would take more than half the free memory (its zeros would then be written out to
+        the disk, not just held in the page cache)."""
         size = et_text_bytes * 6 // 5
         if not (self.output_room and output.format == "json" and not output.compressed
-                and size >= self.room_min_bytes):
+                and size >= self.room_min_bytes and size <= _free_memory() // 2):
             return None
         from linker.write.sink import OutputRoom
 
