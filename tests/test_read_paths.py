@@ -198,12 +198,12 @@ def test_what_cannot_be_mapped_is_read(tmp_path):
     data = text(60_000)
     path = tmp_path / "fifo.json"
     os.mkfifo(path)
-    writer = threading.Thread(target=path.write_bytes, args=(data,))
+    writer = threading.Thread(target=path.write_bytes, args=(data,), daemon=True)  # blocks until read
     writer.start()
     try:
         assert bytes(read_trace_bytes(path)) == data
     finally:
-        writer.join()
+        writer.join(timeout=10)
 
 
 @pytest.fixture(params=["isal", "zlib"])
