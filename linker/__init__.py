@@ -23,7 +23,8 @@ Reading order for a newcomer, one pair from files to output:
 6. ``write/etplus_json.py`` or ``write/chakra.py`` (over ``chakra_encode`` and ``chakra_wire``):
    ET+ JSON or Chakra protobuf; ``write/validate.py``: ``et-link validate``.
 7. ``pipeline.py``: one pair from files to files; ``cli.py``: the ``et-link`` command.
-8. ``schedule/``: the speed machinery (forked read-ahead children, a one-shot process exit), kept apart so the stages above read as plain passes.
+8. ``schedule/``: the speed machinery (forked read-ahead children, a one-shot process exit), kept
+   apart so the stages above read as plain passes.
 9. ``sim/``: ``et-link simulate``; ``batch/``: ``et-link batch`` and the cross-rank check.
 """
 

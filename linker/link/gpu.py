@@ -160,10 +160,6 @@ class _LaunchIndex:
         numeric = [c for c in self.by_correlation if isinstance(c, int)]
         self.first_correlation = min(numeric) if numeric else None
 
-    @classmethod
-    def build(cls, kineto: KinetoTrace) -> "_LaunchIndex":
-        return cls(kineto)
-
     @cached_property
     def runtime_by_ext(self) -> dict:
         return _unique_index(self.kineto.runtime_events, lambda e: e.args.external_id)
@@ -219,7 +215,7 @@ def innermost_python_functions(kineto: KinetoTrace, points: list[TimePoint]) -> 
 
 def uncovered_launch_points(kineto: KinetoTrace) -> list[TimePoint]:
     """Host points of launches that no CPU event covers (one per launch call). O((n + g) log(n + g))."""
-    index = _LaunchIndex.build(kineto)
+    index = _LaunchIndex(kineto)
     seen, points = set(), []
     for g in kineto.gpu_events:
         link, point = _find_launch(g, index, kineto)
@@ -241,7 +237,7 @@ def attribute_gpu_ops(
     result = GpuAttribution([])
     if not kineto.gpu_events:  # a CPU-only trace: nothing to attribute, no index to build
         return result
-    index = _LaunchIndex.build(kineto)
+    index = _LaunchIndex(kineto)
     points: list[TimePoint] = []
     point_of_link: list[int] = []
     graph_correlations = set()

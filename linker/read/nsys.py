@@ -184,8 +184,6 @@ def read_nsys(conn: sqlite3.Connection, path: Path, tables: dict, pid: int | Non
         raise sqlite_problem(path, err) from None
 
 
-
-
 def choose_processes(path: Path, available: list[int], everything: dict, pid: int | None,
                      prefer_pid: int | None, what: str) -> tuple[list[int], list[str]]:
     """(pids to read, warnings). ``pid``: that process (refused when absent), or

@@ -22,13 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from linker.model.errors import TraceInputError
-from linker.read.files import collector_paused
+from linker.read.files import GZIP_MAGIC, collector_paused
 from linker.read.kineto import KinetoTrace, read_kineto_trace
 from linker.read.sqlite_source import (ALL_PROCESSES, NSYS, NVPROF, has_sqlite_header, open_read_only, source_kind,
                                        sqlite_problem, table_columns)
 
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".qdstrm")
-GZIP_MAGIC = b"\x1f\x8b"
 SEQ_AGREEMENT = 0.99  # below this share of agreeing seq numbers, the seq check warns
 
 

@@ -51,7 +51,6 @@ except ImportError:  # pragma: no cover - isal is a dependency
     _GzipWriter, GZIP_LEVEL = gzip.GzipFile, 6
 
 
-
 ROOM_PIECE = 8 << 20  # zero bytes per write of an ``OutputRoom``'s thread
 
 
@@ -167,8 +166,10 @@ def atomic_output(path: str | os.PathLike, protected: tuple = (),
     out = Path(path)
     check_output_paths([out], protected)
     taken = None
-    if room is not None:
-        taken = room.take() if room.out == out and not out.name.endswith(".gz") else room.discard()
+    if room is not None and room.out == out and not out.name.endswith(".gz"):
+        taken = room.take()
+    elif room is not None:  # made for another file: not written into
+        room.discard()
     try:
         fd, tmp = taken if taken is not None else hidden_temporary(out)
     except OSError as err:
