@@ -49,25 +49,26 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     for timeline in timelines:
         ops, starts, ends = timeline.ops, timeline.starts, timeline.ends
         owner = list(map(parent_op.__getitem__, ops))
-        children = list(compress(range(len(ops)), map((0).__le__, owner)))  # positions with a parent op
-        if not children:
-            continue
-        if len(children) == len(ops):  # every op in some linked op (the usual case)
+        if min(owner, default=-1) >= 0:  # every op in some linked op (the usual case)
             begin, own = ends, owner  # a piece begins where a child ends; its op
         else:
+            children = list(compress(range(len(ops)), map((0).__le__, owner)))  # positions with a parent op
+            if not children:
+                continue
             begin, own = list(map(ends.__getitem__, children)), list(map(owner.__getitem__, children))
         after = list(map(bisect_left, repeat(starts), begin))  # the thread's next op starting then or later
         next_start = starts + [math.inf]
         finish = list(map(min, map(next_start.__getitem__, after), map(ends_of.__getitem__, own)))
         length = list(map(sub, finish, begin))
-        found = list(compress(range(len(children)), map(gt, length, repeat(0.0))))
-        if len(found) < len(children):  # else (the usual case) every child ends a piece
+        if not all(map(gt, length, repeat(0.0))):  # else (the usual case) every child ends a piece
+            found = list(compress(range(len(length)), map(gt, length, repeat(0.0))))
             after, own, length, begin = (list(map(column.__getitem__, found)) for column in (after, own, length, begin))
         # The op started last before the piece began: a piece of positive length ends at a start
-        # after its child's end, hence after the child's own start: ``after`` > the child.
-        before = list(map(sub, after, repeat(1)))
+        # after its child's end, hence after the child's own start: ``after`` > the child, and
+        # ``ops[after - 1]`` is ``op_before[after]`` (``op_before[0]`` is never read).
+        op_before = [-1] + ops
         owners += own
-        targets += map(ops.__getitem__, before)
+        targets += map(op_before.__getitem__, after)
         lengths += length
         starts_at += begin
     if skip:
