@@ -36,7 +36,7 @@ from typing import Iterable
 
 import orjson
 
-from linker.model import et_def_pb2 as pb
+from linker.model import chakra_kinds as kinds
 from linker.plan.comm import WORLD_GROUP_ID, is_comm_kernel, read_process_groups
 from linker.plan.cpu_comm import issue_numbers
 from linker.plan.deps import dependency_plan
@@ -156,11 +156,11 @@ def rank_collectives(et_plus: EtPlus) -> RankCollectives:
     cpu = sorted(plan.cpu_comm, key=et_plus.et.ids.__getitem__)
     for attrs in [plan.comm[k] for k in kernels] + [plan.cpu_comm[i] for i in cpu]:
         seq = attrs.seq
-        if attrs.node_type == pb.COMM_COLL_NODE:
-            op = CommOp(pb.CollectiveCommType.Name(attrs.comm_type), attrs.comm_size, attrs.dtype)
-        elif attrs.node_type == pb.COMM_SEND_NODE:
+        if attrs.node_type == kinds.COMM_COLL_NODE:
+            op = CommOp(kinds.collective_name(attrs.comm_type), attrs.comm_size, attrs.dtype)
+        elif attrs.node_type == kinds.COMM_SEND_NODE:
             op = CommOp(SEND, attrs.comm_size, attrs.dtype, attrs.comm_dst)
-        elif attrs.node_type == pb.COMM_RECV_NODE:
+        elif attrs.node_type == kinds.COMM_RECV_NODE:
             op = CommOp(RECV, attrs.comm_size, attrs.dtype, attrs.comm_src)
         else:
             result.unresolved += 1

@@ -5,6 +5,11 @@
 | ``errors`` | ``TraceInputError`` (a user's file or option is at fault: one line naming the file), ``MismatchedPairError`` (two different runs), ``OptionError`` |
 | ``exit_status`` | the ``et-link`` exit statuses and ``EXIT_STATUS_TABLE`` (``--help``, README) |
 | ``columns`` | small operations over plain columns (lists of a million entries), with their loops in C |
+| ``output`` | ``Output``: an ET+ output's path, format and compression, decided once |
+| ``units`` | times and counts in words people read |
+| ``progress`` | ``StageProgress``: the stages of one long command on stderr |
+| ``chakra_kinds`` | Chakra's node types and collective kinds as plain ints (a JSON run loads no protobuf) |
+| ``et_def_pb2`` | generated from ``schema/et_def.proto``: the ``.et`` messages |
 
 The typed traces themselves live beside their readers (``linker.read.et``, ``linker.read.kineto``).
 """

@@ -40,7 +40,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from linker.model import et_def_pb2 as pb
+from linker.model import chakra_kinds as kinds
 from linker.read.et import FLAT, EtNode
 from linker.link.etplus import EtPlus, GpuNode
 
@@ -61,16 +61,16 @@ COLL, SEND, RECV = "coll", "send", "recv"
 
 # Normalised name fragment -> collective; longer/more specific fragments first.
 _COLLECTIVE_FRAGMENTS = (
-    ("alltoall", pb.ALL_TO_ALL),
-    ("allreduce", pb.ALL_REDUCE),
-    ("allgather", pb.ALL_GATHER),
-    ("reducescatter", pb.REDUCE_SCATTER),
-    ("broadcast", pb.BROADCAST),
-    ("bcast", pb.BROADCAST),
-    ("barrier", pb.BARRIER),
-    ("gather", pb.GATHER),
-    ("scatter", pb.SCATTER),
-    ("reduce", pb.REDUCE),
+    ("alltoall", kinds.ALL_TO_ALL),
+    ("allreduce", kinds.ALL_REDUCE),
+    ("allgather", kinds.ALL_GATHER),
+    ("reducescatter", kinds.REDUCE_SCATTER),
+    ("broadcast", kinds.BROADCAST),
+    ("bcast", kinds.BROADCAST),
+    ("barrier", kinds.BARRIER),
+    ("gather", kinds.GATHER),
+    ("scatter", kinds.SCATTER),
+    ("reduce", kinds.REDUCE),
 )
 _KERNEL_TOKEN = re.compile(r"kernel_([A-Za-z]+)", re.IGNORECASE)
 
@@ -469,19 +469,19 @@ class CommResolver:
         param_io = self._param_inputs(ops)
         kind = self.kind(gpu, gpu_args, ops, param_io)
         if kind is None:
-            return CommAttrs(pb.COMP_NODE, problem="comm kind unknown")
+            return CommAttrs(kinds.COMP_NODE, problem="comm kind unknown")
         size = self.size(ops, param_io, gpu_args)
         if not size or size <= 0:
-            return CommAttrs(pb.COMP_NODE, problem="comm size unknown")
+            return CommAttrs(kinds.COMP_NODE, problem="comm size unknown")
         pytorch_name = self.pg_name(gpu, ops, param_io)
         group_id, dtype = job_group_id(pytorch_name), self.dtype(ops, param_io, gpu_args)
         if kind.role == COLL:
-            return CommAttrs(pb.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size, pg_name=group_id,
+            return CommAttrs(kinds.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size, pg_name=group_id,
                              dtype=dtype, seq=self.seq(ops, param_io, gpu_args))
         peer = _peer_rank(param_io, self.groups.ranks_of_name.get(pytorch_name))
         if peer is None:
-            return CommAttrs(pb.COMP_NODE, problem="point-to-point peer unknown")
-        attrs = CommAttrs(pb.COMM_SEND_NODE if kind.role == SEND else pb.COMM_RECV_NODE,
+            return CommAttrs(kinds.COMP_NODE, problem="point-to-point peer unknown")
+        attrs = CommAttrs(kinds.COMM_SEND_NODE if kind.role == SEND else kinds.COMM_RECV_NODE,
                           comm_size=size, pg_name=group_id, dtype=dtype)
         if kind.role == SEND:
             attrs.comm_src, attrs.comm_dst = self.rank, peer

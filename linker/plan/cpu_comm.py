@@ -40,7 +40,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from itertools import compress
 
-from linker.model import et_def_pb2 as pb
+from linker.model import chakra_kinds as kinds
 from linker.plan.comm import (COLL, PARAM_COMMS_NAME, PYTORCH_WORLD_GROUP, CommAttrs, dtype_name, job_group_id,
                               kind_from_name, op_inputs, read_process_groups, tensors_bytes, _TENSOR_DTYPE)
 
@@ -178,7 +178,7 @@ def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
             continue
         event = events[match.event_of_op[i]]
         kind = kind_from_name(et.names[i])
-        out[i] = CommAttrs(pb.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size,
+        out[i] = CommAttrs(kinds.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size,
                            pg_name=job_group_id(_group(et_plus, i, event, groups, parent_index)), dtype=_dtype(io))
     if len({attrs.pg_name for attrs in out.values()}) == 1:  # numbered among one group's calls only
         numbers, _ = issue_numbers(et_plus, list(out))

@@ -25,7 +25,7 @@ from operator import attrgetter, eq, gt, is_not
 
 import msgspec
 
-from linker.model import et_def_pb2 as pb
+from linker.model import chakra_kinds as kinds
 from linker.plan.comm import WORLD_GROUP_ID
 from linker.plan.dependency_plan import PARENT, THREAD_ORDER, DependencyPlan, WriteSummary
 from linker.plan.deps import dependency_plan
@@ -133,7 +133,7 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
     _set_all(map(nodes.__getitem__, at), "folded_dur", us_at(busy.folded, at))
     for i, comm in plan.cpu_comm.items():  # CPU collectives: communication nodes on their measured thread
         node = et.nodes[i]
-        node.comm_type, node.comm_size = pb.CollectiveCommType.Name(comm.comm_type), comm.comm_size
+        node.comm_type, node.comm_size = kinds.collective_name(comm.comm_type), comm.comm_size
         node.pg_name, node.tid = pytorch_group_name(comm.pg_name or WORLD_GROUP_ID), et.tid[i]
         node.sim_dur = _us(busy.sim[i])  # the part after the group's earlier collective (``cpu_comm``)
         if comm.seq is not None:
@@ -142,10 +142,10 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
         node.sim_dur = node.dur
         node.data_deps, node.data_dep_causes = dep_fields(data_deps(n + k))
         comm = plan.comm[k] if plan.comm else None
-        if comm is None or comm.node_type == pb.COMP_NODE:
+        if comm is None or comm.node_type == kinds.COMP_NODE:
             continue
         if comm.comm_type is not None:
-            node.comm_type = pb.CollectiveCommType.Name(comm.comm_type)
+            node.comm_type = kinds.collective_name(comm.comm_type)
         node.comm_size = comm.comm_size
         if node.pg_name is msgspec.UNSET:  # PyTorch's name, as Kineto's "Process Group Name"
             node.pg_name = pytorch_group_name(comm.pg_name or WORLD_GROUP_ID)

@@ -1,0 +1,41 @@
+"""``linker.model.chakra_kinds`` holds Chakra's enum values as ``schema/et_def.proto`` defines them,
+and a JSON run does not load protobuf (the reason the module exists)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from linker.model import chakra_kinds, et_def_pb2
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_value_is_the_generated_modules():
+    for name in ("COMP_NODE", "COMM_SEND_NODE", "COMM_RECV_NODE", "COMM_COLL_NODE"):
+        assert getattr(chakra_kinds, name) == et_def_pb2.NodeType.Value(name)
+    assert len(chakra_kinds.COLLECTIVE_NAMES) == len(et_def_pb2.CollectiveCommType.keys())
+    for name in et_def_pb2.CollectiveCommType.keys():
+        value = et_def_pb2.CollectiveCommType.Value(name)
+        assert getattr(chakra_kinds, name) == value
+        assert chakra_kinds.collective_name(value) == name
+
+
+@pytest.mark.parametrize("value", [-1, 10, None, "0"])
+def test_a_value_chakra_lacks_is_refused(value):
+    with pytest.raises(ValueError):
+        chakra_kinds.collective_name(value)
+
+
+@pytest.mark.parametrize("pair, suffix, loads", [("ddp_gloo", ".json", False), ("ddp_gloo", ".et", True)])
+def test_only_an_et_output_loads_protobuf(tmp_path, pair, suffix, loads):
+    """A DDP rank (CPU collectives: the plan names their kinds) linked to JSON in a fresh process
+    leaves ``google.protobuf`` unloaded; to ``.et`` it loads it."""
+    et, kineto = ROOT / "tests" / "fixtures" / pair / "host.0.json.gz", ROOT / "tests" / "fixtures" / pair / "device.0.json.gz"
+    script = ("import sys; from linker.pipeline import link_pair; "
+              f"link_pair({str(et)!r}, {str(kineto)!r}, {str(tmp_path / ('out' + suffix))!r}); "
+              "print('google.protobuf' in sys.modules)")
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert shown.stdout.strip() == str(loads)
