@@ -407,7 +407,7 @@ def batch_command(
                          skip_unpaired=skip_unpaired, rank_start=rank_start, simulator=simulator,
                          pid_ranks=ranks_of_pids)
     try:
-        summary = run_batch(config, quiet=quiet)
+        summary = run_batch(config, quiet=quiet, schedule=_schedule())
     except PairingError as err:
         for problem in err.problems:
             typer.echo(f"et-link: pairing: {problem}", err=True)

@@ -17,13 +17,15 @@ from typer.testing import CliRunner
 
 from linker.batch import BatchConfig, run_batch
 from linker.batch.astra_setup import copy_without_metadata
-from linker.batch.rank_start import set_rank_start
+from linker.batch.rank_start import apply_rank_starts, set_rank_start
 from linker.cli import app
 from linker.pipeline import link_pair
 from linker.plan.rank_start import DELAY_NODE_NAME, RANK_START, et_plus_span, measured_offsets
 from linker.sim.load import load_graph
 from linker.sim.cli_run import SimulateOptions, run_simulate
 from linker.model import et_def_pb2 as pb
+from linker.model.errors import TraceInputError
+from linker.schedule import Schedule
 from linker.write.chakra_wire import EtWriter, iter_frames, make_attr, read_et
 from linker.write.validate import validate_file
 
@@ -313,3 +315,46 @@ def test_batch_refuses_bad_rank_start_and_network_values_before_any_work(tmp_pat
         result = runner.invoke(app, base + extra)
         assert result.exit_code == 2 and result.output.strip() == f"et-link: error: {message}"
         assert not (tmp_path / "out").exists()
+
+
+DDP = Path(__file__).resolve().parent / "fixtures" / "ddp_gloo"  # a real 4-rank gloo job (committed)
+
+
+def _ddp_batch(out: Path, schedule, **options):
+    config = BatchConfig(str(DDP / "host.*.json.gz"), str(DDP / "device.*.json.gz"), out, workers=2, **options)
+    return run_batch(config, progress_stream=io.StringIO(), interactive=False, schedule=schedule)
+
+
+@pytest.mark.parametrize("fmt", ["json", "et"])
+def test_rank_start_rewrites_come_out_alike_under_both_schedules(tmp_path, fmt):
+    """The DDP job's outputs, rewritten for their rank starts in the batch process (serial) or in
+    forked children (forced, two at once): the same bytes, the same offsets and rewritten ranks,
+    and sidecars that describe the rewritten files (a rerun skips every rank)."""
+    serial = _ddp_batch(tmp_path / "serial", Schedule.serial(), fmt=fmt)
+    forced = _ddp_batch(tmp_path / "forced", Schedule.forced(), fmt=fmt)
+    assert serial.simulator["rank_start"] == forced.simulator["rank_start"]
+    assert len(serial.simulator["rank_start"]["rewritten_ranks"]) >= 2  # else nothing was shared out
+    outputs = [Path(r.output).name for r in serial.ranks]
+    assert len(outputs) == 4 and all(name.endswith(f".{fmt}") for name in outputs)
+    for name in outputs:
+        assert (tmp_path / "serial" / name).read_bytes() == (tmp_path / "forced" / name).read_bytes(), name
+    again = _ddp_batch(tmp_path / "forced", Schedule.forced(), fmt=fmt)
+    assert all(r.status == "skipped" for r in again.ranks)
+    assert again.simulator["rank_start"]["rewritten_ranks"] == []
+
+
+def test_an_output_that_cannot_be_rewritten_fails_alike_under_both_schedules(tmp_path):
+    """A rank whose output is not an ET+ any more: under the forced schedule its child fails there,
+    and the batch process, rewriting what the child left, meets the same one-line error."""
+    errors = {}
+    for name, schedule in (("serial", Schedule.serial()), ("forced", Schedule.forced())):
+        out = tmp_path / name
+        summary = _ddp_batch(out, Schedule.serial(), rank_start="zero")
+        files = [(Path(r.output), r.rank) for r in summary.ranks]
+        spans = [tuple(r.measured_span) for r in summary.ranks]
+        files[1][0].write_bytes(b'{"nodes": [')  # cut short
+        with pytest.raises(TraceInputError) as raised:
+            apply_rank_starts(files, spans, {}, "measured", schedule=schedule, processes=2)
+        errors[name] = str(raised.value).replace(str(out), "OUT")
+        assert str(raised.value).startswith(str(files[1][0]))  # names the file cut short
+    assert errors["serial"] == errors["forced"]

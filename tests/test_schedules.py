@@ -32,8 +32,9 @@ def test_serial_is_the_default_and_auto_forks_only_with_a_spare_core():
                                          or serial.split_load or serial.one_shot)
     assert auto.kineto_child == auto.fields_child == auto.split_load == spare_core()
     assert auto.one_shot and not Schedule.auto(one_shot=False).one_shot
-    assert forced.kineto_child and forced.fields_child and forced.split_load
-    assert forced.child_min_bytes == forced.split_min_bytes == 0
+    assert forced.kineto_child and forced.fields_child and forced.split_load and forced.rewrite_children
+    assert auto.rewrite_children == spare_core() and not serial.rewrite_children
+    assert forced.child_min_bytes == forced.split_min_bytes == forced.rewrite_min_bytes == 0
     with pytest.raises(AttributeError):
         forced.kineto_child = False  # a value: frozen
 
@@ -66,3 +67,32 @@ def test_ops_moved_to_their_measured_thread_come_out_alike_under_both_schedules(
     link_pair(et, kineto, forced, LinkOptions(), schedule=Schedule.forced())
     assert moved > 0
     assert forced.read_bytes() == serial.read_bytes()
+
+
+def _square_unless_seven(value: int) -> int:
+    if value == 7:
+        raise ValueError("seven")
+    return value * value
+
+
+def test_calls_shared_out_among_children_come_back_or_are_left_to_the_caller():
+    """``shares.call_in_children``: every result comes back boxed, in item order; a call that raises
+    leaves it and the rest of that child's share (items 7, 10, 13 of the share 1, 4, 7, ...) to the
+    caller, while the other children's shares come back whole."""
+    from linker.schedule.shares import call_in_children
+
+    items = [(k,) for k in range(15)]
+    assert call_in_children(_square_unless_seven, items[:7], 3) == [(k * k,) for k in range(7)]
+    results = call_in_children(_square_unless_seven, items, 3)
+    assert [k for k, r in enumerate(results) if r is None] == [7, 10, 13]
+    assert all(r == (k * k,) for k, r in enumerate(results) if r is not None)
+
+
+def test_rewrites_run_in_children_only_when_the_schedule_and_the_job_call_for_them():
+    calls, sizes = [(k,) for k in range(4)], [1 << 30] * 4
+    assert Schedule.forced().rewrite_each(_square_unless_seven, calls, sizes, 2) == [(0,), (1,), (4,), (9,)]
+    assert Schedule.serial().rewrite_each(_square_unless_seven, calls, sizes, 2) == [None] * 4
+    assert Schedule.forced().rewrite_each(_square_unless_seven, calls, sizes, 1) == [None] * 4  # one at a time
+    assert Schedule.forced().rewrite_each(_square_unless_seven, calls[:1], sizes[:1], 2) == [None]  # one output
+    large_only = Schedule.forced().without(rewrite_min_bytes=64 << 20)
+    assert large_only.rewrite_each(_square_unless_seven, calls, [1 << 20] * 4, 2) == [None] * 4

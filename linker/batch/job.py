@@ -12,11 +12,12 @@ from pathlib import Path
 
 from linker.batch.collectives import COMM_GROUPS_FILE, check_job, format_ranks
 from linker.link.recipe import LinkOptions
+from linker.schedule import Schedule
 from linker.batch.progress import BatchProgress
 from linker.batch.errors import BatchSetupError, PairingError
 from linker.batch.link_rank import completed_result
 from linker.batch.local import run_local
-from linker.batch.memory import MEMORY_BUDGET_SHARE, available_memory_bytes
+from linker.batch.memory import MEMORY_BUDGET_SHARE, available_memory_bytes, estimate_rewrite_bytes, uncompressed_size
 from linker.batch.pairing import Pairing, expand_glob, pair_rank_files
 from linker.batch.remote import import_distributed, run_dask
 from linker.batch.summary import BatchSummary, find_outliers, summarize_totals, write_summary
@@ -94,8 +95,10 @@ def plan_batch(config: BatchConfig) -> BatchPlan:
 
 
 def run_batch(config: BatchConfig, progress_stream=None, interactive: bool | None = None,
-              quiet: bool = False) -> BatchSummary:
+              quiet: bool = False, schedule: Schedule | None = None) -> BatchSummary:
     """Plan, run and summarise a batch; writes ``summary.json`` in the output directory.
+    ``schedule`` (serial by default; the CLI's is ``Schedule.auto()``) decides whether the outputs
+    are rewritten for their rank start by forked children, as many as the ranks run at once.
 
     Raises ``BatchSetupError``/``PairingError`` before any work; afterwards rank failures are
     recorded in the summary, never raised. Progress goes to ``progress_stream`` (stderr).
@@ -115,12 +118,12 @@ def run_batch(config: BatchConfig, progress_stream=None, interactive: bool | Non
         progress.note(f"{len(plan.complete)} rank(s) already complete, skipped (--redo to link them again): "
                       f"{format_ranks(r.rank for r in plan.complete)}")
 
+    available = available_memory_bytes()
+    budget = config.memory_budget or (int(available * MEMORY_BUDGET_SHARE) if available else None)
     if config.scheduler:
         executor = f"Dask scheduler {config.scheduler}"
         results = run_dask(plan.to_run, config.scheduler, progress) if plan.to_run else []
     else:
-        available = available_memory_bytes()
-        budget = config.memory_budget or (int(available * MEMORY_BUDGET_SHARE) if available else None)
         executor = f"local, {workers} workers" + (f", memory budget {budget / 2**30:.1f} GiB" if budget else "")
         results = run_local(plan.to_run, workers, budget, progress) if plan.to_run else []
     progress.close()
@@ -128,7 +131,7 @@ def run_batch(config: BatchConfig, progress_stream=None, interactive: bool | Non
     output_dir = Path(config.output_dir).absolute()
     collectives = check_job({r.rank: r.report for r in ranks if r.ok}, [r.rank for r in ranks],
                             plan.pairing.world_size, output_dir / COMM_GROUPS_FILE if config.fmt == "et" else None)
-    setup = simulator_setup(config, ranks, output_dir)
+    setup = simulator_setup(config, ranks, output_dir, schedule, workers, budget)
     elapsed = time.monotonic() - started
     summary = BatchSummary(
         output_dir=str(output_dir), executor=executor, ranks=ranks,
@@ -141,11 +144,13 @@ def run_batch(config: BatchConfig, progress_stream=None, interactive: bool | Non
     return summary
 
 
-def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Path) -> dict | None:
+def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Path, schedule: Schedule | None = None,
+                    workers: int = 1, memory_budget: int | None = None) -> dict | None:
     """Once every rank is linked: each rank's start offset written into its output
-    (``rank_start``), then, for ``--format et``, the ASTRA-sim configuration and ``run`` script
-    in ``astra/`` (``astra_setup``). None when no rank was linked. Raises TraceInputError when an
-    output cannot be read back or rewritten."""
+    (``rank_start``; in up to ``workers`` forked children when ``schedule`` has them, as many as
+    fit ``memory_budget``), then, for ``--format et``, the ASTRA-sim configuration and ``run``
+    script in ``astra/`` (``astra_setup``). None when no rank was linked. Raises TraceInputError
+    when an output cannot be read back or rewritten."""
     from linker.batch.rank_start import apply_rank_starts
     from linker.plan.rank_start import MEASURED
 
@@ -162,8 +167,12 @@ def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Pa
         spans = [graph.measured_span() for graph in graphs] or [
             tuple(r.measured_span) if r.measured_span else _load_graph(path, rank).measured_span()
             for r, (path, rank) in zip(done, files)]
+    processes = workers
+    if memory_budget is not None:  # as many rewrites at once as fit, each the largest output's
+        processes = min(workers, memory_budget // estimate_rewrite_bytes(max(map(_output_bytes, files))))
     starts = apply_rank_starts(files, spans, {r.rank: Path(r.report) for r in done if r.report},
-                               config.rank_start, frozenset(r.rank for r in done if r.status == "linked"), graphs)
+                               config.rank_start, frozenset(r.rank for r in done if r.status == "linked"), graphs,
+                               schedule, processes)
     setup = {"rank_start": starts.to_json(), "lines": starts.lines()}
     if config.fmt == "et":
         from linker.batch.astra_setup import SETUP_DIR, write_setup
@@ -175,6 +184,14 @@ def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Pa
         setup["astra_sim"] = {k: v for k, v in astra.items() if k != "lines"}
         setup["lines"] += astra["lines"]
     return setup
+
+
+def _output_bytes(file: tuple[Path, int]) -> int:
+    """An output's uncompressed bytes (0 when it cannot be read: its rewrite will say why)."""
+    try:
+        return uncompressed_size(file[0])
+    except OSError:
+        return 0
 
 
 def _load_graph(path: Path, rank: int):

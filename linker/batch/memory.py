@@ -22,6 +22,9 @@ from linker.read.files import GZIP_MAGIC, plausible_gzip_size
 # workers, the parent's pages (34 MB measured).
 PEAK_BASE_BYTES = 48 << 20
 PEAK_BYTES_PER_INPUT_BYTE = 5.3
+# Peak RSS of rewriting one output for its rank start (``batch.rank_start``) ~= PEAK_BASE_BYTES +
+# REWRITE_BYTES_PER_OUTPUT_BYTE * its uncompressed bytes: a 417 MB ET+ JSON spliced in 639 MB.
+REWRITE_BYTES_PER_OUTPUT_BYTE = 1.6
 # Share of MemAvailable the local runner plans to use (the rest is left to the system).
 MEMORY_BUDGET_SHARE = 0.85
 # gzip stores the uncompressed size modulo 2**32; for big files the wrap count is estimated from
@@ -47,6 +50,11 @@ def uncompressed_size(path: Path) -> int:
 def estimate_peak_bytes(input_bytes: int) -> int:
     """Expected peak RSS of a rank from its uncompressed input bytes (see the memory model)."""
     return int(PEAK_BASE_BYTES + PEAK_BYTES_PER_INPUT_BYTE * input_bytes)
+
+
+def estimate_rewrite_bytes(output_bytes: int) -> int:
+    """Expected peak RSS of rewriting an output of ``output_bytes`` uncompressed bytes."""
+    return int(PEAK_BASE_BYTES + REWRITE_BYTES_PER_OUTPUT_BYTE * output_bytes)
 
 
 def available_memory_bytes() -> int | None:
