@@ -161,11 +161,11 @@ def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Pa
     # The ASTRA-sim setup reads the graphs; the offsets need only each rank's measured span, which
     # its worker handed over (read back from the output only when it did not). The simulator's
     # modules are imported only when they are used (a JSON job's workers hand every span over).
-    graphs = [_load_graph(path, rank) for path, rank in files] if config.fmt == "et" else []
+    graphs = [_load_graph(path, rank, schedule) for path, rank in files] if config.fmt == "et" else []
     spans = []
     if config.rank_start == MEASURED and len(files) > 1:
         spans = [graph.measured_span() for graph in graphs] or [
-            tuple(r.measured_span) if r.measured_span else _load_graph(path, rank).measured_span()
+            tuple(r.measured_span) if r.measured_span else _load_graph(path, rank, schedule).measured_span()
             for r, (path, rank) in zip(done, files)]
     processes = workers
     if memory_budget is not None:  # as many rewrites at once as fit, each the largest output's
@@ -194,10 +194,12 @@ def _output_bytes(file: tuple[Path, int]) -> int:
         return 0
 
 
-def _load_graph(path: Path, rank: int):
+def _load_graph(path: Path, rank: int, schedule: Schedule | None = None):
+    """A rank's output as a replay graph (a large ``.et`` in two processes when ``schedule`` says
+    so: ``Schedule.splits_load``)."""
     from linker.sim.load import load_graph
 
-    return load_graph(path, rank)
+    return load_graph(path, rank, schedule)
 
 
 def parse_bytes(text: str) -> int:
