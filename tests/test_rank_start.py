@@ -327,9 +327,10 @@ def _ddp_batch(out: Path, schedule, **options):
 
 @pytest.mark.parametrize("fmt", ["json", "et"])
 def test_rank_start_rewrites_come_out_alike_under_both_schedules(tmp_path, fmt):
-    """The DDP job's outputs, rewritten for their rank starts in the batch process (serial) or in
-    forked children (forced, two at once): the same bytes, the same offsets and rewritten ranks,
-    and sidecars that describe the rewritten files (a rerun skips every rank)."""
+    """The DDP job's outputs, rewritten for their rank starts (and, as ``.et``, read back for the
+    ASTRA-sim setup) in the batch process (serial) or in forked children (forced, two at once): the
+    same bytes, offsets, rewritten ranks and setup, and sidecars that describe the rewritten files
+    (a rerun skips every rank)."""
     serial = _ddp_batch(tmp_path / "serial", Schedule.serial(), fmt=fmt)
     forced = _ddp_batch(tmp_path / "forced", Schedule.forced(), fmt=fmt)
     assert serial.simulator["rank_start"] == forced.simulator["rank_start"]
@@ -338,6 +339,12 @@ def test_rank_start_rewrites_come_out_alike_under_both_schedules(tmp_path, fmt):
     assert len(outputs) == 4 and all(name.endswith(f".{fmt}") for name in outputs)
     for name in outputs:
         assert (tmp_path / "serial" / name).read_bytes() == (tmp_path / "forced" / name).read_bytes(), name
+    if fmt == "et":  # the ASTRA-sim setup, made from the graphs read back (by children when forced)
+        assert dict(serial.simulator["astra_sim"], dir=None) == dict(forced.simulator["astra_sim"], dir=None)
+        setup = sorted(p.name for p in (tmp_path / "serial" / "astra").iterdir() if p.is_file() and not p.is_symlink())
+        assert "network.yml" in setup and "comm_groups.json" in setup
+        for name in setup:
+            assert (tmp_path / "serial" / "astra" / name).read_bytes() == (tmp_path / "forced" / "astra" / name).read_bytes(), name
     again = _ddp_batch(tmp_path / "forced", Schedule.forced(), fmt=fmt)
     assert all(r.status == "skipped" for r in again.ranks)
     assert again.simulator["rank_start"]["rewritten_ranks"] == []

@@ -32,9 +32,9 @@ def test_serial_is_the_default_and_auto_forks_only_with_a_spare_core():
                                          or serial.split_load or serial.one_shot)
     assert auto.kineto_child == auto.fields_child == auto.split_load == spare_core()
     assert auto.one_shot and not Schedule.auto(one_shot=False).one_shot
-    assert forced.kineto_child and forced.fields_child and forced.split_load and forced.rewrite_children
-    assert auto.rewrite_children == spare_core() and not serial.rewrite_children
-    assert forced.child_min_bytes == forced.split_min_bytes == forced.rewrite_min_bytes == 0
+    assert forced.kineto_child and forced.fields_child and forced.split_load and forced.output_children
+    assert auto.output_children == spare_core() and not serial.output_children
+    assert forced.child_min_bytes == forced.split_min_bytes == forced.output_min_bytes == 0
     with pytest.raises(AttributeError):
         forced.kineto_child = False  # a value: frozen
 
@@ -90,9 +90,9 @@ def test_calls_shared_out_among_children_come_back_or_are_left_to_the_caller():
 
 def test_rewrites_run_in_children_only_when_the_schedule_and_the_job_call_for_them():
     calls, sizes = [(k,) for k in range(4)], [1 << 30] * 4
-    assert Schedule.forced().rewrite_each(_square_unless_seven, calls, sizes, 2) == [(0,), (1,), (4,), (9,)]
-    assert Schedule.serial().rewrite_each(_square_unless_seven, calls, sizes, 2) == [None] * 4
-    assert Schedule.forced().rewrite_each(_square_unless_seven, calls, sizes, 1) == [None] * 4  # one at a time
-    assert Schedule.forced().rewrite_each(_square_unless_seven, calls[:1], sizes[:1], 2) == [None]  # one output
-    large_only = Schedule.forced().without(rewrite_min_bytes=64 << 20)
-    assert large_only.rewrite_each(_square_unless_seven, calls, [1 << 20] * 4, 2) == [None] * 4
+    assert Schedule.forced().each_output(_square_unless_seven, calls, sizes, 2) == [(0,), (1,), (4,), (9,)]
+    assert Schedule.serial().each_output(_square_unless_seven, calls, sizes, 2) == [None] * 4
+    assert Schedule.forced().each_output(_square_unless_seven, calls, sizes, 1) == [None] * 4  # one at a time
+    assert Schedule.forced().each_output(_square_unless_seven, calls[:1], sizes[:1], 2) == [None]  # one output
+    large_only = Schedule.forced().without(output_min_bytes=64 << 20)
+    assert large_only.each_output(_square_unless_seven, calls, [1 << 20] * 4, 2) == [None] * 4

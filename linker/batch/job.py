@@ -17,7 +17,8 @@ from linker.batch.progress import BatchProgress
 from linker.batch.errors import BatchSetupError, PairingError
 from linker.batch.link_rank import completed_result
 from linker.batch.local import run_local
-from linker.batch.memory import MEMORY_BUDGET_SHARE, available_memory_bytes, estimate_rewrite_bytes, uncompressed_size
+from linker.batch.memory import (GRAPH_BYTES_PER_OUTPUT_BYTE, MEMORY_BUDGET_SHARE, REWRITE_BYTES_PER_OUTPUT_BYTE,
+                                 available_memory_bytes, estimate_output_work_bytes, uncompressed_size)
 from linker.batch.pairing import Pairing, expand_glob, pair_rank_files
 from linker.batch.remote import import_distributed, run_dask
 from linker.batch.summary import BatchSummary, find_outliers, summarize_totals, write_summary
@@ -146,11 +147,12 @@ def run_batch(config: BatchConfig, progress_stream=None, interactive: bool | Non
 
 def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Path, schedule: Schedule | None = None,
                     workers: int = 1, memory_budget: int | None = None) -> dict | None:
-    """Once every rank is linked: each rank's start offset written into its output
-    (``rank_start``; in up to ``workers`` forked children when ``schedule`` has them, as many as
-    fit ``memory_budget``), then, for ``--format et``, the ASTRA-sim configuration and ``run``
-    script in ``astra/`` (``astra_setup``). None when no rank was linked. Raises TraceInputError
-    when an output cannot be read back or rewritten."""
+    """Once every rank is linked: for ``--format et`` each output read back as a replay graph,
+    each rank's start offset written into its output (``rank_start``), then, for ``--format et``,
+    the ASTRA-sim configuration and ``run`` script in ``astra/`` (``astra_setup``). The reads and
+    the rewrites run in up to ``workers`` forked children when ``schedule`` has them
+    (``Schedule.each_output``), as many as fit ``memory_budget``. None when no rank was linked.
+    Raises TraceInputError when an output cannot be read back or rewritten."""
     from linker.batch.rank_start import apply_rank_starts
     from linker.plan.rank_start import MEASURED
 
@@ -161,18 +163,18 @@ def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Pa
     # The ASTRA-sim setup reads the graphs; the offsets need only each rank's measured span, which
     # its worker handed over (read back from the output only when it did not). The simulator's
     # modules are imported only when they are used (a JSON job's workers hand every span over).
-    graphs = [_load_graph(path, rank, schedule) for path, rank in files] if config.fmt == "et" else []
+    largest = max(map(_output_bytes, files))
+    graphs = []
+    if config.fmt == "et":
+        graphs = _load_graphs(files, schedule, _fitting(workers, memory_budget, largest, GRAPH_BYTES_PER_OUTPUT_BYTE))
     spans = []
     if config.rank_start == MEASURED and len(files) > 1:
         spans = [graph.measured_span() for graph in graphs] or [
             tuple(r.measured_span) if r.measured_span else _load_graph(path, rank, schedule).measured_span()
             for r, (path, rank) in zip(done, files)]
-    processes = workers
-    if memory_budget is not None:  # as many rewrites at once as fit, each the largest output's
-        processes = min(workers, memory_budget // estimate_rewrite_bytes(max(map(_output_bytes, files))))
     starts = apply_rank_starts(files, spans, {r.rank: Path(r.report) for r in done if r.report},
                                config.rank_start, frozenset(r.rank for r in done if r.status == "linked"), graphs,
-                               schedule, processes)
+                               schedule, _fitting(workers, memory_budget, largest, REWRITE_BYTES_PER_OUTPUT_BYTE))
     setup = {"rank_start": starts.to_json(), "lines": starts.lines()}
     if config.fmt == "et":
         from linker.batch.astra_setup import SETUP_DIR, write_setup
@@ -184,6 +186,24 @@ def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Pa
         setup["astra_sim"] = {k: v for k, v in astra.items() if k != "lines"}
         setup["lines"] += astra["lines"]
     return setup
+
+
+def _fitting(workers: int, memory_budget: int | None, largest: int, per_output_byte: float) -> int:
+    """How many outputs to work on at once: ``workers``, fewer when the memory budget holds fewer
+    works on the largest output (``memory.estimate_output_work_bytes``)."""
+    if memory_budget is None:
+        return workers
+    return min(workers, memory_budget // estimate_output_work_bytes(largest, per_output_byte))
+
+
+def _load_graphs(files: list[tuple[Path, int]], schedule: Schedule | None, processes: int) -> list:
+    """Each rank's output as a replay graph: read by up to ``processes`` forked children when the
+    schedule has them for this job (``Schedule.each_output``; a graph comes back pickled, 30 MB and
+    0.1 s for a rank of 360k nodes), else one after the other here, a large ``.et`` in two
+    processes when the schedule splits loads."""
+    schedule = schedule or Schedule.serial()
+    loaded = schedule.each_output(_load_graph, files, list(map(_output_bytes, files)), processes)
+    return [box[0] if box is not None else _load_graph(path, rank, schedule) for box, (path, rank) in zip(loaded, files)]
 
 
 def _output_bytes(file: tuple[Path, int]) -> int:

@@ -22,9 +22,12 @@ from linker.read.files import GZIP_MAGIC, plausible_gzip_size
 # workers, the parent's pages (34 MB measured).
 PEAK_BASE_BYTES = 48 << 20
 PEAK_BYTES_PER_INPUT_BYTE = 5.3
-# Peak RSS of rewriting one output for its rank start (``batch.rank_start``) ~= PEAK_BASE_BYTES +
-# REWRITE_BYTES_PER_OUTPUT_BYTE * its uncompressed bytes: a 417 MB ET+ JSON spliced in 639 MB.
+# Peak RSS of working on one output after the links ~= PEAK_BASE_BYTES + a factor times its
+# uncompressed bytes: rewriting it for its rank start (``batch.rank_start``: a 417 MB ET+ JSON
+# spliced in 639 MB) and reading it back as a replay graph (``sim.load``: a 220 MB ``.et`` of 360k
+# nodes in 634 MB).
 REWRITE_BYTES_PER_OUTPUT_BYTE = 1.6
+GRAPH_BYTES_PER_OUTPUT_BYTE = 3.0
 # Share of MemAvailable the local runner plans to use (the rest is left to the system).
 MEMORY_BUDGET_SHARE = 0.85
 # gzip stores the uncompressed size modulo 2**32; for big files the wrap count is estimated from
@@ -52,9 +55,10 @@ def estimate_peak_bytes(input_bytes: int) -> int:
     return int(PEAK_BASE_BYTES + PEAK_BYTES_PER_INPUT_BYTE * input_bytes)
 
 
-def estimate_rewrite_bytes(output_bytes: int) -> int:
-    """Expected peak RSS of rewriting an output of ``output_bytes`` uncompressed bytes."""
-    return int(PEAK_BASE_BYTES + REWRITE_BYTES_PER_OUTPUT_BYTE * output_bytes)
+def estimate_output_work_bytes(output_bytes: int, per_output_byte: float) -> int:
+    """Expected peak RSS of working on an output of ``output_bytes`` uncompressed bytes, at
+    ``per_output_byte`` (``REWRITE_BYTES_PER_OUTPUT_BYTE``, ``GRAPH_BYTES_PER_OUTPUT_BYTE``)."""
+    return int(PEAK_BASE_BYTES + per_output_byte * output_bytes)
 
 
 def available_memory_bytes() -> int | None:

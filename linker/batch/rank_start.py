@@ -71,7 +71,7 @@ def apply_rank_starts(files: list[tuple[Path, int]], spans: list, reports: dict[
     updated when its output is rewritten; ``fresh``: the ranks whose outputs this run wrote (they
     hold no delay node: an offset of 0 leaves them unread); ``graphs``: each file's ``SimGraph``
     when loaded (a ``.et`` is then not read twice). ``schedule`` (serial by default) may rewrite
-    the outputs in up to ``processes`` forked children (``Schedule.rewrite_each``); the files and
+    the outputs in up to ``processes`` forked children (``Schedule.each_output``); the files and
     sidecars come out the same. Raises TraceInputError when an output cannot be read or written
     (the first in rank order; children may meanwhile have rewritten outputs of later ranks)."""
     result = RankStarts(rule)
@@ -89,7 +89,7 @@ def apply_rank_starts(files: list[tuple[Path, int]], spans: list, reports: dict[
             if not (offset == 0 and rank in fresh)]  # just written, without a delay node: nothing to change
     calls = [(path, offset, graphs[k] if graphs and k < len(graphs) else None) for k, path, _, offset in todo]
     sizes = [_size(path) for _, path, _, _ in todo]
-    outcomes = (schedule or Schedule.serial()).rewrite_each(set_rank_start, calls, sizes, processes)
+    outcomes = (schedule or Schedule.serial()).each_output(set_rank_start, calls, sizes, processes)
     for (_, path, rank, offset), call, outcome in zip(todo, calls, outcomes):
         if outcome[0] if outcome is not None else set_rank_start(*call):
             result.rewritten.append(rank)

@@ -4,9 +4,9 @@ Every speed decision of et-link is made here, and only here: whether a large Kin
 by a forked child while the parent reads the ET (``kineto_child``), whether a ``.et`` output's
 ET-only fields are encoded by a child while the parent links (``fields_child``), whether a large
 plain JSON output's file is filled from a thread meanwhile (``write.sink.OutputRoom``), whether
-``simulate`` reads a large plain ``.et`` in two halves (``sim.load``), whether ``batch`` rewrites a
-large job's outputs for their rank start in forked children (``rewrite_each``), the size thresholds
-of each, the check for a spare core, and whether the process ends with the command (``one_shot``: the collector is left
+``simulate`` reads a large plain ``.et`` in two halves (``sim.load``), whether ``batch`` works on
+a large job's outputs (their rank-start rewrites, their graphs read back for the ASTRA-sim setup)
+in forked children (``each_output``), the size thresholds of each, the check for a spare core, and whether the process ends with the command (``one_shot``: the collector is left
 off, what was built is kept and the process exits without freeing it: ``process_exit``).
 
 A ``Schedule`` is a frozen value chosen once, by whoever knows the machine, and passed down:
@@ -79,8 +79,8 @@ class Schedule:
     wait_for_fields: bool = False  # the ``.et`` writer waits for the fields child to be done (tests)
     output_room: bool = False  # a large plain JSON output's file filled from a thread while linking
     room_min_bytes: int = 64 << 20  # smaller outputs get their pages quickly enough as they are written
-    rewrite_children: bool = False  # ``batch``: a job's outputs rewritten for their rank start by forked children
-    rewrite_min_bytes: int = 64 << 20  # smaller jobs' outputs are rewritten quickly enough one after the other
+    output_children: bool = False  # ``batch``: work on each of a job's outputs done by forked children
+    output_min_bytes: int = 64 << 20  # smaller jobs' outputs are worked on quickly enough one after the other
 
     @classmethod
     def serial(cls) -> Schedule:
@@ -93,14 +93,14 @@ class Schedule:
         process ends with the command when ``one_shot``."""
         spare = spare_core()
         return cls(kineto_child=spare, fields_child=spare, split_load=spare, output_room=spare,
-                   rewrite_children=spare, one_shot=one_shot)
+                   output_children=spare, one_shot=one_shot)
 
     @classmethod
     def forced(cls) -> Schedule:
         """Every child and thread, whatever the sizes and the cores (tests: the paths a large
         trace takes, on the fixtures)."""
-        return cls(kineto_child=True, fields_child=True, split_load=True, output_room=True, rewrite_children=True,
-                   child_min_bytes=0, split_min_bytes=0, room_min_bytes=0, rewrite_min_bytes=0)
+        return cls(kineto_child=True, fields_child=True, split_load=True, output_room=True, output_children=True,
+                   child_min_bytes=0, split_min_bytes=0, room_min_bytes=0, output_min_bytes=0)
 
     def without(self, **fields: bool) -> Schedule:
         """This schedule with some decisions turned off (or thresholds changed)."""
@@ -150,20 +150,21 @@ class Schedule:
         except OSError:  # no temporary file there: the write will say why
             return None
 
-    def rewrite_each(self, rewrite, calls: list[tuple], sizes: list[int], processes: int) -> list[tuple | None]:
-        """``rewrite(*call)`` for each of a job's outputs that ``batch.rank_start`` rewrites (``sizes``:
-        their bytes), in up to ``processes`` forked children at once (``shares.call_in_children``)
-        when this schedule has them, two outputs or more are to be rewritten, they hold
-        ``rewrite_min_bytes`` together and this process can fork. Per call its result as
-        ``(result,)``, or None where the caller makes the call itself: every call when no child
-        runs, and those a child did not finish (it failed: the caller then meets the same error,
-        in its own order). ``processes``: the ranks the batch runs at once, within its memory."""
-        if not (self.rewrite_children and processes > 1 and len(calls) > 1 and sum(sizes) >= self.rewrite_min_bytes
+    def each_output(self, work, calls: list[tuple], sizes: list[int], processes: int) -> list[tuple | None]:
+        """``work(*call)`` for each of a job's outputs (``sizes``: their bytes): ``batch``'s
+        rank-start rewrites and its graphs read back for the ASTRA-sim setup, in up to
+        ``processes`` forked children at once (``shares.call_in_children``) when this schedule
+        has them, two outputs or more are worked on, they hold ``output_min_bytes`` together and
+        this process can fork. Per call its result as ``(result,)``, or None where the caller
+        makes the call itself: every call when no child runs, and those a child did not finish (it
+        failed: the caller then meets the same error, in its own order). ``processes``: the ranks
+        the batch runs at once, within its memory."""
+        if not (self.output_children and processes > 1 and len(calls) > 1 and sum(sizes) >= self.output_min_bytes
                 and can_fork()):
             return [None] * len(calls)
         from linker.schedule.shares import call_in_children
 
-        return call_in_children(rewrite, calls, processes)
+        return call_in_children(work, calls, processes)
 
     def splits_load(self, path) -> bool:
         """Whether ``simulate`` reads the plain ``.et`` at ``path`` in two processes."""
