@@ -163,10 +163,10 @@ def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Pa
     # The ASTRA-sim setup reads the graphs; the offsets need only each rank's measured span, which
     # its worker handed over (read back from the output only when it did not). The simulator's
     # modules are imported only when they are used (a JSON job's workers hand every span over).
-    largest = max(map(_output_bytes, files))
+    sizes = list(map(_output_bytes, files))
     graphs = []
     if config.fmt == "et":
-        graphs = _load_graphs(files, schedule, _fitting(workers, memory_budget, largest, GRAPH_BYTES_PER_OUTPUT_BYTE))
+        graphs = _load_graphs(files, sizes, schedule, _fitting(workers, memory_budget, max(sizes), GRAPH_BYTES_PER_OUTPUT_BYTE))
     spans = []
     if config.rank_start == MEASURED and len(files) > 1:
         spans = [graph.measured_span() for graph in graphs] or [
@@ -174,7 +174,7 @@ def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Pa
             for r, (path, rank) in zip(done, files)]
     starts = apply_rank_starts(files, spans, {r.rank: Path(r.report) for r in done if r.report},
                                config.rank_start, frozenset(r.rank for r in done if r.status == "linked"), graphs,
-                               schedule, _fitting(workers, memory_budget, largest, REWRITE_BYTES_PER_OUTPUT_BYTE))
+                               schedule, _fitting(workers, memory_budget, max(sizes), REWRITE_BYTES_PER_OUTPUT_BYTE))
     setup = {"rank_start": starts.to_json(), "lines": starts.lines()}
     if config.fmt == "et":
         from linker.batch.astra_setup import SETUP_DIR, write_setup
@@ -196,13 +196,13 @@ def _fitting(workers: int, memory_budget: int | None, largest: int, per_output_b
     return min(workers, memory_budget // estimate_output_work_bytes(largest, per_output_byte))
 
 
-def _load_graphs(files: list[tuple[Path, int]], schedule: Schedule | None, processes: int) -> list:
-    """Each rank's output as a replay graph: read by up to ``processes`` forked children when the
-    schedule has them for this job (``Schedule.each_output``; a graph comes back pickled, 30 MB and
-    0.1 s for a rank of 360k nodes), else one after the other here, a large ``.et`` in two
-    processes when the schedule splits loads."""
+def _load_graphs(files: list[tuple[Path, int]], sizes: list[int], schedule: Schedule | None, processes: int) -> list:
+    """Each rank's output (of ``sizes`` bytes) as a replay graph: read by up to ``processes`` forked
+    children when the schedule has them for this job (``Schedule.each_output``; a graph comes back
+    pickled, 30 MB and 0.1 s for a rank of 360k nodes), else one after the other here, a large
+    ``.et`` in two processes when the schedule splits loads."""
     schedule = schedule or Schedule.serial()
-    loaded = schedule.each_output(_load_graph, files, list(map(_output_bytes, files)), processes)
+    loaded = schedule.each_output(_load_graph, files, sizes, processes)
     return [box[0] if box is not None else _load_graph(path, rank, schedule) for box, (path, rank) in zip(loaded, files)]
 
 

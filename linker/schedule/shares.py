@@ -3,12 +3,13 @@
 ``call_in_children(fn, items, children)`` forks up to ``children`` processes (``fork.ForkedCall``).
 Child i makes the calls of items i, i + children, i + 2·children, ... one after the other, and
 sends each result back as soon as it has it (pickled, with the item's index); the parent takes
-them as they come. It returns, per item, the result in a 1-tuple, or None where none came back:
+them in item order, one from each child in turn, which is the order they are made in (a child
+waiting for the parent to take a large result makes its next ones meanwhile). It returns, per item, the result in a 1-tuple, or None where none came back:
 the child failed at that call (an exception, a signal) or before it. The caller makes those calls
 itself, as the serial schedule does, so an error surfaces from the parent, in the parent's order,
 as it would without children. Items reach the children through the fork (never pickled); results
 must pickle. Only for a single-threaded parent (``fork.can_fork``: the caller checks). Cost: a
-fork per child (the parent's page tables), the calls, one small pipe copy per result.
+fork per child (the parent's page tables), the calls, one pipe copy per result.
 """
 
 from __future__ import annotations
@@ -31,9 +32,14 @@ def call_in_children(fn: Callable[..., Any], items: list[tuple], children: int) 
     except OSError:  # no more processes: the shares not started are the caller's
         pass
     results: list[tuple | None] = [None] * len(items)
+    running = [call.parts() for call in calls]
     try:
-        for call in calls:
-            for part in call.parts():
+        while running:  # a round: the next result of each child still sending
+            for parts in list(running):
+                part = next(parts, None)
+                if part is None:  # that child is done, or failed: the rest of its share stays None
+                    running.remove(parts)
+                    continue
                 index, value = pickle.loads(part)
                 results[index] = (value,)
     finally:
