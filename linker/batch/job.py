@@ -166,7 +166,8 @@ def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Pa
     sizes = list(map(_output_bytes, files))
     graphs = []
     if config.fmt == "et":
-        graphs = _load_graphs(files, sizes, schedule, _fitting(workers, memory_budget, max(sizes), GRAPH_BYTES_PER_OUTPUT_BYTE))
+        processes = _fitting(workers, memory_budget, max(sizes), GRAPH_BYTES_PER_OUTPUT_BYTE)
+        graphs = _load_graphs(files, sizes, schedule, processes)
     spans = []
     if config.rank_start == MEASURED and len(files) > 1:
         spans = [graph.measured_span() for graph in graphs] or [
@@ -174,7 +175,8 @@ def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Pa
             for r, (path, rank) in zip(done, files)]
     starts = apply_rank_starts(files, spans, {r.rank: Path(r.report) for r in done if r.report},
                                config.rank_start, frozenset(r.rank for r in done if r.status == "linked"), graphs,
-                               schedule, _fitting(workers, memory_budget, max(sizes), REWRITE_BYTES_PER_OUTPUT_BYTE))
+                               schedule, _fitting(workers, memory_budget, max(sizes), REWRITE_BYTES_PER_OUTPUT_BYTE),
+                               sizes)
     setup = {"rank_start": starts.to_json(), "lines": starts.lines()}
     if config.fmt == "et":
         from linker.batch.astra_setup import SETUP_DIR, write_setup
@@ -196,18 +198,20 @@ def _fitting(workers: int, memory_budget: int | None, largest: int, per_output_b
     return min(workers, memory_budget // estimate_output_work_bytes(largest, per_output_byte))
 
 
-def _load_graphs(files: list[tuple[Path, int]], sizes: list[int], schedule: Schedule | None, processes: int) -> list:
+def _load_graphs(files: list[tuple[Path, int]], sizes: list[int], schedule: Schedule | None,
+                 processes: int) -> list:
     """Each rank's output (of ``sizes`` bytes) as a replay graph: read by up to ``processes`` forked
     children when the schedule has them for this job (``Schedule.each_output``; a graph comes back
     pickled, 30 MB and 0.1 s for a rank of 360k nodes), else one after the other here, a large
     ``.et`` in two processes when the schedule splits loads."""
     schedule = schedule or Schedule.serial()
     loaded = schedule.each_output(_load_graph, files, sizes, processes)
-    return [box[0] if box is not None else _load_graph(path, rank, schedule) for box, (path, rank) in zip(loaded, files)]
+    return [box[0] if box is not None else _load_graph(path, rank, schedule)
+            for box, (path, rank) in zip(loaded, files)]
 
 
 def _output_bytes(file: tuple[Path, int]) -> int:
-    """An output's uncompressed bytes (0 when it cannot be read: its rewrite will say why)."""
+    """An output's uncompressed bytes (0 when it cannot be read: its rewrite or read says why)."""
     try:
         return uncompressed_size(file[0])
     except OSError:

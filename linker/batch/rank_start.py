@@ -64,16 +64,18 @@ class RankStarts:
 
 def apply_rank_starts(files: list[tuple[Path, int]], spans: list, reports: dict[int, Path], rule: str,
                       fresh: frozenset[int] = frozenset(), graphs: list | None = None,
-                      schedule: Schedule | None = None, processes: int = 1) -> RankStarts:
+                      schedule: Schedule | None = None, processes: int = 1,
+                      sizes: list[int] | None = None) -> RankStarts:
     """Write the job's rank offsets into its outputs (rule ``measured``) or remove any (``zero``).
     ``files``: [(output, rank)]; ``spans``: each file's measured span (``SimGraph.measured_span``;
     may be empty for rule ``zero``), which give the offsets; ``reports``: each rank's sidecar,
     updated when its output is rewritten; ``fresh``: the ranks whose outputs this run wrote (they
     hold no delay node: an offset of 0 leaves them unread); ``graphs``: each file's ``SimGraph``
     when loaded (a ``.et`` is then not read twice). ``schedule`` (serial by default) may rewrite
-    the outputs in up to ``processes`` forked children (``Schedule.each_output``); the files and
-    sidecars come out the same. Raises TraceInputError when an output cannot be read or written
-    (the first in rank order; children may meanwhile have rewritten outputs of later ranks)."""
+    the outputs in up to ``processes`` forked children (``Schedule.each_output``, which weighs
+    ``sizes``: each file's bytes, 0 when not given); the files and sidecars come out the same.
+    Raises TraceInputError when an output cannot be read or written (the first in rank order;
+    children may meanwhile have rewritten outputs of later ranks)."""
     result = RankStarts(rule)
     wanted = [0] * len(files)
     if rule == MEASURED and len(files) > 1:
@@ -88,22 +90,14 @@ def apply_rank_starts(files: list[tuple[Path, int]], spans: list, reports: dict[
     todo = [(k, path, rank, offset) for k, ((path, rank), offset) in enumerate(zip(files, wanted))
             if not (offset == 0 and rank in fresh)]  # just written, without a delay node: nothing to change
     calls = [(path, offset, graphs[k] if graphs and k < len(graphs) else None) for k, path, _, offset in todo]
-    sizes = [_size(path) for _, path, _, _ in todo]
-    outcomes = (schedule or Schedule.serial()).each_output(set_rank_start, calls, sizes, processes)
+    weights = [sizes[k] if sizes else 0 for k, _, _, _ in todo]
+    outcomes = (schedule or Schedule.serial()).each_output(set_rank_start, calls, weights, processes)
     for (_, path, rank, offset), call, outcome in zip(todo, calls, outcomes):
         if outcome[0] if outcome is not None else set_rank_start(*call):
             result.rewritten.append(rank)
             if rank in reports:
                 _restamp_sidecar(reports[rank], path, offset)
     return result
-
-
-def _size(path: Path) -> int:
-    """The bytes of an output (0 when it cannot be read: its rewrite will say why)."""
-    try:
-        return Path(path).stat().st_size
-    except OSError:
-        return 0
 
 
 def set_rank_start(path: Path, offset_us: int, graph=None) -> bool:

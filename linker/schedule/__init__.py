@@ -6,8 +6,9 @@ ET-only fields are encoded by a child while the parent links (``fields_child``),
 plain JSON output's file is filled from a thread meanwhile (``write.sink.OutputRoom``), whether
 ``simulate`` reads a large plain ``.et`` in two halves (``sim.load``), whether ``batch`` works on
 a large job's outputs (their rank-start rewrites, their graphs read back for the ASTRA-sim setup)
-in forked children (``each_output``), the size thresholds of each, the check for a spare core, and whether the process ends with the command (``one_shot``: the collector is left
-off, what was built is kept and the process exits without freeing it: ``process_exit``).
+in forked children (``each_output``), the size thresholds of each, the check for a spare core,
+and whether the process ends with the command (``one_shot``: the collector is left off, what was
+built is kept and the process exits without freeing it: ``process_exit``).
 
 A ``Schedule`` is a frozen value chosen once, by whoever knows the machine, and passed down:
 ``Schedule.serial()`` (no child, no thread, no one-shot exit) is the default of the library
@@ -24,8 +25,8 @@ decision (a ``stat`` of the input at most).
 The wing's modules, which only this one decides to use: ``fork`` (run a function in a forked child,
 take back its bytes), ``kineto_child`` (read, check and nest a Kineto trace in a child),
 ``fields_child`` (encode a ``.et``'s ET-only fields in a child), ``shares`` (calls shared out among
-forked children), ``process_exit`` (end a one-shot process without freeing). Each was measured to pay more than 3% of a large run
-(docs/performance.md); those that did not were removed.
+forked children), ``process_exit`` (end a one-shot process without freeing). Each was measured to
+pay more than 3% of a large run (docs/performance.md); those that did not were removed.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@
 Child i makes the calls of items i, i + children, i + 2·children, ... one after the other, and
 sends each result back as soon as it has it (pickled, with the item's index); the parent takes
 them in item order, one from each child in turn, which is the order they are made in (a child
-waiting for the parent to take a large result makes its next ones meanwhile). It returns, per item, the result in a 1-tuple, or None where none came back:
-the child failed at that call (an exception, a signal) or before it. The caller makes those calls
+waiting for the parent to take a large result makes its next one meanwhile). It returns, per
+item, the result in a 1-tuple, or None where none came back: the child failed at that call (an
+exception, a signal) or before it. The caller makes those calls
 itself, as the serial schedule does, so an error surfaces from the parent, in the parent's order,
 as it would without children. Items reach the children through the fork (never pickled); results
 must pickle. Only for a single-threaded parent (``fork.can_fork``: the caller checks). Cost: a
