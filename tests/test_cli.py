@@ -84,6 +84,7 @@ def _errors(proc) -> list[str]:
     (b'{"traceEvents": []}', "Kineto trace, not an Execution Trace"),
     (b'[1, 2, 3]', "not a valid Execution Trace"),
     (b'{"schema": "1.0.1", "nodes": [{"id": "x", "name": 3}]}', "not a valid Execution Trace"),
+    (b'{"rocprofiler-sdk-tool": [{"metadata": {}}]}', "not an Execution Trace"),  # a key no slot can be
 ])
 def test_bad_et_file_gives_one_line_error(tmp_path, content, problem):
     bad = tmp_path / "bad.json"
@@ -95,6 +96,22 @@ def test_bad_et_file_gives_one_line_error(tmp_path, content, problem):
     assert len(lines) == 1 and str(bad) in lines[0] and problem in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def test_keys_that_are_not_identifiers_are_kept_not_fatal(tmp_path):
+    """An ET may carry any JSON string as a key, at the top and in a node: read, linked, written
+    back under the same key with the same value."""
+    doc = json.loads(gzip.decompress(ET.read_bytes()))
+    doc["my-tool v2"] = {"a": 1}
+    doc["nodes"][3]["odd key!"] = [1, 2]
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps(doc))
+    out = tmp_path / "out.json"
+    proc = run("--et-file", odd, "--kineto-file", KINETO, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    written = json.loads(out.read_text())
+    assert written["my-tool v2"] == {"a": 1}
+    assert next(n for n in written["nodes"] if n["id"] == doc["nodes"][3]["id"])["odd key!"] == [1, 2]
 
 
 def test_swapped_and_missing_files(tmp_path):

@@ -243,16 +243,23 @@ def _document_type(node_type: type, extra_top: list[str]) -> type:
         ("finish_ts", int | Unset, UNSET),
         ("nodes", list[node_type], msgspec.field(default_factory=list)),
     ]
-    fields += [(key, Raw | Unset, UNSET) for key in extra_top]
+    fields += _extra_fields(extra_top)
     return msgspec.defstruct(
         "EtDocument", fields, forbid_unknown_fields=True, omit_defaults=True
     )
 
 
+def _extra_fields(keys: list[str]) -> list[tuple]:
+    """Fields for keys the ET schema does not name, kept raw and written back under their own key.
+    The attribute is a made-up identifier (``_extra_<k>``): a key may be any JSON string (a
+    rocprofiler file's ``rocprofiler-sdk-tool``), which a struct's slot cannot be."""
+    return [(f"_extra_{k}", Raw | Unset, msgspec.field(default=UNSET, name=key)) for k, key in enumerate(keys)]
+
+
 def _node_type(extra_keys: list[str]) -> type:
     if not extra_keys:
         return EtNode
-    fields = [(key, Raw | Unset, UNSET) for key in extra_keys]
+    fields = _extra_fields(extra_keys)
     return msgspec.defstruct(  # keyword-only: the unknown keys stay last, after the simulation fields
         "EtNodeExtended", fields, bases=(EtNode,), kw_only=True, forbid_unknown_fields=True, omit_defaults=True
     )
