@@ -454,11 +454,12 @@ def astra_setup_command(
     already written: what `batch --format et` writes beside a job, for a single pair too (run as 2
     NPUs). The network is fitted to the files' collectives (docs/astra-sim.md)."""
     from linker.batch.astra_setup import setup_for_files
+    from linker.batch.errors import BatchSetupError
 
     simulator = _astra_overrides("measured", astra_topology, astra_npus, astra_bandwidth, astra_latency)
     try:
         lines = setup_for_files(files, output_dir, simulator)
-    except TraceInputError as err:
+    except (TraceInputError, BatchSetupError) as err:
         fail(str(err))
     except ValueError as err:
         fail(str(err))

@@ -5,7 +5,7 @@ Steps, each one a plain function over plain data, each in its own module:
 | step | module | what |
 |---|---|---|
 | 1. pair | ``pairing`` (``linker.read.rank_names``) | ET and Kineto files by rank: ``distributedInfo.rank`` from the Kineto header, else the file name; every problem reported before any work |
-| 2. plan | ``tasks``, ``memory``, ``job.plan_batch`` | one ``RankTask`` per rank with its outputs (``rank<N>_plus.json`` or ``rank.<N>.et``, ``rank<N>.report.json``) and its estimated peak memory; complete ranks set aside (``link_rank.completed_result``) |
+| 2. plan | ``folder_lock``, ``tasks``, ``memory``, ``job.plan_batch`` | the output folder held for this run alone (a lock file with ``flock``: a second batch or ``astra-setup`` stops in one line, a dead owner's lock is taken over); one ``RankTask`` per rank with its outputs (``rank<N>_plus.json`` or ``rank.<N>.et``, ``rank<N>.report.json``) and its estimated peak memory; complete ranks set aside (``link_rank.completed_result``) |
 | 3. run | ``link_rank``, ``local``, ``remote`` | one fresh process per rank: forked locally within ``--workers`` and the memory budget, or a subprocess on a Dask worker; a failing rank only records its error |
 | 4. check | ``collectives`` | the job's process groups and the cross-rank comparison of every group's collectives |
 | 5. set up the simulator | ``rank_start``, ``rank_start_et``, ``astra_setup``, ``astra_collectives``, ``job.simulator_setup`` | each rank's start offset written into its output as a delay node; for ``--format et`` the outputs read back as replay graphs, then the ASTRA-sim configuration and ``run`` script (a large job's rewrites and reads in forked children: ``Schedule.each_output``) |

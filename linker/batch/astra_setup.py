@@ -21,6 +21,7 @@ graph (``sim.load``) to collect the collectives, O(collectives) for the fit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from bisect import bisect_right
@@ -29,6 +30,7 @@ from pathlib import Path
 from linker import __version__
 from linker.model.errors import TraceInputError
 from linker.sim.engine import match_communication
+from linker.batch.folder_lock import owned_folder
 from linker.batch.rank_start_et import node_head
 from linker.sim.graph import COLL, META, SimGraph
 from linker.model import et_def_pb2 as pb
@@ -240,7 +242,9 @@ def _write_text(path: Path, text: str) -> None:
 
 def setup_for_files(paths: list[Path], output_dir: Path | None, overrides: dict) -> list[str]:
     """``et-link astra-setup``: the setup for already written ``.et`` files (one pair or a job).
-    Returns the lines to print."""
+    Returns the lines to print. The folder of the files (when writable: a batch may be writing it)
+    and the setup's folder are held while it runs (``folder_lock``); one another run holds raises
+    ``FolderBusyError`` before anything is read or written."""
     from linker.sim.job import read_comm_groups, resolve_inputs
     from linker.sim.load import load_graph
 
@@ -248,8 +252,15 @@ def setup_for_files(paths: list[Path], output_dir: Path | None, overrides: dict)
     for path, _ in inputs.files:
         if not path.name.endswith((".et", ".et.gz")):
             raise TraceInputError(path, "ASTRA-sim reads Chakra .et files; write the ET+ with -o NAME.et")
-    groups = read_comm_groups(inputs.comm_groups_path) if inputs.comm_groups_path is not None else None
-    graphs = [load_graph(path, rank) for path, rank in inputs.files]
-    setup = output_dir or inputs.files[0][0].absolute().parent / SETUP_DIR
-    return write_setup(inputs.files, graphs, groups, Path(setup), overrides)["lines"]
+    files_folder = inputs.files[0][0].absolute().parent
+    setup = Path(output_dir) if output_dir else files_folder / SETUP_DIR
+    held = [files_folder] if os.access(files_folder, os.W_OK) else []
+    if setup.absolute() != files_folder:
+        held.append(setup)
+    with contextlib.ExitStack() as stack:
+        for folder in held:
+            stack.enter_context(owned_folder(folder, "et-link astra-setup"))
+        groups = read_comm_groups(inputs.comm_groups_path) if inputs.comm_groups_path is not None else None
+        graphs = [load_graph(path, rank) for path, rank in inputs.files]
+        return write_setup(inputs.files, graphs, groups, setup, overrides)["lines"]
 

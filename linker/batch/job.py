@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from linker.link.recipe import LinkOptions
 from linker.schedule import Schedule
 from linker.batch.progress import BatchProgress
 from linker.batch.errors import BatchSetupError, PairingError
+from linker.batch.folder_lock import owned_folder
 from linker.batch.link_rank import completed_result
 from linker.batch.local import run_local
 from linker.batch.memory import (GRAPH_BYTES_PER_OUTPUT_BYTE, MEMORY_BUDGET_SHARE, REWRITE_BYTES_PER_OUTPUT_BYTE,
@@ -62,13 +64,20 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def plan_batch(config: BatchConfig) -> BatchPlan:
-    """Find and pair the files, make the tasks, set aside the complete ranks.
+def plan_batch(config: BatchConfig, pairing=None) -> BatchPlan:
+    """Find and pair the files (unless ``pairing``, ``pair_inputs``'s, is given), make the tasks, set
+    aside the complete ranks.
 
     Raises ``BatchSetupError`` (no files, bad format) or ``PairingError`` before anything is
     written. Creates the output directory. Cost: O(files) + one header read per Kineto file +
     a few stats per rank.
     """
+    return _prepare_folder(config, pairing or pair_inputs(config))
+
+
+def pair_inputs(config: BatchConfig):
+    """The ``Pairing`` of the job's files; raises ``BatchSetupError`` / ``PairingError``, writes
+    nothing."""
     if config.fmt not in ("json", "et"):
         raise BatchSetupError(f"unknown --format {config.fmt!r}; choose json or et")
     et_paths = expand_glob(config.et_glob) if config.et_glob is not None else []
@@ -80,6 +89,11 @@ def plan_batch(config: BatchConfig) -> BatchPlan:
     pairing = pair_rank_files(et_paths, kineto_paths, config.rank_pattern, config.skip_unpaired, config.pid_ranks)
     if pairing.problems:
         raise PairingError(pairing.problems)
+    return pairing
+
+
+def _prepare_folder(config: BatchConfig, pairing) -> BatchPlan:
+    """The output folder made and checked, the tasks, the complete ranks set aside."""
     output_dir = Path(config.output_dir).absolute()
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -102,15 +116,25 @@ def run_batch(config: BatchConfig, progress_stream=None, interactive: bool | Non
     are rewritten for their rank start by forked children, as many as the ranks run at once.
 
     Raises ``BatchSetupError``/``PairingError`` before any work; afterwards rank failures are
-    recorded in the summary, never raised. Progress goes to ``progress_stream`` (stderr).
+    recorded in the summary, never raised. Progress goes to ``progress_stream`` (stderr). The
+    output folder is this run's while it runs (``folder_lock``): a folder another run holds raises
+    ``FolderBusyError`` (a ``BatchSetupError``) before anything is written.
     """
     started = time.monotonic()
     if config.scheduler:
         import_distributed()  # fail before anything is written
-    plan = plan_batch(config)
     workers = config.workers or default_workers()
     if workers < 1:
         raise BatchSetupError("--workers must be at least 1")
+    pairing = pair_inputs(config)
+    warn = (lambda text: print(text, file=progress_stream or sys.stderr))
+    with owned_folder(config.output_dir, "et-link batch", warn):
+        return _run_planned(config, plan_batch(config, pairing), workers, started, progress_stream, interactive,
+                            quiet, schedule)
+
+
+def _run_planned(config: BatchConfig, plan: BatchPlan, workers: int, started: float, progress_stream,
+                 interactive: bool | None, quiet: bool, schedule: Schedule | None) -> BatchSummary:
     progress = BatchProgress(len(plan.to_run), sum(t.input_bytes for t in plan.to_run), progress_stream,
                              interactive, "submitted" if config.scheduler else "running", quiet)
     for note in plan.pairing.notes:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from linker.model import et_def_pb2 as pb
+from linker.model.errors import TraceInputError
 from linker.plan.rank_start import DELAY_NODE_NAME, OFFSET_ATTR, RANK_START
 from linker.write.chakra_wire import (EtWriter, encode_varint, find_attr, iter_frames, make_attr, open_binary,
                                       parse_metadata)
@@ -77,7 +78,9 @@ def _set_causes(node: pb.Node, causes: list[str]) -> None:
 
 
 def gate(node: pb.Node, delay_id: int) -> None:
-    """Add the dependency on the delay node (cause ``rank_start``) to ``node``."""
+    """Add the dependency on the delay node (cause ``rank_start``) to ``node``, unless it has it."""
+    if delay_id in node.data_deps:
+        return
     causes = _causes(node)
     if len(causes) != len(node.data_deps):
         causes = [""] * len(node.data_deps)
@@ -155,10 +158,28 @@ def _frame_id(payload: bytes) -> int:
     return node_head(payload)[0]
 
 
+class _StaleHeads(Exception):
+    """The file is not what its ``_Heads`` said (changed since they were read)."""
+
+
 def set_chakra(path: Path, offset_us: int, heads: _Heads | None = None) -> bool:
     """Rewrite ``path`` with a delay node of ``offset_us``. Frames are copied as bytes; once every
-    node to change has been seen, the rest of the file is copied in blocks. O(file)."""
-    heads = heads or _scan_heads(path)
+    node to change has been seen, the rest of the file is copied in blocks. O(file). Idempotent,
+    and checked against the file: heads given (from a graph read earlier) that miss a delay node
+    the file holds are dropped, nothing written, and the file read anew, so a file never gets a
+    second delay node."""
+    if heads is not None:
+        try:
+            return _set_chakra(path, offset_us, heads)
+        except _StaleHeads:
+            pass
+    try:
+        return _set_chakra(path, offset_us, _scan_heads(path))
+    except _StaleHeads as stale:
+        raise TraceInputError(path, f"node {stale.args[0]} is a second rank-start delay node") from None
+
+
+def _set_chakra(path: Path, offset_us: int, heads: _Heads) -> bool:
     if heads.old_offset == offset_us and (heads.old_id is not None or offset_us == 0):
         return False
     old_id = heads.old_id
@@ -181,6 +202,8 @@ def set_chakra(path: Path, offset_us: int, heads: _Heads | None = None) -> bool:
             if node_id == old_id:
                 left -= targets is not None
                 continue
+            if node_id == delay_id or _DELAY_NAME_BYTES in frame.payload and node_head(frame.payload)[1] == DELAY_NODE_NAME:
+                raise _StaleHeads(node_id)  # the file holds a delay node the heads did not: read it anew
             if targets is None or node_id in targets:
                 node = pb.Node.FromString(frame.payload)
                 changed = ungate(node, old_id) if old_id is not None else False
