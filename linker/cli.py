@@ -58,6 +58,9 @@ AnnotationOption = Annotated[Optional[str], typer.Option(
     "--annotation", metavar="NAME", help="Cut Kineto iterations where an op whose name contains this ends.")]
 MaxDepthOption = Annotated[int, typer.Option("--max-depth", help="Approximate matching: tree depth matched structurally.")]
 LogLevelOption = Annotated[str, typer.Option("--log-level", metavar=_choices(LOG_LEVELS), help="What to log on stderr.")]
+MaxInflatedOption = Annotated[Optional[str], typer.Option(
+    "--max-inflated", metavar="SIZE", help="Refuse a gzip input that inflates past SIZE (e.g. 8G; default: half "
+    "of the memory available), before memory runs out.")]
 # The ASTRA-sim setup of ``batch --format et`` and ``astra-setup``: each overrides what is fitted.
 AstraTopologyOption = Annotated[Optional[str], typer.Option(
     "--astra-topology", metavar=_choices(("Ring", "Switch", "FullyConnected")),
@@ -118,6 +121,20 @@ def _check_options(window: Optional[int], max_depth: int, min_linked: Optional[f
         fail(f"--min-linked {min_linked:g}: must be a percentage from 0 to 100")
     if annotation is not None and not annotation.strip():
         fail("--annotation: give a non-empty name")
+
+
+def _set_max_inflated(size: Optional[str]) -> None:
+    """``--max-inflated``: the inflate limit of this process and of the workers it starts
+    (``read.files.inflate_limit``, through its environment variable)."""
+    if size is None:
+        return
+    from linker.batch.job import parse_bytes
+    from linker.read.files import MAX_INFLATED_ENV
+
+    try:
+        os.environ[MAX_INFLATED_ENV] = str(parse_bytes(size))
+    except ValueError as err:
+        fail(f"--max-inflated: {err}")
 
 
 def _stop_status(stop: KeyboardInterrupt) -> int:
@@ -222,11 +239,13 @@ def main_command(
     min_linked: Optional[float] = typer.Option(
         None, "--min-linked", metavar="PCT", help="Exit with status 6 when less than PCT % of the ET ops "
         "are linked (the outputs are still written)."),
+    max_inflated: MaxInflatedOption = None,
     log_level: LogLevelOption = "WARNING",
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary and no progress bar on stderr."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
+    _set_max_inflated(max_inflated)  # before a subcommand too: et-link --max-inflated 8G batch ...
     if ctx.invoked_subcommand is not None:
         return
     terminate_as_interrupt()
@@ -372,6 +391,7 @@ def batch_command(
     pid_ranks: Optional[str] = typer.Option(None, "--pid-ranks", metavar="PID:RANK,...", help="One Nsight "
                                             "Systems file holding every rank: the rank of each process, e.g. "
                                             "4242:0,4243:1 (default: pid order)."),
+    max_inflated: MaxInflatedOption = None,
     log_level: LogLevelOption = "WARNING",
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr (the table is still printed)."),
 ) -> None:
@@ -383,6 +403,7 @@ def batch_command(
 
     terminate_as_interrupt()
     _setup_logging(log_level)
+    _set_max_inflated(max_inflated)
     method = _chosen_method(exact_match, approximate, match)
     _check_options(window, max_depth, None, annotation)
     if workers is not None and workers < 1:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from linker.model.machine import available_memory_bytes  # noqa: F401 (re-exported: the batch plans by it)
 from linker.read.files import GZIP_MAGIC, plausible_gzip_size
 
 # --- memory model -------------------------------------------------------------------------------
@@ -59,15 +60,3 @@ def estimate_output_work_bytes(output_bytes: int, per_output_byte: float) -> int
     """Expected peak RSS of working on an output of ``output_bytes`` uncompressed bytes, at
     ``per_output_byte`` (``REWRITE_BYTES_PER_OUTPUT_BYTE``, ``GRAPH_BYTES_PER_OUTPUT_BYTE``)."""
     return int(PEAK_BASE_BYTES + per_output_byte * output_bytes)
-
-
-def available_memory_bytes() -> int | None:
-    """``MemAvailable`` from /proc/meminfo, or None where there is none."""
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None

@@ -7,6 +7,7 @@
 | ``columns`` | small operations over plain columns (lists of a million entries), with their loops in C |
 | ``output`` | ``Output``: an ET+ output's path, format and compression, decided once |
 | ``units`` | times and counts in words people read |
+| ``machine`` | what the machine has: the memory still available |
 | ``progress`` | ``StageProgress``: the stages of one long command on stderr |
 | ``chakra_kinds`` | Chakra's node types and collective kinds as plain ints (a JSON run loads no protobuf) |
 | ``et_def_pb2`` | generated from ``schema/et_def.proto``: the ``.et`` messages |

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from linker.model.errors import TraceInputError
+from linker.model.machine import available_memory_bytes
 
 try:  # ISA-L's inflate: the same bytes as zlib's, in about half the time (docs/performance.md)
     from isal import isal_zlib as inflating
@@ -27,6 +28,26 @@ except ImportError:  # a platform without its wheel: the standard library's
     inflating = zlib
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+MAX_INFLATED_ENV = "ET_LINK_MAX_INFLATED"  # bytes; set by --max-inflated, inherited by the batch's workers
+INFLATED_SHARE_OF_AVAILABLE = 0.5  # the text may take this share of the free memory: its decode needs more
+
+
+def inflate_limit() -> int | None:
+    """The most bytes a gzip input may inflate to: ``ET_LINK_MAX_INFLATED`` (``--max-inflated``)
+    when set, else ``INFLATED_SHARE_OF_AVAILABLE`` of the memory available now (the decoded trace
+    takes at least as much again as its text); None where neither is known. One read of
+    /proc/meminfo."""
+    given = os.environ.get(MAX_INFLATED_ENV)
+    if given:
+        return int(given)
+    available = available_memory_bytes()
+    return int(available * INFLATED_SHARE_OF_AVAILABLE) if available else None
+
+
+def _too_large(path: Path, limit: int) -> TraceInputError:
+    return TraceInputError(path, f"gzip input inflates past {limit / 2**20:,.0f} MiB, more than this machine can "
+                                 f"hold for it (--max-inflated SIZE sets the limit)")
 
 
 def open_input(path: str | os.PathLike) -> IO[bytes]:
@@ -105,19 +126,27 @@ def _gunzip(path: Path, compressed: bytes, inflate_into=None) -> bytes | bytearr
     buffer of the text's size, never a second: measured); several members are joined."""
     isize = int.from_bytes(compressed[-4:], "little") if len(compressed) >= 18 else 0
     size = isize if plausible_gzip_size(len(compressed), isize) else 0
+    limit = inflate_limit()
+    if limit is not None and size > limit:  # the trailer says so: refused before inflating anything
+        raise _too_large(path, limit)
     out = inflate_into(size) if inflate_into is not None and size else None
     if out is None and inflating is zlib:
         out = bytearray(size)
     if out is not None:
-        return _gunzip_into(path, compressed, out)
+        return _gunzip_into(path, compressed, out, limit)
     members = []
     rest = compressed
+    total = 0
     while len(rest):  # one iteration per gzip member
         inflater = inflating.decompressobj(wbits=31)
+        room = limit - total + 1 if limit is not None else 0  # max_length 0: no bound
         try:
-            members.append(inflater.decompress(rest))
+            members.append(inflater.decompress(rest, room))
         except inflating.error as err:
             raise TraceInputError(path, f"gzip data is corrupt ({err})") from None
+        total += len(members[-1])
+        if limit is not None and total > limit:
+            raise _too_large(path, limit)
         if not inflater.eof:
             raise TraceInputError(path, "gzip data is truncated")
         rest = inflater.unused_data
@@ -126,11 +155,12 @@ def _gunzip(path: Path, compressed: bytes, inflate_into=None) -> bytes | bytearr
     return members[0] if len(members) == 1 else b"".join(members)
 
 
-def _gunzip_into(path: Path, compressed: bytes, out) -> bytearray | memoryview:
+def _gunzip_into(path: Path, compressed: bytes, out, limit: int | None = None) -> bytearray | memoryview:
     """``_gunzip`` into ``out`` (a bytearray, which grows if short, or a fixed buffer): output comes
     in bounded pieces (``max_length``), each copied once into place: no regrowth copies, no second
     full-size buffer. For a fixed buffer a view of its filled part is returned; if it turns out short
-    (several members), the text is copied into a private buffer, which grows."""
+    (several members), the text is copied into a private buffer, which grows. Past ``limit`` bytes
+    (``inflate_limit``) it stops with a one-line error, holding at most one piece more."""
     filled = 0
     rest = memoryview(compressed)
     while len(rest):  # one iteration per gzip member
@@ -145,6 +175,8 @@ def _gunzip_into(path: Path, compressed: bytes, out) -> bytearray | memoryview:
                 if not piece and not len(feed) and not len(rest):
                     break
                 end = filled + len(piece)
+                if limit is not None and end > limit:
+                    raise _too_large(path, limit)
                 if end > len(out):
                     if not isinstance(out, bytearray):  # the fixed buffer is short
                         out = bytearray(memoryview(out)[:filled])
