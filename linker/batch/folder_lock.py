@@ -23,6 +23,7 @@ folder's shared files.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -105,6 +106,8 @@ def _take(path: Path, folder: Path) -> int:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as err:
+            if not os.access(folder, os.W_OK | os.X_OK) or err.errno == errno.EROFS:
+                raise BatchSetupError(f"{folder}: the output directory is not writable ({err.strerror})") from None
             raise BatchSetupError(f"{folder}: cannot make the lock file {LOCK_NAME}: {err.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
