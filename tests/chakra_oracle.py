@@ -82,17 +82,20 @@ def _cpu_attrs(message: pb.Node, plan, u: int, node, flat: bool) -> None:
         _add_attrs(message, [("host_gap_micros", "int64_val", _micros(busy.host_gap[u]))])
     if busy.deferred[u] > 0:
         _add_attrs(message, [("deferred_micros", "int64_val", _micros(busy.deferred[u]))])
-    if busy.folded[u] > 0:
-        _add_attrs(message, [("folded_micros", "int64_val", _micros(busy.folded[u]))])
 
 
-def whole_micros(et, sim: list[float]) -> list[int]:
-    """Each CPU op's busy time in whole µs: one running total over the ops taken thread by thread
-    (threads by number, ET order within each), rounded, less the rounded total before the op. A
-    plain loop over the ops grouped by thread."""
+def whole_micros(et, sim: list[float], pieces=None) -> list[int]:
+    """Each CPU node's busy time in whole µs: one running total over the nodes taken thread by
+    thread (threads by number, ET order within each, each op's later pieces right after it, in
+    their order), rounded, less the rounded total before the node. ``sim``: the ET ops' values,
+    then the pieces'. A plain loop over the nodes grouped by thread."""
+    n = len(et.tid)
+    pieces_of: dict[int, list[int]] = {}
+    for j, owner in enumerate(pieces.owner if pieces is not None else ()):
+        pieces_of.setdefault(owner, []).append(n + j)
     by_thread: dict[int, list[int]] = {}
-    for u in range(len(sim)):
-        by_thread.setdefault(et.tid[u], []).append(u)
+    for u in range(n):
+        by_thread.setdefault(et.tid[u], []).extend([u] + pieces_of.get(u, []))
     whole = [0] * len(sim)
     total, written = 0.0, 0
     for tid in sorted(by_thread):
@@ -103,19 +106,45 @@ def whole_micros(et, sim: list[float]) -> list[int]:
     return whole
 
 
+def piece_message(et_plus, plan, j: int, whole: list[int]) -> pb.Node:
+    """The ``Node`` of later piece j: the op's name, ``COMP_NODE``, the op as its parent, its
+    dependency, measured start and busy time, then ``is_cpu_op``, ``tid``, ``continues``,
+    ``inclusive_dur_micros``, ``host_gap_micros`` (when a gap follows it) and the cause."""
+    et, pieces, u = et_plus.et, plan.busy.pieces, plan.piece_start + j
+    owner = pieces.owner[j]
+    deps = plan.data_deps(u)
+    message = pb.Node(id=plan.piece_ids[j], name=et.names[owner], type=cpu_node_type_of(et.names[owner]),
+                      ctrl_deps=[et.ids[owner]],
+                      data_deps=[plan.node_id(d, et.ids, et_plus.gpu_nodes) for d, _ in deps])
+    message.start_time_micros = _micros(pieces.begin[j])
+    message.duration_micros = whole[len(et.ids) + j]
+    _add_attrs(message, [("is_cpu_op", "bool_val", True), ("tid", "int64_val", et.tid[owner]),
+                         ("continues", "int64_val", et.ids[owner]),
+                         ("inclusive_dur_micros", "int64_val", _micros(pieces.end[j] - pieces.begin[j]))])
+    if pieces.host_gap[j] > 0:
+        _add_attrs(message, [("host_gap_micros", "int64_val", _micros(pieces.host_gap[j]))])
+    if deps:
+        message.attr.append(make_attr("data_dep_causes", [cause for _, cause in deps], "string_list"))
+    return message
+
+
 def node_message(et_plus, plan, u: int, whole: list[int] | None = None) -> pb.Node:
-    """The ``Node`` of node number ``u`` (ET op i is i, GPU op k is ``plan.cpu_count + k``);
-    ``whole``: the CPU ops' ``whole_micros`` (computed here when not given)."""
+    """The ``Node`` of node number ``u`` (ET op i is i, GPU op k is ``plan.cpu_count + k``, later
+    piece j ``plan.piece_start + j``); ``whole``: the CPU nodes' ``whole_micros`` (computed here
+    when not given)."""
     et, n = et_plus.et, plan.cpu_count
     flat = et.layout == FLAT
 
     def id_of(v: int) -> int:
-        return et.ids[v] if v < n else et_plus.gpu_nodes[v - n].id
+        return plan.node_id(v, et.ids, et_plus.gpu_nodes)
 
+    if whole is None:
+        whole = whole_micros(et, plan.busy.sim + plan.busy.pieces.sim, plan.busy.pieces)
+    if plan.is_piece(u):
+        return piece_message(et_plus, plan, u - plan.piece_start, whole)
     deps = plan.data_deps(u)
     if u < n:
         node = et.nodes[u]
-        whole = whole if whole is not None else whole_micros(et, plan.busy.sim)
         node_type, duration = cpu_node_type_of(node.name), whole[u]
     else:
         node, comm = et_plus.gpu_nodes[u - n], plan.comm[u - n]
@@ -143,7 +172,7 @@ def expected_et(et_plus) -> tuple[bytes, list[bytes], WriteSummary]:
     counts by node type, as the oracle makes them."""
     summary = WriteSummary("")
     plan = dependency_plan(et_plus, summary)
-    whole = whole_micros(et_plus.et, plan.busy.sim)
+    whole = whole_micros(et_plus.et, plan.busy.sim + plan.busy.pieces.sim, plan.busy.pieces)
     messages = [metadata_message(et_plus)] + [node_message(et_plus, plan, u, whole) for u in plan.order]
     summary.counts_by_type = Counter(pb.NodeType.Name(m.type) for m in messages[1:])
     frames = [m.SerializeToString() for m in messages]

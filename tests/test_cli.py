@@ -29,9 +29,11 @@ def test_link_writes_et_plus_and_report(tmp_path):
     doc = json.loads(out.read_text())
     original = json.loads(gzip.decompress(ET.read_bytes()))
     assert doc["schema"] == original["schema"]
-    assert len(doc["nodes"]) == len(original["nodes"])
+    ops = [n for n in doc["nodes"] if "continues" not in n]  # the ET's nodes; the rest: later pieces of ops
+    assert [n["id"] for n in ops] == [n["id"] for n in original["nodes"]]
     by_id = {n["id"]: n for n in original["nodes"]}
-    timed = [n for n in doc["nodes"] if "ts" in n]
+    assert all(n["continues"] in by_id and n["id"] > max(by_id) for n in doc["nodes"] if "continues" in n)
+    timed = [n for n in ops if "ts" in n]
     assert timed
     for n in timed:
         assert n["inputs"] == by_id[n["id"]]["inputs"]  # untouched parts carried through

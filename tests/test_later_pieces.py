@@ -1,5 +1,6 @@
-"""A parent's exclusive time after its first child runs where it was measured, not before the
-children (``plan.later_pieces``; docs/durations.md). A small hand-written pair, one thread:
+"""A parent's exclusive time after its first child runs where it was measured, as nodes of their
+own that stay the parent's (``plan.later_pieces``; docs/durations.md). A small hand-written pair,
+one thread:
 
     ## step ##        100 ─────────────────────────────── 200
       aten::a             110 ─────────── 130
@@ -8,16 +9,18 @@ children (``plan.later_pieces``; docs/durations.md). A small hand-written pair, 
     aten::after                                                205 ── 215
 
 Exclusive times: step 100 − 20 − 20 = 60 (10 before its first child, 20 between its children,
-30 after the last), a 20 − 10 = 10 (5 before a_inner, 5 after), a_inner 10, b 20, after 10;
-the 5 µs host gap 200–205 is folded into b, the op before it. Each later piece goes to the op a
-replay runs just before it (start order): a's 125–130 and step's 130–150 to a_inner, step's
-170–200 to b. So the expected busy times, worked out here by hand:
+30 after the last), a 20 − 10 = 10 (5 before a_inner, 5 after), a_inner 10, b 20, after 10.
+Each op's node keeps the piece before its first child; each later piece is a node of its own,
+named as its op, ``continues`` = the op's id, run right after the op the thread ran before it:
 
-    step 10, a 5, a_inner 10 + 5 + 20 = 35, b 20 + 30 + 5 = 55, after 10   (sum 115 = 215 − 100)
+    a's 125–130 (5) and step's 130–150 (20) after a_inner; step's 170–200 (30) after b,
+    and the 5 µs host gap 200–205 after that piece, folded into it (``host_gap_dur`` 5).
 
-and a replay starts every op at its measured time. The second case adds a 8 µs
-``cudaDeviceSynchronize`` at 135–143 inside step's piece 130–150: blocked time, which stays out
-of what moves (20 − 8 = 12 goes to a_inner: 27).
+So, worked out here by hand, the nodes' busy times are step 10, a 5, a_inner 10, b 20, after 10
+and the pieces 5, 20, 30 + 5 (sum 115 = 215 − 100); per op, step 10 + 20 + 30 = 60 and a 5 + 5 =
+10: every op holds its own exclusive time. A replay starts every node at its measured time. The
+second case adds a 8 µs ``cudaDeviceSynchronize`` at 135–143 inside step's piece 130–150:
+blocked time, which stays out of the piece (20 − 8 = 12).
 """
 
 from __future__ import annotations
@@ -86,46 +89,76 @@ def _et_durations(path: Path) -> dict[int, tuple[int, dict]]:
     return out
 
 
-# id -> (busy µs, deferred µs, folded µs), by hand (module docstring)
-EXPECTED = {3: (10, 50, 0), 4: (5, 5, 0), 5: (35, 0, 25), 6: (55, 0, 30), 7: (10, 0, 0)}
-EXPECTED_WITH_WAIT = {3: (10, 42, 0), 4: (5, 5, 0), 5: (27, 0, 17), 6: (55, 0, 30), 7: (10, 0, 0)}
+# id -> (busy µs of its node, deferred µs), and the pieces as (op id, start, busy µs, host gap µs), by hand
+EXPECTED = ({3: (10, 50), 4: (5, 5), 5: (10, 0), 6: (20, 0), 7: (10, 0)},
+            [(4, 125, 5, 0), (3, 130, 20, 0), (3, 170, 35, 5)])
+EXPECTED_WITH_WAIT = ({3: (10, 42), 4: (5, 5), 5: (10, 0), 6: (20, 0), 7: (10, 0)},
+                      [(4, 125, 5, 0), (3, 130, 12, 0), (3, 170, 35, 5)])
+# the thread chain a replay follows, by hand: each piece right after the op the thread ran before it
+CHAIN = [3, 4, 5, (4, 125), (3, 130), 6, (3, 170), 7]
+
+
+def _key(node: dict):
+    return (node["continues"], round(node["ts"] - T0)) if "continues" in node else node["id"]
 
 
 @pytest.mark.parametrize("sync, expected", [(None, EXPECTED), ((135, 8), EXPECTED_WITH_WAIT)],
                          ids=["plain", "wait_in_a_piece"])
-def test_a_parents_later_exclusive_time_is_folded_where_a_replay_meets_it(tmp_path, sync, expected):
+def test_each_later_piece_is_a_node_of_its_op(tmp_path, sync, expected):
+    ops, pieces = expected
     et, kineto = _pair(tmp_path, sync)
     link_pair(et, kineto, tmp_path / "out.json", LinkOptions(), None)
     link_pair(et, kineto, tmp_path / "out.et", LinkOptions(), None)
     nodes, frames = _json_nodes(tmp_path / "out.json"), _et_durations(tmp_path / "out.et")
-    for node_id, (busy, deferred, folded) in expected.items():
+    for node_id, (busy, deferred) in ops.items():
         node = nodes[node_id]
-        assert node["sim_dur"] == busy, node["name"]
-        assert node.get("deferred_dur", 0) == deferred and node.get("folded_dur", 0) == folded, node["name"]
+        assert node["sim_dur"] == busy and node.get("deferred_dur", 0) == deferred, node["name"]
         assert node["sim_dur"] == pytest.approx(node["exclusive_dur"] - node["blocked_dur"] - node.get("deferred_dur", 0)
-                                                + node.get("folded_dur", 0) + node["host_gap_dur"])
+                                                + node["host_gap_dur"])
         duration, attrs = frames[node_id]
-        assert duration == busy, node["name"]
-        assert attrs.get("deferred_micros", 0) == deferred and attrs.get("folded_micros", 0) == folded
+        assert duration == busy and attrs.get("deferred_micros", 0) == deferred, node["name"]
+    written = [n for n in nodes.values() if "continues" in n]
+    assert sorted((n["continues"], n["ts"] - T0, n["sim_dur"], n.get("host_gap_dur", 0)) for n in written) == sorted(pieces)
+    for piece in written:
+        op = nodes[piece["continues"]]
+        assert piece["name"] == op["name"] and piece["ctrl_deps"] == op["id"] and piece["id"] > max(OP_IDS)
+        duration, attrs = frames[piece["id"]]  # the same node in the .et
+        assert (duration, attrs["continues"], attrs.get("host_gap_micros", 0)) == (
+            piece["sim_dur"], op["id"], piece.get("host_gap_dur", 0))
+    # every op holds its exclusive time less its blocked time: its node and its pieces
+    for node_id in ops:
+        node = nodes[node_id]
+        held = node["sim_dur"] - node["host_gap_dur"] + sum(p["sim_dur"] - p.get("host_gap_dur", 0) for p in written
+                                                            if p["continues"] == node_id)
+        assert held == pytest.approx(node["exclusive_dur"] - node["blocked_dur"])
+    # the chain: each node's thread predecessor, as worked out above
+    by_key = {_key(n): n for n in nodes.values() if "ts" in n}
+    for before, after in zip(CHAIN, CHAIN[1:]):
+        deps = dict(zip(by_key[after]["data_deps"], by_key[after]["data_dep_causes"]))
+        assert by_key[before]["id"] in deps, (before, after)
     assert nodes[3]["blocked_dur"] == (8 if sync else 0)  # the wait stays the step's, and a wait
-    assert nodes[6]["host_gap_dur"] == 5
-    assert sum(busy for busy, _, _ in expected.values()) == (115 - 8 if sync else 115)
+    assert sum(n["sim_dur"] for n in nodes.values() if "ts" in n) == (115 - 8 if sync else 115)
 
 
-def test_the_replay_starts_every_op_at_its_measured_time(tmp_path):
-    """Without the rule the step would hold the CPU 60 µs first and aten::a would start 50 µs
-    late (at 60 instead of 10); with it every op starts at its measured offset from the step, and
-    the replay lasts the measured 115 µs."""
+OP_IDS = [op[0] for op in OPS]
+
+
+def test_the_replay_starts_every_node_at_its_measured_time(tmp_path):
+    """Without the pieces the step would hold the CPU 60 µs first and aten::a would start 50 µs
+    late (at 60 instead of 10); with them every op and every piece starts at its measured offset
+    from the step, and the replay lasts the measured 115 µs."""
     et, kineto = _pair(tmp_path)
     link_pair(et, kineto, tmp_path / "out.et", LinkOptions(), None)
-    measured = {name: ts - 100 for _, name, _, _, ts, _ in OPS}
+    measured = {(name, ts - 100) for _, name, _, _, ts, _ in OPS}
+    measured |= {("aten::a", 25), ("## step ##", 30), ("## step ##", 70)}  # the pieces
     for model in ("astra-sim", "lanes"):
         simulation = linker.simulate(tmp_path / "out.et", model=model)
         assert (simulation.report.measured_us, simulation.report.simulated_us) == (115, 115)
         simulation.write_trace(tmp_path / f"{model}.json")
         events = json.loads((tmp_path / f"{model}.json").read_text())["traceEvents"]
-        replayed = {(e["name"], e["ts"]) for e in events if e.get("ph") == "X" and e["name"] in measured}
-        assert replayed == set(measured.items()), model
+        names = {name for name, _ in measured}
+        replayed = {(e["name"], e["ts"]) for e in events if e.get("ph") == "X" and e["name"] in names}
+        assert replayed == measured, model  # measured and simulated sides alike: one (name, start) each
 
 
 def _random_thread(rng, n_roots: int = 4):
@@ -159,9 +192,10 @@ def _random_thread(rng, n_roots: int = 4):
 def _later_pieces_by_scanning(starts, ends, parent_op):
     """The rule read literally, one piece at a time: each op with a parent op ends a piece of that
     parent, from its end to the next op starting then or later (or the parent's end, if sooner);
-    the piece goes to the op started last before it began. O(n²)."""
+    the piece follows the op started last before it began. (op, after, begin, length) of each, in
+    time order. O(n²)."""
     n = len(starts)
-    deferred, folded = [0.0] * n, [0.0] * n
+    pieces = []
     for child in range(n):
         owner = parent_op[child]
         if owner < 0:
@@ -170,17 +204,22 @@ def _later_pieces_by_scanning(starts, ends, parent_op):
         later = [p for p in range(n) if starts[p] >= begin]
         finish = min(starts[later[0]] if later else math.inf, ends[owner])
         if finish > begin:
-            deferred[owner] += finish - begin
-            folded[max(p for p in range(n) if starts[p] < begin)] += finish - begin
-    return deferred, folded
+            pieces.append((owner, max(p for p in range(n) if starts[p] < begin), begin, finish - begin))
+    return sorted(pieces, key=lambda piece: (piece[2], piece[0]))
 
 
 def test_later_pieces_agree_with_the_rule_read_literally():
     """``later_pieces`` on 300 random nested timelines gives the pieces found one by one by a scan
-    (no blocked time, exclusive times large enough that nothing is capped)."""
+    (no blocked time, exclusive times large enough that nothing is capped), and each op's deferred
+    time is the sum of its pieces."""
     rng = random.Random(31)
     for _ in range(300):
         ops, starts, ends, parent_op = _random_thread(rng)
         n = len(ops)
-        got = later_pieces([Timeline(ops, starts, ends)], parent_op, ends, [1e9] * n, [0.0] * n, [], n)
-        assert got == _later_pieces_by_scanning(starts, ends, parent_op)
+        deferred, pieces = later_pieces([Timeline(ops, starts, ends)], parent_op, ends, [1e9] * n, [0.0] * n, [], n)
+        expected = _later_pieces_by_scanning(starts, ends, parent_op)
+        assert list(zip(pieces.owner, pieces.after, pieces.begin, pieces.length)) == expected
+        sums = [0.0] * n
+        for owner, _, _, length in expected:
+            sums[owner] += length
+        assert deferred == sums

@@ -89,12 +89,21 @@ def _unreachable_by_correlation(kineto: Path) -> set:
 
 
 def _split(doc: dict) -> tuple[dict, dict]:
+    """CPU nodes by id, GPU nodes by (correlation, start). A later piece of an op is known by (the op
+    it continues, its start): its id lies above the GPU nodes', so it moves with their count (a
+    source that reaches fewer GPU ops gives the same pieces other ids); dependencies on pieces are
+    named the same way."""
     cpu, gpu = {}, {}
+    piece_key = {n["id"]: ("piece", n["continues"], n["ts"]) for n in doc["nodes"] if "continues" in n}
     for node in doc["nodes"]:
         if node.get("cat") in GPU_CATS:
             gpu[node["correlation"], node["ts"]] = node
         else:
-            cpu[node["id"]] = {k: v for k, v in node.items() if k not in COMM_FIELDS}
+            fields = {k: v for k, v in node.items() if k not in COMM_FIELDS}
+            if "data_deps" in fields:
+                fields["data_deps"] = [piece_key.get(d, d) for d in fields["data_deps"]]
+            fields.pop("id")
+            cpu[piece_key.get(node["id"], node["id"])] = fields
     return cpu, gpu
 
 

@@ -49,13 +49,14 @@ SPAN_PAIRS = [d.relative_to(FIXTURES).as_posix() for d in sorted(FIXTURES.glob("
 @pytest.mark.parametrize("pair", SPAN_PAIRS + ["dlrm/0", "dlrm/3"])
 def test_a_workers_span_is_the_one_simulate_reads_back(tmp_path, pair):
     """A batch worker hands over its rank's measured span from the ET+ in memory; it must be the
-    span ``simulate`` reads from the written output (start ``ts``, end ``ts + inclusive_dur``)."""
+    span ``simulate`` reads from the written output (start ``ts``, end ``ts + inclusive_dur``, or
+    ``ts + dur`` for a later piece, which has no ``inclusive_dur``)."""
     et, kineto = dlrm_pair(int(pair[-1])) if pair.startswith("dlrm") else (FIXTURES / pair / "et.json.gz",
                                                                              FIXTURES / pair / "kineto.json.gz")
     out = tmp_path / "plus.json"
     outcome = link_pair(et, kineto, out)
     nodes = orjson.loads(out.read_bytes())["nodes"]
-    timed = [(float(n["ts"]), float(n["ts"]) + float(n["inclusive_dur"])) for n in nodes if "ts" in n]
+    timed = [(float(n["ts"]), float(n["ts"]) + float(n.get("inclusive_dur", n["dur"]))) for n in nodes if "ts" in n]
     expected = (min(s for s, _ in timed), max(e for _, e in timed))  # read off the file, by hand
     assert et_plus_span(outcome.et_plus) == expected == load_graph(out).measured_span()
 

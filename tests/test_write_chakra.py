@@ -76,7 +76,8 @@ def assert_graph_invariants(nodes: list[pb.Node]) -> None:
             assert len(chain) <= 1
             for dep in chain:
                 assert attr_dict(dep)["tid"] == attr_dict(node)["tid"]
-                assert dep.id < node.id
+                if "continues" not in attr_dict(dep) and "continues" not in attr_dict(node):
+                    assert dep.id < node.id  # ET ids are given at op start; a later piece's lie above them
                 if dep.start_time_micros and node.start_time_micros:
                     assert dep.start_time_micros <= node.start_time_micros
             for dep, cause in cpu_deps:
@@ -140,10 +141,11 @@ def test_dlrm_rank_is_a_valid_chakra_trace(dlrm_outputs, rank):
     assert (meta["schema"], meta["pid"], meta["time"], meta["start_ts"], meta["finish_ts"]) == (
         et["schema"], et["pid"], et["time"], et["start_ts"], et["finish_ts"])
     assert_graph_invariants(nodes)
-    # every ET node is there, plus one node per GPU op
+    # every ET node is there, plus one node per GPU op and one per later piece of an op
     assert {n["id"] for n in et["nodes"]} <= {n.id for n in nodes}
     gpu = [n for n in nodes if not is_cpu(n)]
-    assert len(nodes) == len(et["nodes"]) + len(gpu) and len(gpu) > 200
+    pieces = [n for n in nodes if "continues" in attr_dict(n)]
+    assert len(nodes) == len(et["nodes"]) + len(gpu) + len(pieces) and len(gpu) > 200
 
 
 @pytest.mark.parametrize("rank", DLRM_RANKS)
@@ -212,10 +214,14 @@ def test_dlrm_json_and_chakra_agree(dlrm_outputs):
         assert node.get("data_deps", []) == source["data_deps"]
         causes = {a["name"]: a for a in node.get("attr", [])}.get("data_dep_causes")
         assert (causes["string_list"]["values"] if causes else []) == source["data_dep_causes"]
-        if "dur" in source and "cat" not in source:  # a linked CPU op: busy = exclusive - blocked - deferred + folded + gap
+        if "continues" in source:  # a later piece of an op: the op's name, the op as parent, its busy time
+            assert {a["name"]: a for a in node["attr"]}["continues"]["int64_val"] == source["continues"]
+            assert source["name"] == et_plus_nodes[source["continues"]]["name"]
+            assert source["sim_dur"] <= source["dur"] + source.get("host_gap_dur", 0) + 0.001
+        elif "dur" in source and "cat" not in source:  # a linked CPU op: busy = exclusive - blocked - deferred + gap
             assert source["sim_dur"] == pytest.approx(
                 source["exclusive_dur"] - source["blocked_dur"] - source.get("deferred_dur", 0)
-                + source.get("folded_dur", 0) + source["host_gap_dur"], abs=0.01)
+                + source["host_gap_dur"], abs=0.01)
         if "ts" in source:
             assert node["start_time_micros"] == round(source["ts"])
             linked += 1
@@ -225,7 +231,7 @@ def test_dlrm_json_and_chakra_agree(dlrm_outputs):
         if source.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
             assert parent in node["data_deps"]
             assert {a["name"]: a for a in node["attr"]}["stream"]["int64_val"] == source["stream"]
-        else:
+        elif "continues" not in source:
             # flat-layout inputs keep their JSON text
             assert json.loads(node["inputs"]["values"]) == source["inputs"]
             assert json.loads(node["inputs"]["types"]) == source["input_types"]
@@ -455,7 +461,11 @@ def test_point_to_point_and_process_groups(tmp_path, synthetic_pair):
     assert (send["comm_src"], send["comm_dst"], send["comm_tag"], send["comm_size"], send["pg_name"]) == (2, 3, 7, 40, "2")
     assert (recv["comm_src"], recv["comm_dst"], recv["comm_tag"], recv["comm_size"], recv["pg_name"]) == (3, 2, 9, 48, "2")
     assert "comm_type" not in send
-    assert summary.counts_by_type == {"COMP_NODE": 18, "METADATA_NODE": 1, "COMM_SEND_NODE": 1, "COMM_RECV_NODE": 1}
+    pieces = [n for n in nodes if "continues" in attr_dict(n)]  # later pieces: of ops that have children
+    assert pieces and all(any(m.ctrl_deps and m.ctrl_deps[0] == attr_dict(p)["continues"] and "continues" not in
+                              attr_dict(m) for m in nodes) for p in pieces)
+    assert summary.counts_by_type == {"COMP_NODE": 18 + len(pieces), "METADATA_NODE": 1, "COMM_SEND_NODE": 1,
+                                      "COMM_RECV_NODE": 1}
     assert not summary.comm_unresolved
 
 
@@ -531,7 +541,8 @@ def test_gzip_output_holds_the_same_messages(tmp_path, synthetic_pair):
     assert (tmp_path / "a.et.gz").read_bytes()[:2] == b"\x1f\x8b"
     plain = [m.SerializeToString() for m in read_et(tmp_path / "a.et")]
     zipped = [m.SerializeToString() for m in read_et(tmp_path / "a.et.gz")]
-    assert plain == zipped and len(plain) == 1 + 15 + 6
+    pieces = sum(1 for m in list(read_et(tmp_path / "a.et"))[1:] if "continues" in attr_dict(m))
+    assert plain == zipped and len(plain) == 1 + 15 + 6 + pieces
     assert gzip.decompress((tmp_path / "a.et.gz").read_bytes()) == (tmp_path / "a.et").read_bytes()
 
 

@@ -12,7 +12,7 @@ the build, never changed after it) for the plan's busy times. Cost O(n + g).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -69,6 +69,35 @@ class GpuNode(_PeerFields, omit_defaults=True):
     sim_dur: float | int | Unset = UNSET
 
 
+class PieceNode(msgspec.Struct, omit_defaults=True):
+    """A later piece of an op as an ET+ node (``plan.later_pieces``): the op's exclusive time after
+    one of its children, run where the thread ran it. ``continues``: the id of the op whose time it
+    is (its parent too); ``ts`` / ``dur``: where it lies on the measured timeline (µs);
+    ``sim_dur``: its busy time (``dur`` less the blocked time in it), plus ``host_gap_dur`` when
+    the host time between ops that follows it is folded into it. Its id lies above every ET and
+    GPU node's. Laid out as the ET's GPU nodes are (``layout_piece``)."""
+
+    id: int
+    name: str
+    ctrl_deps: int | Unset = UNSET
+    parent: int | Unset = UNSET
+    inputs: Any = UNSET
+    outputs: Any = UNSET
+    input_shapes: Any = UNSET
+    input_types: Any = UNSET
+    output_shapes: Any = UNSET
+    output_types: Any = UNSET
+    attrs: list | Unset = UNSET
+    tid: int | Unset = UNSET
+    ts: float | int | Unset = UNSET
+    dur: float | int | Unset = UNSET
+    continues: int | Unset = UNSET
+    host_gap_dur: float | int | Unset = UNSET
+    sim_dur: float | int | Unset = UNSET
+    data_deps: Any = UNSET
+    data_dep_causes: Any = UNSET
+
+
 @dataclass
 class EtPlus:
     """The ET with times filled in, plus the GPU nodes (``gpu_links[k]`` made ``gpu_nodes[k]``)."""
@@ -83,13 +112,29 @@ class EtPlus:
     op_times: tuple[list[float], list[float]] | None = None
     # Per ET node: its exclusive µs (0.0 when unlinked), for the plan's busy times.
     op_exclusive: list[float] | None = None
+    # The later pieces as ET+ JSON nodes (``plan.json_fields``; empty until annotated).
+    piece_nodes: list[PieceNode] = field(default_factory=list)
 
     @property
     def et(self) -> ExecutionTrace:
         return self.result.et
 
     def all_nodes(self) -> list:
-        return self.et.nodes + self.gpu_nodes
+        return self.et.nodes + self.gpu_nodes + self.piece_nodes
+
+
+def layout_piece(node: PieceNode, owner_id: int, tid: int, flat: bool) -> None:
+    """Give a later-piece node the parent key, thread and empty inputs/outputs of the ET's layout,
+    as a GPU node gets them (flat: ``parent``, ``tid`` and empty lists; nested: ``ctrl_deps``,
+    empty ``inputs``/``outputs`` and ``tid`` in ``attrs``)."""
+    if flat:
+        node.parent, node.tid = owner_id, tid
+        node.inputs = node.outputs = _EMPTY_LIST
+        node.input_shapes = node.input_types = node.output_shapes = node.output_types = _EMPTY_LIST
+    else:
+        node.ctrl_deps = owner_id
+        node.inputs = node.outputs = _EMPTY_IO_NESTED
+        node.attrs = [{"name": "tid", "type": "uint64", "value": tid}]
 
 
 def as_number(value: float) -> float | int:

@@ -25,12 +25,13 @@ writes it) still counts time the op sat blocked. This module computes, per ET no
   worker's ET thread root (``spawn``; see below). When GPU work launched before the trace (no
   launch event) started before the main thread's first op, that lead is folded into the main
   thread's root (``pre_trace_lead``): the host was busy with untraced work meanwhile.
-- ``deferred`` / ``folded`` (``plan.later_pieces``): a replay runs an op's busy time before its first
-  child, so the op keeps only the part of its exclusive time before that child; each later piece
-  (between children, after the last) is folded into the op that precedes the piece in the
-  thread's start order, as host gaps are, less the blocked time lying in it (a wait stays a wait).
-- ``sim`` = max(0, exclusive − blocked) − deferred + folded + host_gap (unlinked nodes: host_gap
-  only, usually 0). Per thread, deferred and folded cancel: the total busy time is unchanged.
+- ``deferred`` / ``pieces`` (``plan.later_pieces``): a replay runs an op's busy time before its
+  first child, so the op's node keeps only the part of its exclusive time before that child; each
+  later piece (between children, after the last) becomes a node of its own, the same op's time,
+  run right after the op that precedes the piece in the thread's start order, less the blocked
+  time lying in it (a wait stays a wait).
+- ``sim`` = max(0, exclusive − blocked) − deferred + host_gap (unlinked nodes: host_gap only,
+  usually 0); with its pieces, an op's busy time is its exclusive time less its blocked time.
 
 Cross-thread structure (``cross`` edges), found from the ET threads and the Kineto times, never
 from adjacency alone: the *main* thread is the one holding the earliest linked op; every other
@@ -65,7 +66,7 @@ from operator import add, eq, gt, lt, sub
 from linker.link.intervals import TimePoint, cover_index, innermost_covering
 from linker.link.recipe import op_of_event
 from linker.plan.clocks import blocking_copies, clock_skew
-from linker.plan.later_pieces import later_pieces
+from linker.plan.later_pieces import Pieces, later_pieces
 
 FORK, JOIN = "fork", "join"
 
@@ -103,10 +104,11 @@ class BusyTimes:
     blocking_copies: list[int] = field(default_factory=list)
     clock_skew: dict = field(default_factory=dict)  # ``clocks.ClockSkew.summary`` (GPU traces)
     consumed_at: dict[int, float] = field(default_factory=dict)  # CPU collective -> its consumer's start
-    # ``later_pieces``: exclusive µs an op runs after its first child (taken out of it), and the
-    # µs of its ancestors' such pieces folded into the op that precedes each piece
+    # ``later_pieces``: exclusive µs an op runs after its first child (taken out of it), and those
+    # pieces as nodes of their own (``Pieces``), run where the thread ran them
     deferred: list[float] = field(default_factory=list)
-    folded: list[float] = field(default_factory=list)
+    pieces: Pieces = field(default_factory=Pieces)
+    trailing_gap: dict[int, float] = field(default_factory=dict)  # op -> the host gap after it (``_host_gaps``)
 
 
 @dataclass
@@ -351,11 +353,29 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
             gap_waits[position] = gap_waits.get(position, 0.0) + hi - lo
     for tid, timeline in timelines.items():
         _host_gaps(busy, timeline, gap_waits if tid == busy.main_tid else None, burst_firsts)
-    busy.deferred, busy.folded = later_pieces(timelines.values(), nesting_parent_ops(et_plus), ends,
+    busy.deferred, busy.pieces = later_pieces(timelines.values(), nesting_parent_ops(et_plus), ends,
                                               exclusive_of_op, busy.blocked, blocked_at, n,
                                               frozenset(collectives or ()))
+    _gaps_after_pieces(busy)
     _sim_times(busy, exclusive_of_op, linked)
     return busy
+
+
+def _gaps_after_pieces(busy: BusyTimes) -> None:
+    """A host gap follows every later piece the thread ran after the op before it (the pieces end
+    where the next op starts or an op ends; the gap begins where every op had ended): it moves from
+    that op to the last of those pieces (``Pieces.host_gap``), the node a replay runs just before
+    the gap. O(p)."""
+    pieces = busy.pieces
+    pieces.host_gap = [0.0] * len(pieces)
+    last_of: dict[int, int] = {}
+    for j, after in enumerate(pieces.after):
+        last_of[after] = j
+    for after, j in last_of.items():
+        gap = min(busy.trailing_gap.get(after, 0.0), busy.host_gap[after])
+        if gap > 0:
+            pieces.host_gap[j] = gap
+            busy.host_gap[after] -= gap
 
 
 def _event_times(result) -> tuple[list[float], list[float]]:
@@ -371,15 +391,17 @@ def _event_times(result) -> tuple[list[float], list[float]]:
 
 def _sim_times(busy: BusyTimes, exclusive_of_op: list[float], linked: list[bool]) -> None:
     """Blocked capped at the exclusive time (linked nodes that have some), then sim = exclusive -
-    blocked - deferred + folded + host gap for every node, in C passes (an unlinked node's
-    exclusive time is 0 and nothing is deferred from or folded into it: sim = host gap; where all
-    four are 0, sim is the exclusive time itself)."""
+    blocked - deferred + host gap for every node, in C passes (an unlinked node's exclusive time
+    is 0 and nothing is deferred from it: sim = host gap; where all three are 0, sim is the
+    exclusive time itself). The deferred time is the op's pieces' (``busy.pieces``)."""
     blocked = busy.blocked
     for i in compress(range(len(linked)), blocked):
         if linked[i]:
             blocked[i] = min(blocked[i], exclusive_of_op[i])
     own = map(sub, map(sub, exclusive_of_op, blocked), busy.deferred)
-    busy.sim = list(map(add, own, map(add, busy.folded, busy.host_gap)))
+    busy.sim = list(map(add, own, busy.host_gap))
+    pieces = busy.pieces
+    pieces.sim = list(map(add, pieces.length, pieces.host_gap or [0.0] * len(pieces)))
 
 
 def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes, skew=None) -> None:
@@ -589,6 +611,7 @@ def _host_gaps(busy: BusyTimes, timeline: Timeline, gap_waits: dict[int, float] 
             gap -= gap_waits.get(p - 1, 0.0)
         if gap > 0:
             busy.host_gap[ops[p - 1]] += gap
+            busy.trailing_gap[ops[p - 1]] = busy.trailing_gap.get(ops[p - 1], 0.0) + gap
 
 
 def nesting_parent_ops(et_plus) -> list[int]:

@@ -1,7 +1,8 @@
 """The dependency plan as a value: its node numbering, the causes of its edges and the counts
 of what was written (``docs/durations.md``).
 
-One numbering for all nodes: ET node i is i, GPU node k is n + k; ``NO_NODE`` is none. Every data
+One numbering for all nodes: ET node i is i, GPU node k is n + k, later piece j (``Pieces``: an
+op's exclusive time after its first child, a node of its own) is n + g + j; ``NO_NODE`` is none. Every data
 dependency carries one of ``CAUSES``. ``DependencyPlan`` is what ``deps.plan_dependencies``
 builds and the writers read: ctrl (parent) and previous-on-the-thread columns, the extra edges
 with their causes, the busy times, the communication attributes and the write order.
@@ -99,10 +100,12 @@ class WriteSummary:
 
 @dataclass
 class DependencyPlan:
-    """Dependencies of every node in one numbering: ET node i is i, GPU node k is n + k.
+    """Dependencies of every node in one numbering: ET node i is i, GPU node k is n + k, later
+    piece j is ``piece_start`` + j (``piece_start`` = n + g).
 
-    ``ctrl[u]``: parent (-1 none). ``prev[u]``: previous node of u's CPU thread chain, or, for a
-    GPU node, the previous op on its stream (-1 none); a GPU node's launcher is ``ctrl[u]``.
+    ``ctrl[u]``: parent (-1 none; a piece's: the op it continues). ``prev[u]``: previous node of
+    u's CPU thread chain (pieces are in the chains), or, for a GPU node, the previous op on its
+    stream (-1 none); a GPU node's launcher is ``ctrl[u]``.
     ``waits[u]``: other (source, cause) data dependencies of u: fork/join, sync, event_wait,
     collective_order. ``order``: topological write order, and ``position`` each node's place in it.
     ``busy``: busy times of the ET nodes; ``comm[k]``:
@@ -119,11 +122,24 @@ class DependencyPlan:
     cpu_comm: dict[int, CommAttrs] = field(default_factory=dict)  # ET index -> CPU collective (``cpu_comm``)
     order: list[int] = field(default_factory=list, repr=False)
     position: array = field(default_factory=lambda: array("q"), repr=False)
+    piece_start: int = -1  # the first piece's number (n + g); -1: no pieces
+    piece_ids: list[int] = field(default_factory=list)  # the node id of each piece
+
+    def is_piece(self, u: int) -> bool:
+        return 0 <= self.piece_start <= u
+
+    def node_id(self, u: int, et_ids: list[int], gpu_nodes) -> int:
+        """The written id of node ``u``."""
+        if u < self.cpu_count:
+            return et_ids[u]
+        if self.is_piece(u):
+            return self.piece_ids[u - self.piece_start]
+        return gpu_nodes[u - self.cpu_count].id
 
     def data_deps(self, u: int) -> list[tuple[int, str]]:
         """(source node, cause) of every data dependency of u, in the order written."""
         p = self.prev[u]
-        if u < self.cpu_count:
+        if u < self.cpu_count or self.is_piece(u):
             deps = [(p, PARENT if p == self.ctrl[u] else THREAD_ORDER)] if p >= 0 else []
         else:
             deps = [(self.ctrl[u], LAUNCH)] if self.ctrl[u] >= 0 and u not in self.launchless else []

@@ -21,10 +21,11 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass
-from itertools import accumulate, compress, islice
-from operator import countOf, eq, gt, lt, ne
+from itertools import accumulate, compress, islice, repeat
+from operator import countOf, eq, gt, le, lt, ne
 
 import msgspec
 
@@ -270,7 +271,8 @@ def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
     backward in that sort (a GPU op issued before its stream predecessor), ``_late_walk`` gives
     Kahn's order from the sort, doing Python work only around those nodes (on the 6000-step GPU
     pair: 5,136 of them, 0.04 s, where Kahn's heap over every node took 0.6 s). Keys with a NaN:
-    Kahn's algorithm itself."""
+    Kahn's algorithm itself. A CPU node whose ``prev`` is a later piece (not a CPU node: no
+    preorder edge) is checked like the other nodes."""
     total = len(ctrl)
     if any(map(math.isnan, keys)):
         order = _topological_order(ctrl, prev, keys, ids, extra)
@@ -285,6 +287,8 @@ def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
     late = set(compress(range(first, total), map(gt, map(at.__getitem__, ctrl[first:]), position[first:])))
     late.update(compress(range(first, total), map(gt, map(at.__getitem__, prev[first:]), position[first:])))
     late.update(u for u, sources in extra.items() if any(position[d] > position[u] for d, _ in sources))
+    late.update(u for u in compress(range(first), map(le, repeat(first), prev[:first]))  # prev: a later piece
+                if position[prev[u]] > position[u])
     if not late:
         return order, position
     order = _late_walk(order, at, late, ctrl, prev, keys, ids, extra)
@@ -390,6 +394,100 @@ def _collective_order(plan: DependencyPlan, placement: GpuPlacement, extra: dict
         last_of_group[group] = k
 
 
+@dataclass
+class OpParts:
+    """Where an op's busy time lies once its later pieces are nodes: its own node, then its pieces
+    (numbers from ``start``), each with the measured time it began; and the pieces that run
+    right after a node on its thread (``next_piece``). ``before`` and ``ran_before`` answer which
+    node a dependency on an op comes from. Built in O(p)."""
+
+    begins: dict[int, list[float]]  # op -> -inf (its own node), then its pieces' begins
+    nodes: dict[int, list[int]]  # op -> itself, then its pieces
+    next_piece: dict[int, int]  # node -> the piece the thread runs right after it
+    piece_begin: dict[int, float]  # piece node -> its measured begin
+
+    @staticmethod
+    def of(pieces, start: int) -> "OpParts":
+        parts = OpParts({}, {}, {}, {})
+        last_after: dict[int, int] = {}
+        for j, (owner, after, begin) in enumerate(zip(pieces.owner, pieces.after, pieces.begin)):  # time order
+            u = start + j
+            if owner not in parts.nodes:
+                parts.nodes[owner], parts.begins[owner] = [owner], [-math.inf]
+            parts.nodes[owner].append(u)
+            parts.begins[owner].append(begin)
+            parts.next_piece[last_after.get(after, after)] = u
+            last_after[after] = u
+            parts.piece_begin[u] = begin
+        return parts
+
+    def __bool__(self) -> bool:
+        return bool(self.nodes)
+
+    def before(self, op: int, t: float) -> int:
+        """The part of ``op`` that ran last before measured time ``t`` (the op itself when it has
+        no pieces; its last part when ``t`` is unknown, NaN): what of the op ran before something
+        inside it (a launch). O(log pieces of the op)."""
+        nodes = self.nodes.get(op)
+        if nodes is None:
+            return op
+        if t != t:
+            return nodes[-1]
+        return nodes[max(0, bisect_left(self.begins[op], t) - 1)]
+
+    def ran_before(self, op: int, t: float) -> int:
+        """The last node of ``op``'s thread that began before measured time ``t`` from ``op`` on:
+        ``before``, then the pieces the thread ran after it that began before ``t`` (all of them
+        when ``t`` is NaN). An edge from the op to something on another thread that began at ``t``
+        (``fork``, ``join``) waits for what the thread had run by then, as it did. O(those pieces)."""
+        u = self.before(op, t)
+        following = self.next_piece.get(u)
+        while following is not None and not self.piece_begin[following] >= t:  # NaN t: follow all
+            u = following
+            following = self.next_piece.get(u)
+        return u
+
+
+def _settle_after_chain(pieces, prev: array, n: int, starts: list[float]) -> None:
+    """Each piece follows the op the thread ran last before it in start order; the thread chain
+    is the ET's pre-order, which can place an op that started before the piece (a tie, or an op
+    Kineto nests otherwise) after that op. Move ``after`` along the chain past such ops, so that
+    no chain edge runs against the measured starts. O(n) for the chain's inverse, then a step
+    per op passed (usually none)."""
+    if not len(pieces):
+        return
+    next_of = dict(zip(prev[:n], range(n)))  # an op -> the ET node after it on its thread
+    next_of.pop(NO_NODE, None)
+    after, begin = pieces.after, pieces.begin
+    for j, a in enumerate(after):
+        follower = next_of.get(a)
+        while follower is not None and starts[follower] < begin[j]:  # NaN (unlinked): stays after
+            a = follower
+            follower = next_of.get(a)
+        after[j] = a
+
+
+def _thread_pieces(ctrl: array, prev: array, pieces, n: int, start: int) -> list[int]:
+    """Put the later pieces (numbers ``start`` + j) into the thread chains: the pieces that follow
+    op a, in time order, run after a and before the node that followed a (its ``prev`` is then
+    the last of them); each piece's ``ctrl`` is the op it continues. Returns the ET nodes whose
+    ``prev`` became a piece. O(n) C passes and a loop over the pieces."""
+    count = len(pieces)
+    if not count:
+        return []
+    ctrl.extend(array("q", pieces.owner))
+    prev.extend(array("q", [NO_NODE]) * count)
+    last_after: dict[int, int] = {}  # op a -> the last piece following it so far
+    for j, a in enumerate(pieces.after):  # in time order: a's pieces in the order they ran
+        u = start + j
+        prev[u] = last_after.get(a, a)
+        last_after[a] = u
+    followers = list(compress(range(n), map(last_after.__contains__, prev[:n])))
+    for u in followers:
+        prev[u] = last_after[prev[u]]
+    return followers
+
+
 def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommResolver | None = None,
                       tree: TreeOrder | None = None) -> DependencyPlan:
     """ctrl / thread-chain / launcher / stream / fork-join / collective dependencies, the write
@@ -419,19 +517,36 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommReso
     cpu_comm = cpu_collectives(et_plus)  # gloo / MPI / UCC collectives: communication nodes
     busy = compute_busy(et_plus, exclusive, preorder, cpu_comm, lost_issuers(et_plus, cpu_comm) if cpu_comm else None)
     cpu_comm_order = hold_for_measured_duration(busy, et, cpu_comm)
+    pieces = busy.pieces
+    op_starts = starts if starts is not None else [node.ts if node.ts is not msgspec.UNSET else math.nan
+                                                   for node in et.nodes]
+    _settle_after_chain(pieces, prev, n, op_starts)
+    _thread_pieces(ctrl, prev, pieces, n, n + g)
+    parts = OpParts.of(pieces, n + g)
     extra: dict[int, list[tuple[int, str]]] = {}
     for source, target, cause in busy.cross:
+        source = parts.ran_before(source, op_starts[target])  # what the thread had run by then
         if source != target and source != prev[target] and source != ctrl[target]:
             extra.setdefault(target, []).append((source, cause))
+    for k, link in enumerate(et_plus.gpu_links if parts else ()):  # a launch in a later piece: from there
+        if link.launch is not None:
+            part = parts.before(link.et_index, link.launch.ts)
+            if part != link.et_index:
+                extra.setdefault(n + k, []).append((part, LAUNCH))
     plan = DependencyPlan(n, ctrl, prev, extra, busy, _comm_attrs(et_plus, resolver, summary),
                           frozenset(n + k for k, link in enumerate(et_plus.gpu_links) if link.before_trace),
                           cpu_comm)
+    ids = et.ids + [node.id for node in gpu_nodes] if g else list(et.ids)
+    if len(pieces):
+        plan.piece_start = n + g
+        first = max(ids, default=-1) + 1  # pieces take ids above every ET and GPU node's
+        plan.piece_ids = list(range(first, first + len(pieces)))
+        ids += plan.piece_ids
     _collective_order(plan, placement, extra)
     for source, target in cpu_comm_order:  # CPU collectives of a group, one at a time in issue order
         if source != prev[target] and source != ctrl[target]:
             extra.setdefault(target, []).append((source, COLLECTIVE_ORDER))
-    ids = et.ids + [node.id for node in gpu_nodes] if g else et.ids
-    keys = _time_keys(et_plus, placement, starts)
+    keys = _time_keys(et_plus, placement, starts) + pieces.begin
     # The waits keep only the edges that go forward in the order: it is made first.
     plan.order, plan.position = _write_order(ctrl, prev, keys, ids, extra, by_id, preorder)
     add_wait_edges(et_plus, plan, placement, summary)
@@ -455,10 +570,15 @@ def _count_causes(plan: DependencyPlan, counts: Counter) -> None:
             chained -= 1
             parents -= prev[u] == ctrl[u]
     launches = streams = 0
-    for u in range(n, len(prev)):
+    gpu_end = plan.piece_start if plan.piece_start >= 0 else len(prev)
+    for u in range(n, gpu_end):
         if u not in waits:
             launches += ctrl[u] >= 0 and u not in launchless
             streams += prev[u] >= 0
+    for u in range(gpu_end, len(prev)):  # the later pieces: in the thread chains
+        if u not in waits and prev[u] >= 0:
+            chained += 1
+            parents += prev[u] == ctrl[u]
     causes.sort()  # the same counts in one order whatever the waits' order
     counts.update(causes)
     for cause, count in ((PARENT, parents), (THREAD_ORDER, chained - parents), (LAUNCH, launches),

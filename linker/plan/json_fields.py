@@ -2,10 +2,12 @@
 
 Every linked CPU node gets ``blocked_dur`` (µs of its exclusive time spent waiting: blocking runtime
 calls, another thread), ``host_gap_dur`` (uncovered thread time folded into it, 0 when none) and
-``sim_dur`` (= exclusive_dur − blocked_dur − deferred_dur + folded_dur + host_gap_dur: the ``.et``
+``sim_dur`` (= exclusive_dur − blocked_dur − deferred_dur + host_gap_dur: the ``.et``
 ``duration_micros`` before rounding); ``deferred_dur`` (the busy part of its exclusive time after
-its first child began, run by the ops before each piece) and ``folded_dur`` (enclosing ops' such
-time folded into it) only when > 0 (``plan.later_pieces``); an unlinked node gets ``sim_dur``
+its first child began, carried by its later-piece nodes) only when > 0. Each later piece
+(``plan.later_pieces``) is a node of its own (``link.etplus.PieceNode``, ``EtPlus.piece_nodes``):
+the op's name and thread, ``continues`` (the op's id, also its parent), ``ts`` / ``dur`` (where
+it lay), ``sim_dur`` (its busy µs) and its dependency; an unlinked node gets ``sim_dur``
 and ``host_gap_dur`` only when it carries a gap (a worker's thread root: the time before its
 first op). Every node gets ``data_deps`` (node ids) and
 ``data_dep_causes`` (same order; ``plan.deps.CAUSES``). GPU nodes get ``sim_dur`` (their ``dur``)
@@ -27,9 +29,10 @@ import msgspec
 
 from linker.model import chakra_kinds as kinds
 from linker.plan.comm import WORLD_GROUP_ID
+from linker.read.et import FLAT
 from linker.plan.dependency_plan import PARENT, THREAD_ORDER, DependencyPlan, WriteSummary
 from linker.plan.deps import dependency_plan
-from linker.link.etplus import EtPlus, as_number
+from linker.link.etplus import EtPlus, PieceNode, as_number, layout_piece
 
 
 def pytorch_group_name(group_id: str) -> str:
@@ -82,13 +85,36 @@ def _chain_deps(plan: DependencyPlan, id_of: list[int]) -> tuple[list[list[int]]
     return ids, causes
 
 
+def _piece_nodes(et_plus: EtPlus, plan: DependencyPlan, dep_fields) -> list[PieceNode]:
+    """The later pieces as ET+ JSON nodes, in the plan's piece order. O(pieces)."""
+    pieces = plan.busy.pieces
+    if not len(pieces):
+        return []
+    et = et_plus.et
+    flat = et.layout == FLAT
+    ids, names, tids = et.ids, et.names, et.tid
+    begins = us_at(pieces.begin, range(len(pieces)))
+    spans = us_at([e - b for b, e in zip(pieces.begin, pieces.end)], range(len(pieces)))
+    busy = us_at(pieces.sim, range(len(pieces)))
+    nodes = []
+    for j, owner in enumerate(pieces.owner):
+        deps, causes = dep_fields(plan.data_deps(plan.piece_start + j))
+        node = PieceNode(id=plan.piece_ids[j], name=names[owner], ts=begins[j], dur=spans[j],
+                         continues=ids[owner], sim_dur=busy[j], data_deps=deps, data_dep_causes=causes)
+        layout_piece(node, ids[owner], tids[owner], flat)
+        if pieces.host_gap[j] > 0:
+            node.host_gap_dur = _us(pieces.host_gap[j])
+        nodes.append(node)
+    return nodes
+
+
 def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
     """Compute (or reuse) the plan and write the simulation fields onto the ET+ nodes. C passes
     over the columns and the nodes; loops only over the nodes with waits, gaps or blocked time."""
     plan = dependency_plan(et_plus, summary)
     et, busy, n = et_plus.et, plan.busy, plan.cpu_count
     gpu_nodes = et_plus.gpu_nodes
-    id_of = et.ids + [node.id for node in gpu_nodes]  # node id of each plan index
+    id_of = et.ids + [node.id for node in gpu_nodes] + plan.piece_ids  # node id of each plan index
     data_deps, unset = plan.data_deps, msgspec.UNSET
     shared_causes: dict[tuple[str, ...], tuple[str, ...]] = {}
 
@@ -129,8 +155,7 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
             node.sim_dur = value
     at = list(compress(range(n), busy.deferred))  # a parent's exclusive time after its first child
     _set_all(map(nodes.__getitem__, at), "deferred_dur", us_at(busy.deferred, at))
-    at = list(compress(range(n), busy.folded))  # that time, where a replay runs it
-    _set_all(map(nodes.__getitem__, at), "folded_dur", us_at(busy.folded, at))
+    et_plus.piece_nodes = _piece_nodes(et_plus, plan, dep_fields)
     for i, comm in plan.cpu_comm.items():  # CPU collectives: communication nodes on their measured thread
         node = et.nodes[i]
         node.comm_type, node.comm_size = kinds.collective_name(comm.comm_type), comm.comm_size

@@ -1,32 +1,58 @@
-"""Later pieces: an op's exclusive time after its first child, moved to where a replay meets it.
+"""Later pieces: an op's exclusive time after its first child, as nodes of their own.
 
 A replay runs an op's busy time before its first child, so the op keeps only the part of its
-exclusive time before that child; each later piece (between children, after the last) is folded
-into the op that precedes the piece in the thread's start order, as host gaps are
-(``plan.busy``), less the blocked time lying in it (a wait stays a wait). The rule and its
-reasons: docs/durations.md. ``busy.compute_busy`` calls ``later_pieces`` with its per-thread
-timelines; the functions here read plain columns. Cost: see ``later_pieces``.
+exclusive time before that child; each later piece (between children, after the last) becomes a
+node of its own (``Pieces``): the same op's time, run where the thread ran it, right after the op
+that precedes the piece in the thread's start order, less the blocked time lying in it (a wait
+stays a wait). Every microsecond stays on the op that spent it. The rule and its reasons:
+docs/durations.md. ``busy.compute_busy`` calls ``later_pieces`` with its per-thread timelines;
+``deps.plan_dependencies`` threads the pieces into the thread chains. Cost: see ``later_pieces``.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import gt, not_, sub
 
 
+@dataclass
+class Pieces:
+    """The later pieces of the ops, one entry each (index j), in (``begin``, ``owner``) order.
+
+    ``owner[j]``: the ET index of the op whose exclusive time it is; ``after[j]``: the ET index of
+    the op the thread ran just before it (the last op started before the piece began: the last of
+    the previous child's subtree in start order); ``begin[j]`` / ``end[j]``: where it lies on the
+    measured timeline (µs), ``length[j]``: its busy µs (``end - begin`` less the blocked time in
+    it, at most what its op has left). Pieces of no busy time are left out. ``host_gap[j]``: the
+    host time between ops that follows the piece (``busy``), and ``sim[j]``: its busy time plus
+    that gap, what a replay holds the CPU for (both set by ``busy``)."""
+
+    owner: list[int] = field(default_factory=list)
+    after: list[int] = field(default_factory=list)
+    begin: list[float] = field(default_factory=list)
+    end: list[float] = field(default_factory=list)
+    length: list[float] = field(default_factory=list)
+    host_gap: list[float] = field(default_factory=list)
+    sim: list[float] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.owner)
+
+
 def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusive_of_op: list[float],
                  blocked_of: list[float], blocked_at: list[tuple[int, float, float]], n: int,
-                 skip: frozenset = frozenset()) -> tuple[list[float], list[float]]:
-    """Move each op's exclusive time after its first child to where a replay meets it.
+                 skip: frozenset = frozenset()) -> tuple[list[float], Pieces]:
+    """Each op's exclusive time after its first child, as pieces a replay runs where they lay.
 
     A replay runs an op's busy time before its first child (which depends on it), but the measured
     exclusive time lies in pieces: before the first child, between children, after the last one.
     The op keeps the first piece. Each later piece begins where a child q ends and lasts until the
-    thread's next op starts or the op ends; it is folded into the op that precedes it in the
-    thread's start order (the last op started before q's end: the last of q's subtree in the ET
-    pre-order a replay follows), as host gaps are. Blocked time stays a wait where it was: a
+    thread's next op starts or the op ends; it runs after the op that precedes it in the thread's
+    start order (the last op started before q's end: the last of q's subtree in the ET pre-order a
+    replay follows). Blocked time stays a wait where it was: a
     blocked stretch (``blocked_at``: (op, where, µs), the op's blocking calls and waits) lying in a
     moved piece is left out of what moves. What moves from an op never exceeds its exclusive time
     less its blocked time (``blocked_of``): a piece may hold a Kineto child no op is linked to,
@@ -34,10 +60,10 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
 
     ``timelines``: per thread, the linked ops in start order (``Timeline``); ``parent_op``: each
     op's enclosing linked op by the Kineto nesting (``nesting_parent_ops``); ``ends_of``: each
-    op's measured end; ``skip``: ops neither moved nor moved into (CPU collectives: their busy
-    time comes from their measured interval). Returns (deferred, folded) per ET node: µs taken
-    out of an op, µs folded into it; per thread their sums agree, so the thread's total busy time
-    is unchanged.
+    op's measured end; ``skip``: ops whose pieces stay on them and that no piece follows (CPU
+    collectives: their busy time comes from their measured interval). Returns ``deferred`` per
+    ET node (µs taken out of an op: the sum of its pieces) and the ``Pieces``; per thread the
+    total busy time is unchanged.
 
     Cost: O(m log m) per thread of m ops in C passes (one bisect per op), a loop over the pieces
     found, and O(b) for b blocked stretches; O(n) floats. No scan per op.
@@ -46,6 +72,7 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     targets: list[int] = []
     lengths: list[float] = []
     starts_at: list[float] = []
+    finishes: list[float] = []
     for timeline in timelines:
         ops, starts, ends = timeline.ops, timeline.starts, timeline.ends
         owner = list(map(parent_op.__getitem__, ops))
@@ -62,7 +89,8 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
         length = list(map(sub, finish, begin))
         if not all(map(gt, length, repeat(0.0))):  # else (the usual case) every child ends a piece
             found = list(compress(range(len(length)), map(gt, length, repeat(0.0))))
-            after, own, length, begin = (list(map(column.__getitem__, found)) for column in (after, own, length, begin))
+            after, own, length, begin, finish = (list(map(column.__getitem__, found))
+                                                 for column in (after, own, length, begin, finish))
         # The op started last before the piece began: a piece of positive length ends at a start
         # after its child's end, hence after the child's own start: ``after`` > the child, and
         # ``ops[after - 1]`` is ``op_before[after]`` (``op_before[0]`` is never read).
@@ -71,26 +99,28 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
         targets += map(op_before.__getitem__, after)
         lengths += length
         starts_at += begin
+        finishes += finish
     if skip:
         kept = [j for j in compress(range(len(owners)), map(not_, map(skip.__contains__, owners)))
                 if targets[j] not in skip]
-        owners, targets, lengths, starts_at = ([column[j] for j in kept]
-                                               for column in (owners, targets, lengths, starts_at))
+        owners, targets, lengths, starts_at, finishes = ([column[j] for j in kept] for column in
+                                                         (owners, targets, lengths, starts_at, finishes))
     _leave_waits_in_place(owners, lengths, starts_at, blocked_at)
-    deferred, folded = [0.0] * n, [0.0] * n
+    deferred = [0.0] * n
     for owner, length in zip(owners, lengths):
         deferred[owner] += length
     over = set(compress(range(n), map(gt, deferred, map(sub, exclusive_of_op, blocked_of))))
-    if over:  # pieces holding unlinked Kineto children: an op's pieces move in time order what it has
+    if over:  # pieces holding unlinked Kineto children: an op's pieces take in time order what it has
         for owner, pieces in _pieces_of(owners, over).items():
             left = max(0.0, exclusive_of_op[owner] - blocked_of[owner])
             for j in pieces:
                 lengths[j] = min(lengths[j], left)
                 left -= lengths[j]
             deferred[owner] = sum(lengths[j] for j in pieces)
-    for target, length in zip(targets, lengths):
-        folded[target] += length
-    return deferred, folded
+    kept = sorted(compress(range(len(owners)), map(gt, lengths, repeat(0.0))),
+                  key=lambda j: (starts_at[j], owners[j]))
+    pieces = Pieces(*([column[j] for j in kept] for column in (owners, targets, starts_at, finishes, lengths)))
+    return deferred, pieces
 
 
 def _pieces_of(owners: list[int], wanted: set[int]) -> dict[int, list[int]]:

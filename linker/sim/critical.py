@@ -106,24 +106,45 @@ def path_links(path: list[PathStep]) -> list[PathLink]:
     return sorted(totals.values(), key=lambda link: (-link.us, link.link))
 
 
+HOST = "host"  # the kind of the host time between ops (Python), counted apart from every op
+HOST_TIME = "(host time between ops)"
+
+
 def top_ops(rp: Replay, path: list[PathStep], limit: int = 10) -> list[CriticalOp]:
-    """Op names by their time on the path (end - start of each occurrence), largest first."""
-    totals: dict[tuple[str, int], list] = {}
+    """Op names by their time on the path (end - start of each node, its later pieces included),
+    largest first; ``count`` counts ops, not their pieces. The host time between ops folded into
+    a node (Python between ops: ``SimGraph.host_gap``) is no op's: it is summed as ``HOST_TIME``."""
+    totals: dict[tuple[str, str], list] = {}
+    host = 0.0
     for step in path:
         graph, i = step.graph, step.local
-        key = (graph.names[i], graph.kind[i])
+        us = step.end - step.start
+        own = graph.op_us(i, us)
+        host += us - own
+        key = (graph.names[i], KIND_NAMES[graph.kind[i]])
         entry = totals.get(key)
         if entry is None:
             entry = totals[key] = [0.0, 0]
-        entry[0] += step.end - step.start
-        entry[1] += 1
-    ops = [CriticalOp(name, KIND_NAMES[kind], us, count) for (name, kind), (us, count) in totals.items()]
+        entry[0] += own
+        entry[1] += i not in graph.continues
+    if host > 0:
+        totals[(HOST_TIME, HOST)] = [host, 0]
+    ops = [CriticalOp(name, kind, us, count) for (name, kind), (us, count) in totals.items()]
     return sorted(ops, key=lambda op: (-op.us, op.name))[:limit]
 
 
 def time_by_kind(rp: Replay, path: list[PathStep]) -> dict[str, float]:
-    """Time on the path per kind of node ("cpu", "gpu", "comm", "metadata")."""
+    """Time on the path per kind of node ("cpu", "gpu", "comm", "metadata") and ``HOST`` (the host
+    time between ops folded into CPU nodes, taken out of "cpu")."""
     totals = [0.0] * len(KIND_NAMES)
+    host = 0.0
     for step in path:
-        totals[step.graph.kind[step.local]] += step.end - step.start
-    return dict(zip(KIND_NAMES, totals))
+        graph, i = step.graph, step.local
+        us = step.end - step.start
+        own = graph.op_us(i, us)
+        totals[graph.kind[i]] += own
+        host += us - own
+    kinds = dict(zip(KIND_NAMES, totals))
+    if host > 0:
+        kinds[HOST] = host
+    return kinds

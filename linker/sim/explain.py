@@ -12,7 +12,8 @@ add up to the end's drift (simulated end − measured end), so the largest jumps
 ratio is made. Each place names the node (rank, id, name, kind, lane), its drift and jump, and
 what held it: the dependency (its cause from the file: ``launch``, ``sync``, ``thread_order``,
 ...) and the node it waited for, its resource (``unit``: the node before it on its unit), or a
-peer rank at a collective.
+peer rank at a collective. A later piece of an op (docs/durations.md) is named with the op it
+continues.
 
 ``first``: the first node of the path whose drift exceeds ``THRESHOLD`` of the measured span (at
 least 1 µs). ``largest``: the ``top`` largest jumps by size. ``end_drift_us``: simulated end −
@@ -43,6 +44,8 @@ def _place(rp: Replay, step: PathStep, drift: float, jump: float) -> dict:
     place = {"rank": graph.rank, "id": graph.ids[i], "name": graph.names[i], "kind": KIND_NAMES[graph.kind[i]],
              "lane": lane_label(graph.lane_keys[graph.lane[i]]), "simulated_start_us": round(rp.issue[step.node], 3),
              "drift_us": round(drift, 3), "jump_us": round(jump, 3), "held_by": step.link or step.via}
+    if i in graph.continues:  # a later piece of an op: named by the op it continues
+        place["continues"] = graph.continues[i]
     cause = rp.cause[step.node]
     if step.via == "peer":
         place["peer_rank"] = step.peer_rank
@@ -92,7 +95,8 @@ def format_drift(drift: dict) -> list[str]:
                 held += f" of rank {place['after']['rank']}"
         elif "peer_rank" in place:
             held += f" rank {place['peer_rank']}"
-        return (f"rank {place['rank']} node {place['id']} {place['name']!r} ({place['kind']}, {place['lane']}): "
+        piece = f"a later piece of node {place['continues']}, " if "continues" in place else ""
+        return (f"rank {place['rank']} node {place['id']} {place['name']!r} ({piece}{place['kind']}, {place['lane']}): "
                 f"drift {place['drift_us']:+,.1f} us (jump {place['jump_us']:+,.1f}), held by {held}")
 
     if drift["first"] is None:

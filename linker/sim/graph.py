@@ -99,6 +99,19 @@ class SimGraph:
     notes: list[str] = field(default_factory=list)
     dep_cause: bytearray = field(default_factory=bytearray)
     cause_names: list[str] = field(default_factory=lambda: [""])
+    # Node -> µs of its duration that is host time between ops (``host_gap``), for the nodes with any.
+    host_gap: dict[int, float] = field(default_factory=dict)
+    # A later piece of an op (docs/durations.md) -> the id of the op it continues.
+    continues: dict[int, int] = field(default_factory=dict)
+
+    def op_us(self, u: int, us: float) -> float:
+        """Of ``us`` spent running node ``u`` (its simulated duration, or a part of it), the part
+        that is its op's own time: the rest is the host time between ops folded into it."""
+        gap = self.host_gap.get(u)
+        if not gap:
+            return us
+        total = self.duration[u]
+        return us - (min(gap, total) * us / total if total > 0 else 0.0)
 
     def edge_cause(self, u: int, d: int) -> str:
         """Why u depends on d (both local node numbers); "" when unknown. O(deps of u)."""
@@ -155,6 +168,8 @@ class GraphBuilder:
         self.dep_causes: dict[int, list[str]] = {}  # node -> cause per entry of its dep_ids, when known
         self.comm: dict[int, CommInfo] = {}
         self.notes: list[str] = []
+        self.host_gap: dict[int, float] = {}  # node -> its host time (µs), when any
+        self.continues: dict[int, int] = {}  # a later piece -> the id of the op it continues
 
     def add(self, node_id: int, name: str, kind: int, duration: float, start: float, measured_dur: float,
             lane_key: tuple, dep_ids, comm: CommInfo | None = None, causes: list[str] | None = None) -> int:
@@ -181,12 +196,12 @@ class GraphBuilder:
     def columns(self) -> tuple:
         """The rows added so far as plain columns, for ``absorb`` by a builder in another process."""
         return (self.ids, self.names, self.kind, self.duration, self.start, self.measured_dur, self.lane,
-                list(self.lane_index), self.dep_ids, self.dep_causes, self.comm)
+                list(self.lane_index), self.dep_ids, self.dep_causes, self.comm, self.host_gap, self.continues)
 
     def absorb(self, columns: tuple) -> None:
         """Append the rows of another builder's ``columns()`` after this one's, as if added here:
         lanes renumbered by first use, node numbers of causes and comm shifted. O(rows)."""
-        ids, names, kind, duration, start, measured_dur, lane, lane_keys, dep_ids, dep_causes, comm = columns
+        ids, names, kind, duration, start, measured_dur, lane, lane_keys, dep_ids, dep_causes, comm, gaps, pieces = columns
         offset = len(self.ids)
         renumber = [self.lane_index.setdefault(key, len(self.lane_index)) for key in lane_keys]
         taken_as_they_are = ((self.ids, ids), (self.names, names), (self.kind, kind), (self.duration, duration),
@@ -196,6 +211,8 @@ class GraphBuilder:
         self.lane.extend(array("q", map(renumber.__getitem__, lane)))
         self.dep_causes.update((u + offset, causes) for u, causes in dep_causes.items())
         self.comm.update((u + offset, info) for u, info in comm.items())
+        self.host_gap.update((u + offset, us) for u, us in gaps.items())
+        self.continues.update((u + offset, op) for u, op in pieces.items())
 
     def finish(self) -> SimGraph:
         """Resolve dependency ids to node numbers. Raises ValueError on a duplicated node id."""
@@ -247,4 +264,5 @@ class GraphBuilder:
         self.dep_ids, self.dep_causes = [], {}
         return SimGraph(self.path, self.rank, self.ids, self.names, self.kind, self.duration, self.start,
                         self.measured_dur, self.lane, list(self.lane_index), offsets, nodes, missing,
-                        self.comm, self.notes, dep_cause, sorted(cause_code, key=cause_code.get))
+                        self.comm, self.notes, dep_cause, sorted(cause_code, key=cause_code.get), self.host_gap,
+                        self.continues)

@@ -104,12 +104,19 @@ _SlimNode = _slim_node_class()
 # Attributes the replay reads, by their UTF-8 name.
 _WANTED_ATTRS = frozenset(name.encode() for name in (
     "is_cpu_op", "tid", "stream", "device", "comm_type", "comm_size", "pg_name", "comm_src", "comm_dst",
-    "inclusive_dur_micros", "data_dep_causes", "comm_seq"))
+    "inclusive_dur_micros", "data_dep_causes", "comm_seq", "host_gap_micros", "continues"))
 # Attributes not read whose values are about unique per op: skipped by prefix, never cached.
 _PER_OP_ATTRS = frozenset((b"rf_id", b"seq_id", b"fw_parent", b"exclusive_dur_micros", b"blocked_micros",
-                           b"host_gap_micros", b"deferred_micros", b"folded_micros"))
-# A per-op attribute the replay reads, as its int64 wire prefix (name, then field 9 varint): decoded inline.
-_INCLUSIVE_PREFIX = b"\x0a\x14inclusive_dur_micros\x48"
+                           b"deferred_micros", b"folded_micros"))
+
+
+def _int64_prefix(name: str) -> bytes:
+    """An int64 attribute's wire prefix: its name (field 1), then the int64_val tag (field 9 varint)."""
+    return b"\x0a" + bytes([len(name)]) + name.encode() + b"\x48"
+
+
+# Per-op attributes the replay reads, by their int64 wire prefix: decoded inline, never cached.
+_INLINE_INTS = tuple((_int64_prefix(name), name) for name in ("inclusive_dur_micros", "continues", "host_gap_micros"))
 _ATTR_CACHE_LIMIT = 1 << 16
 
 
@@ -128,10 +135,11 @@ class _AttrDecoder:
         hit = self.cache.get(raw, False)
         if hit is not False:
             return hit
-        if raw.startswith(_INCLUSIVE_PREFIX):
-            value = _small_varint(raw, len(_INCLUSIVE_PREFIX))
-            if value is not None:
-                return "inclusive_dur_micros", value
+        for prefix, name in _INLINE_INTS:
+            if raw.startswith(prefix):
+                value = _small_varint(raw, len(prefix))
+                if value is not None:
+                    return name, value
         if raw.startswith(self.skip):
             return None
         attr = pb.AttributeProto()
@@ -286,8 +294,12 @@ def _add_chakra_nodes(builder: GraphBuilder, payloads: Iterator[bytes], first_in
             causes = ["parent"] * len(ctrl) + causes
         else:
             causes = None
-        add(message.id, message.name, kind, duration, start, measured, lane,
-            list(ctrl) + list(deps) if ctrl else list(deps), comm, causes)
+        u = add(message.id, message.name, kind, duration, start, measured, lane,
+                list(ctrl) + list(deps) if ctrl else list(deps), comm, causes)
+        if "host_gap_micros" in attrs:
+            builder.host_gap[u] = float(attrs["host_gap_micros"])
+        if "continues" in attrs:
+            builder.continues[u] = attrs["continues"]
     return saw_inclusive
 
 
@@ -352,6 +364,8 @@ class _JsonNode(msgspec.Struct):
     comm_src: int | None = None
     comm_dst: int | None = None
     comm_seq: int | None = None
+    host_gap_dur: float | None = None
+    continues: int | None = None
 
 
 class _JsonDoc(msgspec.Struct):
@@ -398,9 +412,10 @@ _TID_CACHE: dict[bytes, int] = {}
 
 
 def _json_comm(node: _JsonNode) -> CommInfo | None:
-    """CommInfo of a GPU node that is a NCCL/RCCL kernel (by name), else None."""
-    lowered = node.name.lower()
-    if node.comm_type is None and "nccl" not in lowered and "rccl" not in lowered:
+    """CommInfo of a communication node: one the writer marked (``comm_type`` or ``comm_size``),
+    as the ``.et`` writer makes it a communication node; a kernel named nccl/rccl that the writer
+    could not resolve is a compute node in both formats. None for the others."""
+    if node.comm_type is None and node.comm_size is None:
         return None
     pg = node.pg_name
     info = CommInfo(COLL, UNKNOWN_COMM_TYPE, node.comm_size or 0, str(pg) if pg not in (None, "") else "0")
@@ -474,7 +489,11 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
             if node.data_dep_causes is not None and len(node.data_dep_causes) == len(node.data_deps):
                 causes = ["parent"] * len(deps) + node.data_dep_causes
             deps.extend(node.data_deps)
-        builder.add(node.id, node.name, kind, float(duration), start, float(measured), lane, deps, comm, causes)
+        u = builder.add(node.id, node.name, kind, float(duration), start, float(measured), lane, deps, comm, causes)
+        if node.host_gap_dur:
+            builder.host_gap[u] = float(node.host_gap_dur)
+        if node.continues is not None:
+            builder.continues[u] = node.continues
     return _finish(builder, p)
 
 

@@ -45,12 +45,13 @@ Dependencies (every id referenced exists; the graph is acyclic by construction):
   attribute ``data_dep_causes`` (same length and order as ``data_deps``).
 
 Durations: ``duration_micros`` is the node's busy time (``busy``): a CPU op's exclusive time minus
-its blocked time, with its exclusive time after its first child moved to the ops a replay runs
-before each such piece, plus the host gap folded into it; a GPU op's duration. CPU ops' values are
-rounded along their thread, so a thread's total keeps its value. Linked CPU ops also carry
-``inclusive_dur_micros`` (measured), ``exclusive_dur_micros``, ``blocked_micros`` and, when > 0,
-``host_gap_micros``, ``deferred_micros`` and ``folded_micros`` (int64 µs, rounded); a thread root
-that carries a worker's start offset has ``host_gap_micros`` too.
+its blocked time before its first child, plus the host gap folded into it; each later piece of
+that exclusive time is a node of its own (the op's name, ``continues`` = the op's id), run where
+the thread ran it; a GPU op's duration. CPU values are rounded along their thread, so a thread's
+total keeps its value. Linked CPU ops also carry ``inclusive_dur_micros`` (measured),
+``exclusive_dur_micros``, ``blocked_micros`` and, when > 0, ``host_gap_micros`` and
+``deferred_micros`` (the time their pieces carry; int64 µs, rounded); a thread root that carries
+a worker's start offset has ``host_gap_micros`` too.
 
 The rules live in two modules of their own: ``plan.comm`` (communication attributes) and
 ``plan.deps`` (dependencies, waits, write order); this module turns nodes into messages.

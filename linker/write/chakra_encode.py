@@ -8,8 +8,11 @@ descriptors, ``protobuf_wire.tags``): ``id``, ``name``, ``type``, ``ctrl_deps``,
 - a CPU op: duration = its busy time (``plan.busy.sim``); the ET's own fields
   (``chakra_fields.EtOnlyFields``: inputs, outputs, ``is_cpu_op`` true and the ET's attributes),
   then its time split (``inclusive_dur_micros``, ``exclusive_dur_micros``, ``blocked_micros`` when
-  linked, ``host_gap_micros``, ``deferred_micros`` and ``folded_micros`` when > 0: ``plan.busy``);
-  duration rounded as a running total over its thread's ops (``whole_microseconds``);
+  linked, ``host_gap_micros`` and ``deferred_micros`` when > 0: ``plan.busy``); duration rounded
+  as a running total over its thread's ops (``whole_microseconds``);
+- a later piece of a CPU op (``plan.later_pieces``): the op's name, ``COMP_NODE``, the op as its
+  ``ctrl_deps``, its measured start and busy time, ``is_cpu_op``, ``tid``, ``continues`` (the op's
+  id) and ``inclusive_dur_micros`` (where it lay);
 - a CPU collective (``plan.cpu_comm``: gloo, MPI, UCC): a communication node whose duration is its
   busy time, its inputs/outputs, ``cpu_comm_attrs`` (not the ET's CPU-op attributes), then its time
   split as a CPU op's;
@@ -49,7 +52,7 @@ _ID, _NAME, _TYPE, _CTRL_DEPS, _DATA_DEPS, _START, _DURATION = tags(
     pb.Node, "id", "name", "type", "ctrl_deps", "data_deps", "start_time_micros", "duration_micros")
 TYPE_NAMES = {value: pb.NodeType.Name(value) for value in pb.NodeType.values()}
 TIME_SPLIT_ATTRS = ("inclusive_dur_micros", "exclusive_dur_micros", "blocked_micros", "host_gap_micros",
-                    "deferred_micros", "folded_micros")
+                    "deferred_micros")
 
 
 def cpu_node_type_of(name: str) -> int:
@@ -97,18 +100,39 @@ def cpu_comm_attrs(tid: int, comm: CommAttrs) -> Iterator[AttrSpec]:
         yield "comm_seq", "int64_val", comm.seq
 
 
-def whole_microseconds(sim: list[float], tid: list[int]) -> list[int]:
-    """Each CPU op's busy time in whole µs, rounded as one running total over the ops taken thread
-    by thread (``tid``: threads by number, ET order within each), not one by one: an op's value is
-    the rounded running total up to it less that up to the op before. Each value is within 1 µs
-    of the op's own time and never negative, and a thread's sum is within 1 µs of its total
-    (rounding each op alone can lose up to 0.5 µs an op, and many short ops lean one way). C
-    passes: a stable sort by thread, a running sum, a difference. O(n log n)."""
-    n = len(sim)
-    order = sorted(range(n), key=tid.__getitem__)
+def delimited_varint(value: int) -> bytes:
+    """A packed repeated field's payload of one varint, with its length: ``ctrl_deps`` of one id."""
+    encoded = encode_varint(value)
+    return encode_varint(len(encoded)) + encoded
+
+
+def whole_microseconds(sim: list[float], tid: list[int], owners: list[int] = ()) -> list[int]:
+    """Each CPU node's busy time in whole µs, rounded as one running total over the nodes taken
+    thread by thread (``tid``: threads by number, ET order within each), not one by one: a node's
+    value is the rounded running total up to it less that up to the node before. ``sim`` holds the
+    n ET nodes' values, then those of the later pieces, piece j being node n + j of op
+    ``owners[j]``: each piece comes right after its op (its pieces in their order), so an op's
+    nodes together are within 1 µs of its busy time too. Each value is within 1 µs of the node's
+    own and never negative, and a thread's sum is within 1 µs of its total (rounding each node
+    alone can lose up to 0.5 µs a node, and many short ops lean one way). A stable sort by
+    thread, a running sum, a difference; O((n + p) log(n + p))."""
+    n = len(tid)
+    sequence: list[int] = list(range(n))
+    tids = tid
+    if owners:
+        tids = tid + [tid[owner] for owner in owners]
+        by_owner = sorted(range(len(owners)), key=owners.__getitem__)  # stable: each op's pieces in order
+        sequence = []
+        k = 0
+        for i in range(n):
+            sequence.append(i)
+            while k < len(by_owner) and owners[by_owner[k]] == i:
+                sequence.append(n + by_owner[k])
+                k += 1
+    order = sorted(sequence, key=tids.__getitem__)
     running = list(map(round, accumulate(map(sim.__getitem__, order))))
     whole = dict(zip(order, map(sub, running, [0] + running[:-1])))
-    return list(map(whole.__getitem__, range(n)))
+    return list(map(whole.__getitem__, range(len(sim))))
 
 
 class _IntAttr:
@@ -168,8 +192,8 @@ class NodeFrames:
             self._summary.et_fields_from_child += len(fields_of) - fields_of.count(None)
         else:
             fields_of = repeat(None)
-        inclusive, exclusive, blocked_attr, gap_attr, deferred_attr, folded_attr = self._ints
-        deferred, folded = busy.deferred, busy.folded
+        inclusive, exclusive, blocked_attr, gap_attr, deferred_attr = self._ints
+        deferred = busy.deferred
         inclusive_get, exclusive_get, blocked_get = inclusive.cache.get, exclusive.cache.get, blocked_attr.cache.get
         small, end, varint, pairs = SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, CONTINUED_PAIRS
         id_tag, ctrl_tag, data_tag, start_tag, duration_tag = _ID, _CTRL_DEPS, _DATA_DEPS, _START, _DURATION
@@ -180,7 +204,13 @@ class NodeFrames:
         ts_high, ts_tail = None, b""
         out: list[bytes] = []
         append = out.append
+        piece_start = plan.piece_start if plan.piece_start >= 0 else len(plan.prev)
         for u, fields in zip(order, fields_of):
+            if u >= piece_start:  # a later piece of an op: a few fields, framed apart
+                payload = self._piece_payload(u - piece_start)
+                append(small[len(payload)] if len(payload) < end else varint(len(payload)))
+                append(payload)
+                continue
             et_op = u < n
             if et_op:
                 node = nodes[u]
@@ -224,7 +254,7 @@ class NodeFrames:
                 else:
                     causes = self._many_deps(deps, parts) if deps else b""
             if d >= 0:
-                d = ids[d] if d < n else gpu_nodes[d - n].id
+                d = ids[d] if d < n else gpu_nodes[d - n].id if d < piece_start else plan.piece_ids[d - piece_start]
                 d = small[d] if 0 <= d < end else pairs[d & 0x3FFF] + small[d >> 14] if 0 < d < 1 << 28 else varint(d)
                 parts += (data_tag, small[len(d)], d)
             # start_time_micros, duration_micros
@@ -267,10 +297,6 @@ class NodeFrames:
                 if moved > 0:
                     t = round(moved)
                     parts.append(deferred_attr.cache.get(t) or deferred_attr.miss(t))
-                moved = folded[u]
-                if moved > 0:
-                    t = round(moved)
-                    parts.append(folded_attr.cache.get(t) or folded_attr.miss(t))
             else:
                 parts += (et_fields.io(node), attrs.encode_all(gpu_attrs(node, tids[gpu_links[k].et_index], comm)))
             parts.append(causes)
@@ -281,14 +307,54 @@ class NodeFrames:
             append(small[size] if size < end else varint(size))
             append(payload)
         _count_et_ops(self._summary.counts_by_type, order, nodes, n, PROCESS_GROUP_INIT in heads, cpu_comm)
+        if piece_start < len(plan.prev):  # later pieces: CPU compute nodes
+            self._summary.counts_by_type[TYPE_NAMES[pb.COMP_NODE]] += sum(u >= piece_start for u in order)
         return b"".join(out)
 
     def _whole_us(self) -> list[int]:
-        """``whole_microseconds`` of the plan's busy times, computed on first use."""
+        """``whole_microseconds`` of the plan's busy times, the ET nodes' (index i) then the later
+        pieces' (index n + j: rounded on their op's thread, after its ops), computed on first use."""
         if self._durations is None:
-            plan = self._plan
-            self._durations = whole_microseconds(plan.busy.sim, self._et_plus.et.tid)
+            busy, tid = self._plan.busy, self._et_plus.et.tid
+            pieces = busy.pieces
+            self._durations = whole_microseconds(busy.sim + pieces.sim, tid, pieces.owner)
         return self._durations
+
+    def _piece_payload(self, j: int) -> bytes:
+        """The ``Node`` of later piece j (``plan.later_pieces``): id, its op's name, ``COMP_NODE``,
+        the op as ``ctrl_deps``, its dependency, its measured start, its busy time, then
+        ``is_cpu_op``, ``tid``, ``continues`` (the op's id), ``inclusive_dur_micros`` (where it
+        lay), ``host_gap_micros`` when a host gap follows it, and the dependency's cause."""
+        plan, et = self._plan, self._et_plus.et
+        pieces, u = plan.busy.pieces, plan.piece_start + j
+        owner = pieces.owner[j]
+        name = et.names[owner]
+        head = self._heads.get(name) or self._head(name, cpu_node_type_of(name))
+        parts = [_ID, encode_varint(plan.piece_ids[j]), head, _CTRL_DEPS]
+        parts.append(delimited_varint(et.ids[owner]))
+        deps = plan.data_deps(u)
+        if deps:
+            data = b"".join([encode_varint(plan.node_id(d, et.ids, self._et_plus.gpu_nodes)) for d, _ in deps])
+            parts += (_DATA_DEPS, encode_varint(len(data)), data)
+        begin = round(pieces.begin[j])
+        if begin > 0:
+            parts += (_START, encode_varint(begin))
+        duration = self._whole_us()[len(et.ids) + j]
+        if duration > 0:
+            parts += (_DURATION, encode_varint(duration))
+        parts.append(self.attrs.encode_all((
+            ("is_cpu_op", "bool_val", True), ("tid", "int64_val", et.tid[owner]),
+            ("continues", "int64_val", et.ids[owner]),
+            ("inclusive_dur_micros", "int64_val", round(pieces.end[j] - pieces.begin[j])))))
+        gap = pieces.host_gap[j]
+        if gap > 0:
+            t = round(gap)
+            gap_attr = self._ints[3]
+            parts.append(gap_attr.cache.get(t) or gap_attr.miss(t))
+        if deps:
+            key = tuple(cause for _, cause in deps)
+            parts.append(self._causes.get(key) or self._cause(key))
+        return b"".join(parts)
 
     def _head(self, key, node_type: int) -> bytes:
         """The ``name`` and ``type`` fields of the ops of ``key`` (a name, or a GPU op's name and type)."""
@@ -306,8 +372,8 @@ class NodeFrames:
 
     def _many_deps(self, deps: list[tuple[int, str]], parts: list) -> bytes:
         """Appends a ``data_deps`` field of several ids to ``parts``; returns their causes attribute."""
-        et, n = self._et_plus.et, self._plan.cpu_count
-        ids = [et.ids[d] if d < n else self._et_plus.gpu_nodes[d - n].id for d, _ in deps]
+        et, plan = self._et_plus.et, self._plan
+        ids = [plan.node_id(d, et.ids, self._et_plus.gpu_nodes) for d, _ in deps]
         data = b"".join([encode_varint(i) for i in ids])
         parts += (_DATA_DEPS, encode_varint(len(data)), data)
         return self.attrs.encode(("data_dep_causes", "string_list", tuple(cause for _, cause in deps)))

@@ -44,7 +44,7 @@ def _write_document(et_plus: EtPlus, writer: BackgroundWriter, nodes_per_piece: 
     written = open_at
     encode_into = msgspec.json.Encoder().encode_into
     first = True
-    for nodes in (et_plus.et.nodes, et_plus.gpu_nodes):
+    for nodes in (et_plus.et.nodes, et_plus.gpu_nodes, et_plus.piece_nodes):
         for start in range(0, len(nodes), nodes_per_piece):
             buffer = writer.buffer()
             encode_into(nodes[start:start + nodes_per_piece], buffer)  # "[...]", at its length
@@ -75,6 +75,6 @@ def write_et_plus_json(et_plus: EtPlus, path: str | os.PathLike, protected: tupl
 def _expected_size(et_plus: EtPlus, first_bytes: int) -> int:
     """The document's size guessed from its first ``first_bytes`` (header + first piece of nodes),
     GPU nodes counted as large as CPU nodes: a guess for ``reserve_space``, which forgives errors."""
-    nodes = len(et_plus.et.nodes) + len(et_plus.gpu_nodes)
+    nodes = len(et_plus.et.nodes) + len(et_plus.gpu_nodes) + len(et_plus.piece_nodes)
     sampled = min(nodes, NODES_PER_PIECE)
     return first_bytes * nodes // max(sampled, 1) + (1 << 16)
