@@ -10,7 +10,7 @@ built once in O(g log g + linked ops).
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -157,11 +157,33 @@ def _ended_after_start(et_plus: EtPlus, k: int, j: int) -> bool:
     return source.ts + source.dur > target.ts + 1.0
 
 
+def _recorded_before(et_plus: EtPlus, ctx: WaitContext, k: int, j: int) -> int:
+    """The GPU op an event wait of op j waited for, given k, the last op issued on the event's
+    stream before the call: k itself when it ended (1 µs tolerance) before j started; else the
+    event was recorded before k (the trace does not say when), and the latest op issued on that
+    stream before k that ended before j started is taken (-1: none, the event was recorded before
+    any of them). O(ops passed over)."""
+    if j < 0 or not _ended_after_start(et_plus, k, j):
+        return k
+    key = ctx.placement.stream_key[k]
+    members = ctx.by_stream.nodes[key]
+    position = bisect_right(ctx.by_stream.times[key], ctx.placement.issue_ts[k]) - 1
+    while position >= 0 and members[position] != k:
+        position -= 1
+    position -= 1
+    while position >= 0 and _ended_after_start(et_plus, members[position], j):
+        position -= 1
+    return members[position] if position >= 0 else NO_NODE
+
+
 def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacement, summary: WriteSummary) -> None:
     """Add the wait edges to ``plan.waits``; only edges that go forward in ``plan.order`` are
     kept, so the order stays topological and the graph acyclic. An event wait needs no covering CPU
-    op (it is GPU to GPU); for such a call outside any op, an edge whose waited-on op ended after
-    the waiting op started is dropped. O(w log g) for w wait calls."""
+    op (it is GPU to GPU); it waits for the latest op of the event's stream that had ended when the
+    waiting op started (``_recorded_before``: a wait on an op that ended later would contradict
+    the measured timeline; an NCCL kernel still running when the copy after the wait began was
+    not what the event marked), and none when every such op ended later. O(w log g) for w wait
+    calls, plus the ops passed over."""
     calls = _wait_calls(et_plus)
     if not et_plus.gpu_nodes:
         summary.wait_calls.update(call.name for call in calls)
@@ -183,10 +205,12 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
         cause = EVENT_WAIT if kind == STREAM_WAIT_EVENT else SYNC
         target = _wait_target(call, kind, waiter, ctx, et, n)  # the same for every source
         for k in sources:
+            if kind == STREAM_WAIT_EVENT:
+                k = _recorded_before(et_plus, ctx, k, target - n)
+                if k < 0:
+                    summary.waits_skipped["waited-on op ended after the waiting op started"] += 1
+                    continue
             source = n + k
-            if waiter < 0 and _ended_after_start(et_plus, k, target - n):
-                summary.waits_skipped["waited-on op ended after the waiting op started"] += 1
-                continue
             outcome = _add_wait(plan, source, target, cause)
             if outcome == NO_PLACE:
                 summary.waits_skipped["no later op to carry the wait"] += 1

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Dependencies of an ET+ that the measured timeline contradicts, from the ET+ JSON alone.
+
+An edge m -> n (``data_deps`` of n holds m) says n starts after m has run for the busy time the
+ET+ gives it. It is *contradicted* when m's measured start plus that busy time (``sim_dur``) passes
+n's measured start by more than ``--slack`` µs (50 by default: more than the clock skew of the
+traces at hand). Only edges between timed nodes count; the ``rank_start`` delay node is not timed.
+
+Prints, per file and per cause, the edges checked, the contradicted ones and the worst overshoot;
+``--examples N`` names the worst edges. Exit status 1 when any edge is contradicted.
+
+Usage: python scripts/order_check.py OUT.json [...] [--slack 50] [--examples 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def check(path: Path, slack: float, examples: int) -> dict:
+    data = path.read_bytes()
+    nodes = json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)["nodes"]
+    by_id = {node["id"]: node for node in nodes}
+    checked: dict[str, int] = defaultdict(int)
+    broken: dict[str, list] = defaultdict(list)
+    for node in nodes:
+        if "ts" not in node:
+            continue
+        causes = node.get("data_dep_causes") or [""] * len(node.get("data_deps") or [])
+        for source_id, cause in zip(node.get("data_deps") or [], causes):
+            source = by_id.get(source_id)
+            if source is None or "ts" not in source:
+                continue
+            checked[cause] += 1
+            over = source["ts"] + source.get("sim_dur", source.get("dur", 0)) - node["ts"]
+            if over > slack:
+                broken[cause].append((over, source_id, node["id"]))
+    rows = {}
+    for cause in sorted(checked):
+        worst = sorted(broken[cause], reverse=True)
+        rows[cause] = {"edges": checked[cause], "contradicted": len(worst),
+                       "worst_us": round(worst[0][0], 1) if worst else 0.0,
+                       "examples": [{"from": s, "to": t, "over_us": round(o, 1)} for o, s, t in worst[:examples]]}
+    return {"file": str(path), "edges": sum(checked.values()),
+            "contradicted": sum(len(v) for v in broken.values()), "by_cause": rows}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--slack", type=float, default=50.0)
+    parser.add_argument("--examples", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    any_broken = False
+    for path in args.files:
+        result = check(path, args.slack, args.examples)
+        any_broken = any_broken or result["contradicted"] > 0
+        if args.json:
+            print(json.dumps(result))
+            continue
+        print(f"{result['file']}: {result['contradicted']:,} of {result['edges']:,} edges contradicted")
+        for cause, row in result["by_cause"].items():
+            if row["contradicted"]:
+                print(f"  {cause or '(no cause)'}: {row['contradicted']:,} of {row['edges']:,}, worst +{row['worst_us']:,.1f} us")
+                for example in row["examples"]:
+                    print(f"    node {example['from']} -> node {example['to']}: +{example['over_us']:,.1f} us")
+    return 1 if any_broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
