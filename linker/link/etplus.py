@@ -12,7 +12,8 @@ the build, never changed after it) for the plan's busy times. Cost O(n + g).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import msgspec
@@ -69,33 +70,91 @@ class GpuNode(_PeerFields, omit_defaults=True):
     sim_dur: float | int | Unset = UNSET
 
 
-class PieceNode(msgspec.Struct, omit_defaults=True):
-    """A later piece of an op as an ET+ node (``plan.later_pieces``): the op's exclusive time after
-    one of its children, run where the thread ran it. ``continues``: the id of the op whose time it
-    is (its parent too); ``ts`` / ``dur``: where it lies on the measured timeline (µs);
-    ``sim_dur``: its busy time (``dur`` less the blocked time in it), plus ``host_gap_dur`` when
-    the host time between ops that follows it is folded into it. Its id lies above every ET and
-    GPU node's. Laid out as the ET's GPU nodes are (``layout_piece``)."""
+class FlatPiece(msgspec.Struct, omit_defaults=True):
+    """A later piece of an op as an ET+ JSON node, flat layout (``PieceRows``). Fields in the order
+    written; every one positional, so a chunk of them is made by one ``map`` over the columns."""
 
-    id: int
-    name: str
-    ctrl_deps: int | Unset = UNSET
-    parent: int | Unset = UNSET
+    id: Any = UNSET
+    name: Any = UNSET
+    parent: Any = UNSET
     inputs: Any = UNSET
     outputs: Any = UNSET
     input_shapes: Any = UNSET
     input_types: Any = UNSET
     output_shapes: Any = UNSET
     output_types: Any = UNSET
-    attrs: list | Unset = UNSET
-    tid: int | Unset = UNSET
-    ts: float | int | Unset = UNSET
-    dur: float | int | Unset = UNSET
-    continues: int | Unset = UNSET
-    host_gap_dur: float | int | Unset = UNSET
-    sim_dur: float | int | Unset = UNSET
+    tid: Any = UNSET
+    ts: Any = UNSET
+    dur: Any = UNSET
+    continues: Any = UNSET
+    host_gap_dur: Any = UNSET
+    sim_dur: Any = UNSET
     data_deps: Any = UNSET
     data_dep_causes: Any = UNSET
+
+
+class NestedPiece(msgspec.Struct, omit_defaults=True):
+    """A later piece of an op as an ET+ JSON node, nested layout (``PieceRows``)."""
+
+    id: Any = UNSET
+    name: Any = UNSET
+    ctrl_deps: Any = UNSET
+    inputs: Any = UNSET
+    outputs: Any = UNSET
+    attrs: Any = UNSET
+    ts: Any = UNSET
+    dur: Any = UNSET
+    continues: Any = UNSET
+    host_gap_dur: Any = UNSET
+    sim_dur: Any = UNSET
+    data_deps: Any = UNSET
+    data_dep_causes: Any = UNSET
+
+
+@dataclass
+class PieceRows:
+    """The later pieces of the ops (``plan.later_pieces``) as ET+ JSON nodes, kept as columns (one
+    entry per piece) and made into node structs a chunk at a time by the writer (``nodes``): a
+    piece is the op's exclusive time after one of its children, run where the thread ran it.
+    ``continues``: the id of the op whose time it is (its parent too); ``ts`` / ``dur``: where it
+    lies on the measured timeline (µs); ``sim_dur``: its busy time (``dur`` less the blocked time
+    in it) plus ``host_gap_dur`` when the host time that follows it is folded into it (UNSET
+    entries are not written). Ids lie above every ET and GPU node's. Laid out as the ET's GPU
+    nodes are: flat ``parent``, ``tid`` and empty lists; nested ``ctrl_deps``, empty
+    ``inputs``/``outputs`` and ``tid`` in ``attrs``."""
+
+    flat: bool
+    ids: list[int]
+    names: list[str]
+    continues: list[int]
+    tids: list[int]
+    ts: list
+    dur: list
+    host_gap: list
+    sim: list
+    data_deps: list
+    data_dep_causes: list
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def nodes(self, start: int = 0, stop: int | None = None) -> list:
+        """The node structs of pieces ``start`` to ``stop`` (C passes over the columns)."""
+        cut = slice(start, stop)
+        count = len(self.ids[cut])
+        if self.flat:
+            empty = repeat(_EMPTY_LIST, count)
+            return list(map(FlatPiece, self.ids[cut], self.names[cut], self.continues[cut], empty,
+                            repeat(_EMPTY_LIST), repeat(_EMPTY_LIST), repeat(_EMPTY_LIST), repeat(_EMPTY_LIST),
+                            repeat(_EMPTY_LIST), self.tids[cut], self.ts[cut], self.dur[cut], self.continues[cut],
+                            self.host_gap[cut], self.sim[cut], self.data_deps[cut], self.data_dep_causes[cut]))
+        attrs_of: dict[int, list] = {}
+        attrs = [attrs_of.get(tid) or attrs_of.setdefault(tid, [{"name": "tid", "type": "uint64", "value": tid}])
+                 for tid in self.tids[cut]]
+        return list(map(NestedPiece, self.ids[cut], self.names[cut], self.continues[cut],
+                        repeat(_EMPTY_IO_NESTED, count), repeat(_EMPTY_IO_NESTED), attrs, self.ts[cut],
+                        self.dur[cut], self.continues[cut], self.host_gap[cut], self.sim[cut],
+                        self.data_deps[cut], self.data_dep_causes[cut]))
 
 
 @dataclass
@@ -112,29 +171,15 @@ class EtPlus:
     op_times: tuple[list[float], list[float]] | None = None
     # Per ET node: its exclusive µs (0.0 when unlinked), for the plan's busy times.
     op_exclusive: list[float] | None = None
-    # The later pieces as ET+ JSON nodes (``plan.json_fields``; empty until annotated).
-    piece_nodes: list[PieceNode] = field(default_factory=list)
+    # The later pieces as ET+ JSON nodes, in columns (``plan.json_fields``; None until annotated).
+    piece_rows: PieceRows | None = None
 
     @property
     def et(self) -> ExecutionTrace:
         return self.result.et
 
     def all_nodes(self) -> list:
-        return self.et.nodes + self.gpu_nodes + self.piece_nodes
-
-
-def layout_piece(node: PieceNode, owner_id: int, tid: int, flat: bool) -> None:
-    """Give a later-piece node the parent key, thread and empty inputs/outputs of the ET's layout,
-    as a GPU node gets them (flat: ``parent``, ``tid`` and empty lists; nested: ``ctrl_deps``,
-    empty ``inputs``/``outputs`` and ``tid`` in ``attrs``)."""
-    if flat:
-        node.parent, node.tid = owner_id, tid
-        node.inputs = node.outputs = _EMPTY_LIST
-        node.input_shapes = node.input_types = node.output_shapes = node.output_types = _EMPTY_LIST
-    else:
-        node.ctrl_deps = owner_id
-        node.inputs = node.outputs = _EMPTY_IO_NESTED
-        node.attrs = [{"name": "tid", "type": "uint64", "value": tid}]
+        return self.et.nodes + self.gpu_nodes + (self.piece_rows.nodes() if self.piece_rows else [])
 
 
 def as_number(value: float) -> float | int:

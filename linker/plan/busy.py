@@ -365,15 +365,14 @@ def _gaps_after_pieces(busy: BusyTimes) -> None:
     """A host gap follows every later piece the thread ran after the op before it (the pieces end
     where the next op starts or an op ends; the gap begins where every op had ended): it moves from
     that op to the last of those pieces (``Pieces.host_gap``), the node a replay runs just before
-    the gap. O(p)."""
+    the gap. O(p) in C, a step per gap."""
     pieces = busy.pieces
     pieces.host_gap = [0.0] * len(pieces)
-    last_of: dict[int, int] = {}
-    for j, after in enumerate(pieces.after):
-        last_of[after] = j
-    for after, j in last_of.items():
-        gap = min(busy.trailing_gap.get(after, 0.0), busy.host_gap[after])
-        if gap > 0:
+    last_of = dict(zip(pieces.after, range(len(pieces))))  # the last piece after each op
+    for after, trailing in busy.trailing_gap.items():
+        j = last_of.get(after)
+        gap = min(trailing, busy.host_gap[after])
+        if j is not None and gap > 0:
             pieces.host_gap[j] = gap
             busy.host_gap[after] -= gap
 

@@ -407,22 +407,27 @@ class OpParts:
     piece_begin: dict[int, float]  # piece node -> its measured begin
 
     @staticmethod
-    def of(pieces, start: int) -> "OpParts":
+    def of(pieces, start: int, prev: array, wanted: set[int]) -> "OpParts":
+        """The parts of the ops in ``wanted`` (the others are never asked for) and, for every node
+        a piece follows, that piece (the inverse of the pieces' ``prev``). C passes, then a loop
+        over the wanted ops' pieces."""
         parts = OpParts({}, {}, {}, {})
-        last_after: dict[int, int] = {}
-        for j, (owner, after, begin) in enumerate(zip(pieces.owner, pieces.after, pieces.begin)):  # time order
-            u = start + j
+        count = len(pieces)
+        if not count or not wanted:
+            return parts
+        parts.next_piece = dict(zip(prev[start:start + count], range(start, start + count)))
+        parts.piece_begin = dict(zip(range(start, start + count), pieces.begin))
+        owners, begins = pieces.owner, pieces.begin
+        for j in compress(range(count), map(wanted.__contains__, owners)):  # time order
+            owner = owners[j]
             if owner not in parts.nodes:
                 parts.nodes[owner], parts.begins[owner] = [owner], [-math.inf]
-            parts.nodes[owner].append(u)
-            parts.begins[owner].append(begin)
-            parts.next_piece[last_after.get(after, after)] = u
-            last_after[after] = u
-            parts.piece_begin[u] = begin
+            parts.nodes[owner].append(start + j)
+            parts.begins[owner].append(begins[j])
         return parts
 
     def __bool__(self) -> bool:
-        return bool(self.nodes)
+        return bool(self.next_piece)
 
     def before(self, op: int, t: float) -> int:
         """The part of ``op`` that ran last before measured time ``t`` (the op itself when it has
@@ -459,11 +464,12 @@ def _settle_after_chain(pieces, prev: array, n: int, starts: list[float]) -> Non
     next_of = dict(zip(prev[:n], range(n)))  # an op -> the ET node after it on its thread
     next_of.pop(NO_NODE, None)
     after, begin = pieces.after, pieces.begin
-    for j, a in enumerate(after):
-        follower = next_of.get(a)
-        while follower is not None and starts[follower] < begin[j]:  # NaN (unlinked): stays after
-            a = follower
-            follower = next_of.get(a)
+    start_of = list(starts) + [math.inf]  # [-1]: no follower
+    followers = map(next_of.get, after, repeat(NO_NODE))
+    for j in compress(range(len(after)), map(lt, map(start_of.__getitem__, followers), begin)):  # the few
+        a, follower = after[j], next_of.get(after[j], NO_NODE)
+        while start_of[follower] < begin[j]:  # NaN (unlinked): stays after
+            a, follower = follower, next_of.get(follower, NO_NODE)
         after[j] = a
 
 
@@ -522,7 +528,8 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommReso
                                                    for node in et.nodes]
     _settle_after_chain(pieces, prev, n, op_starts)
     _thread_pieces(ctrl, prev, pieces, n, n + g)
-    parts = OpParts.of(pieces, n + g)
+    launchers = {link.et_index for link in et_plus.gpu_links if link.launch is not None}
+    parts = OpParts.of(pieces, n + g, prev, launchers | {source for source, _, _ in busy.cross})
     extra: dict[int, list[tuple[int, str]]] = {}
     for source, target, cause in busy.cross:
         source = parts.ran_before(source, op_starts[target])  # what the thread had run by then
@@ -575,10 +582,14 @@ def _count_causes(plan: DependencyPlan, counts: Counter) -> None:
         if u not in waits:
             launches += ctrl[u] >= 0 and u not in launchless
             streams += prev[u] >= 0
-    for u in range(gpu_end, len(prev)):  # the later pieces: in the thread chains
-        if u not in waits and prev[u] >= 0:
-            chained += 1
-            parents += prev[u] == ctrl[u]
+    if gpu_end < len(prev):  # the later pieces: in the thread chains (a piece a rule made wait: counted above)
+        piece_prev, piece_ctrl = prev[gpu_end:], ctrl[gpu_end:]
+        chained += len(piece_prev) - piece_prev.count(NO_NODE)
+        parents += countOf(map(eq, piece_prev, piece_ctrl), True)
+        for u in waits:
+            if u >= gpu_end and prev[u] >= 0:
+                chained -= 1
+                parents -= prev[u] == ctrl[u]
     causes.sort()  # the same counts in one order whatever the waits' order
     counts.update(causes)
     for cause, count in ((PARENT, parents), (THREAD_ORDER, chained - parents), (LAUNCH, launches),

@@ -5,7 +5,7 @@ calls, another thread), ``host_gap_dur`` (uncovered thread time folded into it, 
 ``sim_dur`` (= exclusive_dur − blocked_dur − deferred_dur + host_gap_dur: the ``.et``
 ``duration_micros`` before rounding); ``deferred_dur`` (the busy part of its exclusive time after
 its first child began, carried by its later-piece nodes) only when > 0. Each later piece
-(``plan.later_pieces``) is a node of its own (``link.etplus.PieceNode``, ``EtPlus.piece_nodes``):
+(``plan.later_pieces``) is a node of its own (``link.etplus.PieceRows``, ``EtPlus.piece_rows``):
 the op's name and thread, ``continues`` (the op's id, also its parent), ``ts`` / ``dur`` (where
 it lay), ``sim_dur`` (its busy µs) and its dependency; an unlinked node gets ``sim_dur``
 and ``host_gap_dur`` only when it carries a gap (a worker's thread root: the time before its
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import compress, repeat
-from operator import attrgetter, eq, gt, is_not
+from operator import attrgetter, eq, gt, is_not, sub
 
 import msgspec
 
@@ -32,7 +32,7 @@ from linker.plan.comm import WORLD_GROUP_ID
 from linker.read.et import FLAT
 from linker.plan.dependency_plan import PARENT, THREAD_ORDER, DependencyPlan, WriteSummary
 from linker.plan.deps import dependency_plan
-from linker.link.etplus import EtPlus, PieceNode, as_number, layout_piece
+from linker.link.etplus import EtPlus, PieceRows, as_number
 
 
 def pytorch_group_name(group_id: str) -> str:
@@ -85,27 +85,29 @@ def _chain_deps(plan: DependencyPlan, id_of: list[int]) -> tuple[list[list[int]]
     return ids, causes
 
 
-def _piece_nodes(et_plus: EtPlus, plan: DependencyPlan, dep_fields) -> list[PieceNode]:
-    """The later pieces as ET+ JSON nodes, in the plan's piece order. O(pieces)."""
+def _piece_rows(et_plus: EtPlus, plan: DependencyPlan, id_of: list[int], dep_fields) -> PieceRows | None:
+    """The later pieces as ET+ JSON rows (``link.etplus.PieceRows``), in the plan's piece order.
+    C passes over the columns; a piece's one dependency (the node the thread ran before it) is
+    read off the chain as ``_chain_deps`` reads the ops' (a piece another rule made wait: through
+    ``plan.data_deps``). O(pieces)."""
     pieces = plan.busy.pieces
-    if not len(pieces):
-        return []
-    et = et_plus.et
-    flat = et.layout == FLAT
-    ids, names, tids = et.ids, et.names, et.tid
-    begins = us_at(pieces.begin, range(len(pieces)))
-    spans = us_at([e - b for b, e in zip(pieces.begin, pieces.end)], range(len(pieces)))
-    busy = us_at(pieces.sim, range(len(pieces)))
-    nodes = []
-    for j, owner in enumerate(pieces.owner):
-        deps, causes = dep_fields(plan.data_deps(plan.piece_start + j))
-        node = PieceNode(id=plan.piece_ids[j], name=names[owner], ts=begins[j], dur=spans[j],
-                         continues=ids[owner], sim_dur=busy[j], data_deps=deps, data_dep_causes=causes)
-        layout_piece(node, ids[owner], tids[owner], flat)
-        if pieces.host_gap[j] > 0:
-            node.host_gap_dur = _us(pieces.host_gap[j])
-        nodes.append(node)
-    return nodes
+    count = len(pieces)
+    if not count:
+        return None
+    et, start = et_plus.et, plan.piece_start
+    every = range(count)
+    prev = plan.prev[start:]
+    deps = list(map(list, zip(map(id_of.__getitem__, prev))))
+    causes = list(map((THREAD_ORDER_CAUSES, PARENT_CAUSES).__getitem__, map(eq, prev, plan.ctrl[start:])))
+    for j in [u - start for u in plan.waits if u >= start]:  # none as the rules stand
+        deps[j], causes[j] = dep_fields(plan.data_deps(start + j))
+    gaps = us_at(pieces.host_gap, every)
+    return PieceRows(
+        flat=et.layout == FLAT, ids=plan.piece_ids, names=list(map(et.names.__getitem__, pieces.owner)),
+        continues=list(map(et.ids.__getitem__, pieces.owner)), tids=list(map(et.tid.__getitem__, pieces.owner)),
+        ts=us_at(pieces.begin, every), dur=us_at(list(map(sub, pieces.end, pieces.begin)), every),
+        host_gap=[gap or msgspec.UNSET for gap in gaps], sim=us_at(pieces.sim, every), data_deps=deps,
+        data_dep_causes=causes)
 
 
 def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
@@ -155,7 +157,7 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
             node.sim_dur = value
     at = list(compress(range(n), busy.deferred))  # a parent's exclusive time after its first child
     _set_all(map(nodes.__getitem__, at), "deferred_dur", us_at(busy.deferred, at))
-    et_plus.piece_nodes = _piece_nodes(et_plus, plan, dep_fields)
+    et_plus.piece_rows = _piece_rows(et_plus, plan, id_of, dep_fields)
     for i, comm in plan.cpu_comm.items():  # CPU collectives: communication nodes on their measured thread
         node = et.nodes[i]
         node.comm_type, node.comm_size = kinds.collective_name(comm.comm_type), comm.comm_size

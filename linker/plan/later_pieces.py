@@ -20,7 +20,8 @@ from operator import gt, not_, sub
 
 @dataclass
 class Pieces:
-    """The later pieces of the ops, one entry each (index j), in (``begin``, ``owner``) order.
+    """The later pieces of the ops, one entry each (index j), in ``begin`` order (ties, on
+    other threads: in the order found, thread by thread).
 
     ``owner[j]``: the ET index of the op whose exclusive time it is; ``after[j]``: the ET index of
     the op the thread ran just before it (the last op started before the piece began: the last of
@@ -117,8 +118,7 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
                 lengths[j] = min(lengths[j], left)
                 left -= lengths[j]
             deferred[owner] = sum(lengths[j] for j in pieces)
-    kept = sorted(compress(range(len(owners)), map(gt, lengths, repeat(0.0))),
-                  key=lambda j: (starts_at[j], owners[j]))
+    kept = sorted(compress(range(len(owners)), map(gt, lengths, repeat(0.0))), key=starts_at.__getitem__)
     pieces = Pieces(*([column[j] for j in kept] for column in (owners, targets, starts_at, finishes, lengths)))
     return deferred, pieces
 

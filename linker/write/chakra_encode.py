@@ -173,6 +173,8 @@ class NodeFrames:
         self._ints = [_IntAttr(name) for name in TIME_SPLIT_ATTRS]
         self._causes: dict = {}  # the causes of a node's data dependencies -> their attribute
         self._durations: list[int] | None = None  # ``whole_microseconds`` of the busy times
+        self._piece_threads: dict[int, bytes] = {}  # a thread -> a piece's ``is_cpu_op`` and ``tid``
+        self._continues_head = int64_head("continues")
 
     def chunk(self, order) -> bytes:
         """The frames of the nodes in ``order``, joined."""
@@ -323,37 +325,45 @@ class NodeFrames:
     def _piece_payload(self, j: int) -> bytes:
         """The ``Node`` of later piece j (``plan.later_pieces``): id, its op's name, ``COMP_NODE``,
         the op as ``ctrl_deps``, its dependency, its measured start, its busy time, then
-        ``is_cpu_op``, ``tid``, ``continues`` (the op's id), ``inclusive_dur_micros`` (where it
-        lay), ``host_gap_micros`` when a host gap follows it, and the dependency's cause."""
+        ``is_cpu_op`` and ``tid`` (cached per thread), ``continues`` (the op's id),
+        ``inclusive_dur_micros`` (where it lay), ``host_gap_micros`` when a host gap follows it,
+        and the dependency's cause (cached)."""
         plan, et = self._plan, self._et_plus.et
         pieces, u = plan.busy.pieces, plan.piece_start + j
         owner = pieces.owner[j]
-        name = et.names[owner]
+        name, owner_id, tid = et.names[owner], et.ids[owner], et.tid[owner]
         head = self._heads.get(name) or self._head(name, cpu_node_type_of(name))
-        parts = [_ID, encode_varint(plan.piece_ids[j]), head, _CTRL_DEPS]
-        parts.append(delimited_varint(et.ids[owner]))
-        deps = plan.data_deps(u)
-        if deps:
-            data = b"".join([encode_varint(plan.node_id(d, et.ids, self._et_plus.gpu_nodes)) for d, _ in deps])
-            parts += (_DATA_DEPS, encode_varint(len(data)), data)
+        varint = encode_varint
+        parent = varint(owner_id)
+        parts = [_ID, varint(plan.piece_ids[j]), head, _CTRL_DEPS, varint(len(parent)), parent]
+        if u in plan.waits:  # none as the rules stand: the general path
+            deps = plan.data_deps(u)
+            data = b"".join([varint(plan.node_id(d, et.ids, self._et_plus.gpu_nodes)) for d, _ in deps])
+            causes = tuple(cause for _, cause in deps)
+        else:  # the node the thread ran before it
+            d = plan.prev[u]
+            data = varint(plan.node_id(d, et.ids, self._et_plus.gpu_nodes))
+            causes = (PARENT,) if d == plan.ctrl[u] else (THREAD_ORDER,)
+        parts += (_DATA_DEPS, varint(len(data)), data)
         begin = round(pieces.begin[j])
         if begin > 0:
-            parts += (_START, encode_varint(begin))
+            parts += (_START, varint(begin))
         duration = self._whole_us()[len(et.ids) + j]
         if duration > 0:
-            parts += (_DURATION, encode_varint(duration))
-        parts.append(self.attrs.encode_all((
-            ("is_cpu_op", "bool_val", True), ("tid", "int64_val", et.tid[owner]),
-            ("continues", "int64_val", et.ids[owner]),
-            ("inclusive_dur_micros", "int64_val", round(pieces.end[j] - pieces.begin[j])))))
+            parts += (_DURATION, varint(duration))
+        thread = self._piece_threads.get(tid)
+        if thread is None:
+            thread = self._piece_threads[tid] = self.attrs.encode_all((("is_cpu_op", "bool_val", True),
+                                                                         ("tid", "int64_val", tid)))
+        inclusive = self._ints[0]
+        t = round(pieces.end[j] - pieces.begin[j])
+        parts += (thread, int64_attr(self._continues_head, owner_id), inclusive.cache.get(t) or inclusive.miss(t))
         gap = pieces.host_gap[j]
         if gap > 0:
             t = round(gap)
             gap_attr = self._ints[3]
             parts.append(gap_attr.cache.get(t) or gap_attr.miss(t))
-        if deps:
-            key = tuple(cause for _, cause in deps)
-            parts.append(self._causes.get(key) or self._cause(key))
+        parts.append(self._causes.get(causes) or self._cause(causes))
         return b"".join(parts)
 
     def _head(self, key, node_type: int) -> bytes:

@@ -2,7 +2,8 @@
 
 Untouched parts (inputs, outputs, unknown keys) are written back from the raw bytes they were read
 as. The bytes are exactly ``msgspec.json.encode`` of the document with ``nodes`` = all ET+ nodes,
-produced in pieces: the header once, then the nodes a few thousand at a time, each encoded into a
+produced in pieces: the header once, then the nodes a few thousand at a time (the later-piece
+nodes made from their columns a chunk at a time, ``link.etplus.PieceRows``), each encoded into a
 reused buffer handed to a writer thread (``write.sink.BackgroundWriter``, at most
 ``WRITE_QUEUE_PIECES`` waiting) while the next is encoded. Memory: a few pieces, not a second copy
 of the document. ``.gz`` paths are gzip-compressed (in the writer thread). The file
@@ -44,10 +45,12 @@ def _write_document(et_plus: EtPlus, writer: BackgroundWriter, nodes_per_piece: 
     written = open_at
     encode_into = msgspec.json.Encoder().encode_into
     first = True
-    for nodes in (et_plus.et.nodes, et_plus.gpu_nodes, et_plus.piece_nodes):
+    rows = et_plus.piece_rows
+    for nodes in (et_plus.et.nodes, et_plus.gpu_nodes, rows or ()):
         for start in range(0, len(nodes), nodes_per_piece):
             buffer = writer.buffer()
-            encode_into(nodes[start:start + nodes_per_piece], buffer)  # "[...]", at its length
+            chunk = nodes[start:start + nodes_per_piece] if nodes is not rows else rows.nodes(start, start + nodes_per_piece)
+            encode_into(chunk, buffer)  # "[...]", at its length
             end, lead = len(buffer) - 1, int(first)
             if not first:
                 buffer[0] = _COMMA
@@ -75,6 +78,6 @@ def write_et_plus_json(et_plus: EtPlus, path: str | os.PathLike, protected: tupl
 def _expected_size(et_plus: EtPlus, first_bytes: int) -> int:
     """The document's size guessed from its first ``first_bytes`` (header + first piece of nodes),
     GPU nodes counted as large as CPU nodes: a guess for ``reserve_space``, which forgives errors."""
-    nodes = len(et_plus.et.nodes) + len(et_plus.gpu_nodes) + len(et_plus.piece_nodes)
+    nodes = len(et_plus.et.nodes) + len(et_plus.gpu_nodes) + len(et_plus.piece_rows or ())
     sampled = min(nodes, NODES_PER_PIECE)
     return first_bytes * nodes // max(sampled, 1) + (1 << 16)
