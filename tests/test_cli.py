@@ -178,3 +178,29 @@ def test_library_calls_collect_and_free_as_usual(tmp_path):
     outcome = link_pair(ET, KINETO, tmp_path / "o.json")
     assert outcome.report.linked_ops > 0
     assert gc.isenabled() and not process_exit.kept_anything()
+
+
+def test_every_shared_file_links_or_is_refused_in_one_line():
+    """Every file under ../shared/traces, as the ET and as the timing trace (the other file a
+    real pair's): it links, or it is refused as a user's file (``TraceInputError``, exit 2) or as a
+    pair of two runs (``MismatchedPairError``, exit 3); nothing else escapes (the CLI's "internal
+    error"). In process, one call per file and role."""
+    import linker
+    from conftest import SHARED_TRACES
+    from linker.model.errors import MismatchedPairError, TraceInputError
+
+    if not SHARED_TRACES.exists():
+        pytest.skip("needs ../shared/traces (see README: Real test traces)")
+    et, kineto = SHARED_TRACES / "hta_simple_add" / "et.json.gz", SHARED_TRACES / "hta_simple_add" / "kineto.json.gz"
+    files = sorted(p for p in SHARED_TRACES.rglob("*") if p.is_file() and p.suffix not in (".md",))
+    outcomes: dict[str, int] = {}
+    for path in files:
+        for pair in ((path, kineto), (et, path)):
+            try:
+                linker.link_traces(*pair)
+                outcome = "linked"
+            except (TraceInputError, MismatchedPairError) as err:
+                assert "\n" not in str(err), err
+                outcome = type(err).__name__
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    assert outcomes["linked"] >= 2 and outcomes["TraceInputError"] > len(files) // 2

@@ -174,6 +174,14 @@ def test_astra_setup_into_a_folder_a_batch_holds_is_refused(tmp_path):
     again = subprocess.run([sys.executable, "-m", "linker.cli", "astra-setup", str(out)], capture_output=True,
                            text=True, timeout=120)
     assert again.returncode == 0, again.stderr
+    first = {p.name: p.read_bytes() for p in out.joinpath("astra").rglob("*") if p.is_file()}
+    outputs_before = {p.name: p.read_bytes() for p in outputs(out)}
+    third = subprocess.run([sys.executable, "-m", "linker.cli", "astra-setup", str(out)], capture_output=True,
+                           text=True, timeout=120)
+    assert third.returncode == 0, third.stderr
+    # a rewrite run twice leaves the same bytes: the ASTRA-sim copies and the outputs they come from
+    assert {p.name: p.read_bytes() for p in out.joinpath("astra").rglob("*") if p.is_file()} == first
+    assert {p.name: p.read_bytes() for p in outputs(out)} == outputs_before
 
 
 def test_a_lock_naming_another_host_is_not_taken(tmp_path):

@@ -172,3 +172,25 @@ def test_dlrm_main_thread_waits_for_the_autograd_thread_by_fork_and_join():
     # the optimizer waits for the end of the backward pass
     optimizer = et.names.index("## optimizer ##")
     assert any(t == optimizer for _, t in joins)
+
+
+def test_ratios_are_simulated_over_measured_as_read_from_the_file(tmp_path):
+    """On a one-thread CPU pair the replay is one chain, so its length is the sum of the nodes'
+    ``sim_dur`` (scaled), and the measured step is the file's latest end less its earliest start:
+    both computed here from the ET+ JSON, not by the simulator. ``--scale cpu=0.5`` makes the two
+    differ, so a ratio taken the other way round (measured ÷ simulated) cannot pass."""
+    import json
+
+    et, kineto = fixture_pair("cpu", "main_thread_only")
+    out = tmp_path / "out.json"
+    link_pair(et, kineto, out)
+    nodes = json.loads(out.read_text())["nodes"]
+    timed = [n for n in nodes if "ts" in n]
+    measured = max(n["ts"] + n.get("inclusive_dur", n["dur"]) for n in timed) - min(n["ts"] for n in timed)
+    busy = sum(n.get("sim_dur", 0) for n in nodes)
+    for factor in (1.0, 0.5):
+        report = simulate(out, LANES, Scale.parse(f"cpu={factor}"))
+        assert report.measured_us == pytest.approx(measured, abs=0.01)
+        assert report.simulated_us == pytest.approx(factor * busy, rel=1e-6, abs=0.01)
+        assert report.ratio == pytest.approx(factor * busy / measured, rel=1e-6)
+    assert simulate(out, LANES, Scale.parse("cpu=0.5")).ratio < 0.6
