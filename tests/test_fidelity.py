@@ -330,6 +330,22 @@ def test_explain_on_the_cli_prints_the_places(ddp_job):
         assert {"rank", "id", "name", "kind", "lane", "drift_us", "jump_us", "held_by"} <= set(place)
     text = CliRunner().invoke(app, ["simulate", str(out), "--explain"]).stdout
     assert "largest jumps:" in text and "held by" in text
+    # in words a reader takes in: µs, the threshold's share of the step, causes in words, short names
+    lines = text[text.index("drift (simulated"):].splitlines()
+    assert " us" not in text[text.index("drift (simulated"):] and "µs" in lines[0]
+    assert "of the step)" in lines[1] and "from the the" not in text and "the each" not in text
+    held = [line.split("held by ", 1)[1] for line in lines if "held by " in line]
+    assert held and not any(h.split(",")[0] in ("event_wait", "thread_order", "unit", "peer") for h in held)
+    assert max(map(len, lines)) < 400
+
+
+def test_short_names_keep_the_kernel_and_drop_its_arguments():
+    from linker.sim.explain import short_name
+
+    full = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+            "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)")
+    assert short_name(full) == "void at::native::vectorized_elementwise_kernel<…>"
+    assert short_name("aten::mm") == "aten::mm" and len(short_name("x" * 500)) == 80
 
 
 # --- cross-rank matching by sequence number -------------------------------------------------------

@@ -25,8 +25,28 @@ from __future__ import annotations
 from linker.sim.critical import PathStep, critical_path
 from linker.sim.engine import Replay, measured_release
 from linker.sim.graph import KIND_NAMES, lane_label
+from linker.model.units import format_us
 
 THRESHOLD = 0.005  # share of the measured span a drift must exceed to be "the first place"
+SHORT_NAME = 80  # characters of an op's name in the text (a C++ kernel's full name runs to 900)
+
+# How a node was reached, in words (the JSON keeps the names: "unit", "peer", "launch"...).
+LINK_WORDS = {"start": "the start", "unit": "waiting for its resource", "peer": "waiting for a peer rank",
+              "dependency": "a dependency", "parent": "its parent op", "thread_order": "the previous op on its thread",
+              "launch": "its launching op", "stream_order": "the previous op on its stream",
+              "sync": "a synchronize", "event_wait": "an event wait", "fork": "a thread fork", "join": "a thread join",
+              "collective_order": "the previous collective", "rank_start": "its rank's start"}
+
+
+def short_name(name: str, limit: int = SHORT_NAME) -> str:
+    """An op's name for a line of text: a C++ template's arguments and a signature's parameters
+    left out ("void at::native::elementwise_kernel<...>(...)" -> "void at::native::elementwise_kernel<…>"),
+    then cut at ``limit`` characters."""
+    for opening, closing in (("<", "…>"), ("(", "(…)")):
+        at = name.find(opening)
+        if 0 < at < len(name) - 1 and len(name) > limit:
+            name = name[:at] + opening + closing[1:] if opening == "(" else name[:at] + "<…>"
+    return name if len(name) <= limit else name[:limit - 1] + "…"
 
 
 def _origins(rp: Replay) -> tuple[list[float], list[float], bool]:
@@ -82,28 +102,37 @@ def drift_report(rp: Replay, top: int = 5, path: list[PathStep] | None = None) -
             "first": first, "largest": largest, "path_nodes_timed": len(places)}
 
 
-def format_drift(drift: dict) -> list[str]:
-    """The text lines of ``drift_report``."""
-    lines = [f"drift (simulated start - measured start, from the {drift['origin']}, along the critical path): "
-             f"the end drifts {drift['end_drift_us']:+,.1f} us"]
+def format_drift(drift: dict, measured_us: float | None = None) -> list[str]:
+    """The text lines of ``drift_report``; ``measured_us``: the step, to say what share of it the
+    threshold is. Names in their short form (``short_name``; the JSON keeps them whole), causes in
+    words (``LINK_WORDS``)."""
+    origin = "each rank's own start" if drift["origin"] == "each rank's own start" else "earliest measured start"
+    lines = [f"drift (simulated start - measured start, from the {origin}, along the critical path): "
+             f"the end drifts {_signed_us(drift['end_drift_us'])}"]
 
     def line(place: dict) -> str:
-        held = place["held_by"]
+        held = LINK_WORDS.get(place["held_by"], place["held_by"])
         if "after" in place:
-            held += f" after node {place['after']['id']} {place['after']['name']!r}"
+            held += f", node {place['after']['id']} {short_name(place['after']['name'])!r}"
             if place["after"]["rank"] != place["rank"]:
                 held += f" of rank {place['after']['rank']}"
         elif "peer_rank" in place:
-            held += f" rank {place['peer_rank']}"
+            held += f" {place['peer_rank']}"
         piece = f"a later piece of node {place['continues']}, " if "continues" in place else ""
-        return (f"rank {place['rank']} node {place['id']} {place['name']!r} ({piece}{place['kind']}, {place['lane']}): "
-                f"drift {place['drift_us']:+,.1f} us (jump {place['jump_us']:+,.1f}), held by {held}")
+        return (f"rank {place['rank']} node {place['id']} {short_name(place['name'])!r} ({piece}{place['kind']}, "
+                f"{place['lane']}): drift {_signed_us(place['drift_us'])} (jump {_signed_us(place['jump_us'])}), "
+                f"held by {held}")
 
+    share = f" ({drift['threshold_us'] / measured_us:.1%} of the step)" if measured_us else ""
     if drift["first"] is None:
-        lines.append(f"  no node of the path drifts by more than {drift['threshold_us']:,.1f} us")
+        lines.append(f"  no node of the path drifts by more than {format_us(drift['threshold_us'])}{share}")
     else:
-        lines.append(f"  first beyond {drift['threshold_us']:,.1f} us: " + line(drift["first"]))
+        lines.append(f"  first beyond {format_us(drift['threshold_us'])}{share}: " + line(drift["first"]))
     if drift["largest"]:
         lines.append("  largest jumps:")
         lines += [f"    {line(place)}" for place in drift["largest"]]
     return lines
+
+
+def _signed_us(us: float) -> str:
+    return ("+" if us >= 0 else "−") + format_us(abs(us))

@@ -41,7 +41,7 @@ from linker.model.units import format_us, unit_for
 from linker.sim.critical import CriticalOp, PathLink, PathStep, critical_path, path_links, time_by_kind, top_ops
 from linker.sim.diagnose import Diagnosis, diagnose
 from linker.sim.engine import Replay, measured_release
-from linker.sim.explain import drift_report, format_drift
+from linker.sim.explain import LINK_WORDS, drift_report, format_drift
 from linker.sim.graph import KIND_NAMES
 from linker.sim.unheld import UnheldWait, unheld_gpu_wait, unheld_note
 
@@ -244,12 +244,7 @@ def _us(value: float, unit: str = "") -> str:
     return format_us(value, unit)
 
 
-# How the critical path reaches its nodes, in words (the JSON keeps the names: "unit", "peer"...).
-_LINK_WORDS = {"start": "the start", "unit": "waiting for its resource", "peer": "waiting for a peer rank",
-               "dependency": "a dependency", "parent": "its parent op", "thread_order": "the previous op on its thread",
-               "launch": "its launching op", "stream_order": "the previous op on its stream",
-               "sync": "a synchronize", "event_wait": "an event wait", "fork": "a thread fork", "join": "a thread join",
-               "collective_order": "the previous collective"}
+_LINK_WORDS = LINK_WORDS  # how the critical path reaches its nodes, in words (``explain``)
 
 
 def format_text(report: SimReport) -> str:
@@ -317,7 +312,7 @@ def format_text(report: SimReport) -> str:
             share = op.us / report.simulated_us if report.simulated_us > 0 else 0.0
             lines.append(f"  {_us(op.us, unit):>12}  {share:>5.0%}  {op.count:>5}  {op.kind:<4}  {op.name}")
     if report.drift is not None:
-        lines += format_drift(report.drift)
+        lines += format_drift(report.drift, report.measured_us)
     for note in report.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)

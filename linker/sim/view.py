@@ -230,7 +230,7 @@ def page_html(rp: Replay, report: SimReport, path_steps, title: str = "") -> str
     timelines = rank_timelines(rp, path_steps)
     job = len(timelines) > 1
     ratio = f"{report.ratio:.3f}" if report.ratio is not None else "n/a"
-    what = f"job step (slowest measured rank {report.slowest_rank})" if job else "step"
+    what = "job span (earliest measured start to latest end)" if job else "step"
     heading = title or f"et-link simulate: {len(timelines)} rank{'s' if job else ''}, model {report.model}"
     parts = [f"<h1>{html.escape(heading)}</h1>",
              f"<p>{what}: measured {format_us(report.measured_us)}, simulated {format_us(report.simulated_us)}, "
