@@ -28,7 +28,7 @@ Reading order for a newcomer, one pair from files to output:
 9. ``sim/``: ``et-link simulate``; ``batch/``: ``et-link batch`` and the cross-rank check.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.4.0.dev0"  # 0.3 released; this is the next one (ET+ with later-piece nodes)
 
 # Library API (docs/library.md): link_traces, write_et_plus, simulate, link_job and, with pandas,
 # ops_table / gpu_events_table. Each function imports what it needs when called, so ``import linker``

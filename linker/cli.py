@@ -251,8 +251,8 @@ def main_command(
     terminate_as_interrupt()
     _setup_logging(log_level)
     if kineto_file is None:
-        fail("--kineto-file is required, with --et-file or alone (or use a subcommand: validate, dump, batch, "
-             "simulate; see --help)")
+        names = ", ".join(command.name for command in app.registered_commands if command.name)
+        fail(f"--kineto-file is required, with --et-file or alone (or use a subcommand: {names}; see --help)")
     method = _chosen_method(exact_match, approximate, match)
     _check_options(window, max_depth, min_linked, annotation)
     if et_file is None and (method != "auto" or annotation is not None or window is not None):

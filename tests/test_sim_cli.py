@@ -152,3 +152,42 @@ def test_stuck_single_graph_exits_9_with_the_report(tmp_path):
     assert proc.returncode == 9
     report = orjson.loads(proc.stdout)
     assert report["never_issued"] == 2 and report["simulated_us"] == 4
+
+
+def test_simulate_refuses_an_et_without_times_in_one_line(tmp_path):
+    """An ET (not linked) has no measured times to compare with: exit 2 and what to do, not a
+    replay that says 'ratio n/a' and exits 0."""
+    import gzip
+    import subprocess
+    import sys
+
+    from conftest import fixture_pair
+
+    et, _ = fixture_pair("cpu", "mlp_steps")
+    plain = tmp_path / "et.json"
+    plain.write_bytes(gzip.decompress(et.read_bytes()))
+    proc = subprocess.run([sys.executable, "-m", "linker.cli", "simulate", str(plain)], capture_output=True, text=True)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("et-link: error")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert str(plain) in lines[0] and "without times" in lines[0] and "link it first" in lines[0]
+
+
+def test_no_arguments_name_every_subcommand_and_the_version_is_this_release():
+    import subprocess
+    import sys
+
+    import linker
+    from linker.cli import app
+
+    proc = subprocess.run([sys.executable, "-m", "linker.cli"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    for command in app.registered_commands:
+        assert command.name in proc.stderr
+    assert "astra-setup" in proc.stderr
+    version = subprocess.run([sys.executable, "-m", "linker.cli", "--version"], capture_output=True, text=True)
+    assert version.stdout.strip() == f"et-link {linker.__version__}" and linker.__version__ != "0.2.0"
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(linker.__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert project["version"] == linker.__version__  # one version: the package's and the command's

@@ -449,7 +449,8 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
     has_sim_dur = any(node.sim_dur is not None for node in nodes)
     has_data_deps = any(node.data_deps is not None for node in nodes)
     if not any(node.ts is not None for node in nodes):
-        builder.notes.append("no node has a time: is this an ET rather than an ET+?")
+        raise TraceInputError(p, "an Execution Trace without times (no node has a 'ts'): link it first: "
+                                 "et-link --et-file ET --kineto-file KINETO -o OUT.json, then simulate OUT.json")
     if not has_sim_dur:
         builder.notes.append("no sim_dur (older ET+): simulating exclusive_dur for CPU ops, dur for GPU ops")
     tids = [_tid_of(node) for node in nodes]
