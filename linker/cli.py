@@ -536,11 +536,27 @@ def simulate_command(
         raise typer.Exit(EXIT_SIM_STUCK)
 
 
+def _expanded_glob(argv: list[str]) -> str | None:
+    """The ``batch`` option (``--et`` / ``--kineto``) whose glob the shell expanded (more than one
+    word before the next option), or None."""
+    if len(argv) < 2 or argv[1] != "batch":
+        return None
+    for i, arg in enumerate(argv[:-2]):
+        if arg in ("--et", "--kineto") and not argv[i + 2].startswith("-"):
+            return arg
+    return None
+
+
 def main() -> None:
     """The ``et-link`` entry point: one command, then the process ends (``process_exit``: a
     command run under ``Schedule.auto()`` kept what it built, and it is not freed)."""
     global _one_shot
     _one_shot = True
+    expanded = _expanded_glob(sys.argv)
+    if expanded is not None:
+        typer.echo(f"et-link: error: {expanded} got several files: the shell expanded your glob; quote it "
+                   f"({expanded} 'run/rank*.json.gz')", err=True)
+        raise SystemExit(EXIT_INPUT)
     try:
         app()
     except SystemExit as stop:

@@ -204,3 +204,17 @@ def test_every_shared_file_links_or_is_refused_in_one_line():
                 outcome = type(err).__name__
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
     assert outcomes["linked"] >= 2 and outcomes["TraceInputError"] > len(files) // 2
+
+
+def test_an_unquoted_batch_glob_is_named_in_one_line(tmp_path):
+    """``et-link batch --et run/rank*.et.json.gz ...`` unquoted: the shell hands several files to
+    --et; the answer is one line saying so, not the parser's usage error listing every path."""
+    files = [tmp_path / f"rank{r}.et.json.gz" for r in range(3)]
+    for f in files:
+        f.write_bytes(ET.read_bytes())
+    proc = run("batch", "--et", *files, "--kineto", str(tmp_path / "rank*.kineto.json.gz"),
+               "--output-dir", tmp_path / "out")
+    lines = _errors(proc)
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "--et got several files" in lines[0] and "quote it" in lines[0] and "Usage" not in proc.stderr
+    assert not (tmp_path / "out").exists()
