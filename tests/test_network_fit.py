@@ -104,3 +104,37 @@ def test_check_overrides():
     for bad in (("Torus", None, None, None), (None, 1, None, None), (None, None, 0, None), (None, None, None, -1)):
         with pytest.raises(ValueError):
             check_overrides(*bad)
+
+
+def test_a_fit_that_cannot_be_trusted_says_so():
+    """A fit at its bandwidth bound, or missing the collectives by far, warns and points a rank of
+    a job to batch; a fit like the dlrm job's (-0.1% in aggregate, 20% per collective) does not."""
+    from linker.sim.network_fit import MAX_BANDWIDTH, NetworkFit
+
+    good = NetworkFit("FullyConnected", 8, 25.5, 241.5, True, collectives=8, measured_us=217.0, modelled_us=216.9,
+                      mean_abs_error=0.199)
+    assert good.warnings() == [] and not any("warning" in line for line in good.lines())
+    bound = NetworkFit("FullyConnected", 2, MAX_BANDWIDTH, 526_900.0, True, collectives=8, measured_us=5798.0,
+                       modelled_us=5798.4, mean_abs_error=1.305)
+    warnings = bound.warnings()
+    assert "ran into a bound" in warnings[0] and "130.5% on average" in warnings[1] and "et-link batch" in warnings[2]
+    off = NetworkFit("Ring", 4, 10.0, 500.0, True, collectives=3, measured_us=100.0, modelled_us=110.0,
+                     mean_abs_error=0.1)
+    assert len(off.warnings()) == 2 and "+10.0% in aggregate" in off.warnings()[0]
+    given = NetworkFit("Ring", 4, MAX_BANDWIDTH, 0.0, False, collectives=3, measured_us=100.0, modelled_us=300.0)
+    assert given.warnings() == []  # the user's own values: nothing fitted to distrust
+
+
+def test_astra_setup_on_one_rank_of_a_job_warns(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import dlrm_pair
+    from linker.pipeline import link_pair
+
+    et, kineto = dlrm_pair(0)
+    link_pair(et, kineto, tmp_path / "rank.0.et")
+    proc = subprocess.run([sys.executable, "-m", "linker.cli", "astra-setup", str(tmp_path / "rank.0.et")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: the fit ran into a bound" in proc.stdout and "et-link batch --format et" in proc.stdout

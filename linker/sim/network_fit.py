@@ -49,6 +49,8 @@ DEFAULT_TOPOLOGY = "FullyConnected"
 ENDPOINT_DELAY_NS = 10
 LOCAL_MEM_BW_GBPS = 1600
 MAX_BANDWIDTH = 100_000.0  # GB/s: "as good as free"; the fit never goes beyond
+FIT_AGGREGATE_WARN = 0.05  # a fit whose modelled total misses the measured one by more: warned of
+FIT_MEAN_WARN = 0.5  # ... or whose collectives it misses by more on average (a good job fit: ~0.2)
 DEFAULT_BANDWIDTH, DEFAULT_LATENCY = 50.0, 500.0  # GB/s, ns: when there is nothing to fit
 _GB = float(1 << 30)
 
@@ -151,7 +153,27 @@ class NetworkFit:
                 out.append(f"    {name}: {row['count']} collectives, modelled {row['modelled_us']:,.1f} us vs measured "
                            f"{row['measured_us']:,.1f} us ({100 * row['error']:+.1f}%)")
         out += [f"  note: {note}" for note in self.notes]
+        out += [f"  warning: {warning}" for warning in self.warnings()]
         return out
+
+    def warnings(self) -> list[str]:
+        """What makes a fitted network untrustworthy, in words: the fit ran into a bound of its
+        range, or it misses the measured collectives by more than ``FIT_AGGREGATE_WARN`` in
+        aggregate or ``FIT_MEAN_WARN`` on average (their times then hold more than transfers: waits
+        for ranks the files do not hold, as on one rank of a job)."""
+        if not self.fitted or not self.collectives:
+            return []
+        found = []
+        if self.bandwidth_gbps >= MAX_BANDWIDTH or self.latency_ns <= 0:
+            found.append(f"the fit ran into a bound ({self.bandwidth_gbps:.4g} GB/s, {self.latency_ns:.4g} ns): the "
+                         "measured collectives do not look like transfers over one network")
+        if abs(self.aggregate_error) > FIT_AGGREGATE_WARN or self.mean_abs_error > FIT_MEAN_WARN:
+            found.append(f"the fitted network misses the measured collectives by {100 * self.aggregate_error:+.1f}% "
+                         f"in aggregate, {100 * self.mean_abs_error:.1f}% on average")
+        if found:
+            found.append("for one rank of a multi-rank job, link every rank with et-link batch --format et: the "
+                         "fit then sees the whole job; or give --astra-bandwidth / --astra-latency")
+        return found
 
 
 def check_overrides(topology: str | None, npus: int | None, bandwidth: float | None,
