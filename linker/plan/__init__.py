@@ -4,8 +4,8 @@ Computed once per ET+ and read by both writers, so JSON and ``.et`` agree.
 
 | module | what |
 |---|---|
-| ``busy`` | busy time per CPU op (exclusive - blocked, its time after its first child moved to the ops before each piece, + folded host gap) and the cross-thread ``fork`` / ``join`` structure |
-| ``later_pieces`` | an op's exclusive time after its first child, moved to the op a replay runs before each piece |
+| ``busy`` | busy time per CPU op (exclusive - blocked, its time after its first child in its later pieces, + folded host gap) and the cross-thread ``fork`` / ``join`` structure |
+| ``later_pieces`` | an op's exclusive time after its first child, as pieces (``Pieces``): nodes of their own, run where the thread ran them |
 | ``dependency_plan`` | the plan as a value: ``DependencyPlan``, node numbering (``NO_NODE``), the ``CAUSES``, the ``WriteSummary`` counts |
 | ``deps`` | builds the ``DependencyPlan``: ctrl and data dependencies, each with its cause, the collective order, the topological write order |
 | ``waits`` | the wait edges of blocking runtime calls (``sync``, ``event_wait``) added to a plan |
