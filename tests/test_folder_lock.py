@@ -114,11 +114,17 @@ def test_a_killed_batch_leaves_a_stale_lock_the_next_run_takes_over(tmp_path):
     validate_all(out)
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """A shell starts a background job with SIGINT ignored, and the child would inherit that: the
+    batch gets Ctrl-C's default, as a command typed in a terminal has it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_leaves_no_lock(tmp_path):
     traces, fmt = rank_set(tmp_path / "t")
     out = tmp_path / "out"
     running = subprocess.Popen(batch_args(traces, out, fmt, "--workers", "1"), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_ctrl_c_as_in_a_terminal)
     wait_for(out / LOCK_NAME, running)
     os.killpg(running.pid, signal.SIGINT)  # what a terminal sends the foreground group
     code = running.wait(30)

@@ -662,7 +662,8 @@ def test_batch_interrupted_stops_cleanly(tmp_path, signum, status):
     process = subprocess.Popen([sys.executable, "-c", SLOW_BATCH, "batch", "--et", str(traces / "rank*.et.json.gz"),
                                 "--kineto", str(traces / "rank*.kineto.json.gz"), "--output-dir", str(out),
                                 "--workers", "2", "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=ROOT, start_new_session=True)
+                               cwd=ROOT, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # not a background job's SIG_IGN
     try:
         deadline = time.monotonic() + 20
         while not out.is_dir() and time.monotonic() < deadline:  # the batch created it: workers start
