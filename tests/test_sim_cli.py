@@ -191,3 +191,21 @@ def test_no_arguments_name_every_subcommand_and_the_version_is_this_release():
 
     project = tomllib.loads((Path(linker.__file__).parents[1] / "pyproject.toml").read_text())["project"]
     assert project["version"] == linker.__version__  # one version: the package's and the command's
+
+
+def test_another_converters_et_that_cannot_finish_says_what_it_is(tmp_path):
+    """The Chakra converter's ``.et`` (no start times, dependencies on absent ids): the replay
+    cannot finish (exit 9), and the report says the file is not et-link's and how to check it."""
+    import gzip
+    import subprocess
+    import sys
+
+    from conftest import shared_trace
+
+    source = shared_trace("chakra_protobuf", "chakra.0.et.gz")
+    plain = tmp_path / "chakra.0.et"
+    plain.write_bytes(gzip.decompress(source.read_bytes()))
+    proc = subprocess.run([sys.executable, "-m", "linker.cli", "simulate", str(plain)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 9, proc.stderr
+    assert "not written by et-link" in proc.stdout and f"et-link validate {plain}" in proc.stdout

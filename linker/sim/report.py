@@ -293,6 +293,10 @@ def format_text(report: SimReport) -> str:
             lines.append(f"  rank {ex['rank']} node {ex['id']} {ex['name']!r}: {ex['reason']}{extra}")
         for ex in report.cycle_example[:1]:
             lines.append("  a cycle: " + " -> ".join(str(c["id"]) for c in report.cycle_example))
+        if not report.measured_us:  # no node has a start time: not an output of et-link
+            files = " ".join(str(r.file) for r in report.ranks) or "FILE"
+            lines.append("  the file has no measured start times: it was not written by et-link (another "
+                         f"converter's trace?); et-link validate {files} says what is wrong with its graph")
     for stall in report.stalls:
         lines.append(f"stall: {stall['comm_type']} #{stall['index']} on process group {stall['process_group']}: "
                      f"reached by ranks {stall['arrived_ranks']}")
