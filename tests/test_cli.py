@@ -218,3 +218,18 @@ def test_an_unquoted_batch_glob_is_named_in_one_line(tmp_path):
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "--et got several files" in lines[0] and "quote it" in lines[0] and "Usage" not in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_summary_names_the_method_that_ran_in_words(tmp_path):
+    """Order alignment is not called "exact" in the summary (the report's ``method`` keeps the
+    option's name): a Kineto trace without record-function ids is linked by order alignment."""
+    doc = json.loads(gzip.decompress(KINETO.read_bytes()))
+    for event in doc["traceEvents"]:
+        if isinstance(event.get("args"), dict):
+            event["args"].pop("Record function id", None)
+    kineto = tmp_path / "k.json"
+    kineto.write_text(json.dumps(doc))
+    proc = run("--et-file", ET, "--kineto-file", kineto, "-o", tmp_path / "o.json", "--report", tmp_path / "r.json")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith("et-link: order alignment: linked") and "exact:" not in proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["method"] == "exact"

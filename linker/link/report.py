@@ -23,6 +23,11 @@ class Unmatched:
     examples: list[dict]
 
 
+# The linking methods in the summary's words (the report's ``method`` keeps the option's names):
+# "exact" is order alignment, not a claim that every link is exact.
+METHOD_WORDS = {"rf_id": "rf_id", "exact": "order alignment", "approximate": "structure matching"}
+
+
 @dataclass
 class LinkReport:
     et_file: str
@@ -72,8 +77,8 @@ class LinkReport:
         if self.host_graph != "execution trace":
             head = f"et-link: no ET: host graph of {self.et_ops:,} ops built from the Kineto trace alone"
         else:
-            head = (f"et-link: {self.method}: linked {self.linked_ops:,}/{self.et_ops:,} ET ops "
-                    f"({self.linked_pct:.2f}%)")
+            head = (f"et-link: {METHOD_WORDS.get(self.method, self.method)}: linked {self.linked_ops:,}/"
+                    f"{self.et_ops:,} ET ops ({self.linked_pct:.2f}%)")
         lines = [f"{head}, {self._gpu_headline()} {timing}"]
         lines += [f"  {reason}" for reason in self.method_reason]
         if self.gpu_accounting:
