@@ -113,6 +113,21 @@ def _low_outliers(results: list[RankResult], metric: str, label: str) -> list[Ou
             for rank, value in values if value < threshold]
 
 
+# Why GPU events of a rank are not attached, in the single-pair summary's words (``gpu_headline_parts``).
+GPU_PART_WORDS = {"before": "launched before the trace", "outside": "outside the linked iteration",
+                  "unattached": "not attached"}
+
+
+def _with_gpu_reasons(outlier: Outlier, results: list[RankResult]) -> Outlier:
+    """The GPU-attached outlier with the rank's reasons, as the single-pair summary gives them
+    ("64 launched before the trace")."""
+    rank = next(r for r in results if r.rank == outlier.rank)
+    reasons = ", ".join(f"{count:,} {GPU_PART_WORDS.get(part, part)}" for part, count in rank.gpu_not_attached.items())
+    if reasons:
+        outlier.reason += f" ({reasons})"
+    return outlier
+
+
 def _high_outliers(results: list[RankResult], metric: str, factor: float, floor: float,
                    describe: Callable[[float], str], label: str) -> list[Outlier]:
     values = [(r.rank, getattr(r, metric)) for r in results if getattr(r, metric)]
@@ -131,7 +146,7 @@ def find_outliers(results: list[RankResult]) -> list[Outlier]:
     """
     ok = [r for r in results if r.ok]
     outliers = _low_outliers(ok, "linked_pct", "linked")
-    outliers += _low_outliers(ok, "gpu_linked_pct", "GPU ops attached")
+    outliers += [_with_gpu_reasons(o, ok) for o in _low_outliers(ok, "gpu_linked_pct", "GPU ops attached")]
     methods = [r.method for r in ok if r.method]
     if len(methods) >= 3:
         majority, count = max(((m, methods.count(m)) for m in set(methods)), key=lambda mc: (mc[1], mc[0]))

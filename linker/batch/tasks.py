@@ -48,6 +48,7 @@ class RankResult:
     gpu_events: int = 0
     gpu_events_linked: int = 0
     gpu_linked_pct: float | None = None
+    gpu_not_attached: dict[str, int] = field(default_factory=dict)  # headline part -> GPU events (not "attached")
     warnings: list[str] = field(default_factory=list)
     wall_seconds: float | None = None
     peak_rss_bytes: int | None = None
@@ -105,6 +106,7 @@ def fill_from_report(result: RankResult, report: dict) -> RankResult:
     if report.get("gpu_accounting"):  # the link's headline: every GPU event of the file, not the window's
         parts = gpu_headline_parts(report["gpu_accounting"])
         result.gpu_events, result.gpu_events_linked = sum(parts.values()), parts["attached"]
+        result.gpu_not_attached = {part: count for part, count in parts.items() if part != "attached" and count}
         result.gpu_linked_pct = round(100.0 * parts["attached"] / result.gpu_events, 3) if result.gpu_events else 100.0
     result.warnings = list(report.get("warnings") or [])
     return result
