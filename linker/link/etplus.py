@@ -140,19 +140,17 @@ class PieceRows:
 
     def nodes(self, start: int = 0, stop: int | None = None) -> list:
         """The node structs of pieces ``start`` to ``stop`` (C passes over the columns)."""
-        cut = slice(start, stop)
-        count = len(self.ids[cut])
+        cut = slice(start, stop)  # ``map`` stops with the columns: the repeated values need no count
         if self.flat:
-            empty = repeat(_EMPTY_LIST, count)
-            return list(map(FlatPiece, self.ids[cut], self.names[cut], self.continues[cut], empty,
-                            repeat(_EMPTY_LIST), repeat(_EMPTY_LIST), repeat(_EMPTY_LIST), repeat(_EMPTY_LIST),
-                            repeat(_EMPTY_LIST), self.tids[cut], self.ts[cut], self.dur[cut], self.continues[cut],
+            empty = repeat(_EMPTY_LIST)
+            return list(map(FlatPiece, self.ids[cut], self.names[cut], self.continues[cut], empty, empty, empty,
+                            empty, empty, empty, self.tids[cut], self.ts[cut], self.dur[cut], self.continues[cut],
                             self.host_gap[cut], self.sim[cut], self.data_deps[cut], self.data_dep_causes[cut]))
         attrs_of: dict[int, list] = {}
         attrs = [attrs_of.get(tid) or attrs_of.setdefault(tid, [{"name": "tid", "type": "uint64", "value": tid}])
                  for tid in self.tids[cut]]
         return list(map(NestedPiece, self.ids[cut], self.names[cut], self.continues[cut],
-                        repeat(_EMPTY_IO_NESTED, count), repeat(_EMPTY_IO_NESTED), attrs, self.ts[cut],
+                        repeat(_EMPTY_IO_NESTED), repeat(_EMPTY_IO_NESTED), attrs, self.ts[cut],
                         self.dur[cut], self.continues[cut], self.host_gap[cut], self.sim[cut],
                         self.data_deps[cut], self.data_dep_causes[cut]))
 

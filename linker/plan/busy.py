@@ -400,7 +400,7 @@ def _sim_times(busy: BusyTimes, exclusive_of_op: list[float], linked: list[bool]
     own = map(sub, map(sub, exclusive_of_op, blocked), busy.deferred)
     busy.sim = list(map(add, own, busy.host_gap))
     pieces = busy.pieces
-    pieces.sim = list(map(add, pieces.length, pieces.host_gap or [0.0] * len(pieces)))
+    pieces.sim = list(map(add, pieces.length, pieces.host_gap))  # host_gap: ``_gaps_after_pieces``
 
 
 def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes, skew=None) -> None:

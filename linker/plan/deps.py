@@ -473,14 +473,14 @@ def _settle_after_chain(pieces, prev: array, n: int, starts: list[float]) -> Non
         after[j] = a
 
 
-def _thread_pieces(ctrl: array, prev: array, pieces, n: int, start: int) -> list[int]:
+def _thread_pieces(ctrl: array, prev: array, pieces, n: int, start: int) -> None:
     """Put the later pieces (numbers ``start`` + j) into the thread chains: the pieces that follow
     op a, in time order, run after a and before the node that followed a (its ``prev`` is then
-    the last of them); each piece's ``ctrl`` is the op it continues. Returns the ET nodes whose
-    ``prev`` became a piece. O(n) C passes and a loop over the pieces."""
+    the last of them); each piece's ``ctrl`` is the op it continues. O(n) C passes and a loop over
+    the pieces."""
     count = len(pieces)
     if not count:
-        return []
+        return
     ctrl.extend(array("q", pieces.owner))
     prev.extend(array("q", [NO_NODE]) * count)
     last_after: dict[int, int] = {}  # op a -> the last piece following it so far
@@ -488,10 +488,8 @@ def _thread_pieces(ctrl: array, prev: array, pieces, n: int, start: int) -> list
         u = start + j
         prev[u] = last_after.get(a, a)
         last_after[a] = u
-    followers = list(compress(range(n), map(last_after.__contains__, prev[:n])))
-    for u in followers:
+    for u in compress(range(n), map(last_after.__contains__, prev[:n])):
         prev[u] = last_after[prev[u]]
-    return followers
 
 
 def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommResolver | None = None,

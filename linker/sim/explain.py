@@ -42,10 +42,10 @@ def short_name(name: str, limit: int = SHORT_NAME) -> str:
     """An op's name for a line of text: a C++ template's arguments and a signature's parameters
     left out ("void at::native::elementwise_kernel<...>(...)" -> "void at::native::elementwise_kernel<…>"),
     then cut at ``limit`` characters."""
-    for opening, closing in (("<", "…>"), ("(", "(…)")):
+    for opening, elided in (("<", "<…>"), ("(", "(…)")):
         at = name.find(opening)
         if 0 < at < len(name) - 1 and len(name) > limit:
-            name = name[:at] + opening + closing[1:] if opening == "(" else name[:at] + "<…>"
+            name = name[:at] + elided
     return name if len(name) <= limit else name[:limit - 1] + "…"
 
 

@@ -244,9 +244,6 @@ def _us(value: float, unit: str = "") -> str:
     return format_us(value, unit)
 
 
-_LINK_WORDS = LINK_WORDS  # how the critical path reaches its nodes, in words (``explain``)
-
-
 def format_text(report: SimReport) -> str:
     """The human-readable report."""
     lines = []
@@ -308,7 +305,7 @@ def format_text(report: SimReport) -> str:
         kinds = ", ".join(f"{k} {_us(v)}" for k, v in report.critical_path_us_by_kind.items() if v > 0)
         lines.append(f"critical path: {kinds}")
         lines.append("  its ops start after: " + ", ".join(
-            f"{_LINK_WORDS.get(link.link, link.link)} ({link.count} op{'s' if link.count != 1 else ''}, {_us(link.us)})"
+            f"{LINK_WORDS.get(link.link, link.link)} ({link.count} op{'s' if link.count != 1 else ''}, {_us(link.us)})"
             for link in report.critical_path_links))
         unit = unit_for(max((op.us for op in report.critical_path), default=0.0))
         lines.append(f"  {'time on path':>12}  {'share':>5}  {'count':>5}  kind  op")

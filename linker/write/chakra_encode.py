@@ -100,12 +100,6 @@ def cpu_comm_attrs(tid: int, comm: CommAttrs) -> Iterator[AttrSpec]:
         yield "comm_seq", "int64_val", comm.seq
 
 
-def delimited_varint(value: int) -> bytes:
-    """A packed repeated field's payload of one varint, with its length: ``ctrl_deps`` of one id."""
-    encoded = encode_varint(value)
-    return encode_varint(len(encoded)) + encoded
-
-
 def whole_microseconds(sim: list[float], tid: list[int], owners: list[int] = ()) -> list[int]:
     """Each CPU node's busy time in whole µs, rounded as one running total over the nodes taken
     thread by thread (``tid``: threads by number, ET order within each), not one by one: a node's
