@@ -11,6 +11,7 @@ from typing import Callable
 
 import orjson
 
+from linker.link.report import GPU_PART_WORDS
 from linker.write.sink import atomic_output
 from linker.batch.collectives import CollectiveCheck, format_check
 from linker.batch.tasks import RankResult
@@ -113,14 +114,9 @@ def _low_outliers(results: list[RankResult], metric: str, label: str) -> list[Ou
             for rank, value in values if value < threshold]
 
 
-# Why GPU events of a rank are not attached, in the single-pair summary's words (``gpu_headline_parts``).
-GPU_PART_WORDS = {"before": "launched before the trace", "outside": "outside the linked iteration",
-                  "unattached": "not attached"}
-
-
 def _with_gpu_reasons(outlier: Outlier, results: list[RankResult]) -> Outlier:
-    """The GPU-attached outlier with the rank's reasons, as the single-pair summary gives them
-    ("64 launched before the trace")."""
+    """The GPU-attached outlier with the rank's reasons, in the single-pair summary's words
+    (``link.report.GPU_PART_WORDS``: "64 launched before the trace")."""
     rank = next(r for r in results if r.rank == outlier.rank)
     reasons = ", ".join(f"{count:,} {GPU_PART_WORDS.get(part, part)}" for part, count in rank.gpu_not_attached.items())
     if reasons:

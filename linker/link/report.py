@@ -106,11 +106,13 @@ class LinkReport:
         parts = gpu_headline_parts(self.gpu_accounting)
         total = sum(parts.values())
         share = [f"{100.0 * parts['attached'] / total:.2f}%"] if total else []
-        share += [f"{parts[key]:,} {words}" for key, words in (
-            ("outside", "outside the linked iteration"), ("before", "launched before the trace"),
-            ("unattached", "not attached")) if parts[key]]
+        share += [f"{parts[key]:,} {words}" for key, words in GPU_PART_WORDS.items() if parts[key]]
         return f"GPU events: {parts['attached']:,} of {total:,} attached" + (f" ({'; '.join(share)})" if share else "")
 
+
+# The headline's parts other than "attached", in words and in the order printed.
+GPU_PART_WORDS = {"outside": "outside the linked iteration", "before": "launched before the trace",
+                  "unattached": "not attached"}
 
 # Each GPU accounting reason in one of the headline's parts (attached unless named here).
 _GPU_PART = {UNDER_OP: "attached", UNDER_GRAPH_OP: "attached", UNDER_ANNOTATION: "attached",
