@@ -318,6 +318,9 @@ def test_explain_names_the_first_and_the_largest_drift_on_the_path(tmp_path):
     assert drift["first"]["after"]["id"] == 1  # held by its dependency on A
     assert drift["largest"][0]["id"] == 2 and drift["largest"][0]["jump_us"] == -40
     assert sum(p["jump_us"] for p in drift["largest"]) == -40  # jumps add up to the end's drift
+    from linker.sim.explain import format_drift
+
+    assert format_drift(drift)[0].startswith("drift (simulated start - measured start, from each rank's own start,")
 
 
 def test_explain_on_the_cli_prints_the_places(ddp_job):

@@ -106,8 +106,8 @@ def format_drift(drift: dict, measured_us: float | None = None) -> list[str]:
     """The text lines of ``drift_report``; ``measured_us``: the step, to say what share of it the
     threshold is. Names in their short form (``short_name``; the JSON keeps them whole), causes in
     words (``LINK_WORDS``)."""
-    origin = "each rank's own start" if drift["origin"] == "each rank's own start" else "earliest measured start"
-    lines = [f"drift (simulated start - measured start, from the {origin}, along the critical path): "
+    origin = "each rank's own start" if drift["origin"] == "each rank's own start" else "the earliest measured start"
+    lines = [f"drift (simulated start - measured start, from {origin}, along the critical path): "
              f"the end drifts {_signed_us(drift['end_drift_us'])}"]
 
     def line(place: dict) -> str:
