@@ -110,6 +110,14 @@ HOST = "host"  # the kind of the host time between ops (Python), counted apart f
 HOST_TIME = "(host time between ops)"
 
 
+def _op_and_host(step: PathStep) -> tuple[float, float]:
+    """The step's time on the path, split into its op's own time and the host time between ops
+    folded into its node (``SimGraph.op_us``)."""
+    us = step.end - step.start
+    own = step.graph.op_us(step.local, us)
+    return own, us - own
+
+
 def top_ops(rp: Replay, path: list[PathStep], limit: int = 10) -> list[CriticalOp]:
     """Op names by their time on the path (end - start of each node, its later pieces included),
     largest first; ``count`` counts ops, not their pieces. The host time between ops folded into
@@ -118,9 +126,8 @@ def top_ops(rp: Replay, path: list[PathStep], limit: int = 10) -> list[CriticalO
     host = 0.0
     for step in path:
         graph, i = step.graph, step.local
-        us = step.end - step.start
-        own = graph.op_us(i, us)
-        host += us - own
+        own, gap = _op_and_host(step)
+        host += gap
         key = (graph.names[i], KIND_NAMES[graph.kind[i]])
         entry = totals.get(key)
         if entry is None:
@@ -139,11 +146,9 @@ def time_by_kind(rp: Replay, path: list[PathStep]) -> dict[str, float]:
     totals = [0.0] * len(KIND_NAMES)
     host = 0.0
     for step in path:
-        graph, i = step.graph, step.local
-        us = step.end - step.start
-        own = graph.op_us(i, us)
-        totals[graph.kind[i]] += own
-        host += us - own
+        own, gap = _op_and_host(step)
+        totals[step.graph.kind[step.local]] += own
+        host += gap
     kinds = dict(zip(KIND_NAMES, totals))
     if host > 0:
         kinds[HOST] = host
