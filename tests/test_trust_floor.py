@@ -181,17 +181,23 @@ def test_shared_torch_cpu_pairs_are_linked_by_rf_id(case):
     assert result.match.method == "rf_id"
 
 
-@pytest.mark.parametrize("how", ["scramble", "remove"])
-@pytest.mark.parametrize("case", ["mlp_steps", "threads"])
-def test_coverage_just_below_the_floor_is_refused_and_falls_back(tmp_path, case, how):
+def _pair_keeping(tmp_path, case: str, how: str, below_floor: int):
+    """A CPU fixture pair whose ET keeps ``_floor_count - below_floor`` joinable rf_ids (the rest
+    scrambled or removed, ``how``): (ET path, Kineto path, ids kept, ops on the smaller side)."""
     et_path, kineto_path = fixture_pair("cpu", case)
     et_doc, kineto_doc = _load(et_path), _load(kineto_path)
     smaller = _smaller_side(et_doc, kineto_doc)
-    keep = _floor_count(smaller) - 1
-    assert keep / smaller < FLOOR
+    keep = _floor_count(smaller) - below_floor
     changed = _keep_only(et_doc, keep, how)
     assert _joined_same_name(changed, kineto_doc) == keep
-    path = _save(changed, tmp_path / "et.json.gz")
+    return _save(changed, tmp_path / "et.json.gz"), kineto_path, keep, smaller
+
+
+@pytest.mark.parametrize("how", ["scramble", "remove"])
+@pytest.mark.parametrize("case", ["mlp_steps", "threads"])
+def test_coverage_just_below_the_floor_is_refused_and_falls_back(tmp_path, case, how):
+    path, kineto_path, keep, smaller = _pair_keeping(tmp_path, case, how, 1)
+    assert keep / smaller < FLOOR
 
     et, kineto, _ = read_pair(path, kineto_path)
     _, check = match_by_rf_id(et, kineto)
@@ -213,13 +219,8 @@ def test_coverage_just_below_the_floor_is_refused_and_falls_back(tmp_path, case,
 @pytest.mark.parametrize("how", ["scramble", "remove"])
 @pytest.mark.parametrize("case", ["mlp_steps", "threads"])
 def test_coverage_just_at_the_floor_is_trusted(tmp_path, case, how):
-    et_path, kineto_path = fixture_pair("cpu", case)
-    et_doc, kineto_doc = _load(et_path), _load(kineto_path)
-    smaller = _smaller_side(et_doc, kineto_doc)
-    keep = _floor_count(smaller)
+    path, kineto_path, keep, smaller = _pair_keeping(tmp_path, case, how, 0)
     assert keep / smaller >= FLOOR and (keep - 1) / smaller < FLOOR
-    changed = _keep_only(et_doc, keep, how)
-    path = _save(changed, tmp_path / "et.json.gz")
 
     et, kineto, _ = read_pair(path, kineto_path)
     _, check = match_by_rf_id(et, kineto)
