@@ -133,6 +133,33 @@ def test_ctrl_c_leaves_no_lock(tmp_path):
     assert not out.joinpath(LOCK_NAME).exists()
 
 
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_lock_is_taken_still_removes_it(tmp_path, monkeypatch, number):
+    """The window the Ctrl-C test above can hit by chance, made certain: the signal comes after the
+    lock file is made and before the owner has written its name."""
+    from linker.batch import folder_lock
+    from linker.read.files import Terminated, terminate_as_interrupt
+
+    previous_term = signal.getsignal(signal.SIGTERM)
+    terminate_as_interrupt()
+    real_read = folder_lock._read_owner
+
+    def read_then_signal(fd):
+        os.kill(os.getpid(), number)
+        return real_read(fd)
+
+    monkeypatch.setattr(folder_lock, "_read_owner", read_then_signal)
+    try:
+        with pytest.raises(KeyboardInterrupt) as caught:
+            with owned_folder(tmp_path / "out", "the test"):
+                pytest.fail("the block ran although a signal came while the lock was taken")
+        assert isinstance(caught.value, Terminated) == (number == signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+    assert not (tmp_path / "out" / LOCK_NAME).exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_dask_client_holds_the_folder_too(tmp_path):
     if importlib.util.find_spec("distributed") is None:
         pytest.skip("dask[distributed] is not installed")

@@ -10,9 +10,10 @@ written twice): the second must stop before it writes anything. The contract:
 - a folder whose lock another live process holds raises ``FolderBusyError``, one line naming the
   folder and the owner; nothing is written;
 - the lock is released and its file removed on every way out of the ``with`` block (a normal end,
-  an error, Ctrl-C). A process killed outright (SIGKILL) leaves the file, but the OS drops its
-  ``flock``: the next run takes it over, with a warning naming the dead owner when it was on this
-  host. A file naming another host whose ``flock`` is free is not taken (a file system that does
+  an error, Ctrl-C, SIGTERM; a signal that comes while the lock is being taken is held back until
+  it is, so that it too finds the block's cleanup). A process killed outright (SIGKILL) leaves the
+  file, but the OS drops its ``flock``: the next run takes it over, with a warning naming the dead
+  owner when it was on this host. A file naming another host whose ``flock`` is free is not taken (a file system that does
   not carry locks between hosts cannot tell a live owner there from a dead one): the error says to
   remove the file if that owner is gone.
 
@@ -27,8 +28,10 @@ import errno
 import fcntl
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -68,27 +71,51 @@ def owned_folder(folder: str | os.PathLike, command: str,
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise BatchSetupError(f"cannot create the output directory {folder}: {err}") from None
-    fd = _take(path, folder)
-    previous = _read_owner(fd)
-    host = socket.gethostname()
-    if previous.get("host") not in (None, host):
-        os.close(fd)  # the file stays: it is that owner's
-        raise FolderBusyError(f"{folder}: the lock {LOCK_NAME} names {_owner_text(previous)}, another host; "
-                              f"remove {path} if that run is gone")
+    fd = None
     me = os.getpid()
     try:
+        with _signals_held():  # Ctrl-C between making the file and holding it would leave it behind
+            fd = _take(path, folder)
+            previous = _read_owner(fd)
+            host = socket.gethostname()
+            if previous.get("host") not in (None, host):
+                os.close(fd)  # the file stays: it is that owner's
+                fd = None
+                raise FolderBusyError(f"{folder}: the lock {LOCK_NAME} names {_owner_text(previous)}, another "
+                                      f"host; remove {path} if that run is gone")
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps({"pid": me, "host": host, "command": command}).encode())
         if previous:
             note = (f"et-link: {folder}: taking over the lock of {_owner_text(previous)}, which ended "
                     f"without releasing it")
             (warn or (lambda text: print(text, file=sys.stderr)))(note)
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": me, "host": host, "command": command}).encode())
         yield folder
     finally:
-        with contextlib.suppress(OSError):
-            if os.getpid() == me and _same_file(fd, path):  # a forked child leaving the block: not its lock
-                path.unlink()
-        os.close(fd)  # drops the flock
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                if os.getpid() == me and _same_file(fd, path):  # a forked child leaving the block: not its lock
+                    path.unlink()
+            os.close(fd)  # drops the flock
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back while the block runs (in the main thread; elsewhere Python
+    delivers no signals), then deliver any that came, so that they land where the caller's
+    ``finally`` can clean up."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {number: signal.signal(number, lambda number, frame: arrived.append(number)) for number in held}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for number in dict.fromkeys(arrived):
+            signal.raise_signal(number)
 
 
 def _same_file(fd: int, path: Path) -> bool:
