@@ -29,7 +29,7 @@ Cost: O(GPU ops) per rank; O(total comm ops + ranks x groups) in the batch proce
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -314,16 +314,26 @@ def _at(sequence: list[CommOp], position: int, label: str) -> str:
     return f"nothing: its {label} end after {len(sequence)}"
 
 
-def _who_has(sequences: dict[int, list[CommOp]], position: int, label: str) -> tuple[list[RankOps], list[int]]:
-    """Ranks grouped by what they have at ``position``; the ranks outside the largest group."""
+def _ranks_by_text(texts: Iterable[tuple[int, str]]) -> list[RankOps]:
+    """``(rank, what it has)`` pairs grouped by what they have, in the order each first appears."""
     by_text: dict[str, list[int]] = defaultdict(list)
-    for rank, sequence in sequences.items():
-        by_text[_at(sequence, position, label)].append(rank)
-    has = sorted((RankOps(ranks, text) for text, ranks in by_text.items()), key=lambda r: (-len(r.ranks), r.ranks))
-    sizes = Counter(len(r.ranks) for r in has)
-    if len(has) > 1 and sizes[len(has[0].ranks)] == 1:
+    for rank, text in texts:
+        by_text[text].append(rank)
+    return [RankOps(ranks, text) for text, ranks in by_text.items()]
+
+
+def _who_has(sequences: dict[int, list[CommOp]], position: int, label: str) -> tuple[list[RankOps], list[int]]:
+    """Ranks grouped by what they have at ``position``, largest group first; the ranks outside the
+    largest group (every compared rank when no group is larger than all others)."""
+    has = sorted(_ranks_by_text((rank, _at(sequence, position, label)) for rank, sequence in sequences.items()),
+                 key=lambda r: (-len(r.ranks), r.ranks))
+    if len(has) > 1 and len(has[0].ranks) > len(has[1].ranks):
         return has, sorted(r for entry in has[1:] for r in entry.ranks)
     return has, sorted(sequences)  # no majority: every compared rank is a suspect
+
+
+def _summary(has: list[RankOps]) -> str:
+    return "; ".join(f"rank{'s' if len(h.ranks) > 1 else ''} {_ranks_text(h.ranks)}: {h.has}" for h in has)
 
 
 def _check_group_collectives(group: str, sequences: dict[int, list[CommOp]]) -> Divergence | None:
@@ -331,9 +341,8 @@ def _check_group_collectives(group: str, sequences: dict[int, list[CommOp]]) -> 
     if position is None:
         return None
     has, at_fault = _who_has(sequences, position, "collectives")
-    summary = "; ".join(f"rank{'s' if len(h.ranks) > 1 else ''} {_ranks_text(h.ranks)}: {h.has}" for h in has)
     return Divergence(group, "collective", position, at_fault, has,
-                      f"group {group}, collective #{position}: {summary}")
+                      f"group {group}, collective #{position}: {_summary(has)}")
 
 
 def _check_channel(group: str, sender: int, receiver: int, sends: list[CommOp], recvs: list[CommOp]) -> Divergence | None:
@@ -409,51 +418,52 @@ def _by_sequence_number(group: str, records: dict[int, RankCollectives], compare
                         sequences: dict[int, list[CommOp]], notes: list[str] | None = None
                         ) -> tuple[dict[int, list[CommOp]], str, Divergence | None]:
     """Pair the members' collectives by sequence number when every one of them carries one
-    (distinct per rank): each rank's ops in sequence order, and a divergence naming the first
-    sequence number some member lacks; else by position (the sequences as given). O(ops log ops)."""
-    numbered = {}
+    (distinct per rank); else by position (returns the sequences as given, "position", None).
+
+    Numbers are visited in increasing order; the first one some member lacks (and whose ET did not
+    merely lose it: ``RankCollectives.unrecorded``), or whose ops differ between members, is the
+    divergence, returned with each rank's ops in number order. Without one, every number was
+    compared here: returns empty sequences. O(ops log ops + numbers x ranks)."""
+    numbers: dict[int, list[int]] = {}
     for rank in compared:
         seqs = records[rank].seqs.get(group) or []
         ops = sequences[rank]
         if not ops or len(seqs) != len(ops) or any(s is None for s in seqs) or len(set(seqs)) != len(seqs):
             return sequences, "position", None
-        numbered[rank] = sorted(zip(seqs, range(len(ops))))
-    if len(numbered) < 2:
+        numbers[rank] = seqs
+    if len(numbers) < 2:
         return sequences, "position", None
-    ordered = {rank: [sequences[rank][k] for _, k in pairs] for rank, pairs in numbered.items()}
-    every = sorted(set().union(*({s for s, _ in pairs} for pairs in numbered.values())))
+    holders_of: dict[int, dict[int, CommOp]] = defaultdict(dict)  # number -> {rank: its op}, ranks in compared order
+    for rank, seqs in numbers.items():
+        for seq, op in zip(seqs, sequences[rank]):
+            holders_of[seq][rank] = op
+    ranks = sorted(numbers)
+    lost_by_rank = {rank: set(records[rank].unrecorded.get(group, ())) for rank in ranks}
     lost = 0
-    for position, seq in enumerate(every):
-        holders = {rank: sequences[rank][k] for rank, pairs in numbered.items() for s, k in pairs if s == seq}
-        lacking = sorted(set(numbered) - set(holders))
-        if lacking and all(seq in records[rank].unrecorded.get(group, ()) for rank in lacking):
+    for position, seq in enumerate(sorted(holders_of)):
+        holders = holders_of[seq]
+        lacking = [rank for rank in ranks if rank not in holders]
+        if lacking and all(seq in lost_by_rank[rank] for rank in lacking):
             lost += 1  # issued there too; its ET lost it (still running when the trace stopped)
             lacking = []
-        ops = list(holders.values())
-        if not lacking and any(op is not ops[0] and not op.matches(ops[0]) for op in ops[1:]):
-            by_text: dict[str, list[int]] = defaultdict(list)
-            for rank, op in sorted(holders.items()):
-                by_text[op.describe()].append(rank)
-            has = sorted((RankOps(ranks, text) for text, ranks in by_text.items()), key=lambda h: (-len(h.ranks), h.ranks))
-            at_fault = sorted(r for h in has[1:] for r in h.ranks) if len(has[0].ranks) > len(has[1].ranks) else sorted(holders)
-            summary = "; ".join(f"rank{'s' if len(h.ranks) > 1 else ''} {_ranks_text(h.ranks)}: {h.has}" for h in has)
-            return ordered, "sequence number", Divergence(
-                group, "collective", position, at_fault, has,
-                f"group {group}, collective #{position} (sequence number {seq}): {summary}")
+        first = next(iter(holders.values()))
         if lacking:
-            by_text: dict[str, list[int]] = defaultdict(list)
-            for rank, op in sorted(holders.items()):
-                by_text[op.describe()].append(rank)
-            has = [RankOps(ranks, text) for text, ranks in by_text.items()]
+            has = _ranks_by_text((rank, op.describe()) for rank, op in sorted(holders.items()))
             has.append(RankOps(lacking, f"nothing with sequence number {seq}"))
-            summary = "; ".join(f"rank{'s' if len(h.ranks) > 1 else ''} {_ranks_text(h.ranks)}: {h.has}" for h in has)
-            return ordered, "sequence number", Divergence(
-                group, "collective", position, lacking, has,
-                f"group {group}, collective #{position} (sequence number {seq}): {summary}")
+            at_fault = lacking
+        elif any(op is not first and not op.matches(first) for op in holders.values()):
+            has, at_fault = _who_has({rank: [op] for rank, op in sorted(holders.items())}, 0, "collectives")
+        else:
+            continue
+        in_number_order = {rank: [op for _, op in sorted(zip(seqs, sequences[rank]), key=lambda pair: pair[0])]
+                           for rank, seqs in numbers.items()}
+        return in_number_order, "sequence number", Divergence(
+            group, "collective", position, at_fault, has,
+            f"group {group}, collective #{position} (sequence number {seq}): {_summary(has)}")
     if lost and notes is not None:
         notes.append(f"group {group}: {lost} CPU collective(s) issued on every rank are missing from some ranks' "
                      f"ETs (still running when the trace stopped); compared where present")
-    return {rank: [] for rank in ordered}, "sequence number", None  # compared number by number above
+    return {rank: [] for rank in numbers}, "sequence number", None  # compared number by number above
 
 
 def write_comm_groups(table: dict[str, list[int]], path: Path) -> None:
