@@ -34,7 +34,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
+sys.path.insert(0, str(ROOT))
+from linker.batch import astra_run  # noqa: E402  (the checkout's, as et_link runs it)
 
 
 def et_link(*args: str) -> str:
@@ -44,17 +45,16 @@ def et_link(*args: str) -> str:
     return done.stdout
 
 
-def run_astra(run_script: Path, binary: str) -> tuple[dict[int, float], str]:
-    """Run a setup's ``run`` script verbatim; {npu: finish µs} and the log's warnings summary."""
-    env = dict(os.environ, ASTRA_SIM_BIN=binary)
-    done = subprocess.run([str(run_script)], capture_output=True, text=True, env=env)
-    text = done.stdout + done.stderr
-    finished = {int(npu): int(cycles) / 1000.0 for npu, cycles in FINISHED.findall(text)}
-    if done.returncode != 0 or not finished:
-        raise RuntimeError(f"{run_script} exited {done.returncode}: {text.strip()[-800:]}")
-    warnings = sorted({line.split("] ", 2)[-1][:110] for line in text.splitlines() if "[warning]" in line
-                       or "warning!" in line})
-    return finished, "; ".join(warnings)
+def run_astra(run_script: Path, binary: str) -> tuple[dict[int, float], str, object]:
+    """Run a setup's ``run`` script verbatim through ``et-link astra-run``'s own code
+    (``linker.batch.astra_run.run_setup``); {npu: finish us}, the log's other lines condensed and
+    the run's output (for ``compare``)."""
+    try:
+        output = astra_run.run_setup(run_script.parent, Path(binary))
+    except astra_run.AstraRunError as err:
+        raise RuntimeError(str(err)) from None
+    finished = {npu: cycles / 1000.0 for npu, cycles in output.finished_ns.items()}
+    return finished, "; ".join(output.noise_summary()), output
 
 
 def simulate(folder_or_files: list[Path], rank_start: str) -> dict:
@@ -89,7 +89,7 @@ def check_workload(name: str, link, binary: str, work: Path) -> bool:
     """Print the side-by-side table of one workload; True when every line is within the bounds
     of issue 34 (job and ranks within 2% of measured; zero-start within 1% of et-link)."""
     setup, files = link(work, "measured")
-    astra, warnings = run_astra(setup / "run", binary)
+    astra, warnings, output = run_astra(setup / "run", binary)
     report = simulate(files, "measured")
     ranks = report["ranks"]
     starts = report.get("rank_start_us") or [0.0] * len(ranks)
@@ -112,9 +112,16 @@ def check_workload(name: str, link, binary: str, work: Path) -> bool:
     print(f"  job: measured span {span:,.1f} us; et-link end {sim_end:,.1f} ({_ratio(sim_end, span)}); "
           f"ASTRA-sim end {astra_end:,.1f} ({_ratio(astra_end, span)})")
     if warnings:
-        print(f"  ASTRA-sim warnings: {warnings}")
+        print(f"  ASTRA-sim's other lines: {warnings}")
+    same = astra_run.compare(setup, output)  # what `et-link astra-run` prints for this run
+    agree = (same.ratio is not None and abs(same.ratio - astra_end / span) < 1e-9
+             and all(abs(row.astra_us - (astra[0 if single else row.rank] - starts[k])) < 1e-6
+                     for k, row in enumerate(same.ranks)))
+    ok &= agree
+    print(f"  et-link astra-run reads the same run as: job {_ratio(same.astra_job_us, same.measured_job_us)}, ranks "
+          f"{', '.join(_ratio(r.ratio, 1.0) for r in same.ranks)} ({'agrees' if agree else 'DIFFERS'})")
     setup0, files0 = link(work, "zero")
-    astra0, _ = run_astra(setup0 / "run", binary)
+    astra0, _, _ = run_astra(setup0 / "run", binary)
     zero = simulate(files0, "zero")
     worst = 0.0
     for row in zero["ranks"]:
@@ -165,7 +172,7 @@ def network_check(setup: Path, files: list[Path], binary: str, work: Path) -> bo
                                f"--system-configuration={setup}/system.json", f"--network-configuration={folder}/network.yml",
                                f"--remote-memory-configuration={setup}/memory.json", f"--logging-folder={folder}/log"],
                               capture_output=True, text=True)
-        times = [int(t) for _, t in FINISHED.findall(done.stdout + done.stderr)]
+        times = list(astra_run.parse_output(done.stdout + done.stderr)[0].values())
         measured += c.measured_us
         modelled += max(times) / 1000.0
     error = modelled / measured - 1
