@@ -11,6 +11,8 @@ Steps, each one a plain function over plain data, each in its own module:
 | 5. set up the simulator | ``rank_start``, ``rank_start_et``, ``astra_setup``, ``astra_collectives``, ``job.simulator_setup`` | each rank's start offset written into its output as a delay node; for ``--format et`` the outputs read back as replay graphs, then the ASTRA-sim configuration and ``run`` script (a large job's rewrites and reads in forked children: ``Schedule.each_output``) |
 | 6. summarise | ``summary`` | per-rank table, job totals, ranks that stand out; ``summary.json`` |
 
+After the batch, ``astra_run`` (``et-link astra-run``) runs the setup of step 5 with the ASTRA-sim
+binary and sets its answer beside the measured times of ``summary.json``.
 ``job.run_batch`` ties them together; ``progress`` draws the ranks' progress on stderr; ``errors``
 holds the setup errors raised before any work.
 This package re-exports the names callers use (``from linker.batch import run_batch``).
