@@ -30,9 +30,10 @@ Reading order for a newcomer, one pair from files to output:
 
 __version__ = "0.4.0.dev0"  # 0.3 released; this is the next one (ET+ with later-piece nodes)
 
-# Library API (docs/library.md): link_traces, write_et_plus, simulate, link_job and, with pandas,
-# ops_table / gpu_events_table. Each function imports what it needs when called, so ``import linker``
-# stays light. (Not named link/write/batch: those are the wings linker.link, linker.write, linker.batch.)
+# Library API (docs/library.md): link_traces, write_et_plus, simulate, link_job, the tables of a link
+# (ops_table / gpu_events_table) and load (the tables of a saved ET+). Each function imports what it
+# needs when called, so ``import linker`` stays light. (Not named link/write/batch: those are the
+# wings linker.link, linker.write, linker.batch.)
 
 import os
 from typing import TYPE_CHECKING, Iterable, Optional
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # for the signatures only; nothing is imported at run time
     from linker.batch.summary import BatchSummary
     from linker.link.recipe import LinkResult
     from linker.pipeline import PairOutcome
+    from linker.sim.saved_etplus import SavedEtPlus
     from linker.sim.simulation import Simulation
 
 
@@ -94,8 +96,9 @@ def simulate(files: str | os.PathLike | Iterable[str | os.PathLike], *, model: s
     "lanes" (each CPU thread and GPU stream its own unit); ``scale``: what-if factors
     ("cpu=0.5,gpu=1,comm=2"); ``comm_groups``: the process-group JSON; ``rank_start``: "measured"
     or "zero"; ``top``: critical-path ops listed. Returns the ``Simulation``: ``.report``
-    (``SimReport``), ``.text()``, ``.write_html(path)``, ``.write_trace(path)``, and with pandas
-    ``.critical_path_table()``, ``.nodes_table()``. Raises ``TraceInputError`` / ``ValueError``."""
+    (``SimReport``), ``.text()``, ``.write_html(path)``, ``.write_trace(path)`` and the tables
+    ``.critical_path_table()``, ``.nodes_table()`` (DataFrames; ``as_rows=True``: lists of dicts).
+    Raises ``TraceInputError`` / ``ValueError``."""
     from pathlib import Path
 
     from linker.sim.cli_run import SimulateOptions
@@ -132,18 +135,41 @@ def link_job(kineto: str, output_dir: str | os.PathLike, et: Optional[str] = Non
     return run_batch(config, progress_stream=io.StringIO(), interactive=False)
 
 
-def ops_table(result: "LinkResult"):
-    """The ops of a ``link_traces`` result as a pandas DataFrame (see ``linker.link.tables``)."""
+def ops_table(result: "LinkResult", *, as_rows: bool = False):
+    """The ops of a ``link_traces`` result, one row per ET op, with the blocked and busy time the
+    ET+ would hold (see ``linker.link.tables``): a pandas DataFrame, or with ``as_rows`` a list of
+    dicts. Cost: the dependency plan's, as when writing (the result stays writable)."""
+    from linker.link.etplus import build_et_plus
     from linker.link.tables import ops_table as table
+    from linker.link.tables import require_pandas
+    from linker.plan.deps import dependency_plan
 
-    return table(result)
+    if not as_rows:
+        require_pandas()  # before the plan's cost
+    blocked = dependency_plan(build_et_plus(result)).busy.blocked
+    return table(result, blocked, as_rows)
 
 
-def gpu_events_table(result: "LinkResult"):
-    """Every GPU event of a ``link_traces`` result's Kineto file as a pandas DataFrame (see ``linker.link.tables``)."""
+def gpu_events_table(result: "LinkResult", *, as_rows: bool = False):
+    """Every GPU event of a ``link_traces`` result's Kineto file (see ``linker.link.tables``): a
+    pandas DataFrame, or with ``as_rows`` a list of dicts."""
     from linker.link.tables import gpu_events_table as table
 
-    return table(result)
+    return table(result, as_rows)
 
 
-__all__ = ["link_traces", "write_et_plus", "simulate", "link_job", "ops_table", "gpu_events_table", "__version__"]
+def load(path: str | os.PathLike) -> "SavedEtPlus":
+    """Read a saved ET+ (ET+ JSON or Chakra ``.et``, plain or gzip, as et-link wrote it) for its
+    times: ``.nodes_table()`` (one row per node, later pieces included), ``.ops_table()`` (one row
+    per op, its later pieces counted in it) and ``.op_names_table()`` (one row per op name, ranked
+    by busy time: where the time goes), each with measured, exclusive, blocked, busy and host-gap
+    µs; pandas DataFrames, or with ``as_rows=True`` lists of dicts. Raises ``TraceInputError``
+    naming the file (missing, not an ET+). Cost: one pass over the file (see
+    ``linker.sim.saved_etplus``)."""
+    from linker.sim.saved_etplus import load_saved
+
+    return load_saved(path)
+
+
+__all__ = ["link_traces", "write_et_plus", "simulate", "link_job", "ops_table", "gpu_events_table", "load",
+           "__version__"]

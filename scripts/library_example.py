@@ -37,9 +37,19 @@ except ImportError:
     print("pandas is not installed: no tables (pip install pandas)")
 else:
     ops = linker.ops_table(result)
-    print(f"ops table: {len(ops)} rows; longest exclusive time: "
-          f"{ops.sort_values('exclusive_us', ascending=False).iloc[0]['name']}")
+    busiest, waited = ops.nlargest(1, "busy_us").iloc[0], ops.nlargest(1, "blocked_us").iloc[0]
+    print(f"ops table: {len(ops)} rows; most busy: {busiest['name']} ({busiest['busy_us']:.0f} us); "
+          f"most blocked: {waited['name']} ({waited['blocked_us']:.0f} of {waited['exclusive_us']:.0f} us)")
     gpu = linker.gpu_events_table(result)
     print("GPU events by reason:", gpu["reason"].value_counts().to_dict())
     path = simulation.critical_path_table()
     print("critical path time by kind (us):", path.groupby("kind")["us"].sum().round(1).to_dict())
+    nodes = simulation.nodes_table()  # measured and simulated starts from one origin: the step's start
+    print(f"replayed nodes: median drift {nodes['drift_us'].median():.1f} us")
+
+# %% A saved ET+ (JSON or .et), from the file alone: where the time went, by op name. Plain rows
+# (as_rows=True) need no pandas.
+saved = linker.load(written.output)
+top = saved.op_names_table(as_rows=True)[0]
+print(f"most busy op: {top['name'][:60]} ({top['kind']}, {top['ops']} ops, {top['busy_us']:.0f} us busy, "
+      f"{top['blocked_us']:.0f} us blocked)")

@@ -17,5 +17,7 @@ Module map (reading order; each depends only on the ones above it):
   pieces, waits apart), and the divergence points; plain data.
 - ``view``     — ``--html``: the timelines and charts as one offline page (plotly, optional).
 - ``simulation`` — ``Simulation``: a replay with its report, as the library API returns it.
+- ``saved_etplus`` — ``linker.load``: a saved ET+ (JSON or ``.et``) read for its times, and its
+  tables per node, per op and per op name (no replay).
 - ``cli_run``  — the ``simulate`` command glued together.
 """

@@ -49,9 +49,10 @@ def short_name(name: str, limit: int = SHORT_NAME) -> str:
     return name if len(name) <= limit else name[:limit - 1] + "…"
 
 
-def _origins(rp: Replay) -> tuple[list[float], list[float], bool]:
+def measured_origins(rp: Replay) -> tuple[list[float], list[float], bool]:
     """Per rank: the measured time that is replay time 0 for it and the replay time it is
-    compared from; and whether that is one origin for the whole job."""
+    compared from; and whether that is one origin for the whole job (also the origin of
+    ``Simulation.nodes_table``)."""
     spans = [graph.measured_span() for graph in rp.graphs]
     if len(rp.graphs) > 1 and any(rp.release) and measured_release(rp.graphs) is not None:
         origin = min(first for first, _ in spans)
@@ -78,7 +79,7 @@ def _place(rp: Replay, step: PathStep, drift: float, jump: float) -> dict:
 def drift_report(rp: Replay, top: int = 5, path: list[PathStep] | None = None) -> dict:
     """The drift places of a replay (module docstring) as a JSON-able dict."""
     path = path if path is not None else critical_path(rp)
-    origins, offsets, joint = _origins(rp)
+    origins, offsets, joint = measured_origins(rp)
     spans = [graph.measured_span() for graph in rp.graphs]
     measured_end = max(last - origin + offset for (_, last), origin, offset in zip(spans, origins, offsets)) \
         if spans else 0.0

@@ -48,14 +48,14 @@ class Simulation:
 
         write_html(self.replay, self.report, self.path, path, self.inputs)
 
-    def critical_path_table(self):
-        """The critical path as a DataFrame (needs pandas), one row per node, in order: ``rank``,
-        ``id``, ``name``, ``kind``, ``start_us``, ``end_us``, ``us``, ``via`` (why it started then:
-        start, dependency, unit, peer), ``link`` (the dependency's cause, when the file gives it)."""
-        from linker.link.tables import require_pandas
+    def critical_path_table(self, as_rows: bool = False):
+        """The critical path, one row per node, in order: ``rank``, ``id``, ``name``, ``kind``,
+        ``start_us``, ``end_us``, ``us``, ``via`` (why it started then: start, dependency, unit,
+        peer), ``link`` (the dependency's cause, when the file gives it). A DataFrame (needs
+        pandas), or with ``as_rows`` a list of dicts (``link.tables.make_table``)."""
+        from linker.link.tables import make_table
 
-        pd = require_pandas()
-        return pd.DataFrame({
+        return make_table({
             "rank": [step.graph.rank for step in self.path],
             "id": [step.graph.ids[step.local] for step in self.path],
             "name": [step.graph.names[step.local] for step in self.path],
@@ -64,27 +64,39 @@ class Simulation:
             "end_us": [step.end for step in self.path],
             "us": [step.end - step.start for step in self.path],
             "via": [step.via for step in self.path],
-            "link": [step.link for step in self.path]})
+            "link": [step.link for step in self.path]}, as_rows)
 
-    def nodes_table(self):
-        """Every replayed node as a DataFrame (needs pandas): ``rank``, ``id``, ``name``, ``kind``,
-        ``measured_start_us`` (file clock), ``measured_us``, ``start_us``, ``end_us`` (replay
-        clock; NaN when never run), ``waited_us`` (issued after it was ready)."""
-        from linker.link.tables import require_pandas
+    def nodes_table(self, as_rows: bool = False):
+        """Every replayed node, measured and simulated times from one origin, the replay's time 0:
+        the measured step's start (``explain.measured_origins``: the job's earliest measured start
+        when the ranks' clocks agree and the replay released each rank at its measured offset,
+        else each rank's own first measured start). Columns: ``rank``, ``id``, ``name``, ``kind``,
+        ``ts_us`` (measured start on the file's clock, to join with ``linker.load``'s tables),
+        ``measured_start_us``, ``measured_us``, ``start_us``, ``end_us`` (NaN when never run),
+        ``drift_us`` (``start_us - measured_start_us``: how late the replay ran it), ``waited_us``
+        (issued after it was ready). A DataFrame (needs pandas), or with ``as_rows`` a list of
+        dicts. O(n)."""
+        from linker.link.tables import make_table
+        from linker.sim.explain import measured_origins
 
-        pd = require_pandas()
         rp = self.replay
-        rows = {"rank": [], "id": [], "name": [], "kind": [], "measured_start_us": [], "measured_us": [],
-                "start_us": [], "end_us": [], "waited_us": []}
-        for graph, base in zip(rp.graphs, rp.offsets):
+        origins, offsets, _ = measured_origins(rp)
+        columns = {"rank": [], "id": [], "name": [], "kind": [], "ts_us": [], "measured_start_us": [],
+                   "measured_us": [], "start_us": [], "end_us": [], "drift_us": [], "waited_us": []}
+        for graph, base, origin, offset in zip(rp.graphs, rp.offsets, origins, offsets):
             n = len(graph)
-            rows["rank"] += [graph.rank] * n
-            rows["id"] += list(graph.ids)
-            rows["name"] += graph.names
-            rows["kind"] += [KIND_NAMES[k] for k in graph.kind]
-            rows["measured_start_us"] += list(graph.start)
-            rows["measured_us"] += list(graph.measured_dur)
-            rows["start_us"] += list(rp.start[base:base + n])
-            rows["end_us"] += list(rp.end[base:base + n])
-            rows["waited_us"] += [i - r for i, r in zip(rp.issue[base:base + n], rp.ready[base:base + n])]
-        return pd.DataFrame(rows)
+            shift = offset - origin  # file clock -> replay clock
+            measured_start = [s + shift for s in graph.start]
+            start = rp.start[base:base + n]
+            columns["rank"] += [graph.rank] * n
+            columns["id"] += list(graph.ids)
+            columns["name"] += graph.names
+            columns["kind"] += [KIND_NAMES[k] for k in graph.kind]
+            columns["ts_us"] += list(graph.start)
+            columns["measured_start_us"] += measured_start
+            columns["measured_us"] += list(graph.measured_dur)
+            columns["start_us"] += list(start)
+            columns["end_us"] += list(rp.end[base:base + n])
+            columns["drift_us"] += [s - m for s, m in zip(start, measured_start)]
+            columns["waited_us"] += [i - r for i, r in zip(rp.issue[base:base + n], rp.ready[base:base + n])]
+        return make_table(columns, as_rows)
