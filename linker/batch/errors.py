@@ -1,7 +1,9 @@
 """The batch's setup errors: raised before any rank is linked, printed as one line (exit 2)."""
 
+from linker.model.errors import EtLinkError
 
-class BatchSetupError(Exception):
+
+class BatchSetupError(EtLinkError):
     """The batch cannot start (bad option, no files, missing optional dependency). One line."""
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from linker.batch.collectives import COMM_GROUPS_FILE, check_job, format_ranks
 from linker.link.recipe import LinkOptions
+from linker.model.errors import OptionError
 from linker.schedule import Schedule
 from linker.batch.progress import BatchProgress
 from linker.batch.errors import BatchSetupError, PairingError
@@ -251,12 +252,12 @@ def _load_graph(path: Path, rank: int, schedule: Schedule | None = None):
 
 
 def parse_bytes(text: str) -> int:
-    """``8G``, ``512M``, ``1.5GiB``, ``1000000`` -> bytes (binary multiples). Raises ValueError."""
+    """``8G``, ``512M``, ``1.5GiB``, ``1000000`` -> bytes (binary multiples). Raises OptionError."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text, re.IGNORECASE)
     if not match:
-        raise ValueError(f"not a size: {text!r} (use e.g. 512M, 8G)")
+        raise OptionError(f"not a size: {text!r} (use e.g. 512M, 8G)")
     scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[match.group(2).lower()]
     value = int(float(match.group(1)) * scale)
     if value <= 0:
-        raise ValueError(f"size must be positive: {text!r}")
+        raise OptionError(f"size must be positive: {text!r}")
     return value

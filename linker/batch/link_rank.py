@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 
-from linker.model.errors import MismatchedPairError, TraceInputError
+from linker.model.errors import EtLinkError, MismatchedPairError, TraceInputError
 from linker.write.sink import atomic_output
 from linker.batch.collectives import SIDECAR_KEY
 from linker.batch.tasks import RankResult, RankTask, base_result, failed_result, fill_from_report
@@ -68,7 +68,7 @@ def run_rank_task(task: RankTask) -> RankResult:
         outcome.et_plus = None
     except MismatchedPairError as err:
         return failed_result(task, f"not the same run: {err}", time.perf_counter() - started, _peak_rss_bytes())
-    except (TraceInputError, ValueError, OSError) as err:
+    except (EtLinkError, OSError) as err:  # the rank's files or options; anything else is a bug (below)
         return failed_result(task, str(err), time.perf_counter() - started, _peak_rss_bytes())
     except MemoryError:
         return failed_result(task, "out of memory", time.perf_counter() - started, _peak_rss_bytes())

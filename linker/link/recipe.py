@@ -110,7 +110,7 @@ def choose_and_match(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptio
     ``rf_join``: ``match_by_rf_id``'s answer when the caller already has it."""
     notes: list[str] = []
     if options.method not in METHODS:
-        raise ValueError(f"unknown method {options.method!r}; choose one of {', '.join(METHODS)}")
+        raise OptionError(f"unknown method {options.method!r}; choose one of {', '.join(METHODS)}")
     if options.method in ("auto", "rf_id"):
         match, check = rf_join or match_by_rf_id(et, kineto)
         if check.usable:

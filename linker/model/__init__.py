@@ -2,7 +2,7 @@
 
 | module | what |
 |---|---|
-| ``errors`` | ``TraceInputError`` (a user's file or option is at fault: one line naming the file), ``MismatchedPairError`` (two different runs), ``OptionError`` |
+| ``errors`` | ``EtLinkError``, the base of every user error (one line, never a traceback): ``TraceInputError`` (a user's file is at fault: one line naming the file), ``MismatchedPairError`` (two different runs), ``OptionError`` (a bad option value) |
 | ``exit_status`` | the ``et-link`` exit statuses and ``EXIT_STATUS_TABLE`` (``--help``, README) |
 | ``columns`` | small operations over plain columns (lists of a million entries), with their loops in C |
 | ``output`` | ``Output``: an ET+ output's path, format and compression, decided once |

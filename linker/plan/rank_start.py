@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 
+from linker.model.errors import OptionError
+
 RANK_START = "rank_start"  # the cause of the edge from a rank's delay node to its process root
 DELAY_NODE_NAME = "[et-link|rank_start]"
 OFFSET_ATTR = "rank_start_micros"  # the delay node's offset, also as an attribute (int64 µs)
@@ -31,9 +33,9 @@ RANK_STARTS = (MEASURED, ZERO)
 
 
 def check_rank_start(value: str) -> str:
-    """``value`` when it is a known ``--rank-start`` rule; raises ValueError otherwise."""
+    """``value`` when it is a known ``--rank-start`` rule; raises OptionError otherwise."""
     if value not in RANK_STARTS:
-        raise ValueError(f"unknown --rank-start {value!r}; choose one of {', '.join(RANK_STARTS)}")
+        raise OptionError(f"unknown --rank-start {value!r}; choose one of {', '.join(RANK_STARTS)}")
     return value
 
 

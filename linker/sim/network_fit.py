@@ -41,6 +41,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from linker.model.errors import OptionError
+
 ALL_REDUCE, ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER = 0, 2, 6, 7  # Chakra CollectiveCommType
 FITTED_TYPES = {ALL_REDUCE: "ALL_REDUCE", ALL_GATHER: "ALL_GATHER", ALL_TO_ALL: "ALL_TO_ALL",
                 REDUCE_SCATTER: "REDUCE_SCATTER"}
@@ -178,24 +180,24 @@ class NetworkFit:
 
 def check_overrides(topology: str | None, npus: int | None, bandwidth: float | None,
                     latency: float | None) -> dict:
-    """The user's network values as a dict (only those given); raises ValueError on a bad one."""
+    """The user's network values as a dict (only those given); raises OptionError on a bad one."""
     given = {}
     if topology is not None:
         names = {name.lower(): name for name in TOPOLOGIES}
         if topology.lower() not in names:
-            raise ValueError(f"unknown --astra-topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}")
+            raise OptionError(f"unknown --astra-topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}")
         given["topology"] = names[topology.lower()]
     if npus is not None:
         if npus < 2:
-            raise ValueError(f"--astra-npus {npus}: ASTRA-sim needs at least 2 NPUs")
+            raise OptionError(f"--astra-npus {npus}: ASTRA-sim needs at least 2 NPUs")
         given["npus"] = npus
     if bandwidth is not None:
         if not (bandwidth > 0 and math.isfinite(bandwidth)):
-            raise ValueError(f"--astra-bandwidth {bandwidth:g}: must be a positive number of GB/s")
+            raise OptionError(f"--astra-bandwidth {bandwidth:g}: must be a positive number of GB/s")
         given["bandwidth_gbps"] = bandwidth
     if latency is not None:
         if not (latency >= 0 and math.isfinite(latency)):
-            raise ValueError(f"--astra-latency {latency:g}: must be 0 or more ns")
+            raise OptionError(f"--astra-latency {latency:g}: must be 0 or more ns")
         given["latency_ns"] = latency
     return given
 

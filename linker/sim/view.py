@@ -20,6 +20,7 @@ import html
 import os
 from pathlib import Path
 
+from linker.model.errors import EtLinkError
 from linker.model.units import format_us
 from linker.write.sink import atomic_output
 from linker.sim.engine import ASTRA_SIM, Replay
@@ -36,8 +37,8 @@ DIVERGENCE_COLOR = "#7B2CBF"
 INSTALL_HINT = "the HTML view needs plotly: pip install 'et-link[view]'"
 
 
-class ViewUnavailable(ImportError):
-    """plotly is not installed."""
+class ViewUnavailable(EtLinkError, ImportError):
+    """plotly is not installed (the user's to fix: ``pip install 'et-link[view]'``)."""
 
 
 def require_plotly():
