@@ -7,7 +7,7 @@ times, the speed-up, and whether the outputs are byte-identical. Best of ``--rep
 Then the same for a ``--copies``-rank job (default 64) made of links to the given ranks' files in
 turn, so batch's per-rank overhead (process start, imports, scheduling) shows at scale.
 
-    /work/venv/bin/python scripts/bench_batch.py \\
+    python scripts/bench_batch.py \\
         --et '../shared/traces/param_dlrm/rank*.et.json.gz' \\
         --kineto '../shared/traces/param_dlrm/rank*.kineto.json.gz'
 

@@ -7,7 +7,7 @@ Writes synthetic report sidecars (``collectives`` records only) for ``--ranks`` 
 ``linker.batch.collectives.check_job`` once in a fresh process and prints its wall time, the peak RSS
 growth, and the sidecars' size. One rank can be made to diverge (``--diverge``).
 
-    /work/venv/bin/python scripts/bench_job_check.py --ranks 1024 --collectives 2000
+    python scripts/bench_job_check.py --ranks 1024 --collectives 2000
 """
 
 from __future__ import annotations

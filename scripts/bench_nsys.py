@@ -30,6 +30,7 @@ import resource
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -109,7 +110,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kineto", type=Path)
     parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--file", type=Path, default=Path("/tmp/et_link_bench_nsys.sqlite"))
+    parser.add_argument("--file", type=Path, default=Path(tempfile.gettempdir()) / "et_link_bench_nsys.sqlite")
     parser.add_argument("--keep", action="store_true", help="reuse --file if it exists; keep it afterwards")
     parser.add_argument("--child", choices=["floor", "read", "link"])
     args = parser.parse_args(argv)

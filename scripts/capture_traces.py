@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Capture a real PyTorch Execution Trace + Kineto trace pair of one small CPU workload.
 
-Usage (run with the torch venv, torch is never a dependency of et-link itself):
+Usage (run with a Python that has torch installed; torch is never a dependency of et-link itself):
 
-    /work/venv-torch/bin/python scripts/capture_traces.py WORKLOAD --out DIR [--steps N] [options]
+    python scripts/capture_traces.py WORKLOAD --out DIR [--steps N] [options]
 
 Writes ``DIR/et.json.gz`` (``torch.profiler.ExecutionTraceObserver``) and ``DIR/kineto.json.gz``
 (``torch.profiler.profile(...).export_chrome_trace``) of the same run, then prints one JSON line

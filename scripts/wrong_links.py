@@ -6,7 +6,7 @@ For each pair and seed: drop ``--fraction`` of the Kineto ``cpu_op`` events (tes
 ``--approximate``, and count, over the ET ops whose Kineto event is still present, how many are
 linked to their own event (correct), to another one (wrong) or not at all (missing).
 
-    PYTHONPATH=$PWD /work/venv/bin/python scripts/wrong_links.py tests/fixtures/cpu/dataloader_workers \
+    PYTHONPATH=$PWD python scripts/wrong_links.py tests/fixtures/cpu/dataloader_workers \
         --seeds 0-9
 
 Prints one line per (pair, method, seed) and a total per method. Cost: one link per line.

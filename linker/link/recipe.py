@@ -156,7 +156,8 @@ def unused_option_warnings(options: LinkOptions, method: str, window: Window | N
 def link(et: ExecutionTrace, kineto: KinetoTrace, options: LinkOptions | None = None,
          nesting: CpuNesting | None = None) -> LinkResult:
     """Link ``et`` with ``kineto``. Raises ``MismatchedPairError`` for two different runs unless
-    ``options.force``. Does not modify its inputs; see ``apply_to_et`` for the ET+ fields.
+    ``options.force``. Does not modify its inputs; ``link.etplus.build_et_plus`` makes the ET+ of
+    the result.
     ``nesting``: the nesting of ``kineto``'s CPU events when already made (``nest_cpu_events``)."""
     options = options or LinkOptions()
     started = time.perf_counter()

@@ -10,7 +10,7 @@ the op's name and thread, ``continues`` (the op's id, also its parent), ``ts`` /
 it lay), ``sim_dur`` (its busy µs) and its dependency; an unlinked node gets ``sim_dur``
 and ``host_gap_dur`` only when it carries a gap (a worker's thread root: the time before its
 first op). Every node gets ``data_deps`` (node ids) and
-``data_dep_causes`` (same order; ``plan.deps.CAUSES``). GPU nodes get ``sim_dur`` (their ``dur``)
+``data_dep_causes`` (same order; ``plan.dependency_plan.CAUSES``). GPU nodes get ``sim_dur`` (their ``dur``)
 and, for resolved communication kernels, ``comm_type`` (Chakra enum name), ``comm_size`` (bytes),
 ``pg_name`` (PyTorch's process-group name, as Kineto's "Process Group Name" that the node may
 already carry; the ``.et`` attribute holds the job-wide id, that name + 1), and ``comm_src`` /
