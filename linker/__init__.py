@@ -21,7 +21,7 @@ Reading order for a newcomer, one pair from files to output:
 5. ``plan/busy.py``, ``plan/deps.py``, ``plan/comm.py``: busy time, dependencies with their causes,
    communication attributes, computed once for both writers.
 6. ``write/etplus_json.py`` or ``write/chakra.py`` (over ``chakra_encode`` and ``chakra_wire``):
-   ET+ JSON or Chakra protobuf; ``write/validate.py``: ``et-link validate``.
+   ET+ JSON or Chakra protobuf; ``write/validate/``: ``et-link validate``.
 7. ``pipeline.py``: one pair from files to files; ``cli.py``: the ``et-link`` command.
 8. ``schedule/``: the speed machinery (forked read-ahead children, a one-shot process exit), kept
    apart so the stages above read as plain passes.
@@ -64,7 +64,8 @@ def link_traces(et_file: Optional[str | os.PathLike], kineto_file: str | os.Path
     from linker.read.files import collector_paused
 
     if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        from linker.model.errors import OptionError
+        raise OptionError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force, max_depth=max_depth)
     with collector_paused():
         if et_file is None:
@@ -88,14 +89,16 @@ def write_et_plus(result: "LinkResult", output: str | os.PathLike,
 
 def simulate(files: str | os.PathLike | Iterable[str | os.PathLike], *, model: str = "astra-sim",
              scale: str = "", comm_groups: Optional[str | os.PathLike] = None, rank_start: str = "measured",
-             top: int = 10) -> "Simulation":
+             top: int = 10, waits: str = "measured") -> "Simulation":
     """Replay et-link outputs as ``et-link simulate`` does: one rank's ``.et``/``.et.gz``/ET+ JSON,
     several files of one job, or a batch output directory.
 
     ``model``: "astra-sim" (one CPU op, one GPU compute op, one collective in flight per rank) or
     "lanes" (each CPU thread and GPU stream its own unit); ``scale``: what-if factors
     ("cpu=0.5,gpu=1,comm=2"); ``comm_groups``: the process-group JSON; ``rank_start``: "measured"
-    or "zero"; ``top``: critical-path ops listed. Returns the ``Simulation``: ``.report``
+    or "zero"; ``top``: critical-path ops listed; ``waits``: "measured" (the waits of GPU ops that
+    no dependency explains replayed as measured) or "explained" (left out; ``.report.waits`` has the
+    ratio both ways). Returns the ``Simulation``: ``.report``
     (``SimReport``), ``.text()``, ``.write_html(path)``, ``.write_trace(path)`` and the tables
     ``.critical_path_table()``, ``.nodes_table()`` (DataFrames; ``as_rows=True``: lists of dicts).
     Raises ``TraceInputError`` / ``ValueError``."""
@@ -106,7 +109,7 @@ def simulate(files: str | os.PathLike | Iterable[str | os.PathLike], *, model: s
 
     paths = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
     return run(SimulateOptions(paths, model, scale, Path(comm_groups) if comm_groups else None, top=top,
-                               rank_start=rank_start))
+                               rank_start=rank_start, waits=waits))
 
 
 def link_job(kineto: str, output_dir: str | os.PathLike, et: Optional[str] = None, *, fmt: str = "json",

@@ -2,10 +2,10 @@
 
 ``et-link --et-file ET --kineto-file K [...]`` links one pair (the classic interface);
 ``et-link validate FILE``, ``et-link dump FILE.et`` and ``et-link batch ...`` are subcommands.
-User mistakes (bad files, different runs, bad options) print one line and exit non-zero; the exit
-statuses are the table ``exit_status.EXIT_STATUS_TABLE`` (also in ``--help`` and the README). A
-failure never prints a traceback: an unexpected one is reported in one line as an internal error
-(status 1).
+User mistakes (bad files, different runs, bad options: ``model.errors.EtLinkError``) print one
+line and exit non-zero; the exit statuses are the table ``exit_status.EXIT_STATUS_TABLE`` (also in
+``--help`` and the README). Any other exception is a bug in et-link: its traceback is printed with
+a line asking for a report (status 1, ``_report_bug``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -21,7 +22,7 @@ import typer
 from linker import __version__
 
 from linker.schedule import Schedule, process_exit
-from linker.model.errors import MismatchedPairError, OptionError, TraceInputError
+from linker.model.errors import EtLinkError, MismatchedPairError, OptionError, TraceInputError
 from linker.model.exit_status import (
     EXIT_BELOW_MIN_LINKED,
     EXIT_BROKEN_PIPE,
@@ -95,6 +96,15 @@ def fail(message: str, code: int = EXIT_INPUT) -> None:
     raise typer.Exit(code)
 
 
+def _report_bug(context: str = "") -> None:
+    """Print the traceback of the exception being handled, which is no user's mistake (not an
+    ``EtLinkError``), and a line asking for a report. The caller exits with ``EXIT_INTERNAL``."""
+    typer.echo(traceback.format_exc().rstrip(), err=True)
+    where = f" ({context})" if context else ""
+    typer.echo(f"et-link: internal error{where}: a bug in et-link, not a problem with your files or options; "
+               "please report it with the traceback above", err=True)
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"et-link {__version__}")
@@ -133,7 +143,7 @@ def _set_max_inflated(size: Optional[str]) -> None:
 
     try:
         os.environ[MAX_INFLATED_ENV] = str(parse_bytes(size))
-    except ValueError as err:
+    except OptionError as err:
         fail(f"--max-inflated: {err}")
 
 
@@ -190,20 +200,17 @@ def _run_pair(et_file: Path, kineto_file: Path, output_file, options: LinkOption
     try:
         with StageProgress("et-link", LINK_STAGES, enabled=_progress(quiet)) as bar:
             return link_pair(et_file, kineto_file, output_file, options, report, schedule, progress=bar.stage)
-    except TraceInputError as err:
-        fail(str(err), EXIT_INPUT)
-    except OptionError as err:
-        fail(str(err), EXIT_INPUT)
     except MismatchedPairError as err:
         fail(f"{pair}: {err}", EXIT_MISMATCH)
+    except EtLinkError as err:
+        fail(str(err), EXIT_INPUT)
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (Terminated)
         raise _stopped(stop, "no output was left behind")
     except MemoryError:
         fail(f"{pair}: out of memory while linking", EXIT_INPUT)
-    except Exception as err:  # a bug: still one line, never a traceback
-        logging.getLogger("et_link").debug("internal error", exc_info=True)
-        fail(f"{pair}: internal error ({type(err).__name__}: {err}); please report it "
-             "(--log-level DEBUG shows the traceback)", EXIT_INTERNAL)
+    except Exception:  # a bug in et-link
+        _report_bug(pair)
+        raise typer.Exit(EXIT_INTERNAL)
 
 
 def _setup_logging(level: str) -> None:
@@ -305,9 +312,8 @@ def validate_command(
             continue
         except KeyboardInterrupt:
             raise typer.Exit(EXIT_INTERRUPTED)
-        except Exception as err:  # a bug: one line, never a traceback
-            typer.echo(f"et-link: error: {path}: internal error ({type(err).__name__}: {err}); please report it",
-                       err=True)
+        except Exception:  # a bug in et-link
+            _report_bug(str(path))
             raise typer.Exit(EXIT_INTERNAL)
         write_stdout(format_result(result, examples))
         invalid = invalid or not result.ok
@@ -399,7 +405,7 @@ def batch_command(
     (locally or on Dask), skip ranks already done, check that the ranks' collectives agree, print a
     table and write summary.json (with --format et also comm_groups.json and an ASTRA-sim setup in
     astra/: network, system and memory files and a run script; docs/astra-sim.md)."""
-    from linker.batch import BatchConfig, BatchSetupError, PairingError, format_table, parse_bytes, run_batch
+    from linker.batch import BatchConfig, PairingError, format_table, parse_bytes, run_batch
 
     terminate_as_interrupt()
     _setup_logging(log_level)
@@ -410,7 +416,7 @@ def batch_command(
         fail("--workers must be at least 1")
     try:
         budget = parse_bytes(memory_budget) if memory_budget else None
-    except ValueError as err:
+    except OptionError as err:
         fail(f"--memory-budget: {err}")
     ranks_of_pids = None
     if pid_ranks is not None:
@@ -418,7 +424,7 @@ def batch_command(
 
         try:
             ranks_of_pids = parse_pid_ranks(pid_ranks)
-        except ValueError as err:
+        except OptionError as err:
             fail(f"--pid-ranks: {err}")
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force, max_depth=max_depth)
     simulator = _astra_overrides(rank_start, astra_topology, astra_npus, astra_bandwidth, astra_latency)
@@ -433,12 +439,10 @@ def batch_command(
         for problem in err.problems:
             typer.echo(f"et-link: pairing: {problem}", err=True)
         fail(str(err))
-    except BatchSetupError as err:
+    except EtLinkError as err:  # the batch cannot start, or a file (e.g. summary.json cannot be written)
         fail(str(err))
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (Terminated)
         raise _stopped(stop, "running ranks stopped (complete ranks are kept)")
-    except TraceInputError as err:  # e.g. summary.json cannot be written
-        fail(str(err))
     write_stdout(format_table(summary))
     write_stdout(f"summary: {Path(summary.output_dir) / 'summary.json'}")
     if summary.failed:
@@ -456,7 +460,7 @@ def _astra_overrides(rank_start: str, topology: Optional[str], npus: Optional[in
     try:
         check_rank_start(rank_start)
         return check_overrides(topology, npus, bandwidth, latency)
-    except ValueError as err:
+    except OptionError as err:
         fail(str(err))
 
 
@@ -475,16 +479,40 @@ def astra_setup_command(
     already written: what `batch --format et` writes beside a job, for a single pair too (run as 2
     NPUs). The network is fitted to the files' collectives (docs/astra-sim.md)."""
     from linker.batch.astra_setup import setup_for_files
-    from linker.batch.errors import BatchSetupError
 
     simulator = _astra_overrides("measured", astra_topology, astra_npus, astra_bandwidth, astra_latency)
     try:
         lines = setup_for_files(files, output_dir, simulator)
-    except (TraceInputError, BatchSetupError) as err:
-        fail(str(err))
-    except ValueError as err:
+    except EtLinkError as err:
         fail(str(err))
     typer.echo("\n".join(lines))
+
+
+@app.command("astra-run")
+def astra_run_command(
+    directory: Path = typer.Argument(..., metavar="DIR", help="A batch output directory (--format et) or the ASTRA-sim setup folder "
+                                     "(astra/) that batch or astra-setup wrote."),
+    binary: Optional[str] = typer.Option(None, "--bin", metavar="PATH", help="The ASTRA-sim analytical binary "
+                                         "(default: $ASTRA_SIM_BIN)."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+) -> None:
+    """Run the ASTRA-sim setup in DIR and set its answer beside the measured times: per rank and for
+    the job, simulated (ASTRA-sim's 'sys[i] finished' cycles, ns), measured, ratio. Exit 2 when the
+    binary or the setup is missing, 10 when ASTRA-sim fails (docs/astra-sim.md)."""
+    from linker.batch.astra_run import AstraRunError, astra_run
+    from linker.batch.errors import BatchSetupError
+    from linker.model.exit_status import EXIT_ASTRA_FAILED
+
+    terminate_as_interrupt()
+    try:
+        output = astra_run(directory, binary, json_output)
+    except AstraRunError as err:
+        fail(str(err), EXIT_ASTRA_FAILED)
+    except (TraceInputError, BatchSetupError) as err:
+        fail(str(err))
+    except KeyboardInterrupt as stop:
+        raise _stopped(stop, "ASTRA-sim was stopped")
+    write_stdout(output)
 
 
 @app.command("simulate")
@@ -503,6 +531,10 @@ def simulate_command(
     top: int = typer.Option(10, "--top", help="How many ops of the critical path to list."),
     rank_start: str = typer.Option("measured", "--rank-start", metavar=_choices(("measured", "zero")), help="Job replay: measured = each rank starts at "
                                    "its measured start offset (when the ranks' clocks agree); zero = all at 0."),
+    waits: str = typer.Option("measured", "--waits", metavar=_choices(("measured", "explained")), help="measured: a GPU op "
+                              "that started after everything it depends on had finished waits as long in the replay "
+                              "(the measured step is reproduced); explained: the graph's own prediction, those waits "
+                              "left out. Both ratios are printed either way."),
     explain: bool = typer.Option(False, "--explain", help="List where the simulated timeline drifts from the "
                                  "measured one: the first and the largest places on the critical path (node, lane, "
                                  "drift, the edge or resource that held it)."),
@@ -522,10 +554,8 @@ def simulate_command(
         with StageProgress("et-link simulate", STAGES, enabled=_progress(quiet)) as bar:
             output, finished = run_simulate(SimulateOptions(
                 files, model, scale, comm_groups, json_output, trace_out, top, rank_start,
-                explain=explain, html=html), bar.stage, _schedule())
-    except TraceInputError as err:
-        fail(str(err))
-    except ValueError as err:
+                explain=explain, html=html, waits=waits), bar.stage, _schedule())
+    except EtLinkError as err:
         fail(str(err))
     if not quiet:
         for what, path in (("trace", trace_out), ("HTML view", html)):
@@ -563,6 +593,9 @@ def main() -> None:
         if process_exit.kept_anything() and isinstance(stop.code, (int, type(None))):
             process_exit.exit_now(stop.code or 0)
         raise
+    except Exception:  # a bug no command caught (typer passes it on: its pretty exceptions are off)
+        _report_bug()
+        raise SystemExit(EXIT_INTERNAL) from None
 
 
 if __name__ == "__main__":

@@ -103,7 +103,10 @@ def test_critical_path_table_tiles_the_simulated_time(tmp_path):
     simulation = linker.simulate(linker.write_et_plus(linker.link_traces(*GPU_PAIR), tmp_path / "p.et").output)
     path = simulation.critical_path_table()
     assert path["start_us"].iloc[0] == 0 and path["end_us"].iloc[-1] == simulation.report.simulated_us
-    assert (path["start_us"].iloc[1:].to_numpy() == path["end_us"].iloc[:-1].to_numpy()).all()
+    # each node starts when the one before it ends, or a measured wait later
+    assert (path["start_us"].iloc[1:].to_numpy() == path["end_us"].iloc[:-1].to_numpy()
+            + path["held_us"].iloc[1:].to_numpy()).all()
+    assert ((path["held_us"] > 0) == (path["held_cause"] != "")).all()
     nodes = simulation.nodes_table()
     assert len(nodes) == simulation.report.ranks[0].nodes
 

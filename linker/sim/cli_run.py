@@ -1,7 +1,7 @@
 """``et-link simulate``: resolve the inputs, load every rank, replay, report, optionally write the trace.
 
 Kept out of ``linker/cli.py`` so the command there stays a thin option parser. User mistakes raise
-``TraceInputError`` / ``ValueError`` with a one-line message (the CLI prints it and exits 2); no output
+``TraceInputError`` / ``OptionError`` with a one-line message (the CLI prints it and exits 2); no output
 file is written then. Cost: the sum of the loads, the replay and the report.
 """
 
@@ -13,15 +13,15 @@ from typing import Callable
 
 import orjson
 
-from linker.model.errors import TraceInputError
+from linker.model.errors import OptionError, TraceInputError
 from linker.plan.rank_start import MEASURED, RANK_STARTS, delay_positions
 from linker.schedule import Schedule
-from linker.sim.engine import MODELS, Scale, measured_release, replay
+from linker.sim.engine import MEASURED_WAITS, MODELS, WAITS, Scale, measured_holds, measured_release, replay
 from linker.sim.graph import SimGraph
 from linker.sim.hints import lanes_hints
 from linker.sim.job import JobInputs, read_comm_groups, resolve_inputs
 from linker.sim.load import load_graph
-from linker.sim.report import build_report, format_text
+from linker.sim.report import build_report, format_text, waits_summary
 from linker.sim.simulation import Simulation
 
 
@@ -38,6 +38,7 @@ class SimulateOptions:
     rank_start: str = "measured"
     explain: bool = False
     html: Path | None = None
+    waits: str = MEASURED_WAITS
 
 
 STAGES = ("loading", "replaying", "reporting", "writing")
@@ -87,7 +88,7 @@ def _rank_release(graphs: list[SimGraph], rank_start: str) -> list[float] | None
 def simulate(options: SimulateOptions, progress: Callable[..., None] | None = None,
              schedule: Schedule | None = None) -> Simulation:
     """Check the options, read the files, replay them and build the report (no output written).
-    Raises ``TraceInputError`` / ``ValueError`` on a user mistake."""
+    Raises ``TraceInputError`` / ``OptionError`` on a user mistake."""
     schedule = schedule or Schedule.serial()
     with schedule.collector_paused():
         return simulate_inputs(_checked_inputs(options), options, progress or _silent, schedule)
@@ -100,11 +101,13 @@ def _silent(stage: str, detail: str = "") -> None:
 def _checked_inputs(options: SimulateOptions) -> JobInputs:
     """The options checked and the inputs resolved, before anything is read."""
     if options.model not in MODELS:
-        raise ValueError(f"unknown --model {options.model!r}; choose one of {', '.join(MODELS)}")
+        raise OptionError(f"unknown --model {options.model!r}; choose one of {', '.join(MODELS)}")
     if options.rank_start not in RANK_STARTS:
-        raise ValueError(f"unknown --rank-start {options.rank_start!r}; choose one of {', '.join(RANK_STARTS)}")
+        raise OptionError(f"unknown --rank-start {options.rank_start!r}; choose one of {', '.join(RANK_STARTS)}")
+    if options.waits not in WAITS:
+        raise OptionError(f"unknown --waits {options.waits!r}; choose one of {', '.join(WAITS)}")
     if options.top < 0:
-        raise ValueError("--top must be at least 0")
+        raise OptionError("--top must be at least 0")
     Scale.parse(options.scale)
     inputs = resolve_inputs(options.files, options.comm_groups)
     for option, out in (("--trace-out", options.trace_out), ("--html", options.html)):
@@ -137,9 +140,15 @@ def simulate_inputs(inputs: JobInputs, options: SimulateOptions, progress: Calla
     if release is None and len(graphs) > 1 and options.rank_start == MEASURED:
         notes.append("the ranks' measured start times do not look like one clock: every rank starts at 0")
     progress("replaying")
-    result = replay(graphs, options.model, scale, groups, release)
+    holds = measured_holds(graphs)
+    measured = options.waits == MEASURED_WAITS
+    result = replay(graphs, options.model, scale, groups, release, holds if measured else None)
+    # The other way of replaying the waits, for its ratio (the same replay when nothing is held).
+    other = replay(graphs, options.model, scale, groups, release, None if measured else holds) if holds else result
     progress("reporting")
     report, critical, _ = build_report(result, options.top, options.explain)
+    report.waits = waits_summary(options.waits, result if measured else other, other if measured else result,
+                                 report.measured_us)
     notes += lanes_hints(graphs, options.model, [rank.ratio for rank in report.ranks])
     report.notes = notes + report.notes
     return Simulation(report, result, critical, tuple(path for path, _ in inputs.files))

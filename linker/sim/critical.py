@@ -5,7 +5,8 @@ Every node started because of one thing the replay recorded (``Replay.cause``): 
 dependency to finish, the node before it on its unit (a resource wait), or — for a collective —
 what made its last-arriving member arrive (a wait for a peer rank). Following causes back from the
 node that ends last gives a chain that tiles the whole simulated time: each link starts when the
-previous one ends. Cost: O(length of the path) to walk, O(path) to aggregate.
+previous one ends, or, for a node the replay held back by a measured wait (``Replay.holds``),
+that wait later (the wait is counted as such: ``WAIT``, by its cause). Cost: O(length of the path) to walk, O(path) to aggregate.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class PathStep:
     link: str = ""  # for "dependency": the edge's cause from the file ("parent", "launch"...), if known
     graph: SimGraph | None = None  # the node's rank graph ...
     local: int = -1  # ... and its number there
+    held: float = 0.0  # µs it was held back after its cause ended: a measured wait (``Replay.holds``)
+    held_cause: str = ""  # that wait's cause (``unheld.WAIT_CAUSES``)
 
 
 @dataclass
@@ -78,6 +81,9 @@ def critical_path(rp: Replay) -> list[PathStep]:
                 step.link = step.graph.edge_cause(step.local, cause[step.node] - (step.node - step.local))
         elif kind == CAUSE_PEER:
             step.peer_rank = rp.graphs[rp.rank_of(rp.peer[step.node])].rank
+        held = rp.holds.get(step.node)
+        if held and kind == CAUSE_DEPENDENCY:  # the wait lies between its cause's end and its start
+            step.held, step.held_cause = max(0.0, step.start - end[cause[step.node]]), held[1]
     return steps
 
 
@@ -108,6 +114,12 @@ def path_links(path: list[PathStep]) -> list[PathLink]:
 
 HOST = "host"  # the kind of the host time between ops (Python), counted apart from every op
 HOST_TIME = "(host time between ops)"
+WAIT = "wait"  # the kind of a measured wait the graph does not explain (``Replay.holds``)
+
+
+def wait_name(cause: str) -> str:
+    """The critical path's row for the measured waits of one cause."""
+    return f"(measured wait: {cause})"
 
 
 def _op_and_host(step: PathStep) -> tuple[float, float]:
@@ -128,6 +140,10 @@ def top_ops(rp: Replay, path: list[PathStep], limit: int = 10) -> list[CriticalO
         graph, i = step.graph, step.local
         own, gap = _op_and_host(step)
         host += gap
+        if step.held > 0:
+            waited = totals.setdefault((wait_name(step.held_cause), WAIT), [0.0, 0])
+            waited[0] += step.held
+            waited[1] += 1
         key = (graph.names[i], KIND_NAMES[graph.kind[i]])
         entry = totals.get(key)
         if entry is None:
@@ -141,15 +157,18 @@ def top_ops(rp: Replay, path: list[PathStep], limit: int = 10) -> list[CriticalO
 
 
 def time_by_kind(rp: Replay, path: list[PathStep]) -> dict[str, float]:
-    """Time on the path per kind of node ("cpu", "gpu", "comm", "metadata") and ``HOST`` (the host
-    time between ops folded into CPU nodes, taken out of "cpu")."""
+    """Time on the path per kind of node ("cpu", "gpu", "comm", "metadata"), ``HOST`` (the host
+    time between ops folded into CPU nodes, taken out of "cpu") and ``WAIT`` (measured waits)."""
     totals = [0.0] * len(KIND_NAMES)
-    host = 0.0
+    host = held = 0.0
     for step in path:
         own, gap = _op_and_host(step)
         totals[step.graph.kind[step.local]] += own
         host += gap
+        held += step.held
     kinds = dict(zip(KIND_NAMES, totals))
     if host > 0:
         kinds[HOST] = host
+    if held > 0:
+        kinds[WAIT] = held
     return kinds

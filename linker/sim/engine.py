@@ -29,6 +29,11 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   previous one still ran (``_ran_under_previous``) is replayed alone on every rank, for the part that
   outlasted the previous one: matching it would make each rank wait for every rank's previous
   collective, which the run did not do.
+- measured waits (``holds``, from ``measured_holds``; ``et-link simulate --waits measured``, the
+  default): a GPU or communication op that, when measured, started after everything it depends on
+  had finished waited for something the graph does not hold; it becomes ready that long after its
+  dependencies finish. Without holds the replay gives the graph's own prediction
+  (``--waits explained``).
 - job replay: each rank starts at its measured start offset (its first measured start minus the
   job's earliest) when the ranks' clocks agree (``measured_release``), else all at 0. A rank that
   began its step late makes the others wait for it at the first collective, as it did when measured.
@@ -49,11 +54,17 @@ from dataclasses import dataclass, field
 from itertools import accumulate, chain, repeat
 from operator import sub
 
+from linker.model.errors import OptionError
 from linker.plan.rank_start import measured_offsets
 from linker.sim.graph import COLL, COMM, META, RECV, SEND, SimGraph, comm_type_name, lane_label
+from linker.sim.unheld import gpu_waits
 
 ASTRA_SIM, LANES = "astra-sim", "lanes"
 MODELS = (ASTRA_SIM, LANES)
+# ``et-link simulate --waits``: replay the measured waits no dependency explains (``measured_holds``)
+# or leave them out (the graph's own prediction).
+MEASURED_WAITS, EXPLAINED_WAITS = "measured", "explained"
+WAITS = (MEASURED_WAITS, EXPLAINED_WAITS)
 
 # Why a node's start is what it is (``Replay.cause_kind``).
 CAUSE_NONE, CAUSE_DEPENDENCY, CAUSE_UNIT, CAUSE_PEER = 0, 1, 2, 3
@@ -71,19 +82,19 @@ class Scale:
 
     @classmethod
     def parse(cls, text: str) -> "Scale":
-        """``"cpu=0.5,gpu=2"`` -> Scale(0.5, 2, 1). Raises ValueError on a bad item."""
+        """``"cpu=0.5,gpu=2"`` -> Scale(0.5, 2, 1). Raises OptionError on a bad item."""
         factors = {}
         for item in filter(None, (part.strip() for part in text.split(","))):
             name, sep, value = item.partition("=")
             name = name.strip()
             if not sep or name not in ("cpu", "gpu", "comm"):
-                raise ValueError(f"bad --scale item {item!r}: use cpu=F, gpu=F, comm=F")
+                raise OptionError(f"bad --scale item {item!r}: use cpu=F, gpu=F, comm=F")
             try:
                 factor = float(value)
             except ValueError:
-                raise ValueError(f"bad --scale factor {value!r} for {name}") from None
+                raise OptionError(f"bad --scale factor {value!r} for {name}") from None
             if not (factor >= 0 and math.isfinite(factor)):
-                raise ValueError(f"--scale {name} must be a finite number >= 0, not {value}")
+                raise OptionError(f"--scale {name} must be a finite number >= 0, not {value}")
             factors[name] = factor
         return cls(**factors)
 
@@ -137,6 +148,9 @@ class Replay:
     missing: bytearray  # 1 when u depends on an id absent from its file
     queued: list[int]  # nodes still waiting for their unit when the loop ended
     release: list[float]  # per rank position: when its first nodes became ready
+    # Global node -> (µs, cause): a measured wait the replay held it back by after its dependencies
+    # finished (``measured_holds``; empty when replaying the graph's own waits only).
+    holds: dict[int, tuple[float, str]] = field(default_factory=dict)
 
     def rank_of(self, u: int) -> int:
         """Rank position (index into ``graphs``) of global node u. O(log ranks)."""
@@ -438,14 +452,32 @@ def measured_release(graphs: list[SimGraph]) -> list[float] | None:
     return measured_offsets([graph.measured_span() for graph in graphs])
 
 
+def measured_holds(graphs: list[SimGraph]) -> dict[int, tuple[float, str]]:
+    """The measured waits no dependency explains (``unheld.gpu_waits``: a GPU or communication op
+    that started after everything it depends on had finished), as holds for ``replay``: global node
+    -> (µs, cause). Replayed with them, each such op becomes ready that long after its
+    dependencies finish, as it did when measured; ``Scale`` leaves them as they are (the wait was
+    for nothing the graph holds). O(n + E)."""
+    holds = {}
+    base = 0
+    for graph in graphs:
+        for u, wait, cause in gpu_waits(graph):
+            holds[base + u] = (wait, cause)
+        base += len(graph)
+    return holds
+
+
 def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(),
-           comm_groups: dict[str, list[int]] | None = None, release: list[float] | None = None) -> Replay:
+           comm_groups: dict[str, list[int]] | None = None, release: list[float] | None = None,
+           holds: dict[int, tuple[float, str]] | None = None) -> Replay:
     """Replay one or several ranks (several = one job, collectives matched across them).
 
     ``release[r]``: when rank position r starts (its nodes without dependencies become ready then);
-    default 0 for every rank (see ``measured_release`` for the measured start offsets)."""
+    default 0 for every rank (see ``measured_release`` for the measured start offsets).
+    ``holds``: global node -> (µs, cause), measured waits replayed as such (``measured_holds``):
+    the node becomes ready that long after its dependencies finish; none by default."""
     if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
+        raise OptionError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
     offsets, total = [], 0
     for graph in graphs:
         offsets.append(total)
@@ -463,7 +495,8 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     nan = array("d", [math.nan])
     result = Replay(graphs, model, scale, offsets, duration, unit_of, unit_names, nan * total, nan * total,
                     nan * total, nan * total, array("q", [NO_NODE]) * total, bytearray(total), array("q", [NO_NODE]) * total,
-                    groups, missing, [], list(release) if release is not None else [0.0] * len(graphs))
+                    groups, missing, [], list(release) if release is not None else [0.0] * len(graphs),
+                    dict(holds or {}))
     _run(result, priority, succ_offsets, succ_nodes, indegree)
     return result
 
@@ -475,6 +508,7 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
     ready, issue, start, end, cause, cause_kind, peer = rp.ready, rp.issue, rp.start, rp.end, rp.cause, rp.cause_kind, rp.peer
     group_of, members, expected = rp.groups.group_of, rp.groups.members, rp.groups.expected
     waited, comm_factor, pickup = rp.groups.waited, rp.scale.factor(COMM), rp.groups.pickup
+    holds = rp.holds
     arrival_base = len(duration)  # events u >= arrival_base: node u - arrival_base arrives at its collective
     unit_count = len(rp.unit_names)
     queues: list[list] = [[] for _ in range(unit_count)]
@@ -536,8 +570,9 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
         release = rp.release[r]
         for v in range(base, base + len(rp.graphs[r])):
             if indegree[v] == 0:
-                if release > 0:
-                    push(events, (release, ~v))  # a release, not a completion
+                held = release + (holds[v][0] if v in holds else 0.0)
+                if held > 0:
+                    push(events, (held, ~v))  # a release, not a completion
                 else:
                     become_ready(v, 0.0, touched)
     t = 0.0
@@ -568,5 +603,9 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
                 indegree[v] -= 1
                 if indegree[v] == 0:
                     dep_cause[v] = u
-                    become_ready(v, t, touched)
+                    held = holds.get(v)
+                    if held:  # a measured wait: ready that much later (a release event)
+                        push(events, (t + held[0], ~v))
+                    else:
+                        become_ready(v, t, touched)
     rp.queued = [entry[2] for queue in queues for entry in queue]

@@ -70,6 +70,43 @@ class UnitBusy:
 
 
 @dataclass
+class WaitsSummary:
+    """How the measured waits no dependency explains (``engine.measured_holds``) were replayed, and
+    the ratio either way: ``mode`` ("measured": replayed as waits; "explained": left out), the
+    ratios with them and without them, ``explained_share`` (the replay without them over the replay
+    with them: the part of the step the graph's own dependencies account for), and the waits held:
+    ``ops``, ``us`` in all, ``by_cause`` (µs per cause)."""
+
+    mode: str
+    ratio_with_measured_waits: float | None
+    ratio_explained: float | None
+    explained_share: float | None
+    ops: int
+    us: float
+    by_cause: dict[str, float]
+    rank_ratios_with_measured_waits: list[float | None] = field(default_factory=list)  # per rank, its own step
+    rank_ratios_explained: list[float | None] = field(default_factory=list)
+
+
+def replay_end(rp: Replay) -> float:
+    """The replay's latest end (a rank's release counts: a rank with nothing to run ends there). O(n)."""
+    return max((e for e in rp.end if e == e), default=max(rp.release, default=0.0))
+
+
+def waits_summary(mode: str, with_waits: Replay, without: Replay, measured_us: float) -> WaitsSummary:
+    """The ``WaitsSummary`` of two replays of the same graphs, with and without the holds."""
+    by_cause: dict[str, float] = {}
+    for us, cause in with_waits.holds.values():
+        by_cause[cause] = by_cause.get(cause, 0.0) + us
+    held_end, graph_end = replay_end(with_waits), replay_end(without)
+    return WaitsSummary(mode, _ratio(held_end, measured_us), _ratio(graph_end, measured_us),
+                        round(graph_end / held_end, 4) if held_end > 0 else None, len(with_waits.holds),
+                        round(sum(by_cause.values()), 3), {k: round(v, 3) for k, v in sorted(by_cause.items())},
+                        [rank.ratio for rank in rank_summaries(with_waits)],
+                        [rank.ratio for rank in rank_summaries(without)])
+
+
+@dataclass
 class SimReport:
     model: str
     scale: dict
@@ -95,6 +132,7 @@ class SimReport:
     cycle_example: list[dict] = field(default_factory=list)
     unheld_gpu_wait: list[UnheldWait] = field(default_factory=list)  # per rank, see ``unheld``
     drift: dict | None = None  # ``explain.drift_report`` when asked for (``--explain``)
+    waits: WaitsSummary | None = None  # how the measured waits were replayed (``simulate``)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -244,6 +282,20 @@ def _us(value: float, unit: str = "") -> str:
     return format_us(value, unit)
 
 
+def _waits_line(waits: WaitsSummary) -> str:
+    """One line: how the measured waits were replayed and both ratios."""
+    if not waits.ops:
+        return "  waits: every GPU op started when what it depends on had finished (nothing to hold)"
+    ratio = {"with": waits.ratio_with_measured_waits, "without": waits.ratio_explained}
+    shown = {k: f"{v:.3f}" if v is not None else "n/a" for k, v in ratio.items()}
+    causes = ", ".join(f"{cause} {_us(us)}" for cause, us in waits.by_cause.items())
+    share = f"{waits.explained_share:.1%}" if waits.explained_share is not None else "n/a"
+    how = ("replayed as measured" if waits.mode == "measured" else "left out (--waits explained)")
+    return (f"  waits the graph does not explain: {waits.ops} GPU op{'s' if waits.ops != 1 else ''}, "
+            f"{_us(waits.us)} in all ({causes}), {how}; ratio with them {shown['with']}, the graph alone "
+            f"{shown['without']}: it explains {share} of the replayed step")
+
+
 def format_text(report: SimReport) -> str:
     """The human-readable report."""
     lines = []
@@ -266,6 +318,8 @@ def format_text(report: SimReport) -> str:
         what = f"job (clocks disagree: slowest rank {report.slowest_rank}'s own step vs the replay's end)"
     lines.append(f"{what}: measured {_us(report.measured_us)}, simulated {_us(report.simulated_us)}, "
                  f"ratio {ratio}")
+    if report.waits is not None:
+        lines.append(_waits_line(report.waits))
     if job and report.job_origin == ORIGIN_EARLIEST:
         starts = (f"ranks start at their measured offsets (up to {_us(max(report.rank_start_us))})"
                   if any(report.rank_start_us) else "every rank starts at 0 (--rank-start zero)")

@@ -51,8 +51,10 @@ class Simulation:
     def critical_path_table(self, as_rows: bool = False):
         """The critical path, one row per node, in order: ``rank``, ``id``, ``name``, ``kind``,
         ``start_us``, ``end_us``, ``us``, ``via`` (why it started then: start, dependency, unit,
-        peer), ``link`` (the dependency's cause, when the file gives it). A DataFrame (needs
-        pandas), or with ``as_rows`` a list of dicts (``link.tables.make_table``)."""
+        peer), ``link`` (the dependency's cause, when the file gives it), ``held_us`` and
+        ``held_cause`` (a measured wait the replay held it back by after that dependency ended:
+        each row starts ``held_us`` after the row before it ends). A DataFrame (needs pandas), or
+        with ``as_rows`` a list of dicts (``link.tables.make_table``)."""
         from linker.link.tables import make_table
 
         return make_table({
@@ -64,7 +66,9 @@ class Simulation:
             "end_us": [step.end for step in self.path],
             "us": [step.end - step.start for step in self.path],
             "via": [step.via for step in self.path],
-            "link": [step.link for step in self.path]}, as_rows)
+            "link": [step.link for step in self.path],
+            "held_us": [step.held for step in self.path],
+            "held_cause": [step.held_cause for step in self.path]}, as_rows)
 
     def nodes_table(self, as_rows: bool = False):
         """Every replayed node, measured and simulated times from one origin, the replay's time 0:

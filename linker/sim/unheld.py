@@ -7,11 +7,13 @@ profiling started, another process on the device, an event recorded by a call ou
 peers of a collective launched before the trace). The replay starts such an op at once, so the
 simulated step comes out short by up to that wait.
 
-For each timed GPU / communication node u: ``ready`` = the latest measured end among its timed
+For each timed GPU / communication node u: ``ready`` = the latest end among its timed
 dependencies (its launching CPU op, stream predecessor, waited-on ops...; untimed ones such as the
-process root count as the rank's measured start), and ``wait`` = max(0, start(u) - ready). Using
-the CPU launcher's *end* makes ``wait`` a lower bound: the launch call lies somewhere inside that op.
-A CPU op's end is read on the GPU's clock: plus the local skew the graph shows
+process root count as the rank's measured start), each ending as the replay ends it: its measured
+start plus its duration in the file (a CPU op's busy time, not its measured span: an annotation
+that spans the whole trace releases its kernels when its own node ends, in the replay as in this
+estimate), and ``wait`` = max(0, start(u) - ready). Using the CPU launcher's node *end* makes
+``wait`` a lower bound: the launch call lies somewhere inside that op. A CPU op's end is read on the GPU's clock: plus the local skew the graph shows
 (``graph_clock_skew``, the ``plan.clocks`` estimate from launch gaps), so a GPU clock ahead of the
 host's is not taken for a wait. CPU collectives (gloo, MPI, UCC, on a CPU thread) are left out:
 the replay starts them as late after their dependencies as their worker picked them up.
@@ -75,40 +77,57 @@ def graph_clock_skew(graph: SimGraph) -> ClockSkew:
     return ClockSkew([ts for ts, _ in launches], [gap for _, gap in launches])
 
 
-def unheld_gpu_wait(graph: SimGraph, min_us: float = 1.0) -> UnheldWait:
-    """The waits of ``graph``'s GPU / communication ops that no dependency explains (waits under
-    ``min_us`` are ignored as timing noise)."""
+# Why a GPU op waited, as far as the graph tells (``gpu_waits``): it has no timed host op among its
+# dependencies (launched before the trace began, or by a call the trace did not record), or
+# everything it depends on had finished and its stream sat idle all the same.
+LAUNCHED_BEFORE_TRACE, UNEXPLAINED_GPU_IDLE = "launched_before_trace", "unexplained_gpu_idle"
+WAIT_CAUSES = (LAUNCHED_BEFORE_TRACE, UNEXPLAINED_GPU_IDLE)
+
+
+def gpu_waits(graph: SimGraph, min_us: float = 1.0) -> list[tuple[int, float, str]]:
+    """(node, wait µs, cause) of every timed GPU / communication op of ``graph`` that started at
+    least ``min_us`` after everything it depends on had finished (the module's ``wait``), in node
+    order; the cause is one of ``WAIT_CAUSES``. O(n + E)."""
     first, _ = graph.measured_span()
-    result = UnheldWait(graph.rank, 0.0)
     if first != first:
-        return result
-    start, dur, kind = graph.start, graph.measured_dur, graph.kind
-    by_lane: dict[int, list[float]] = {}
-    waits: list[tuple[float, int]] = []
+        return []
+    start, dur, kind = graph.start, graph.duration, graph.kind  # a dependency ends as the replay ends it
     skew = graph_clock_skew(graph)
+    found = []
     for u in range(len(graph)):
         if kind[u] not in (GPU, COMM) or start[u] != start[u] or graph.lane_keys[graph.lane[u]][0] == "cpu":
             continue  # a CPU collective's pickup is replayed (``engine._cpu_pickups``)
-        ready = first
+        ready, launched = first, False
         for d in graph.deps_of(u):
             s = start[d]
             if s == s:
                 end = s + dur[d]
                 if kind[d] not in (GPU, COMM):  # a host time: read on the GPU's clock
                     end += skew.at(s)
+                    launched = True
                 ready = max(ready, end)
         wait = start[u] - ready
         if wait >= min_us:
-            total = by_lane.setdefault(graph.lane[u], [0.0, 0])
-            total[0] += wait
-            total[1] += 1
-            waits.append((wait, u))
+            found.append((u, wait, UNEXPLAINED_GPU_IDLE if launched else LAUNCHED_BEFORE_TRACE))
+    return found
+
+
+def unheld_gpu_wait(graph: SimGraph, min_us: float = 1.0) -> UnheldWait:
+    """The waits of ``graph``'s GPU / communication ops that no dependency explains (waits under
+    ``min_us`` are ignored as timing noise)."""
+    result = UnheldWait(graph.rank, 0.0)
+    by_lane: dict[int, list[float]] = {}
+    waits = gpu_waits(graph, min_us)
+    for u, wait, _ in waits:
+        total = by_lane.setdefault(graph.lane[u], [0.0, 0])
+        total[0] += wait
+        total[1] += 1
     result.streams = sorted((StreamWait(lane_label(graph.lane_keys[lane]), round(total, 1), count)
                              for lane, (total, count) in by_lane.items()), key=lambda s: -s.us)
     result.us = result.streams[0].us if result.streams else 0.0
-    waits.sort(reverse=True)
+    largest = sorted(((wait, u) for u, wait, _ in waits), reverse=True)[:LARGEST]
     result.largest = [{"id": graph.ids[u], "name": graph.names[u], "lane": lane_label(graph.lane_keys[graph.lane[u]]),
-                       "us": round(wait, 1)} for wait, u in waits[:LARGEST]]
+                       "us": round(wait, 1)} for wait, u in largest]
     return result
 
 

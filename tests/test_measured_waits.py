@@ -1,0 +1,91 @@
+"""Measured waits no dependency explains, replayed as such (``simulate --waits measured``, the
+default) or left out (``--waits explained``): both ratios, the explained share, the waits' causes,
+and the critical path's wait rows; on a graph whose times are worked out by hand and on a real
+trace."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import linker
+from conftest import SHARED_TRACES
+from linker.pipeline import link_pair
+from linker.sim.engine import LANES, replay
+from linker.sim.load import load_graph
+from sim_graphs import cpu, gpu, write_et
+
+# Measured, from the rank's start at 100 µs: cpu 1 runs 0-10 and launches kernel 2, which ran 40-45
+# (its stream idle 30 µs after its launcher ended: an unexplained wait); kernel 3 follows it on its
+# stream, 45-50. Kernel 5 has no launcher (queued before the trace began) and ran 20-22 on another
+# stream: 20 µs after the rank's start.
+HAND = [cpu(1, 10, start=100), gpu(2, 5, deps=[1], start=140), gpu(3, 5, deps=[2], start=145),
+        gpu(5, 2, stream=9, start=120)]
+
+
+@pytest.fixture
+def hand(tmp_path):
+    return write_et(tmp_path / "hand.et", HAND)
+
+
+@pytest.mark.parametrize("model", ["astra-sim", "lanes"])
+def test_hand_graph_both_ratios_and_causes(hand, model):
+    measured = 50.0  # 0 to 50
+    with_waits = linker.simulate(hand, model=model)
+    report = with_waits.report
+    # held: kernel 2 by 30 (ready at 10, ran at 40), kernel 5 by 20 (ready at 0, ran at 20)
+    assert report.waits.mode == "measured"
+    assert report.waits.by_cause == {"launched_before_trace": 20.0, "unexplained_gpu_idle": 30.0}
+    assert report.waits.ops == 2 and report.waits.us == 50.0
+    assert report.simulated_us == measured and report.ratio == 1.0
+    # without them: cpu 0-10, kernel 2 10-15, kernel 3 15-20; kernel 5 0-2 (astra-sim: one GPU
+    # unit, so kernel 5 first, then 2 at 10): the step ends at 20
+    assert report.waits.ratio_explained == 20.0 / measured
+    assert report.waits.explained_share == 20.0 / 50.0
+    start = {with_waits.replay.graphs[0].ids[u]: s for u, s in enumerate(with_waits.replay.start)}
+    assert start[2] == 40.0 and start[5] == 20.0 and start[3] == 45.0
+    # the critical path: cpu 1, the 30 µs wait, kernel 2, kernel 3
+    assert report.critical_path_us_by_kind["wait"] == 30.0
+    waits = [op for op in report.critical_path if op.kind == "wait"]
+    assert [(op.name, op.us, op.count) for op in waits] == [("(measured wait: unexplained_gpu_idle)", 30.0, 1)]
+    explained = linker.simulate(hand, model=model, waits="explained").report
+    assert explained.ratio == 20.0 / measured and explained.waits.ratio_with_measured_waits == 1.0
+    assert "wait" not in explained.critical_path_us_by_kind
+
+
+def test_scaling_leaves_the_measured_waits_as_they_are(hand):
+    report = linker.simulate(hand, model="lanes", scale="gpu=0.5").report
+    # cpu 0-10; kernel 2 ready 10, held 30: 40-42.5; kernel 3 42.5-45; kernel 5 20-21
+    assert report.simulated_us == 45.0
+
+
+def test_the_text_names_both_ratios(hand):
+    text = linker.simulate(hand).text()
+    line = next(line for line in text.splitlines() if "waits the graph does not explain" in line)
+    assert "2 GPU ops" in line and "ratio with them 1.000" in line and "the graph alone 0.400" in line
+    assert "it explains 40.0% of the replayed step" in line
+
+
+def test_an_unknown_waits_choice_is_one_line(hand):
+    proc = subprocess.run([sys.executable, "-m", "linker.cli", "simulate", str(hand), "--waits", "some"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--waits" in proc.stderr
+
+
+def test_a_real_trace_replays_its_measured_step_with_its_waits(tmp_path):
+    """A ROCm DDP trace whose GPU waited for work queued before the trace: the graph alone replays
+    it short; with its measured waits it replays the measured step on its lanes."""
+    trace = SHARED_TRACES / "kineto_only" / "amd_tracelens_mi300_resnet_ddp_rccl.json.gz"
+    if not trace.exists():
+        pytest.skip("needs ../shared/traces (see README: Real test traces)")
+    out = tmp_path / "resnet.et"
+    link_pair(None, trace, out)
+    report = linker.simulate(out, model=LANES).report
+    assert 0.99 <= report.ratio <= 1.01
+    assert report.waits.by_cause["launched_before_trace"] > 0
+    graph_alone = replay([load_graph(out)], LANES)
+    end = max(e for e in graph_alone.end if e == e)
+    assert report.waits.ratio_explained == round(end / report.measured_us, 4) < 0.95
