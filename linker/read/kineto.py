@@ -20,6 +20,7 @@ import msgspec
 
 from linker.model.errors import TraceInputError
 from linker.read.files import read_trace_bytes
+from linker.read.nsys_json_form import FORM_WORDS, nsys_json_form
 
 UNSET = msgspec.UNSET
 Unset = msgspec.UnsetType
@@ -232,12 +233,21 @@ def _own_input_dims(events: list[KinetoEvent]) -> None:
             msgspec.structs.force_setattr(event.args, "input_dims", msgspec.Raw(bytes(dims)))
 
 
+def _refuse_nsys_json(path: Path) -> None:
+    """An Nsight Systems JSON export is not a Kineto trace (``read_timing_trace`` reads it; a
+    caller of this reader gets one line, before the file is read whole). Reads its first line."""
+    form = nsys_json_form(path)
+    if form is not None:
+        raise TraceInputError(path, f"an Nsight Systems {FORM_WORDS[form]} export, not a Kineto trace")
+
+
 def read_kineto_trace(path: str | Path, own_dims: bool = True) -> KinetoTrace:
     """Load a Kineto trace file (``.json`` or gzip). Raises ``TraceInputError`` on bad input.
 
     ``own_dims=False`` leaves each ``Input Dims`` a view into the decoded file (for a caller that
     copies them anyway: ``schedule.kineto_child``)."""
     path = Path(path)
+    _refuse_nsys_json(path)
     data = read_trace_bytes(path)
     try:
         doc = msgspec.json.decode(data, type=_KinetoDocument)

@@ -4,6 +4,8 @@
 - SQLite (the 16-byte ``SQLite format 3`` header): an Nsight Systems export (``StringIds``:
   ``linker.read.nsys``) or an nvprof database (``StringTable``: ``linker.read.nvprof``), opened
   read-only (``linker.read.sqlite_source``).
+- An Nsight Systems JSON export (``--type json`` or ``--type jsonlines``, plain or gzip: its
+  first line, ``linker.read.nsys_json_form``), loaded into the SQLite reader's tables.
 - Anything else with a profiler's report suffix is refused in one line that says what to do:
   ``.nsys-rep`` / ``.qdrep`` are Nsight Systems' binary reports (``nsys export --type sqlite``),
   an ``.nvvp`` that is not SQLite is not an nvprof database.
@@ -11,7 +13,7 @@
 ``TimingSelection`` names one process of a multi-process file (``et-link batch``: one rank per
 process); it is a path-like, so the rest of the pipeline handles it as the file's path.
 ``seq_agreement`` is the extra check of a link made by order: ET ``seq_id`` against the range's
-``seq``. Cost: the reader's; detection reads 16 bytes.
+``seq``. Cost: the reader's; detection reads 16 bytes, then at most 64 KiB of text.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pathlib import Path
 from linker.model.errors import TraceInputError
 from linker.read.files import GZIP_MAGIC, collector_paused
 from linker.read.kineto import KinetoTrace, read_kineto_trace
+from linker.read.nsys_json import nsys_json_processes, read_nsys_json
+from linker.read.nsys_json_form import nsys_json_form
 from linker.read.sqlite_source import (ALL_PROCESSES, NSYS, NVPROF, has_sqlite_header, open_read_only, source_kind,
                                        sqlite_problem, table_columns)
 
@@ -53,6 +57,12 @@ def is_sqlite_file(path: str | os.PathLike) -> bool:
     return has_sqlite_header(os.fspath(path))
 
 
+def is_profiler_export(path: str | os.PathLike) -> bool:
+    """True when the file at ``path`` is an SQLite database or an Nsight Systems JSON export: a
+    file that may hold several processes (``export_processes``), read by SQL."""
+    return is_sqlite_file(path) or nsys_json_form(os.fspath(path)) is not None
+
+
 def read_timing_trace(path: str | os.PathLike, prefer_pid: int | None = None,
                       read_json=read_kineto_trace, all_processes: bool = False) -> KinetoTrace:
     """The timing trace at ``path`` (a ``TimingSelection`` reads one process), as a
@@ -65,6 +75,9 @@ def read_timing_trace(path: str | os.PathLike, prefer_pid: int | None = None,
     file = Path(os.fspath(path))
     if is_sqlite_file(file):
         return read_sqlite_timing(file, pid, prefer_pid)
+    form = nsys_json_form(file)
+    if form is not None:
+        return read_nsys_json(file, form, pid, prefer_pid)
     _refuse_known_binaries(file)
     return read_json(file)
 
@@ -135,6 +148,15 @@ def sqlite_processes(path: str | os.PathLike) -> list[int]:
         raise sqlite_problem(path, err) from None
     finally:
         conn.close()
+
+
+def export_processes(path: str | os.PathLike) -> list[int]:
+    """``sqlite_processes`` of an SQLite file, or the same of an Nsight Systems JSON export (read
+    whole: its lines are in no order that would let a query stop early)."""
+    form = nsys_json_form(os.fspath(path)) if not is_sqlite_file(path) else None
+    if form is not None:
+        return nsys_json_processes(Path(os.fspath(path)), form)
+    return sqlite_processes(path)
 
 
 def source_notes(trace: KinetoTrace) -> tuple[list[str], list[str]]:

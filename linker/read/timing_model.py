@@ -56,12 +56,13 @@ class RangeArgs(KinetoArgs, frozen=True, omit_defaults=True):
 
 @dataclass
 class TimingTrace(KinetoTrace):
-    """A ``KinetoTrace`` read from an Nsight Systems or nvprof SQLite file.
+    """A ``KinetoTrace`` read from an Nsight Systems or nvprof SQLite file (or an nsys JSON export).
 
     ``source``: "nsys" or "nvprof"; ``version``: product and schema version as the file states
     them; ``processes``: pids read (rank order for ``batch``); ``notes``: what the report says
     about ranges and rows left out; ``warnings``: the same, for what the user should look at;
-    ``time_base_ns``: subtracted from every timestamp (0: times as recorded)."""
+    ``time_base_ns``: subtracted from every timestamp (0: times as recorded); ``form``: the
+    export's form, in words ("SQLite", or a JSON form of ``nsys_json_form.FORM_WORDS``)."""
 
     source: str = ""
     version: str = ""
@@ -69,13 +70,14 @@ class TimingTrace(KinetoTrace):
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     time_base_ns: int = 0
+    form: str = "SQLite"
 
     def describe(self) -> str:
         """One line for the report: source, version, processes."""
         kind = {"nsys": "Nsight Systems", "nvprof": "nvprof"}.get(self.source, self.source)
         pids = ", ".join(map(str, self.processes))
         base = f"; times relative to {self.time_base_ns} ns" if self.time_base_ns else ""
-        return (f"timing source: {kind} SQLite export ({self.version}), "
+        return (f"timing source: {kind} {self.form} export ({self.version}), "
                 f"process{'es' if len(self.processes) != 1 else ''} {pids}{base}")
 
 

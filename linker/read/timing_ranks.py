@@ -14,7 +14,7 @@ from typing import Callable
 
 from linker.model.errors import TraceInputError
 from linker.read.rank_names import RankOfFile
-from linker.read.timing import TimingSelection, is_sqlite_file, sqlite_processes
+from linker.read.timing import TimingSelection, export_processes, is_profiler_export
 
 PID_ORDER = "process (pid order)"
 
@@ -44,11 +44,11 @@ def timing_rank_files(paths: list[Path], pattern, rank_of: Callable,
     several files is a problem (its ranks would collide with the others')."""
     files = []
     for path in paths:
-        if not is_sqlite_file(path):
+        if not is_profiler_export(path):
             files.append(rank_of(path, pattern))
             continue
         try:
-            pids = sqlite_processes(path)
+            pids = export_processes(path)
         except TraceInputError as err:
             files.append(RankOfFile(path, None, PID_ORDER, err.problem))
             continue
