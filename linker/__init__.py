@@ -96,8 +96,8 @@ def simulate(files: str | os.PathLike | Iterable[str | os.PathLike], *, model: s
     ``model``: "astra-sim" (one CPU op, one GPU compute op, one collective in flight per rank) or
     "lanes" (each CPU thread and GPU stream its own unit); ``scale``: what-if factors
     ("cpu=0.5,gpu=1,comm=2"); ``comm_groups``: the process-group JSON; ``rank_start``: "measured"
-    or "zero"; ``top``: critical-path ops listed; ``waits``: "measured" (the waits of GPU ops that
-    no dependency explains replayed as measured) or "explained" (left out; ``.report.waits`` has the
+    or "zero"; ``top``: critical-path ops listed; ``waits``: "measured" (the waits of ops that no
+    dependency explains replayed as measured) or "explained" (left out; ``.report.waits`` has the
     ratio both ways). Returns the ``Simulation``: ``.report``
     (``SimReport``), ``.text()``, ``.write_html(path)``, ``.write_trace(path)`` and the tables
     ``.critical_path_table()``, ``.nodes_table()`` (DataFrames; ``as_rows=True``: lists of dicts).

@@ -531,10 +531,11 @@ def simulate_command(
     top: int = typer.Option(10, "--top", help="How many ops of the critical path to list."),
     rank_start: str = typer.Option("measured", "--rank-start", metavar=_choices(("measured", "zero")), help="Job replay: measured = each rank starts at "
                                    "its measured start offset (when the ranks' clocks agree); zero = all at 0."),
-    waits: str = typer.Option("measured", "--waits", metavar=_choices(("measured", "explained")), help="measured: a GPU op "
-                              "that started after everything it depends on had finished waits as long in the replay "
-                              "(the measured step is reproduced); explained: the graph's own prediction, those waits "
-                              "left out. Both ratios are printed either way."),
+    waits: str = typer.Option("measured", "--waits", metavar=_choices(("measured", "explained")), help="measured: an op "
+                              "that started after everything it depends on had finished (a GPU op on an idle stream, "
+                              "a host op after a blocking call that waited for work outside the trace) waits as long "
+                              "in the replay (the measured step is reproduced); explained: the graph's own "
+                              "prediction, those waits left out. Both ratios are printed either way."),
     explain: bool = typer.Option(False, "--explain", help="List where the simulated timeline drifts from the "
                                  "measured one: the first and the largest places on the critical path (node, lane, "
                                  "drift, the edge or resource that held it)."),

@@ -12,7 +12,6 @@ import pytest
 
 import linker
 from conftest import SHARED_TRACES
-from linker.pipeline import link_pair
 from linker.sim.engine import LANES, replay
 from linker.sim.load import load_graph
 from sim_graphs import cpu, gpu, write_et
@@ -64,7 +63,7 @@ def test_scaling_leaves_the_measured_waits_as_they_are(hand):
 def test_the_text_names_both_ratios(hand):
     text = linker.simulate(hand).text()
     line = next(line for line in text.splitlines() if "waits the graph does not explain" in line)
-    assert "2 GPU ops" in line and "ratio with them 1.000" in line and "the graph alone 0.400" in line
+    assert "2 ops" in line and "ratio with them 1.000" in line and "the graph alone 0.400" in line
     assert "it explains 40.0% of the replayed step" in line
 
 
@@ -75,17 +74,27 @@ def test_an_unknown_waits_choice_is_one_line(hand):
     assert "--waits" in proc.stderr
 
 
-def test_a_real_trace_replays_its_measured_step_with_its_waits(tmp_path):
+def test_a_real_trace_replays_its_measured_step_with_its_waits(linked_once):
     """A ROCm DDP trace whose GPU waited for work queued before the trace: the graph alone replays
     it short; with its measured waits it replays the measured step on its lanes."""
     trace = SHARED_TRACES / "kineto_only" / "amd_tracelens_mi300_resnet_ddp_rccl.json.gz"
     if not trace.exists():
         pytest.skip("needs ../shared/traces (see README: Real test traces)")
-    out = tmp_path / "resnet.et"
-    link_pair(None, trace, out)
+    out, _, _ = linked_once(None, trace, ".et")
     report = linker.simulate(out, model=LANES).report
     assert 0.99 <= report.ratio <= 1.01
     assert report.waits.by_cause["launched_before_trace"] > 0
     graph_alone = replay([load_graph(out)], LANES)
     end = max(e for e in graph_alone.end if e == e)
     assert report.waits.ratio_explained == round(end / report.measured_us, 4) < 0.95
+
+
+def test_a_host_op_held_by_a_wait_the_graph_does_not_hold(tmp_path):
+    """A host op that began 40 µs after the op before it on its thread ended (a blocking call that
+    waited for GPU work outside the trace): held 40 µs, ``unexplained_host_wait``."""
+    path = write_et(tmp_path / "host.et", [cpu(1, 10, start=100), gpu(2, 5, deps=[1], start=110),
+                                           cpu(3, 5, deps=[1], start=150)])
+    report = linker.simulate(path, model="lanes").report
+    assert report.waits.by_cause == {"unexplained_host_wait": 40.0}
+    assert report.measured_us == 55.0 and report.simulated_us == 55.0
+    assert report.waits.ratio_explained == round(15.0 / 55.0, 4)  # cpu 3 and kernel 2 both end at 15

@@ -30,9 +30,9 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   outlasted the previous one: matching it would make each rank wait for every rank's previous
   collective, which the run did not do.
 - measured waits (``holds``, from ``measured_holds``; ``et-link simulate --waits measured``, the
-  default): a GPU or communication op that, when measured, started after everything it depends on
-  had finished waited for something the graph does not hold; it becomes ready that long after its
-  dependencies finish. Without holds the replay gives the graph's own prediction
+  default): an op that, when measured, started after everything it depends on had finished (as
+  the replay ends them) waited for something the graph does not hold; it becomes ready that long
+  after its dependencies finish. Without holds the replay gives the graph's own prediction
   (``--waits explained``).
 - job replay: each rank starts at its measured start offset (its first measured start minus the
   job's earliest) when the ranks' clocks agree (``measured_release``), else all at 0. A rank that
@@ -57,7 +57,7 @@ from operator import sub
 from linker.model.errors import OptionError
 from linker.plan.rank_start import measured_offsets
 from linker.sim.graph import COLL, COMM, META, RECV, SEND, SimGraph, comm_type_name, lane_label
-from linker.sim.unheld import gpu_waits
+from linker.sim.unheld import gpu_waits, host_waits
 
 ASTRA_SIM, LANES = "astra-sim", "lanes"
 MODELS = (ASTRA_SIM, LANES)
@@ -454,14 +454,15 @@ def measured_release(graphs: list[SimGraph]) -> list[float] | None:
 
 def measured_holds(graphs: list[SimGraph]) -> dict[int, tuple[float, str]]:
     """The measured waits no dependency explains (``unheld.gpu_waits``: a GPU or communication op
-    that started after everything it depends on had finished), as holds for ``replay``: global node
+    that started after everything it depends on had finished; ``unheld.host_waits``: the same of a
+    host op), as holds for ``replay``: global node
     -> (µs, cause). Replayed with them, each such op becomes ready that long after its
     dependencies finish, as it did when measured; ``Scale`` leaves them as they are (the wait was
     for nothing the graph holds). O(n + E)."""
     holds = {}
     base = 0
     for graph in graphs:
-        for u, wait, cause in gpu_waits(graph):
+        for u, wait, cause in gpu_waits(graph) + host_waits(graph):
             holds[base + u] = (wait, cause)
         base += len(graph)
     return holds

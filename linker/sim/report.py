@@ -285,13 +285,13 @@ def _us(value: float, unit: str = "") -> str:
 def _waits_line(waits: WaitsSummary) -> str:
     """One line: how the measured waits were replayed and both ratios."""
     if not waits.ops:
-        return "  waits: every GPU op started when what it depends on had finished (nothing to hold)"
+        return "  waits: every op started when what it depends on had finished (nothing to hold)"
     ratio = {"with": waits.ratio_with_measured_waits, "without": waits.ratio_explained}
     shown = {k: f"{v:.3f}" if v is not None else "n/a" for k, v in ratio.items()}
     causes = ", ".join(f"{cause} {_us(us)}" for cause, us in waits.by_cause.items())
     share = f"{waits.explained_share:.1%}" if waits.explained_share is not None else "n/a"
     how = ("replayed as measured" if waits.mode == "measured" else "left out (--waits explained)")
-    return (f"  waits the graph does not explain: {waits.ops} GPU op{'s' if waits.ops != 1 else ''}, "
+    return (f"  waits the graph does not explain: {waits.ops} op{'s' if waits.ops != 1 else ''}, "
             f"{_us(waits.us)} in all ({causes}), {how}; ratio with them {shown['with']}, the graph alone "
             f"{shown['without']}: it explains {share} of the replayed step")
 

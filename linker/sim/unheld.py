@@ -8,8 +8,10 @@ peers of a collective launched before the trace). The replay starts such an op a
 simulated step comes out short by up to that wait.
 
 For each timed GPU / communication node u: ``ready`` = the latest end among its timed
-dependencies (its launching CPU op, stream predecessor, waited-on ops...; untimed ones such as the
-process root count as the rank's measured start), each ending as the replay ends it: its measured
+dependencies (its launching CPU op, stream predecessor, waited-on ops...; an untimed root such as
+the process root counts as the rank's measured start; an op with an untimed dependency that has
+dependencies of its own, such as a collective's meeting node in an ASTRA-sim workload copy, has no
+known ``ready`` and is left out), each ending as the replay ends it: its measured
 start plus its duration in the file (a CPU op's busy time, not its measured span: an annotation
 that spans the whole trace releases its kernels when its own node ends, in the replay as in this
 estimate), and ``wait`` = max(0, start(u) - ready). Using the CPU launcher's node *end* makes
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 
 from linker.model.units import format_us
 from linker.plan.clocks import NEIGHBOURS, ClockSkew
-from linker.sim.graph import COMM, GPU, SimGraph, lane_label
+from linker.sim.graph import COMM, CPU, GPU, SimGraph, lane_label
 
 LARGEST = 3
 
@@ -81,7 +83,11 @@ def graph_clock_skew(graph: SimGraph) -> ClockSkew:
 # dependencies (launched before the trace began, or by a call the trace did not record), or
 # everything it depends on had finished and its stream sat idle all the same.
 LAUNCHED_BEFORE_TRACE, UNEXPLAINED_GPU_IDLE = "launched_before_trace", "unexplained_gpu_idle"
-WAIT_CAUSES = (LAUNCHED_BEFORE_TRACE, UNEXPLAINED_GPU_IDLE)
+# A host op that started after everything it depends on had finished in the replay's terms: the
+# thread was held by something the graph does not hold (a blocking call that waited for GPU work
+# outside the trace, another thread holding the interpreter).
+UNEXPLAINED_HOST_WAIT = "unexplained_host_wait"
+WAIT_CAUSES = (LAUNCHED_BEFORE_TRACE, UNEXPLAINED_GPU_IDLE, UNEXPLAINED_HOST_WAIT)
 
 
 def gpu_waits(graph: SimGraph, min_us: float = 1.0) -> list[tuple[int, float, str]]:
@@ -97,7 +103,7 @@ def gpu_waits(graph: SimGraph, min_us: float = 1.0) -> list[tuple[int, float, st
     for u in range(len(graph)):
         if kind[u] not in (GPU, COMM) or start[u] != start[u] or graph.lane_keys[graph.lane[u]][0] == "cpu":
             continue  # a CPU collective's pickup is replayed (``engine._cpu_pickups``)
-        ready, launched = first, False
+        ready, launched, known = first, False, True
         for d in graph.deps_of(u):
             s = start[d]
             if s == s:
@@ -106,9 +112,45 @@ def gpu_waits(graph: SimGraph, min_us: float = 1.0) -> list[tuple[int, float, st
                     end += skew.at(s)
                     launched = True
                 ready = max(ready, end)
+            elif len(graph.deps_of(d)):  # an untimed node after others: when it ended is not known
+                known = False
+                break
+        if not known:
+            continue
         wait = start[u] - ready
         if wait >= min_us:
             found.append((u, wait, UNEXPLAINED_GPU_IDLE if launched else LAUNCHED_BEFORE_TRACE))
+    return found
+
+
+def host_waits(graph: SimGraph, min_us: float = 1.0) -> list[tuple[int, float, str]]:
+    """(node, wait µs, ``UNEXPLAINED_HOST_WAIT``) of every timed CPU op of ``graph`` that started at
+    least ``min_us`` after each of its dependencies ended as the replay ends it (measured start
+    plus duration in the file; the rank's measured start for an untimed root), in node order. Left
+    out: an op with an untimed dependency that has dependencies of its own (when it ended is not
+    known), an op after a communication node, and every op of a rank with CPU collectives (gloo,
+    MPI, UCC): its threads wait for them in ways the replay's collective rules already place
+    (``engine._cpu_pickups``, the job's matching, a collective the ET lost), so a hold would count
+    those waits twice. O(n + E)."""
+    first, _ = graph.measured_span()
+    if first != first or any(graph.lane_keys[graph.lane[u]][0] == "cpu" for u in graph.comm):
+        return []
+    start, dur, kind = graph.start, graph.duration, graph.kind
+    found = []
+    for u in range(len(graph)):
+        if kind[u] != CPU or start[u] != start[u]:
+            continue
+        ready, known = first, True
+        for d in graph.deps_of(u):
+            s = start[d]
+            if kind[d] == COMM or (s != s and len(graph.deps_of(d))):
+                known = False
+                break
+            if s == s:
+                ready = max(ready, s + dur[d])
+        wait = start[u] - ready
+        if known and wait >= min_us:
+            found.append((u, wait, UNEXPLAINED_HOST_WAIT))
     return found
 
 
