@@ -49,3 +49,26 @@ def schedule(request):
     from linker.schedule import Schedule
 
     return Schedule.serial() if request.param == "serial" else Schedule.forced()
+
+
+_LINKED: dict[tuple, tuple] = {}
+
+
+@pytest.fixture(scope="session")
+def linked_once(tmp_path_factory):
+    """``link(et, kineto, suffix=".json")``: the pair (``et`` None: the Kineto trace alone) linked
+    with the default options once per test process, to ``plus<suffix>`` with its report beside it;
+    returns (output, report, the ``link_pair`` outcome). Tests read these files and never change
+    them: several modules check the same real outputs, and each real trace costs seconds to link."""
+    from linker.pipeline import link_pair
+
+    def link(et, kineto, suffix: str = ".json"):
+        key = (str(et), str(kineto), suffix)
+        if key not in _LINKED:
+            folder = tmp_path_factory.mktemp("linked")
+            output, report = folder / f"plus{suffix}", folder / "report.json"
+            outcome = link_pair(et, kineto, output, None, report)
+            _LINKED[key] = (output, report, outcome)
+        return _LINKED[key]
+
+    return link

@@ -50,10 +50,9 @@ def measured_and_kept(nodes: list[dict]) -> tuple[dict, dict]:
 
 
 @pytest.mark.parametrize("name", CPU_PAIRS + SHARED_PAIRS)
-def test_each_op_holds_its_own_busy_time(tmp_path, name):
+def test_each_op_holds_its_own_busy_time(linked_once, name):
     et, kineto = _pair(name)
-    out = tmp_path / "out.json"
-    link_pair(et, kineto, out)
+    out, _, _ = linked_once(et, kineto)
     nodes = json.loads(out.read_text())["nodes"]
     measured, kept = measured_and_kept(nodes)
     assert measured

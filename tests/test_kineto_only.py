@@ -20,7 +20,6 @@ import orjson
 import pytest
 
 from conftest import FIXTURES, shared_trace
-from linker.pipeline import link_pair
 from tracetools import load_trace
 
 TRACES = [
@@ -109,12 +108,11 @@ def _expected(doc: dict) -> dict:
 
 
 @pytest.fixture(scope="module", params=TRACES)
-def linked(request, tmp_path_factory):
+def linked(request, linked_once):
     path = shared_trace("kineto_only", request.param + ".json.gz")
-    out = tmp_path_factory.mktemp(request.param)
-    outcome = link_pair(None, path, out / "plus.json", None, out / "report.json")
-    return (request.param, _expected(load_trace(path)), orjson.loads((out / "plus.json").read_bytes()),
-            json.loads((out / "report.json").read_bytes()), outcome)
+    output, report, outcome = linked_once(None, path)
+    return (request.param, _expected(load_trace(path)), orjson.loads(output.read_bytes()),
+            json.loads(report.read_bytes()), outcome)
 
 
 def test_every_gpu_event_hangs_under_the_innermost_event_covering_its_launch(linked):

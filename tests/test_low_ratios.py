@@ -39,11 +39,10 @@ def _raw(name: str):
 
 
 @pytest.fixture(scope="module")
-def resnet(tmp_path_factory):
+def resnet(linked_once):
     name = "amd_tracelens_mi300_resnet_ddp_rccl"
     events, gpu, pre = _raw(name)
-    out = tmp_path_factory.mktemp("resnet") / "plus.json"
-    link_pair(None, shared_trace("kineto_only", name + ".json.gz"), out, None, None)
+    out, _, _ = linked_once(None, shared_trace("kineto_only", name + ".json.gz"))
     return events, gpu, pre, orjson.loads(out.read_bytes())["nodes"]
 
 
@@ -95,11 +94,10 @@ def test_pre_trace_ops_get_no_edge_from_timestamps_alone(resnet):
 
 
 @pytest.fixture(scope="module", params=SHORT)
-def replayed(request, tmp_path_factory):
+def replayed(request, linked_once):
     name = request.param
     events, gpu, pre = _raw(name)
-    out = tmp_path_factory.mktemp(name) / "out.et"
-    link_pair(None, shared_trace("kineto_only", name + ".json.gz"), out, None, None)
+    out, _, _ = linked_once(None, shared_trace("kineto_only", name + ".json.gz"), ".et")
     report = build_report(replay([load_graph(out)], LANES))[0]
     return name, events, gpu, pre, report
 
@@ -118,11 +116,10 @@ def test_simulate_names_the_gpu_wait_the_graph_cannot_reproduce(replayed):
         assert wait.us >= first["ts"] - host_end
 
 
-def test_pre_trace_work_raises_the_resnet_ratio(tmp_path):
+def test_pre_trace_work_raises_the_resnet_ratio(linked_once):
     name = "amd_tracelens_mi300_resnet_ddp_rccl"
     _, _, pre = _raw(name)
-    out = tmp_path / "out.et"
-    link_pair(None, shared_trace("kineto_only", name + ".json.gz"), out, None, None)
+    out, _, _ = linked_once(None, shared_trace("kineto_only", name + ".json.gz"), ".et")
     report = build_report(replay([load_graph(out)], LANES))[0]
     # Without the pre-trace GPU work the replay was 0.717 of the measured step; its pre-trace
     # GPU busy time alone must now be in the replay.

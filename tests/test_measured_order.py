@@ -20,8 +20,7 @@ CASES = [("dlrm", r) for r in range(8)] + [("kineto_only", "multistream_hta_a100
                                             ("gpu", "gpu_v101"), ("gpu", "gpu_v111")]
 
 
-def _output(tmp_path, kind, name):
-    out = tmp_path / "out.json"
+def _output(linked_once, kind, name):
     if kind == "dlrm":
         et = SHARED_TRACES / "param_dlrm" / f"rank{name}.et.json.gz"
         kineto = SHARED_TRACES / "param_dlrm" / f"rank{name}.kineto.json.gz"
@@ -31,18 +30,13 @@ def _output(tmp_path, kind, name):
         et, kineto = FIXTURES / "gpu" / name / "et.json.gz", FIXTURES / "gpu" / name / "kineto.json.gz"
     if not kineto.exists():
         pytest.skip(f"needs ../shared/traces/{kineto.parent.name} (see README: Real test traces)")
-    if et is None:
-        proc = subprocess.run([sys.executable, "-m", "linker.cli", "--kineto-file", str(kineto), "-o", str(out), "-q"],
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-    else:
-        link_pair(et, kineto, out)
-    return json.loads(out.read_text())["nodes"]
+    output, _, _ = linked_once(et, kineto)
+    return json.loads(output.read_text())["nodes"]
 
 
 @pytest.mark.parametrize("kind,name", CASES)
-def test_no_event_wait_on_an_op_that_ended_after_the_waiter_began(tmp_path, kind, name):
-    nodes = _output(tmp_path, kind, name)
+def test_no_event_wait_on_an_op_that_ended_after_the_waiter_began(linked_once, kind, name):
+    nodes = _output(linked_once, kind, name)
     by_id = {n["id"]: n for n in nodes}
     waits = [(by_id[d], n) for n in nodes for d, c in zip(n.get("data_deps", []), n.get("data_dep_causes", []))
              if c == "event_wait"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from linker.model.errors import TraceInputError
+from linker.model.errors import OptionError, TraceInputError
 from linker.read.rank_names import RankOfFile
 from linker.read.timing import TimingSelection, export_processes, is_profiler_export
 
@@ -20,19 +20,19 @@ PID_ORDER = "process (pid order)"
 
 
 def parse_pid_ranks(text: str) -> dict[int, int]:
-    """``"4242:0,4243:1"`` -> {4242: 0, 4243: 1}. Raises ValueError naming what is wrong."""
+    """``"4242:0,4243:1"`` -> {4242: 0, 4243: 1}. Raises OptionError naming what is wrong."""
     mapping: dict[int, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         pid, sep, rank = item.partition(":")
         if not sep or not pid.strip().isdigit() or not rank.strip().isdigit():
-            raise ValueError(f"{item!r} is not PID:RANK (e.g. 4242:0)")
+            raise OptionError(f"{item!r} is not PID:RANK (e.g. 4242:0)")
         if int(pid) in mapping:
-            raise ValueError(f"pid {pid.strip()} is given twice")
+            raise OptionError(f"pid {pid.strip()} is given twice")
         mapping[int(pid)] = int(rank)
     if not mapping:
-        raise ValueError("give PID:RANK pairs, e.g. 4242:0,4243:1")
+        raise OptionError("give PID:RANK pairs, e.g. 4242:0,4243:1")
     if len(set(mapping.values())) < len(mapping):
-        raise ValueError("two pids are given the same rank")
+        raise OptionError("two pids are given the same rank")
     return mapping
 
 
