@@ -133,6 +133,11 @@ class SimReport:
     unheld_gpu_wait: list[UnheldWait] = field(default_factory=list)  # per rank, see ``unheld``
     drift: dict | None = None  # ``explain.drift_report`` when asked for (``--explain``)
     waits: WaitsSummary | None = None  # how the measured waits were replayed (``simulate``)
+    # The iterations the capture marks (``ProfilerStep#N`` ops) of the slowest rank: their names,
+    # first and last, and their measured mean (µs); none when it marks none.
+    iterations: int = 0
+    iteration_names: list[str] = field(default_factory=list)
+    measured_iteration_us: float | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -234,9 +239,27 @@ def build_report(rp: Replay, top: int = 10, explain: bool = False) -> tuple[SimR
         ranks=ranks, slowest_rank=slowest.rank, rank_start_us=list(rp.release),
         measured_job_span_us=job_span, job_origin=origin, notes=_dedupe(notes),
         cycle_example=[_node_ref(rp, u) for u in diagnosis.cycle_example[:EXAMPLES]], unheld_gpu_wait=unheld)
+    slowest_graph = next(graph for graph in rp.graphs if graph.rank == slowest.rank)
+    report.iterations, report.iteration_names, report.measured_iteration_us = marked_iterations(slowest_graph)
     if explain:
         report.drift = drift_report(rp, max(1, min(top, 10)), path)
     return report, path, diagnosis
+
+
+ITERATION_PREFIX = "ProfilerStep#"  # the op torch.profiler wraps each profiled iteration in
+
+
+def marked_iterations(graph) -> tuple[int, list[str], float | None]:
+    """The iterations ``graph`` marks: how many ``ProfilerStep#N`` ops (timed, each counted once,
+    not its later pieces), the first and last of their names in measured order, and their mean
+    measured duration (µs; None when there are none). O(n)."""
+    steps = sorted((graph.start[u], graph.names[u], graph.measured_dur[u]) for u in range(len(graph))
+                   if graph.names[u].startswith(ITERATION_PREFIX) and u not in graph.continues
+                   and graph.start[u] == graph.start[u])
+    if not steps:
+        return 0, [], None
+    names = [steps[0][1]] + ([steps[-1][1]] if len(steps) > 1 else [])
+    return len(steps), names, sum(dur for _, _, dur in steps) / len(steps)
 
 
 def _rank_notes(rp: Replay) -> list[str]:
@@ -282,6 +305,15 @@ def _us(value: float, unit: str = "") -> str:
     return format_us(value, unit)
 
 
+def span_words(report: SimReport) -> str:
+    """What one rank's measured span is: its step, or, where the capture marks iterations, the
+    captured span with their count and measured mean."""
+    if report.iterations < 2 or report.measured_iteration_us is None:
+        return "step"
+    return (f"captured span ({report.iterations} iterations, {' to '.join(report.iteration_names)}; "
+            f"measured {_us(report.measured_iteration_us)} per iteration on average)")
+
+
 def _waits_line(waits: WaitsSummary) -> str:
     """One line: how the measured waits were replayed and both ratios."""
     if not waits.ops:
@@ -311,7 +343,7 @@ def format_text(report: SimReport) -> str:
                          f"{ratio:>6}  {r.file}")
     ratio = f"{report.ratio:.3f}" if report.ratio is not None else "n/a (no measured time)"
     if not job:
-        what = "step"
+        what = span_words(report)
     elif report.job_origin == ORIGIN_EARLIEST:
         what = "job span (earliest measured start to latest end, replay from the same origin)"
     else:

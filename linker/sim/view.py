@@ -8,7 +8,9 @@ written; plotly.js is inlined once, so the page opens with no network. Contents:
 - the ops that take most time on the critical path;
 - per rank, a timeline: each lane ("cpu thread 1", "gpu 0 stream 7") twice, measured above
   simulated, on one time axis in ms (``linker.sim.timeline``: measured nested ops as exclusive
-  pieces, waits shaded); critical-path nodes in red; divergence points as diamonds, listed below.
+  pieces, waits shaded); critical-path nodes in red; the ops where a lane gains or loses most time
+  as diamonds, listed below; and under the critical path, where the replay drifts along it (the
+  list of ``--explain``: ``explain.drift_report``).
 A rank with more than ``MAX_BARS`` bars keeps its longest ones (the page says how many were left
 out). Written atomically; the inputs are refused as output. Cost: O(n log n) for n nodes, plus
 plotly's serialisation (about 1 s per 100k bars).
@@ -25,7 +27,8 @@ from linker.model.units import format_us
 from linker.write.sink import atomic_output
 from linker.sim.engine import ASTRA_SIM, Replay
 from linker.sim.graph import KIND_NAMES
-from linker.sim.report import SimReport
+from linker.sim.explain import LINK_WORDS, drift_report, short_name
+from linker.sim.report import SimReport, span_words
 from linker.sim.timeline import BUSY, MEASURED, SIMULATED, WAIT, RankTimeline, rank_timelines
 
 MAX_BARS = 20_000  # per rank
@@ -113,11 +116,11 @@ def timeline_figure(go, tl: RankTimeline, first: bool):
     if tl.divergences:
         fig.add_trace(go.Scatter(
             x=[d.simulated_start / 1000 for d in tl.divergences],
-            y=[_row(d.lane, SIMULATED) for d in tl.divergences], mode="markers", name="divergence point",
+            y=[_row(d.lane, SIMULATED) for d in tl.divergences], mode="markers", name="lane gains or loses time",
             legendgroup="divergence", showlegend=first,
             marker={"symbol": "diamond", "size": 12, "color": DIVERGENCE_COLOR, "line": {"width": 1, "color": "white"}},
-            hovertext=[f"{html.escape(_short(d.name))}<br>simulated {'+' if d.jump_us >= 0 else '−'}"
-                       f"{format_us(abs(d.jump_us))} against the lane's previous landmark<br>"
+            hovertext=[f"{html.escape(_short(d.name))}<br>{_signed(d.jump_us)} later than measured, against "
+                       f"the op before it on this lane<br>"
                        f"measured start {format_us(d.measured_start)}, simulated {format_us(d.simulated_start)}"
                        for d in tl.divergences], hoverinfo="text"))
     drawn = set(bars.lane)
@@ -200,15 +203,60 @@ def ranks_figure(go, report: SimReport):
     return fig
 
 
+LANE_JUMPS = ("On each lane, the ops where the replay gains or loses the most time: how much later (+) or "
+              "earlier (−) than measured the replay starts the op, less that of the op before it on the same "
+              "lane (ops with nothing nested in them). A lane's view, so its amounts differ from the critical "
+              "path's above, which follow the chain that sets the simulated end.")
+PATH_DRIFT = ("Where the replay drifts, along the critical path (the list <code>et-link simulate --explain</code> "
+              "prints): drift is the simulated start minus the measured start from one origin ({origin}); "
+              "jump is the change of drift since the previous op of the path; held by: what the op waited for "
+              "in the replay. The first row is the first op of the path that drifts by more than {threshold}; "
+              "the others, the largest jumps.")
+
+
 def _divergence_table(tl: RankTimeline) -> str:
     if not tl.divergences:
-        return "<p class='note'>No divergence point: every lane's simulated starts follow the measured ones.</p>"
+        return "<p class='note'>No lane's replay gains or loses time against the measurement.</p>"
     rows = "".join(
         f"<tr><td>{html.escape(d.lane)}</td><td>{html.escape(_short(d.name))}</td><td>{d.node_id}</td>"
         f"<td>{format_us(d.measured_start)}</td><td>{format_us(d.simulated_start)}</td>"
-        f"<td>{'+' if d.jump_us >= 0 else '−'}{format_us(abs(d.jump_us))}</td></tr>" for d in tl.divergences)
-    return ("<table><tr><th>lane</th><th>op</th><th>node</th><th>measured start</th><th>simulated start</th>"
-            "<th>simulated later (+) / earlier (−) than the lane's previous landmark</th></tr>" + rows + "</table>")
+        f"<td>{_signed(d.jump_us)}</td></tr>" for d in tl.divergences)
+    return (f"<p class='note'>{LANE_JUMPS}</p>"
+            "<table><tr><th>lane</th><th>op</th><th>node</th><th>measured start</th><th>simulated start</th>"
+            "<th>later (+) / earlier (−) than the op before it on the lane</th></tr>" + rows + "</table>")
+
+
+def _signed(us: float) -> str:
+    return f"{'+' if us >= 0 else '−'}{format_us(abs(us))}"
+
+
+def _drift_table(drift: dict, job: bool) -> str:
+    """The critical path's drift places (``explain.drift_report``), as ``--explain`` lists them."""
+    places = ([("first", drift["first"])] if drift["first"] is not None else []) + \
+        [("largest", place) for place in drift["largest"]]
+    intro = PATH_DRIFT.format(origin=html.escape(drift["origin"]), threshold=format_us(drift["threshold_us"]))
+    if not places:
+        return f"<p class='note'>{intro}</p><p class='note'>No op of the path drifts.</p>"
+
+    def held(place: dict) -> str:
+        words = LINK_WORDS.get(place["held_by"], place["held_by"])
+        if "after" in place:
+            words += f", node {place['after']['id']} {short_name(place['after']['name'])}"
+        elif "peer_rank" in place:
+            words += f" {place['peer_rank']}"
+        return words
+
+    def rank_cell(place: dict) -> str:
+        return f"<td>{place['rank']}</td>" if job else ""
+
+    rows = "".join(
+        f"<tr><td>{which}</td>{rank_cell(place)}<td>{place['id']}</td>"
+        f"<td>{html.escape(short_name(place['name']))}</td><td>{html.escape(place['lane'])}</td>"
+        f"<td>{_signed(place['drift_us'])}</td><td>{_signed(place['jump_us'])}</td>"
+        f"<td>{html.escape(held(place))}</td></tr>" for which, place in places)
+    rank_head = "<th>rank</th>" if job else ""
+    return (f"<p class='note'>{intro}</p><table><tr><th></th>{rank_head}<th>node</th><th>op</th><th>lane</th>"
+            "<th>drift</th><th>jump</th><th>held by</th></tr>" + rows + "</table>")
 
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:1600px}
@@ -221,8 +269,8 @@ _HOW_TO_READ = (
     "are drawn as the simulator sees them: each op's exclusive time (its children cut out); time the "
     "simulator does not replay as busy (a blocked synchronize, a collective's kernel waiting for its peers) "
     "is hatched grey. On the simulated side, a collective holding its unit while waiting for peer ranks is "
-    "cross-hatched. Red: simulated nodes on the critical path. Diamonds: divergence points, where a lane's simulated "
-    "start moves most against the measured one (listed under each rank). Drag to zoom, double-click to reset.")
+    "cross-hatched. Red: simulated nodes on the critical path. Diamonds: the ops where a lane's replay gains or loses "
+    "the most time against the measurement (listed under each rank). Drag to zoom, double-click to reset.")
 
 
 def page_html(rp: Replay, report: SimReport, path_steps, title: str = "") -> str:
@@ -231,7 +279,7 @@ def page_html(rp: Replay, report: SimReport, path_steps, title: str = "") -> str
     timelines = rank_timelines(rp, path_steps)
     job = len(timelines) > 1
     ratio = f"{report.ratio:.3f}" if report.ratio is not None else "n/a"
-    what = "job span (earliest measured start to latest end)" if job else "step"
+    what = "job span (earliest measured start to latest end)" if job else span_words(report)
     heading = title or f"et-link simulate: {len(timelines)} rank{'s' if job else ''}, model {report.model}"
     parts = [f"<h1>{html.escape(heading)}</h1>",
              f"<p>{what}: measured {format_us(report.measured_us)}, simulated {format_us(report.simulated_us)}, "
@@ -243,11 +291,13 @@ def page_html(rp: Replay, report: SimReport, path_steps, title: str = "") -> str
     if job:
         figures.append(("ranks", ranks_figure(go, report), ""))
     figures.append(("busy", busy_figure(go, timelines, report.model), ""))
+    drift = report.drift if report.drift is not None else drift_report(rp, 10, path_steps)
     if report.critical_path:
-        figures.append(("critical", critical_figure(go, report), ""))
+        figures.append(("critical", critical_figure(go, report),
+                        "<h2>where the replay drifts along the critical path</h2>" + _drift_table(drift, job)))
     for k, tl in enumerate(timelines):
         figures.append((f"rank-{tl.rank}", timeline_figure(go, tl, k == 0),
-                        f"<h2>rank {tl.rank}: divergence points</h2>" + _divergence_table(tl)))
+                        f"<h2>rank {tl.rank}: where each lane gains or loses time</h2>" + _divergence_table(tl)))
     config = {"displaylogo": False, "responsive": True}
     for div_id, fig, after in figures:
         css = " class='rank'" if div_id.startswith("rank-") else ""
