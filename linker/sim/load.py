@@ -373,7 +373,7 @@ class _JsonDoc(msgspec.Struct):
 
 
 _JSON_DECODER = msgspec.json.Decoder(_JsonDoc)
-_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})  # ET+ JSON categories of GPU nodes
 
 
 def _parent_of(node: _JsonNode) -> int | None:
@@ -459,7 +459,7 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
         builder.notes.append("no data_deps (older ET+): dependencies are the parent, per-thread id order, "
                              "the launcher and the stream order")
     for i, node in enumerate(nodes):
-        is_gpu = node.cat in _GPU_CATS
+        is_gpu = node.cat in GPU_CATS
         comm = _json_comm(node) if is_gpu or node.comm_type is not None else None
         tid = tids[i]
         if node.sim_dur is not None:
@@ -502,13 +502,13 @@ def _fallback_order(nodes: list[_JsonNode], tids: list[int]) -> list[int | None]
     """For an ET+ without data_deps: the id each node follows — the previous CPU op of its thread in
     id order, or the previous GPU op of its (device, stream) in start order. O(n log n)."""
     previous: list[int | None] = [None] * len(nodes)
-    cpu = sorted((i for i, node in enumerate(nodes) if node.cat not in _GPU_CATS), key=lambda i: nodes[i].id)
+    cpu = sorted((i for i, node in enumerate(nodes) if node.cat not in GPU_CATS), key=lambda i: nodes[i].id)
     last: dict[Any, int] = {}
     for i in cpu:
         key = tids[i]
         previous[i] = last.get(key)
         last[key] = nodes[i].id
-    gpu = sorted((i for i, node in enumerate(nodes) if node.cat in _GPU_CATS),
+    gpu = sorted((i for i, node in enumerate(nodes) if node.cat in GPU_CATS),
                  key=lambda i: (nodes[i].ts if nodes[i].ts is not None else math.inf, nodes[i].id))
     last = {}
     for i in gpu:

@@ -47,7 +47,7 @@ from linker.plan.comm import PROCESS_GROUP_INIT
 from linker.read.files import read_trace_bytes
 from linker.sim.graph import COMM, CPU, GPU, KIND_NAMES, META
 # The replay reader's slim Node parse and nested-layout tid lookup, shared rather than copied.
-from linker.sim.load import JSON, _SlimNode, _tid_of, file_kind, node_payloads
+from linker.sim.load import GPU_CATS, JSON, _SlimNode, _tid_of, file_kind, node_payloads
 from linker.write.chakra_wire import attr_value
 from linker.write.protobuf_wire import decode_varint
 
@@ -215,7 +215,6 @@ class _TimedDoc(msgspec.Struct):
 
 
 _JSON_DECODER = msgspec.json.Decoder(_TimedDoc)
-_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 
 
 def _read_json(p: Path) -> SavedEtPlus:
@@ -227,7 +226,7 @@ def _read_json(p: Path) -> SavedEtPlus:
     del data
     saved = SavedEtPlus(p, "json")
     for node in nodes:
-        gpu = node.cat in _GPU_CATS
+        gpu = node.cat in GPU_CATS
         comm = node.comm_type is not None or node.comm_size is not None
         if gpu:
             kind = COMM if comm else GPU
