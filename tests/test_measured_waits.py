@@ -98,3 +98,15 @@ def test_a_host_op_held_by_a_wait_the_graph_does_not_hold(tmp_path):
     assert report.waits.by_cause == {"unexplained_host_wait": 40.0}
     assert report.measured_us == 55.0 and report.simulated_us == 55.0
     assert report.waits.ratio_explained == round(15.0 / 55.0, 4)  # cpu 3 and kernel 2 both end at 15
+
+
+def test_explain_names_the_measured_wait_a_place_was_held_by(hand):
+    from linker.sim.explain import drift_report, format_drift
+
+    simulation = linker.simulate(hand, model="lanes")
+    drift = drift_report(simulation.replay, 10, simulation.path)
+    (kernel,) = [place for place in drift["largest"] if place["id"] == 2]
+    assert kernel["measured_wait_us"] == 30.0 and kernel["wait_cause"] == "unexplained_gpu_idle"
+    assert kernel["drift_us"] == 0.0  # replayed where it was measured
+    text = "\n".join(format_drift(drift))
+    assert "then a measured wait of 30 µs (unexplained_gpu_idle)" in text

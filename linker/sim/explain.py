@@ -12,7 +12,8 @@ add up to the end's drift (simulated end − measured end), so the largest jumps
 ratio is made. Each place names the node (rank, id, name, kind, lane), its drift and jump, and
 what held it: the dependency (its cause from the file: ``launch``, ``sync``, ``thread_order``,
 ...) and the node it waited for, its resource (``unit``: the node before it on its unit), or a
-peer rank at a collective. A later piece of an op (docs/durations.md) is named with the op it
+peer rank at a collective, and the measured wait the replay held it back by after that, if any
+(``simulate --waits measured``). A later piece of an op (docs/durations.md) is named with the op it
 continues.
 
 ``first``: the first node of the path whose drift exceeds ``THRESHOLD`` of the measured span (at
@@ -67,6 +68,8 @@ def _place(rp: Replay, step: PathStep, drift: float, jump: float) -> dict:
              "drift_us": round(drift, 3), "jump_us": round(jump, 3), "held_by": step.link or step.via}
     if i in graph.continues:  # a later piece of an op: named by the op it continues
         place["continues"] = graph.continues[i]
+    if step.held > 0:  # held back by a measured wait the graph does not explain (``Replay.holds``)
+        place["measured_wait_us"], place["wait_cause"] = round(step.held, 3), step.held_cause
     cause = rp.cause[step.node]
     if step.via == "peer":
         place["peer_rank"] = step.peer_rank
@@ -119,6 +122,8 @@ def format_drift(drift: dict, measured_us: float | None = None) -> list[str]:
                 held += f" of rank {place['after']['rank']}"
         elif "peer_rank" in place:
             held += f" {place['peer_rank']}"
+        if "measured_wait_us" in place:
+            held += f", then a measured wait of {format_us(place['measured_wait_us'])} ({place['wait_cause']})"
         piece = f"a later piece of node {place['continues']}, " if "continues" in place else ""
         return (f"rank {place['rank']} node {place['id']} {short_name(place['name'])!r} ({piece}{place['kind']}, "
                 f"{place['lane']}): drift {_signed_us(place['drift_us'])} (jump {_signed_us(place['jump_us'])}), "
