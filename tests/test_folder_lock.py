@@ -136,7 +136,8 @@ def test_a_signal_while_the_lock_is_taken_still_removes_it(tmp_path, monkeypatch
     from linker.batch import folder_lock
     from linker.read.files import Terminated, terminate_as_interrupt
 
-    previous_term = signal.getsignal(signal.SIGTERM)
+    previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a test worker may ignore it)
     terminate_as_interrupt()
     real_read = folder_lock._read_owner
 
@@ -150,10 +151,11 @@ def test_a_signal_while_the_lock_is_taken_still_removes_it(tmp_path, monkeypatch
             with owned_folder(tmp_path / "out", "the test"):
                 pytest.fail("the block ran although a signal came while the lock was taken")
         assert isinstance(caught.value, Terminated) == (number == signal.SIGTERM)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the lock put it back
     finally:
-        signal.signal(signal.SIGTERM, previous_term)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     assert not (tmp_path / "out" / LOCK_NAME).exists()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_a_dask_client_holds_the_folder_too(tmp_path):
