@@ -89,7 +89,7 @@ def write_et_plus(result: "LinkResult", output: str | os.PathLike,
 
 def simulate(files: str | os.PathLike | Iterable[str | os.PathLike], *, model: str = "astra-sim",
              scale: str = "", comm_groups: Optional[str | os.PathLike] = None, rank_start: str = "measured",
-             top: int = 10, waits: str = "measured") -> "Simulation":
+             top: int = 10, waits: str = "measured", network: str = "") -> "Simulation":
     """Replay et-link outputs as ``et-link simulate`` does: one rank's ``.et``/``.et.gz``/ET+ JSON,
     several files of one job, or a batch output directory.
 
@@ -98,7 +98,9 @@ def simulate(files: str | os.PathLike | Iterable[str | os.PathLike], *, model: s
     ("cpu=0.5,gpu=1,comm=2"); ``comm_groups``: the process-group JSON; ``rank_start``: "measured"
     or "zero"; ``top``: critical-path ops listed; ``waits``: "measured" (the waits of ops that no
     dependency explains replayed as measured) or "explained" (left out; ``.report.waits`` has the
-    ratio both ways). Returns the ``Simulation``: ``.report``
+    ratio both ways); ``network``: a what-if link, "bandwidth=1Gbit/s[,latency=50us][,medium=bus|links]"
+    (docs/whatif.md: the collectives' network part fitted to the trace and moved to this link, the
+    rest kept as measured; ``.report.network`` has the fit and the change). Returns the ``Simulation``: ``.report``
     (``SimReport``), ``.text()``, ``.write_html(path)``, ``.write_trace(path)`` and the tables
     ``.critical_path_table()``, ``.nodes_table()`` (DataFrames; ``as_rows=True``: lists of dicts).
     Raises ``TraceInputError`` / ``ValueError``."""
@@ -109,7 +111,7 @@ def simulate(files: str | os.PathLike | Iterable[str | os.PathLike], *, model: s
 
     paths = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
     return run(SimulateOptions(paths, model, scale, Path(comm_groups) if comm_groups else None, top=top,
-                               rank_start=rank_start, waits=waits))
+                               rank_start=rank_start, waits=waits, network=network))
 
 
 def link_job(kineto: str, output_dir: str | os.PathLike, et: Optional[str] = None, *, fmt: str = "json",

@@ -522,6 +522,10 @@ def simulate_command(
     model: str = typer.Option("astra-sim", "--model", metavar=_choices(("astra-sim", "lanes")), help="astra-sim: one CPU op, one GPU compute op and one "
                               "collective in flight per rank; lanes: each CPU thread and GPU stream its own unit."),
     scale: str = typer.Option("", "--scale", metavar="cpu=F,gpu=F,comm=F", help="What-if duration factors, e.g. cpu=0.5,gpu=1,comm=2."),
+    network: str = typer.Option("", "--network", metavar="bandwidth=RATE[,latency=TIME][,medium=bus|links]",
+                                help="What-if link for the collectives, e.g. bandwidth=1Gbit/s or bandwidth=25GB/s,"
+                                "latency=5us: their network part, fitted to the trace's own collectives, moves to this "
+                                "link; the rest of their time is kept as measured (docs/whatif.md)."),
     comm_groups: Optional[Path] = typer.Option(None, "--comm-groups", help='Process groups as JSON {"<pg id>": list of global ranks} '
                                                "(default: comm_groups.json beside the inputs, else all ranks)."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of the text report."),
@@ -555,7 +559,7 @@ def simulate_command(
         with StageProgress("et-link simulate", STAGES, enabled=_progress(quiet)) as bar:
             output, finished = run_simulate(SimulateOptions(
                 files, model, scale, comm_groups, json_output, trace_out, top, rank_start,
-                explain=explain, html=html, waits=waits), bar.stage, _schedule())
+                explain=explain, html=html, waits=waits, network=network), bar.stage, _schedule())
     except EtLinkError as err:
         fail(str(err))
     if not quiet:

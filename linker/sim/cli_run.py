@@ -21,6 +21,7 @@ from linker.sim.graph import SimGraph
 from linker.sim.hints import lanes_hints
 from linker.sim.job import JobInputs, read_comm_groups, resolve_inputs
 from linker.sim.load import load_graph
+from linker.sim.network import NetworkSpec
 from linker.sim.report import build_report, format_text, waits_summary
 from linker.sim.simulation import Simulation
 
@@ -39,6 +40,7 @@ class SimulateOptions:
     explain: bool = False
     html: Path | None = None
     waits: str = MEASURED_WAITS
+    network: str = ""  # ``--network bandwidth=RATE[,latency=TIME][,medium=bus|links]``; "" = as measured
 
 
 STAGES = ("loading", "replaying", "reporting", "writing")
@@ -109,6 +111,8 @@ def _checked_inputs(options: SimulateOptions) -> JobInputs:
     if options.top < 0:
         raise OptionError("--top must be at least 0")
     Scale.parse(options.scale)
+    if options.network:
+        NetworkSpec.parse(options.network)
     inputs = resolve_inputs(options.files, options.comm_groups)
     for option, out in (("--trace-out", options.trace_out), ("--html", options.html)):
         if out is None:
@@ -131,6 +135,7 @@ def simulate_inputs(inputs: JobInputs, options: SimulateOptions, progress: Calla
                     schedule: Schedule) -> Simulation:
     """Load every rank, replay, build the report (with the readers' notes and the lanes hint)."""
     scale = Scale.parse(options.scale)
+    network = NetworkSpec.parse(options.network) if options.network else None
     groups = read_comm_groups(inputs.comm_groups_path) if inputs.comm_groups_path is not None else None
     graphs = []
     for k, (path, rank) in enumerate(inputs.files):
@@ -142,13 +147,14 @@ def simulate_inputs(inputs: JobInputs, options: SimulateOptions, progress: Calla
     progress("replaying")
     holds = measured_holds(graphs)
     measured = options.waits == MEASURED_WAITS
-    result = replay(graphs, options.model, scale, groups, release, holds if measured else None)
+    result = replay(graphs, options.model, scale, groups, release, holds if measured else None, network)
     # The other way of replaying the waits, for its ratio (the same replay when nothing is held).
-    other = replay(graphs, options.model, scale, groups, release, None if measured else holds) if holds else result
+    other = replay(graphs, options.model, scale, groups, release, None if measured else holds, network) if holds else result
     progress("reporting")
     report, critical, _ = build_report(result, options.top, options.explain)
     report.waits = waits_summary(options.waits, result if measured else other, other if measured else result,
                                  report.measured_us)
+    report.network = result.network
     notes += lanes_hints(graphs, options.model, [rank.ratio for rank in report.ranks])
     report.notes = notes + report.notes
     return Simulation(report, result, critical, tuple(path for path, _ in inputs.files))

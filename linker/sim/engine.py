@@ -57,6 +57,7 @@ from operator import sub
 from linker.model.errors import OptionError
 from linker.plan.rank_start import measured_offsets
 from linker.sim.graph import COLL, COMM, META, RECV, SEND, SimGraph, comm_type_name, lane_label
+from linker.sim.network import NetworkSpec, retime
 from linker.sim.unheld import gpu_waits, host_waits
 
 ASTRA_SIM, LANES = "astra-sim", "lanes"
@@ -151,6 +152,8 @@ class Replay:
     # Global node -> (µs, cause): a measured wait the replay held it back by after its dependencies
     # finished (``measured_holds``; empty when replaying the graph's own waits only).
     holds: dict[int, tuple[float, str]] = field(default_factory=dict)
+    # ``network.NetworkWhatIf``: how ``--network`` re-timed the collectives (None without it).
+    network: object | None = None
 
     def rank_of(self, u: int) -> int:
         """Rank position (index into ``graphs``) of global node u. O(log ranks)."""
@@ -470,13 +473,16 @@ def measured_holds(graphs: list[SimGraph]) -> dict[int, tuple[float, str]]:
 
 def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(),
            comm_groups: dict[str, list[int]] | None = None, release: list[float] | None = None,
-           holds: dict[int, tuple[float, str]] | None = None) -> Replay:
+           holds: dict[int, tuple[float, str]] | None = None, network: NetworkSpec | None = None) -> Replay:
     """Replay one or several ranks (several = one job, collectives matched across them).
 
     ``release[r]``: when rank position r starts (its nodes without dependencies become ready then);
     default 0 for every rank (see ``measured_release`` for the measured start offsets).
     ``holds``: global node -> (µs, cause), measured waits replayed as such (``measured_holds``):
-    the node becomes ready that long after its dependencies finish; none by default."""
+    the node becomes ready that long after its dependencies finish; none by default.
+    ``network``: a what-if link (``network.retime``): each collective's network part is fitted to
+    the measured collectives and moved to this link, the rest of its time kept as measured; None
+    (the default) replays every collective as measured."""
     if model not in MODELS:
         raise OptionError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
     offsets, total = [], 0
@@ -493,11 +499,12 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     succ_offsets, succ_nodes, indegree, missing = _successors(graphs, offsets, total)
     groups = match_communication(graphs, offsets, comm_groups)
     _cpu_pickups(graphs, offsets, groups)
+    what_if = retime(graphs, offsets, groups, duration, scale.factor(COMM), network) if network is not None else None
     nan = array("d", [math.nan])
     result = Replay(graphs, model, scale, offsets, duration, unit_of, unit_names, nan * total, nan * total,
                     nan * total, nan * total, array("q", [NO_NODE]) * total, bytearray(total), array("q", [NO_NODE]) * total,
                     groups, missing, [], list(release) if release is not None else [0.0] * len(graphs),
-                    dict(holds or {}))
+                    dict(holds or {}), what_if)
     _run(result, priority, succ_offsets, succ_nodes, indegree)
     return result
 

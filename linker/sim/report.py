@@ -30,12 +30,14 @@ the readers used, matching remarks, and, for a rank replayed below 0.97 of its m
 GPU wait the graph cannot reproduce when it is 1% of the measured step or more),
 ``unheld_gpu_wait`` (per rank: ``us``, the largest per-stream total of GPU ops' waits after all
 their dependencies had finished on the measured timeline, ``streams``, ``largest``; see
-``unheld``), ``drift`` (``--explain`` only: ``explain``). Cost: O(n) over the replay.
+``unheld``), ``drift`` (``--explain`` only: ``explain``), ``network`` (``--network`` only: the
+fitted network per backend and the what-if, ``network.NetworkWhatIf.to_json``). Cost: O(n) over
+the replay.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from linker.model.units import format_us, unit_for
 from linker.sim.critical import CriticalOp, PathLink, PathStep, critical_path, path_links, time_by_kind, top_ops
@@ -138,9 +140,19 @@ class SimReport:
     iterations: int = 0
     iteration_names: list[str] = field(default_factory=list)
     measured_iteration_us: float | None = None
+    # ``network.NetworkWhatIf`` of ``--network`` (the fitted network and the what-if); the JSON key
+    # ``network`` is there only when one was asked for.
+    network: object | None = None
 
     def to_json(self) -> dict:
-        return asdict(self)
+        if self.network is None:
+            out = asdict(self)
+            del out["network"]
+            return out
+        out = asdict(replace(self, network=None))
+        del out["network"]
+        out["network"] = self.network.to_json()
+        return out
 
 
 def _ratio(simulated: float, measured: float) -> float | None:
@@ -352,6 +364,8 @@ def format_text(report: SimReport) -> str:
                  f"ratio {ratio}")
     if report.waits is not None:
         lines.append(_waits_line(report.waits))
+    if report.network is not None:
+        lines += report.network.lines()
     if job and report.job_origin == ORIGIN_EARLIEST:
         starts = (f"ranks start at their measured offsets (up to {_us(max(report.rank_start_us))})"
                   if any(report.rank_start_us) else "every rank starts at 0 (--rank-start zero)")
