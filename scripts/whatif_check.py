@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Check network what-ifs against measured runs: one DDP-over-gloo job captured at several
+loopback rates, each slowed run predicted from the unlimited trace and the reverse.
+
+Usage (as root, for ``tc``; ``--python``: a Python with torch, used only for the captures):
+
+    PYTHONPATH=. python scripts/whatif_check.py --out DIR --python PY [--ranks 2 4]
+        [--rates unlimited 2gbit 1gbit 500mbit] [--reuse] [--medium bus|links] [--json]
+        [--layers 4 --width 256 --batch 32 --bucket-mb 0.6]
+
+For each rank count and rate it captures ``scripts/capture_ddp.py``'s job into
+``DIR/r<RANKS>_<RATE>`` with the loopback limited by ``tc qdisc add dev lo root tbf rate RATE
+burst 256kb latency 100ms`` (unlimited: no qdisc), and removes the limit again whatever happens
+(``try/finally``, SIGTERM included); it refuses to start when ``lo`` already has a root qdisc it did
+not add. ``--reuse`` keeps captures already there (no root needed then). Each job is linked as
+``et-link batch --format et`` links it (``linker.link_job``) into ``DIR/r<RANKS>_<RATE>/linked``,
+then replayed (``linker.simulate``):
+
+- its own replay (``ratio``: simulated / measured job span);
+- the fitted network of its gloo collectives (``--network``'s fit, on a bus unless ``--medium``);
+- from the unlimited trace, ``--network bandwidth=RATE`` for each slowed rate, against the slowed
+  run's measured job span (earliest start to latest end over the ranks);
+- from each slowed trace, ``--network bandwidth=B`` with B the unlimited trace's fitted rate (the
+  unlimited loopback as the trace shows it), against the unlimited run's measured job span.
+
+Prints one table (``--json``: one object). Cost: a capture is a few seconds of torchrun per job;
+linking and replaying a job well under a second per rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TC = "/usr/sbin/tc" if Path("/usr/sbin/tc").exists() else "tc"
+UNLIMITED = "unlimited"
+
+
+def lo_qdisc() -> str:
+    """``tc qdisc show dev lo`` as printed."""
+    return subprocess.run([TC, "qdisc", "show", "dev", "lo"], capture_output=True, text=True, check=True).stdout
+
+
+def restore_loopback() -> None:
+    """Remove the root qdisc of ``lo`` (the kernel's default comes back); quiet when none."""
+    subprocess.run([TC, "qdisc", "del", "dev", "lo", "root"], capture_output=True, text=True)
+
+
+def capture(args: argparse.Namespace, ranks: int, rate: str, out: Path) -> None:
+    """Capture one job at ``rate`` into ``out``; the loopback is restored before returning or raising."""
+    command = [args.python, str(ROOT / "scripts" / "capture_ddp.py"), "--out", str(out), "--ranks", str(ranks),
+               "--layers", str(args.layers), "--width", str(args.width), "--batch", str(args.batch),
+               "--bucket-mb", str(args.bucket_mb), "--seed", str(args.seed)]
+    try:
+        if rate != UNLIMITED:
+            subprocess.run([TC, "qdisc", "add", "dev", "lo", "root", "tbf", "rate", rate, "burst", "256kb",
+                            "latency", "100ms"], check=True)
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    finally:
+        if rate != UNLIMITED:
+            restore_loopback()
+
+
+def linked(job: Path) -> Path:
+    """The job linked to ``.et`` (``et-link batch --format et``), once."""
+    from linker import link_job
+
+    target = job / "linked"
+    if not (target / "summary.json").exists():
+        suffix = ".gz" if (job / "host.0.json.gz").exists() else ""
+        link_job(str(job / f"device.*.json{suffix}"), target, str(job / f"host.*.json{suffix}"), fmt="et", workers=1)
+    return target
+
+
+def replayed(job_et: Path, network: str = "") -> dict:
+    """``et-link simulate`` of a linked job as JSON (with ``--network`` when given)."""
+    from linker import simulate
+
+    return simulate(job_et, network=network).to_json()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, type=Path, help="folder of the captures (r<RANKS>_<RATE>/)")
+    parser.add_argument("--python", default="python", help="a Python with torch, for the captures")
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--rates", nargs="+", default=[UNLIMITED, "2gbit", "1gbit", "500mbit"],
+                        help="tc rates; the first must be 'unlimited'")
+    parser.add_argument("--reuse", action="store_true", help="keep captures already in --out")
+    parser.add_argument("--medium", choices=("bus", "links"), default=None, help="the what-if's medium (default bus)")
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--bucket-mb", type=float, default=0.6)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.rates[0] != UNLIMITED:
+        parser.error("the first rate must be 'unlimited' (the predictions start from it)")
+    from linker.sim.network import parse_rate
+
+    medium = f",medium={args.medium}" if args.medium else ""
+    jobs = {(ranks, rate): args.out / f"r{ranks}_{rate}" for ranks in args.ranks for rate in args.rates}
+    missing = [key for key, job in jobs.items()
+               if not (args.reuse and any((job / name).exists() for name in ("host.0.json", "host.0.json.gz")))]
+    if missing:
+        current = lo_qdisc().strip()
+        if "noqueue" not in current:
+            raise SystemExit(f"whatif_check: lo already has a qdisc ({current}); remove it first")
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the finally clauses run
+        args.out.mkdir(parents=True, exist_ok=True)
+        try:
+            for ranks, rate in missing:
+                print(f"capturing {ranks} ranks at {rate}", file=sys.stderr)
+                capture(args, ranks, rate, jobs[(ranks, rate)])
+        finally:
+            restore_loopback()
+            print(f"lo restored: {lo_qdisc().strip()}", file=sys.stderr)
+    rows = []
+    for ranks in args.ranks:
+        fast = linked(jobs[(ranks, UNLIMITED)])
+        fast_report = replayed(fast, f"bandwidth=1Gbit/s{medium}")
+        fast_fit = fast_report["network"]["fitted"][0]
+        fast_rate = fast_fit["bandwidth_bytes_per_s"]
+        for rate in args.rates:
+            job = linked(jobs[(ranks, rate)])
+            own = replayed(job)
+            fit = replayed(job, f"bandwidth=1Gbit/s{medium}")["network"]["fitted"][0] if rate != UNLIMITED else fast_fit
+            row = {"ranks": ranks, "loopback": rate, "measured_us": own["measured_us"], "own_ratio": own["ratio"],
+                   "fitted_bandwidth": fit["bandwidth"], "fitted_over_rate": None,
+                   "from_unlimited_us": None, "from_unlimited_error": None, "to_unlimited_us": None,
+                   "to_unlimited_error": None}
+            if rate != UNLIMITED:
+                row["fitted_over_rate"] = round(fit["bandwidth_bytes_per_s"] / parse_rate(rate), 3)
+                forward = replayed(fast, f"bandwidth={rate}{medium}")
+                row["from_unlimited_us"] = forward["simulated_us"]
+                row["from_unlimited_error"] = round(forward["simulated_us"] / own["measured_us"] - 1, 4)
+                back = replayed(job, f"bandwidth={fast_rate}B/s{medium}")
+                row["to_unlimited_us"] = back["simulated_us"]
+                row["to_unlimited_error"] = round(back["simulated_us"] / fast_report["measured_us"] - 1, 4)
+            rows.append(row)
+    if args.json:
+        print(json.dumps({"medium": args.medium or "bus", "rows": rows}, indent=1))
+        return 0
+    print(f"medium: {args.medium or 'bus'}; 'fitted' is the trace's own gloo network (its fitted/tbf rate)")
+    print(f"{'ranks':>5}  {'loopback':>9}  {'measured':>10}  {'own':>6}  {'fitted':>16}  "
+          f"{'from unlimited':>15}  {'error':>7}  {'to unlimited':>13}  {'error':>7}")
+    for row in rows:
+        def ms(us):
+            return f"{us / 1000:,.1f} ms" if us is not None else "-"
+
+        def pct(x):
+            return f"{100 * x:+.1f}%" if x is not None else "-"
+        fitted = row["fitted_bandwidth"] + (f" ({row['fitted_over_rate']:.2f})" if row["fitted_over_rate"] else "")
+        print(f"{row['ranks']:>5}  {row['loopback']:>9}  {ms(row['measured_us']):>10}  {row['own_ratio']:>6.3f}  "
+              f"{fitted:>16}  {ms(row['from_unlimited_us']):>15}  {pct(row['from_unlimited_error']):>7}  "
+              f"{ms(row['to_unlimited_us']):>13}  {pct(row['to_unlimited_error']):>7}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

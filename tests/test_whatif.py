@@ -1,0 +1,197 @@
+"""Network what-ifs (``et-link simulate --network``, linker/sim/network.py): the rate and latency
+parser, the cost model and its fit on hand-written graphs, and a real what-if: a 2-rank DDP job
+over gloo captured at an unlimited loopback and at ``tbf rate 1gbit``, each predicted from the
+other (tests/fixtures/whatif, docs/whatif.md)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from linker.model import et_def_pb2 as pb
+from linker.model.errors import OptionError
+from linker.sim.engine import ASTRA_SIM, measured_release, replay
+from linker.sim.load import load_graph
+from linker.sim.network import NetworkSpec, network_us, parse_latency, parse_rate, volume
+from linker.write.chakra_wire import make_attr
+from sim_graphs import Spec, cpu, write_et
+
+FIXTURES = Path(__file__).parent / "fixtures" / "whatif"
+
+
+@pytest.mark.parametrize("text, bytes_per_second", [
+    ("800Mbit/s", 100e6), ("2Gbit/s", 250e6), ("1gbit", 125e6), ("500mbit", 62.5e6), ("100MB/s", 100e6),
+    ("25GB/s", 25e9), ("1.5 GiB/s", 1.5 * 2 ** 30), ("10 kbit/s", 1250.0), ("1e9 bit/s", 125e6),
+    ("64 bytes/s", 64.0), ("8b/s", 1.0)])
+def test_rates_as_people_write_them(text, bytes_per_second):
+    assert parse_rate(text) == pytest.approx(bytes_per_second)
+
+
+@pytest.mark.parametrize("text", ["", "fast", "10", "1Gbps", "100 Mbps", "-1Gbit/s", "0MB/s", "2Xbit/s", "1G"])
+def test_bad_rates_are_one_line_option_errors(text):
+    with pytest.raises(OptionError) as err:
+        parse_rate(text)
+    assert "\n" not in str(err.value) and "bandwidth" in str(err.value)
+
+
+@pytest.mark.parametrize("text, us", [("50us", 50.0), ("1ms", 1000.0), ("200ns", 0.2), ("0", 0.0), ("0.5 ms", 500.0),
+                                      ("2s", 2e6), ("3µs", 3.0)])
+def test_latencies(text, us):
+    assert parse_latency(text) == pytest.approx(us)
+
+
+@pytest.mark.parametrize("text", ["5", "fast", "1 hour", "-1ms", "1e999ms"])
+def test_bad_latencies(text):
+    with pytest.raises(OptionError):
+        parse_latency(text)
+
+
+def test_network_spec():
+    spec = NetworkSpec.parse("bandwidth=1Gbit/s, latency=50us, medium=links")
+    assert (spec.bandwidth, spec.latency_us, spec.medium) == (125e6, 50.0, "links")
+    assert NetworkSpec.parse("bandwidth=25GB/s") == NetworkSpec(25e9, None, None)
+    for bad in ("latency=1ms", "bandwidth=1Gbit/s,speed=2", "bandwidth=1Gbit/s,medium=air", "bandwidth",
+                "bandwidth=1Gbit/s,bandwidth=2Gbit/s"):
+        with pytest.raises(OptionError):
+            NetworkSpec.parse(bad)
+
+
+def test_ring_volumes():
+    # gloo's all-reduce is a ring: 2(N-1) steps, each rank sends 2(N-1)/N of the buffer
+    assert volume(pb.ALL_REDUCE, 1000, 4) == (6, 1500.0)
+    assert volume(pb.ALL_REDUCE, 1000, 2) == (2, 1000.0)
+    assert volume(pb.ALL_GATHER, 1000, 4) == (3, 3000.0)
+    assert volume(pb.REDUCE_SCATTER, 1000, 4) == (3, 750.0)
+    assert volume(pb.BARRIER, 1000, 4) is None
+    assert network_us(2, 2e6, 1e9, 10.0) == pytest.approx(2020.0)
+    assert network_us(2, 2e6, math.inf, 10.0) == 20.0
+
+
+def _gloo(node_id: int, dur: int, size: int, deps, start: int) -> Spec:
+    return Spec(node_id, f"gloo:all_reduce{node_id}", pb.COMM_COLL_NODE, dur, tuple(deps), (), start,
+                [make_attr("is_cpu_op", False), make_attr("tid", 2), make_attr("comm_type", pb.ALL_REDUCE),
+                 make_attr("comm_size", size), make_attr("pg_name", "0")])
+
+
+# Two ranks on one clock, each: A(100) -> all-reduce of 100 kB -> B(100) -> all-reduce of 300 kB
+# -> C(100). The collectives' measured times are exactly a bus of 100 MB/s (both ranks' bytes
+# over it: 2 x S for an all-reduce of 2 ranks) with 10 us per step (2 steps): 2,020 and 6,020 us.
+def _job(tmp_path) -> list:
+    specs = [cpu(1, 100, start=0), _gloo(2, 2020, 100_000, [1], 100), cpu(3, 100, [2], start=2120),
+             _gloo(4, 6020, 300_000, [3], 2220), cpu(5, 100, [4], start=8240)]
+    return [load_graph(write_et(tmp_path / f"rank{r}.et", specs), r) for r in (0, 1)]
+
+
+def _end(result) -> float:
+    return max(e for e in result.end if e == e)
+
+
+def test_the_fit_finds_the_network_the_collectives_were_timed_on(tmp_path):
+    graphs = _job(tmp_path)
+    release = measured_release(graphs)
+    assert _end(replay(graphs, ASTRA_SIM, release=release)) == 8340
+    result = replay(graphs, ASTRA_SIM, release=release, network=NetworkSpec.parse("bandwidth=100MB/s"))
+    (fit,) = result.network.fitted
+    assert (fit.backend, fit.medium, fit.latency_told_apart) == ("cpu", "bus", True)
+    assert fit.bandwidth == pytest.approx(1e8) and fit.latency_us == pytest.approx(10.0)
+    assert fit.mean_abs_error == pytest.approx(0.0, abs=1e-9)
+    assert _end(result) == pytest.approx(8340)  # the measured link: nothing moves
+    assert result.network.retimed == 4
+
+
+def test_a_slower_link_moves_only_the_network_part(tmp_path):
+    graphs = _job(tmp_path)
+    release = measured_release(graphs)
+    # 50 MB/s: 2 x 20 + 4,000 + 12,000 us of transfers, the CPU ops as measured
+    result = replay(graphs, ASTRA_SIM, release=release, network=NetworkSpec.parse("bandwidth=400Mbit/s"))
+    assert _end(result) == pytest.approx(300 + 4020 + 12020)
+    json.dumps(result.network.to_json())
+    changes = {c.bytes: c for c in result.network.changes}
+    assert changes[300_000].count == 2 and changes[300_000].what_if_network_us == pytest.approx(2 * 12020)
+    # a latency given replaces the fitted one
+    result = replay(graphs, ASTRA_SIM, release=release, network=NetworkSpec.parse("bandwidth=50MB/s,latency=0"))
+    assert _end(result) == pytest.approx(300 + 4000 + 12000)
+    # on links each rank has the rate to itself: the same times are a 50 MB/s link per rank
+    result = replay(graphs, ASTRA_SIM, release=release, network=NetworkSpec.parse("bandwidth=50MB/s,medium=links"))
+    assert result.network.fitted[0].bandwidth == pytest.approx(5e7)
+    assert _end(result) == pytest.approx(8340)
+    # a faster link never makes a collective shorter than 0
+    result = replay(graphs, ASTRA_SIM, release=release, network=NetworkSpec.parse("bandwidth=1TB/s,latency=0"))
+    assert _end(result) == pytest.approx(300, abs=1)
+
+
+def test_without_network_the_replay_is_the_measured_one(tmp_path):
+    graphs = _job(tmp_path)
+    result = replay(graphs, ASTRA_SIM, release=measured_release(graphs))
+    assert result.network is None and _end(result) == 8340
+
+
+# ---------------------------------------------------------------------------------------------
+# The real what-if: tests/fixtures/whatif/<rate>/ (docs/whatif.md, tests/fixtures/README.md)
+# ---------------------------------------------------------------------------------------------
+
+WHATIF_BOUND = 0.05
+
+
+def measured_job_span_us(job: Path) -> float:
+    """The job span of a capture, from its Kineto files alone (not et-link's code): the latest end
+    minus the earliest start of the CPU ops of the profiled steps over every rank (``ProfilerStep#N``
+    bounds the ops et-link links)."""
+    first, last = math.inf, -math.inf
+    for path in sorted(job.glob("device.*.json.gz")):
+        events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+        for event in events:
+            if event.get("ph") == "X" and event.get("cat") in ("cpu_op", "user_annotation"):
+                first = min(first, event["ts"])
+                last = max(last, event["ts"] + event["dur"])
+    return last - first
+
+
+@pytest.fixture(scope="module")
+def whatif_jobs(tmp_path_factory) -> dict[str, Path]:
+    """Both fixture captures linked as ``et-link batch --format et`` links them."""
+    from linker import link_job
+
+    out = tmp_path_factory.mktemp("whatif")
+    linked = {}
+    for rate in ("unlimited", "1gbit"):
+        job = FIXTURES / rate
+        linked[rate] = out / rate
+        link_job(str(job / "device.*.json.gz"), linked[rate], str(job / "host.*.json.gz"), fmt="et", workers=1)
+    return linked
+
+
+def test_the_fixture_job_spans_are_what_simulate_measures(whatif_jobs):
+    from linker import simulate
+
+    for rate, linked in whatif_jobs.items():
+        report = simulate(linked).report
+        assert report.measured_us == pytest.approx(measured_job_span_us(FIXTURES / rate), rel=1e-3)
+        assert report.ratio == pytest.approx(1.0, abs=0.01)
+
+
+def test_a_slowed_loopback_predicted_from_the_unlimited_trace(whatif_jobs):
+    from linker import simulate
+
+    measured_slow = measured_job_span_us(FIXTURES / "1gbit")
+    measured_fast = measured_job_span_us(FIXTURES / "unlimited")
+    # the limit matters to this job: "no change" would be more than twice the bound off
+    assert measured_slow > (1 + 2 * WHATIF_BOUND) * measured_fast
+    predicted = simulate(whatif_jobs["unlimited"], network="bandwidth=1Gbit/s").report
+    assert predicted.simulated_us == pytest.approx(measured_slow, rel=WHATIF_BOUND)
+    assert predicted.network.fitted[0].medium == "bus" and predicted.network.kept == 0
+    slow_fit = simulate(whatif_jobs["1gbit"], network="bandwidth=1Gbit/s").report.network.fitted[0]
+    # the bus the slowed trace shows is the rate tbf was given (per-rank links would read half of it)
+    assert slow_fit.bandwidth == pytest.approx(125e6, rel=0.10)
+
+
+def test_the_unlimited_loopback_predicted_from_the_slowed_trace(whatif_jobs):
+    from linker import simulate
+
+    fast_fit = simulate(whatif_jobs["unlimited"], network="bandwidth=1Gbit/s").report.network.fitted[0]
+    predicted = simulate(whatif_jobs["1gbit"], network=f"bandwidth={fast_fit.bandwidth}B/s").report
+    assert predicted.simulated_us == pytest.approx(measured_job_span_us(FIXTURES / "unlimited"), rel=WHATIF_BOUND)
