@@ -4,6 +4,8 @@ Module map (reading order; each depends only on the ones above it):
 - ``graph``    — ``SimGraph``: one rank's nodes as typed columns and CSR dependencies.
 - ``load``     — read ``.et`` / ``.et.gz`` (slim protobuf parse) or ET+ JSON (msgspec) into a SimGraph.
 - ``job``      — which files form the job, their ranks, the process-group (comm-group) file.
+- ``network``  — ``--network`` what-ifs: ring volumes of a collective on a bus or on links, the
+  network fitted to the trace's own collectives, their re-timing for another link; O(c log c).
 - ``engine``   — the discrete-event replay (models ``astra-sim`` and ``lanes``, collectives matched
   across ranks, what-if ``Scale``); a heap-based loop, O((n + e) log n).
 - ``critical`` — the critical path and the ops that take most time on it.
