@@ -130,6 +130,40 @@ def test_without_network_the_replay_is_the_measured_one(tmp_path):
     assert result.network is None and _end(result) == 8340
 
 
+def _nccl(node_id: int, dur: int, size: int, deps, start: int) -> Spec:
+    return Spec(node_id, f"ncclKernel_AllReduce{node_id}", pb.COMM_COLL_NODE, dur, tuple(deps), (), start,
+                [make_attr("is_cpu_op", False), make_attr("stream", 20), make_attr("device", 0),
+                 make_attr("comm_type", pb.ALL_REDUCE), make_attr("comm_size", size), make_attr("pg_name", "0")])
+
+
+def test_gpu_collectives_move_on_links(tmp_path):
+    # Two ranks, two NCCL all-reduces of 1 MB and 3 MB timed as links of 1 GB/s with 5 us a step
+    # (each rank sends S: 2 steps): 1,010 and 3,010 us. At 500 MB/s: 2,010 and 6,010.
+    specs = [_nccl(1, 1010, 1_000_000, [], 0), _nccl(2, 3010, 3_000_000, [1], 1010)]
+    graphs = [load_graph(write_et(tmp_path / f"gpu{r}.et", specs), r) for r in (0, 1)]
+    result = replay(graphs, ASTRA_SIM, release=measured_release(graphs), network=NetworkSpec.parse("bandwidth=500MB/s"))
+    (fit,) = result.network.fitted
+    assert (fit.backend, fit.medium) == ("gpu", "links") and fit.bandwidth == pytest.approx(1e9)
+    assert fit.latency_us == pytest.approx(5.0)
+    assert _end(result) == pytest.approx(2010 + 6010)
+
+
+def test_an_episode_gives_back_no_more_than_it_holds():
+    # a faster link takes 7 us off an episode of two collectives holding 5 and 3 us: the first
+    # goes to 0, the second gives the other 2; nothing goes below 0
+    from array import array
+
+    from linker.sim.network import Episode, _apply
+
+    duration = array("d", [9.0, 3.0])  # the first one's 9 us hold a 4 us wait for its peers
+    _apply(Episode("cpu", 0, "0", [0, 1], [5.0, 3.0]), -7.0, duration)
+    assert list(duration) == [4.0, 1.0]
+    _apply(Episode("cpu", 0, "0", [0, 1], [0.0, 1.0]), -5.0, duration)
+    assert list(duration) == [4.0, 0.0]
+    _apply(Episode("cpu", 0, "0", [0, 1], [0.0, 0.0]), 6.0, duration)
+    assert list(duration) == [10.0, 0.0]
+
+
 # ---------------------------------------------------------------------------------------------
 # The real what-if: tests/fixtures/whatif/<rate>/ (docs/whatif.md, tests/fixtures/README.md)
 # ---------------------------------------------------------------------------------------------

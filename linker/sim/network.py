@@ -327,6 +327,15 @@ def _is_cpu(graph, u: int) -> bool:
     return graph.lane_keys[graph.lane[u]][0] == "cpu"
 
 
+def _issue_order(graph, u: int) -> tuple:
+    """The replay's issue order of a collective on its rank (``engine._issue_key``): GPU ones by
+    measured start, CPU ones (after them) by id, which is their issue order."""
+    if _is_cpu(graph, u):
+        return (1, graph.ids[u], graph.ids[u])
+    start = graph.start[u]
+    return (0, start if start == start else math.inf, graph.ids[u])
+
+
 def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) -> tuple[list[Episode], int]:
     """Every rank's episodes (see ``Episode``) and the count of collective nodes left as measured
     (no volume rule, or a group of unknown size: a single rank's file). O(c log c) for c
@@ -334,13 +343,15 @@ def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) 
     episodes: list[Episode] = []
     kept = 0
     pg_size: dict[str, int] = {}  # a process group's size, from its matched collectives
+    member_index: dict[int, int] = {}  # a matched node -> its place among its group's members
+    transfer: dict[int, float] = {}  # group -> its shortest member's duration, once per group
     for members, label in zip(groups.members, groups.label):
         pg_size.setdefault(label[0], len(members))
+        member_index.update((u, k) for k, u in enumerate(members))
     for r, (graph, base) in enumerate(zip(graphs, offsets)):
         current: dict[tuple[str, str], Episode] = {}  # (backend, pg) -> the open episode
         order = sorted((u for u, info in graph.comm.items() if info.role == COLL),
-                       key=lambda u: (0, graph.start[u] if graph.start[u] == graph.start[u] else math.inf, graph.ids[u])
-                       if not _is_cpu(graph, u) else (1, graph.ids[u], graph.ids[u]))
+                       key=lambda u: _issue_order(graph, u))
         for u in order:
             info = graph.comm[u]
             v = base + u
@@ -355,9 +366,11 @@ def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) 
             if g >= 0:
                 waits = groups.waited.get(g)
                 if waits is not None:
-                    part = max(0.0, duration[v] - waits[groups.members[g].index(v)] * comm_factor)
-                else:
-                    part = min(duration[m] for m in groups.members[g])
+                    part = max(0.0, duration[v] - waits[member_index[v]] * comm_factor)
+                else:  # clocks disagree: the group's transfer, its shortest member (engine.replay)
+                    part = transfer.get(g)
+                    if part is None:
+                        part = transfer[g] = min(duration[m] for m in groups.members[g])
             key = (backend, info.pg_name)
             episode = current.get(key)
             if g >= 0 or episode is None or backend == "gpu":
@@ -407,7 +420,7 @@ def retime(graphs, offsets: list[int], groups, duration, comm_factor: float, spe
                 row.count += 1
                 row.measured_network_us += before
                 row.what_if_network_us += after
-            _apply(episode, change, duration, groups)
+            _apply(episode, change, duration)
             result.retimed += len(episode.nodes)
     result.changes = sorted(changes.values(), key=lambda c: (c.backend, c.process_group, c.comm_type, c.bytes))
     if result.kept:
@@ -416,7 +429,7 @@ def retime(graphs, offsets: list[int], groups, duration, comm_factor: float, spe
     return result
 
 
-def _apply(episode: Episode, change: float, duration, groups) -> None:
+def _apply(episode: Episode, change: float, duration) -> None:
     """Add ``change`` µs to the episode: to its first node's part, the rest (where a part would go
     below 0) to the next nodes'. A matched GPU collective's transfer is its members' shortest
     duration, so each member moves by the same amount (``change`` is the same on every rank)."""
