@@ -90,12 +90,14 @@ def test_a_real_trace_replays_its_measured_step_with_its_waits(linked_once):
 
 
 def test_a_host_op_held_by_a_wait_the_graph_does_not_hold(tmp_path):
-    """A host op that began 40 µs after the op before it on its thread ended (a blocking call that
-    waited for GPU work outside the trace): held 40 µs, ``unexplained_host_wait``."""
+    """A host op that began 40 µs after the op before it on its thread ended, 35 µs after the
+    last GPU op ended (a blocking call that waited for work outside the trace): held 35 µs,
+    ``unexplained_host_wait`` (the 5 µs of the kernel are the graph's: a sync could be waiting
+    for it)."""
     path = write_et(tmp_path / "host.et", [cpu(1, 10, start=100), gpu(2, 5, deps=[1], start=110),
                                            cpu(3, 5, deps=[1], start=150)])
     report = linker.simulate(path, model="lanes").report
-    assert report.waits.by_cause == {"unexplained_host_wait": 40.0}
+    assert report.waits.by_cause == {"unexplained_host_wait": 35.0}
     assert report.measured_us == 55.0 and report.simulated_us == 55.0
     assert report.waits.ratio_explained == round(15.0 / 55.0, 4)  # cpu 3 and kernel 2 both end at 15
 
@@ -110,3 +112,22 @@ def test_explain_names_the_measured_wait_a_place_was_held_by(hand):
     assert kernel["drift_us"] == 0.0  # replayed where it was measured
     text = "\n".join(format_drift(drift))
     assert "then a measured wait of 30 µs (unexplained_gpu_idle)" in text
+
+
+def test_lateness_the_replay_already_has_takes_the_waits_place():
+    """Under astra-sim's one GPU unit, kernel 6 runs 24 µs late (after kernel 7, which ran beside it
+    when measured); kernel 2 waited 30 µs after kernel 6 when measured. Replaying the trace as
+    measured, kernel 2 starts at its measured start (51 µs from the rank's start), not 30 µs after
+    the late kernel 6: the step is the measured 56 µs, not 80."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = write_et(Path(folder) / "late.et", [
+            cpu(1, 10, start=100), gpu(7, 25, deps=[1], stream=9, start=110), gpu(6, 10, deps=[1], start=111),
+            gpu(2, 5, deps=[1, 6], start=151)])
+        report = linker.simulate(path).report
+        assert report.waits.by_cause == {"unexplained_gpu_idle": 30.0}
+        assert report.measured_us == 56.0 and report.simulated_us == 56.0
+        # a what-if keeps the wait's length after the dependency: 7 at 10-35, 6 at 35-45, 2 at 75-80
+        assert linker.simulate(path, scale="cpu=1.0000001").report.simulated_us == pytest.approx(80.0)

@@ -81,9 +81,11 @@ def critical_path(rp: Replay) -> list[PathStep]:
                 step.link = step.graph.edge_cause(step.local, cause[step.node] - (step.node - step.local))
         elif kind == CAUSE_PEER:
             step.peer_rank = rp.graphs[rp.rank_of(rp.peer[step.node])].rank
-        held = rp.holds.get(step.node)
-        if held and kind == CAUSE_DEPENDENCY:  # the wait lies between its cause's end and its start
-            step.held, step.held_cause = max(0.0, step.start - end[cause[step.node]]), held[1]
+        hold = rp.holds.get(step.node)
+        if hold and kind == CAUSE_DEPENDENCY:  # the wait lies between its cause's end and its start
+            held = step.start - end[cause[step.node]]
+            if held > 0:  # none where the replay already ran late enough
+                step.held, step.held_cause = held, hold[1]
     return steps
 
 

@@ -31,8 +31,11 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   collective, which the run did not do.
 - measured waits (``holds``, from ``measured_holds``; ``et-link simulate --waits measured``, the
   default): an op that, when measured, started after everything it depends on had finished (as
-  the replay ends them) waited for something the graph does not hold; it becomes ready that long
-  after its dependencies finish. Without holds the replay gives the graph's own prediction
+  the replay ends them) waited for something the graph does not hold. Replaying the trace as
+  measured, it becomes ready no earlier than its measured start (from its rank's release): where
+  the replay already runs late, that lateness takes the wait's place instead of adding to it. In
+  a what-if (``Scale`` or ``network``) it becomes ready the wait's length after its dependencies
+  finish. Without holds the replay gives the graph's own prediction
   (``--waits explained``).
 - job replay: each rank starts at its measured start offset (its first measured start minus the
   job's earliest) when the ranks' clocks agree (``measured_release``), else all at 0. A rank that
@@ -149,11 +152,16 @@ class Replay:
     missing: bytearray  # 1 when u depends on an id absent from its file
     queued: list[int]  # nodes still waiting for their unit when the loop ended
     release: list[float]  # per rank position: when its first nodes became ready
-    # Global node -> (µs, cause): a measured wait the replay held it back by after its dependencies
-    # finished (``measured_holds``; empty when replaying the graph's own waits only).
-    holds: dict[int, tuple[float, str]] = field(default_factory=dict)
+    # Global node -> (µs, cause, measured start offset): a measured wait the replay held it back by
+    # after its dependencies finished (``measured_holds``; empty when replaying the graph's own
+    # waits only).
+    holds: dict[int, tuple[float, str, float]] = field(default_factory=dict)
     # ``network.NetworkWhatIf``: how ``--network`` re-timed the collectives (None without it).
     network: object | None = None
+    # How a hold is replayed: True (the trace as measured: no ``Scale``, no ``network``): not before
+    # its op's measured start (from its rank's release), so lateness the replay already has absorbs
+    # the wait instead of adding to it; False (a what-if): the wait's length after the dependencies.
+    holds_to_measured_start: bool = True
 
     def rank_of(self, u: int) -> int:
         """Rank position (index into ``graphs``) of global node u. O(log ranks)."""
@@ -455,31 +463,34 @@ def measured_release(graphs: list[SimGraph]) -> list[float] | None:
     return measured_offsets([graph.measured_span() for graph in graphs])
 
 
-def measured_holds(graphs: list[SimGraph]) -> dict[int, tuple[float, str]]:
+def measured_holds(graphs: list[SimGraph]) -> dict[int, tuple[float, str, float]]:
     """The measured waits no dependency explains (``unheld.gpu_waits``: a GPU or communication op
     that started after everything it depends on had finished; ``unheld.host_waits``: the same of a
-    host op), as holds for ``replay``: global node
-    -> (µs, cause). Replayed with them, each such op becomes ready that long after its
-    dependencies finish, as it did when measured; ``Scale`` leaves them as they are (the wait was
-    for nothing the graph holds). O(n + E)."""
+    host op), as holds for ``replay``: global node -> (µs, cause, its measured start from its
+    rank's first measured start). Replaying the trace as measured, each such op becomes ready no
+    earlier than its measured start (from its rank's release) once its dependencies finish; in a
+    what-if (``Scale``, ``network``) it becomes ready the wait's length after its dependencies
+    finish, a length the what-if leaves as it is (the wait was for nothing the graph holds).
+    O(n + E)."""
     holds = {}
     base = 0
     for graph in graphs:
+        first, _ = graph.measured_span()
         for u, wait, cause in gpu_waits(graph) + host_waits(graph):
-            holds[base + u] = (wait, cause)
+            holds[base + u] = (wait, cause, graph.start[u] - first)
         base += len(graph)
     return holds
 
 
 def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(),
            comm_groups: dict[str, list[int]] | None = None, release: list[float] | None = None,
-           holds: dict[int, tuple[float, str]] | None = None, network: NetworkSpec | None = None) -> Replay:
+           holds: dict[int, tuple[float, str, float]] | None = None, network: NetworkSpec | None = None) -> Replay:
     """Replay one or several ranks (several = one job, collectives matched across them).
 
     ``release[r]``: when rank position r starts (its nodes without dependencies become ready then);
     default 0 for every rank (see ``measured_release`` for the measured start offsets).
-    ``holds``: global node -> (µs, cause), measured waits replayed as such (``measured_holds``):
-    the node becomes ready that long after its dependencies finish; none by default.
+    ``holds``: global node -> (µs, cause, measured start offset), measured waits replayed as such
+    (``measured_holds``: how, there); none by default.
     ``network``: a what-if link (``network.retime``): each collective's network part is fitted to
     the measured collectives and moved to this link, the rest of its time kept as measured; None
     (the default) replays every collective as measured."""
@@ -504,7 +515,7 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     result = Replay(graphs, model, scale, offsets, duration, unit_of, unit_names, nan * total, nan * total,
                     nan * total, nan * total, array("q", [NO_NODE]) * total, bytearray(total), array("q", [NO_NODE]) * total,
                     groups, missing, [], list(release) if release is not None else [0.0] * len(graphs),
-                    dict(holds or {}), what_if)
+                    dict(holds or {}), what_if, scale == Scale() and network is None)
     _run(result, priority, succ_offsets, succ_nodes, indegree)
     return result
 
@@ -516,7 +527,7 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
     ready, issue, start, end, cause, cause_kind, peer = rp.ready, rp.issue, rp.start, rp.end, rp.cause, rp.cause_kind, rp.peer
     group_of, members, expected = rp.groups.group_of, rp.groups.members, rp.groups.expected
     waited, comm_factor, pickup = rp.groups.waited, rp.scale.factor(COMM), rp.groups.pickup
-    holds = rp.holds
+    holds, to_measured_start = rp.holds, rp.holds_to_measured_start
     arrival_base = len(duration)  # events u >= arrival_base: node u - arrival_base arrives at its collective
     unit_count = len(rp.unit_names)
     queues: list[list] = [[] for _ in range(unit_count)]
@@ -578,7 +589,8 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
         release = rp.release[r]
         for v in range(base, base + len(rp.graphs[r])):
             if indegree[v] == 0:
-                held = release + (holds[v][0] if v in holds else 0.0)
+                hold = holds.get(v)
+                held = release + ((hold[2] if to_measured_start else hold[0]) if hold else 0.0)
                 if held > 0:
                     push(events, (held, ~v))  # a release, not a completion
                 else:
@@ -611,9 +623,12 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
                 indegree[v] -= 1
                 if indegree[v] == 0:
                     dep_cause[v] = u
-                    held = holds.get(v)
-                    if held:  # a measured wait: ready that much later (a release event)
-                        push(events, (t + held[0], ~v))
+                    hold = holds.get(v)
+                    at = t
+                    if hold:  # a measured wait: ready later (a release event)
+                        at = max(t, rp.release[rp.rank_of(v)] + hold[2]) if to_measured_start else t + hold[0]
+                    if at > t:
+                        push(events, (at, ~v))
                     else:
                         become_ready(v, t, touched)
     rp.queued = [entry[2] for queue in queues for entry in queue]

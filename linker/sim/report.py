@@ -98,7 +98,7 @@ def replay_end(rp: Replay) -> float:
 def waits_summary(mode: str, with_waits: Replay, without: Replay, measured_us: float) -> WaitsSummary:
     """The ``WaitsSummary`` of two replays of the same graphs, with and without the holds."""
     by_cause: dict[str, float] = {}
-    for us, cause in with_waits.holds.values():
+    for us, cause, _ in with_waits.holds.values():
         by_cause[cause] = by_cause.get(cause, 0.0) + us
     held_end, graph_end = replay_end(with_waits), replay_end(without)
     return WaitsSummary(mode, _ratio(held_end, measured_us), _ratio(graph_end, measured_us),

@@ -28,6 +28,7 @@ one graph.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from linker.model.units import format_us
@@ -87,10 +88,14 @@ LAUNCHED_BEFORE_TRACE, UNEXPLAINED_GPU_IDLE = "launched_before_trace", "unexplai
 # thread was held by something the graph does not hold (a blocking call that waited for GPU work
 # outside the trace, another thread holding the interpreter).
 UNEXPLAINED_HOST_WAIT = "unexplained_host_wait"
+# A wait shorter than this is timing noise, not a wait: a ``.et`` holds whole µs, so a dependency's
+# end (start and duration each rounded) and an op's start can disagree by up to 1.5 µs where there
+# was no wait at all; replayed as waits, such crumbs add up along a chain (2-3% on CPU traces).
+HOLD_MIN_US = 2.0
 WAIT_CAUSES = (LAUNCHED_BEFORE_TRACE, UNEXPLAINED_GPU_IDLE, UNEXPLAINED_HOST_WAIT)
 
 
-def gpu_waits(graph: SimGraph, min_us: float = 1.0) -> list[tuple[int, float, str]]:
+def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US) -> list[tuple[int, float, str]]:
     """(node, wait µs, cause) of every timed GPU / communication op of ``graph`` that started at
     least ``min_us`` after everything it depends on had finished (the module's ``wait``), in node
     order; the cause is one of ``WAIT_CAUSES``. O(n + E)."""
@@ -123,19 +128,24 @@ def gpu_waits(graph: SimGraph, min_us: float = 1.0) -> list[tuple[int, float, st
     return found
 
 
-def host_waits(graph: SimGraph, min_us: float = 1.0) -> list[tuple[int, float, str]]:
+def host_waits(graph: SimGraph, min_us: float = HOLD_MIN_US) -> list[tuple[int, float, str]]:
     """(node, wait µs, ``UNEXPLAINED_HOST_WAIT``) of every timed CPU op of ``graph`` that started at
     least ``min_us`` after each of its dependencies ended as the replay ends it (measured start
-    plus duration in the file; the rank's measured start for an untimed root), in node order. Left
-    out: an op with an untimed dependency that has dependencies of its own (when it ended is not
-    known), an op after a communication node, and every op of a rank with CPU collectives (gloo,
-    MPI, UCC): its threads wait for them in ways the replay's collective rules already place
-    (``engine._cpu_pickups``, the job's matching, a collective the ET lost), so a hold would count
-    those waits twice. O(n + E)."""
+    plus duration in the file; the rank's measured start for an untimed root) *and* after the last
+    GPU or communication op of the rank that ended before it: a thread blocked until GPU work of
+    the trace finished waited for something the graph holds (a synchronize's or a blocking copy's
+    edge, which may lead to a later op than this one), so only the time after the last such end
+    is unexplained. In node order. Left out: an op with an untimed dependency that has
+    dependencies of its own (when it ended is not known), an op after a communication node, and
+    every op of a rank with CPU collectives (gloo, MPI, UCC): its threads wait for them in ways the
+    replay's collective rules already place (``engine._cpu_pickups``, the job's matching, a
+    collective the ET lost), so a hold would count those waits twice. O(n + E + g log g)."""
     first, _ = graph.measured_span()
     if first != first or any(graph.lane_keys[graph.lane[u]][0] == "cpu" for u in graph.comm):
         return []
     start, dur, kind = graph.start, graph.duration, graph.kind
+    device_ends = sorted(start[u] + graph.measured_dur[u] for u in range(len(graph))
+                         if kind[u] in (GPU, COMM) and start[u] == start[u])
     found = []
     for u in range(len(graph)):
         if kind[u] != CPU or start[u] != start[u]:
@@ -148,8 +158,13 @@ def host_waits(graph: SimGraph, min_us: float = 1.0) -> list[tuple[int, float, s
                 break
             if s == s:
                 ready = max(ready, s + dur[d])
+        if not known or start[u] - ready < min_us:
+            continue
+        before = bisect_right(device_ends, start[u])
+        if before:
+            ready = max(ready, device_ends[before - 1])
         wait = start[u] - ready
-        if known and wait >= min_us:
+        if wait >= min_us:
             found.append((u, wait, UNEXPLAINED_HOST_WAIT))
     return found
 
