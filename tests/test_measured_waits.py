@@ -129,5 +129,7 @@ def test_lateness_the_replay_already_has_takes_the_waits_place():
         report = linker.simulate(path).report
         assert report.waits.by_cause == {"unexplained_gpu_idle": 30.0}
         assert report.measured_us == 56.0 and report.simulated_us == 56.0
-        # a what-if keeps the wait's length after the dependency: 7 at 10-35, 6 at 35-45, 2 at 75-80
-        assert linker.simulate(path, scale="cpu=1.0000001").report.simulated_us == pytest.approx(80.0)
+        # a what-if keeps each wait as that replay held it (kernel 2: 6 µs after kernel 6, at 45-51),
+        # so a factor of 1 changes nothing, and halving the GPU: 7 at 10-22.5, 6 at 22.5-27.5, 2 at 33.5-36
+        assert linker.simulate(path, scale="cpu=1.0000001").report.simulated_us == pytest.approx(56.0)
+        assert linker.simulate(path, scale="gpu=0.5").report.simulated_us == pytest.approx(36.0)

@@ -16,7 +16,8 @@ import orjson
 from linker.model.errors import OptionError, TraceInputError
 from linker.plan.rank_start import MEASURED, RANK_STARTS, delay_positions
 from linker.schedule import Schedule
-from linker.sim.engine import MEASURED_WAITS, MODELS, WAITS, Scale, measured_holds, measured_release, replay
+from linker.sim.engine import (MEASURED_WAITS, MODELS, WAITS, Scale, measured_holds, measured_release, replay,
+                               what_if_holds)
 from linker.sim.graph import SimGraph
 from linker.sim.hints import lanes_hints
 from linker.sim.job import JobInputs, read_comm_groups, resolve_inputs
@@ -146,6 +147,8 @@ def simulate_inputs(inputs: JobInputs, options: SimulateOptions, progress: Calla
         notes.append("the ranks' measured start times do not look like one clock: every rank starts at 0")
     progress("replaying")
     holds = measured_holds(graphs)
+    if holds and (scale != Scale() or network is not None):  # a what-if: each wait as the trace's replay held it
+        holds = what_if_holds(replay(graphs, options.model, Scale(), groups, release, holds))
     measured = options.waits == MEASURED_WAITS
     result = replay(graphs, options.model, scale, groups, release, holds if measured else None, network)
     # The other way of replaying the waits, for its ratio (the same replay when nothing is held).

@@ -34,8 +34,8 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   the replay ends them) waited for something the graph does not hold. Replaying the trace as
   measured, it becomes ready no earlier than its measured start (from its rank's release): where
   the replay already runs late, that lateness takes the wait's place instead of adding to it. In
-  a what-if (``Scale`` or ``network``) it becomes ready the wait's length after its dependencies
-  finish. Without holds the replay gives the graph's own prediction
+  a what-if (``Scale`` or ``network``) it becomes ready, after its dependencies finish, as long as
+  the replay of the trace as measured held it (``what_if_holds``). Without holds the replay gives the graph's own prediction
   (``--waits explained``).
 - job replay: each rank starts at its measured start offset (its first measured start minus the
   job's earliest) when the ranks' clocks agree (``measured_release``), else all at 0. A rank that
@@ -162,6 +162,8 @@ class Replay:
     # its op's measured start (from its rank's release), so lateness the replay already has absorbs
     # the wait instead of adding to it; False (a what-if): the wait's length after the dependencies.
     holds_to_measured_start: bool = True
+    # Held node -> when its dependencies had all finished (its hold ran from then to ``ready``).
+    held_from: dict[int, float] = field(default_factory=dict)
 
     def rank_of(self, u: int) -> int:
         """Rank position (index into ``graphs``) of global node u. O(log ranks)."""
@@ -482,6 +484,16 @@ def measured_holds(graphs: list[SimGraph]) -> dict[int, tuple[float, str, float]
     return holds
 
 
+def what_if_holds(as_measured: Replay) -> dict[int, tuple[float, str, float]]:
+    """The holds for a what-if of the same graphs: each the wait the replay of the trace as
+    measured (``as_measured``, holds to measured starts) actually held its op for, from its
+    dependencies' end to its ready time. A what-if replayed with them keeps each wait's length
+    while its dependencies move, and changes nothing where it changes nothing (a what-if of
+    factor 1 replays as the trace does). O(holds)."""
+    return {v: (as_measured.ready[v] - as_measured.held_from[v], cause, offset)
+            for v, (_, cause, offset) in as_measured.holds.items() if v in as_measured.held_from}
+
+
 def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(),
            comm_groups: dict[str, list[int]] | None = None, release: list[float] | None = None,
            holds: dict[int, tuple[float, str, float]] | None = None, network: NetworkSpec | None = None) -> Replay:
@@ -527,7 +539,7 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
     ready, issue, start, end, cause, cause_kind, peer = rp.ready, rp.issue, rp.start, rp.end, rp.cause, rp.cause_kind, rp.peer
     group_of, members, expected = rp.groups.group_of, rp.groups.members, rp.groups.expected
     waited, comm_factor, pickup = rp.groups.waited, rp.scale.factor(COMM), rp.groups.pickup
-    holds, to_measured_start = rp.holds, rp.holds_to_measured_start
+    holds, to_measured_start, held_from = rp.holds, rp.holds_to_measured_start, rp.held_from
     arrival_base = len(duration)  # events u >= arrival_base: node u - arrival_base arrives at its collective
     unit_count = len(rp.unit_names)
     queues: list[list] = [[] for _ in range(unit_count)]
@@ -591,6 +603,8 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
             if indegree[v] == 0:
                 hold = holds.get(v)
                 held = release + ((hold[2] if to_measured_start else hold[0]) if hold else 0.0)
+                if hold:
+                    held_from[v] = release
                 if held > 0:
                     push(events, (held, ~v))  # a release, not a completion
                 else:
@@ -626,6 +640,7 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
                     hold = holds.get(v)
                     at = t
                     if hold:  # a measured wait: ready later (a release event)
+                        held_from[v] = t
                         at = max(t, rp.release[rp.rank_of(v)] + hold[2]) if to_measured_start else t + hold[0]
                     if at > t:
                         push(events, (at, ~v))
