@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,12 @@ def dlrm_pair(rank: int) -> tuple[Path, Path]:
 def fixture_pair(*parts: str) -> tuple[Path, Path]:
     directory = FIXTURES.joinpath(*parts)
     return directory / "et.json.gz", directory / "kineto.json.gz"
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject's addopts): one test process per core this run may use (one under
+    ``taskset -c 0``), not per core of the machine (psutil's count, which dask brings in)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 @pytest.fixture(params=["serial", "forced"])

@@ -82,7 +82,7 @@ def _errors(proc) -> list[str]:
 @pytest.mark.parametrize("content,problem", [
     (b"", "empty"),
     (b"{not json", "not valid JSON"),
-    (gzip.compress(b'{"nodes": [')[:20], "truncated"),
+    (gzip.compress(b'{"nodes": [', mtime=0)[:20], "truncated"),
     (b'{"traceEvents": []}', "Kineto trace, not an Execution Trace"),
     (b'[1, 2, 3]', "not a valid Execution Trace"),
     (b'{"schema": "1.0.1", "nodes": [{"id": "x", "name": 3}]}', "not a valid Execution Trace"),
