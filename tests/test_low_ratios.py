@@ -97,7 +97,7 @@ def test_pre_trace_ops_get_no_edge_from_timestamps_alone(resnet):
 def replayed(request, linked_once):
     name = request.param
     events, gpu, pre = _raw(name)
-    out, _, _ = linked_once(None, shared_trace("kineto_only", name + ".json.gz"), ".et")
+    out, _, _ = linked_once(None, shared_trace("kineto_only", name + ".json.gz"))
     report = build_report(replay([load_graph(out)], LANES))[0]
     return name, events, gpu, pre, report
 
@@ -119,7 +119,7 @@ def test_simulate_names_the_gpu_wait_the_graph_cannot_reproduce(replayed):
 def test_pre_trace_work_raises_the_resnet_ratio(linked_once):
     name = "amd_tracelens_mi300_resnet_ddp_rccl"
     _, _, pre = _raw(name)
-    out, _, _ = linked_once(None, shared_trace("kineto_only", name + ".json.gz"), ".et")
+    out, _, _ = linked_once(None, shared_trace("kineto_only", name + ".json.gz"))
     report = build_report(replay([load_graph(out)], LANES))[0]
     # Without the pre-trace GPU work the replay was 0.717 of the measured step; its pre-trace
     # GPU busy time alone must now be in the replay.

@@ -80,7 +80,7 @@ def test_a_real_trace_replays_its_measured_step_with_its_waits(linked_once):
     trace = SHARED_TRACES / "kineto_only" / "amd_tracelens_mi300_resnet_ddp_rccl.json.gz"
     if not trace.exists():
         pytest.skip("needs ../shared/traces (see README: Real test traces)")
-    out, _, _ = linked_once(None, trace, ".et")
+    out, _, _ = linked_once(None, trace)
     report = linker.simulate(out, model=LANES).report
     assert 0.99 <= report.ratio <= 1.01
     assert report.waits.by_cause["launched_before_trace"] > 0

@@ -109,18 +109,15 @@ def comm_nodes(nodes: list[pb.Node]) -> list[pb.Node]:
 
 
 @pytest.fixture(scope="module")
-def dlrm_outputs(tmp_path_factory) -> dict[int, tuple[Path, Path, Path]]:
-    """rank -> (ET path, Chakra output, ET+ JSON output), linked once for the whole module."""
-    out = tmp_path_factory.mktemp("dlrm")
+def dlrm_outputs(linked_once) -> dict[int, tuple[Path, Path, Path]]:
+    """rank -> (ET path, Chakra output, ET+ JSON output: rank 0's only), linked once for the test
+    session (``conftest.linked_once``: the same outputs the digest tests pin)."""
     outputs = {}
     for rank in DLRM_RANKS:
         et, kineto = dlrm_pair(rank)
-        chakra = out / f"rank{rank}.et"
-        link_pair(et, kineto, chakra, LinkOptions())
-        outputs[rank] = (et, chakra, None)
+        outputs[rank] = (et, linked_once(et, kineto, ".et")[0], None)
     et, kineto = dlrm_pair(0)
-    link_pair(et, kineto, out / "rank0.json", LinkOptions())
-    outputs[0] = (outputs[0][0], outputs[0][1], out / "rank0.json")
+    outputs[0] = (outputs[0][0], outputs[0][1], linked_once(et, kineto, ".json")[0])
     return outputs
 
 
