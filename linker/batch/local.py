@@ -37,16 +37,22 @@ def _local_child(task: RankTask, connection) -> None:
     send the result."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the parent around start()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_AT_START)  # blocked by the parent around start()
     connection.send(run_rank_task(task))
     connection.close()
 
 
+# Held back in a starting worker until it has its own handlers (``_local_child``).
+_HELD_AT_START = {signal.SIGINT, signal.SIGTERM}
+
+
 def _start_with_sigint_blocked(process) -> None:
-    """Start a worker with Ctrl-C blocked, so that a Ctrl-C during the fork cannot reach the child
-    before it ignores SIGINT (that race printed a child's traceback); a Ctrl-C meanwhile is
-    delivered to this process when the mask is restored."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    """Start a worker with Ctrl-C and SIGTERM blocked, so that neither can reach the child before it
+    has its own handlers: a Ctrl-C during the fork, or the parent's SIGTERM to a worker it stops on
+    an interrupt, would otherwise run the parent's handlers inherited through the fork (that race
+    printed a child's traceback). A signal meanwhile is delivered to this process when the mask
+    is restored, and to the child once its handlers are set."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_AT_START)
     try:
         process.start()
     finally:
