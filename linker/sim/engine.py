@@ -35,8 +35,8 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   measured, it becomes ready no earlier than its measured start (from its rank's release): where
   the replay already runs late, that lateness takes the wait's place instead of adding to it. In
   a what-if (``Scale`` or ``network``) it becomes ready, after its dependencies finish, as long as
-  the replay of the trace as measured held it (``what_if_holds``). Without holds the replay gives the graph's own prediction
-  (``--waits explained``).
+  the replay of the trace as measured held it (``what_if_holds``). Without holds the replay gives
+  the graph's own prediction (``--waits explained``).
 - job replay: each rank starts at its measured start offset (its first measured start minus the
   job's earliest) when the ranks' clocks agree (``measured_release``), else all at 0. A rank that
   began its step late makes the others wait for it at the first collective, as it did when measured.

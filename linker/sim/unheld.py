@@ -15,7 +15,8 @@ known ``ready`` and is left out), each ending as the replay ends it: its measure
 start plus its duration in the file (a CPU op's busy time, not its measured span: an annotation
 that spans the whole trace releases its kernels when its own node ends, in the replay as in this
 estimate), and ``wait`` = max(0, start(u) - ready). Using the CPU launcher's node *end* makes
-``wait`` a lower bound: the launch call lies somewhere inside that op. A CPU op's end is read on the GPU's clock: plus the local skew the graph shows
+``wait`` a lower bound: the launch call lies somewhere inside that op. A CPU op's end is read on
+the GPU's clock: plus the local skew the graph shows
 (``graph_clock_skew``, the ``plan.clocks`` estimate from launch gaps), so a GPU clock ahead of the
 host's is not taken for a wait. CPU collectives (gloo, MPI, UCC, on a CPU thread) are left out:
 the replay starts them as late after their dependencies as their worker picked them up.
