@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+import linker
 from conftest import FIXTURES, dlrm_pair, shared_trace
 from linker.link.recipe import LinkOptions
 from linker.pipeline import link_pair
-from linker.sim.engine import measured_release, replay
+from linker.sim.engine import replay
 from linker.sim.graph import CPU, META, lane_label
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
@@ -250,10 +251,9 @@ def expected_lanes(rp, r) -> set[str]:
 
 
 def assert_ranks_drawn(browser, page: Path, inputs: list[Path], screenshot: Path | None = None) -> None:
-    graphs = [load_graph(p, rank) for rank, p in enumerate(inputs)]
-    rp = replay(graphs, release=measured_release(graphs) if len(graphs) > 1 else None)  # as the command does
-    _, path, _ = build_report(rp)
-    timelines = rank_timelines(rp, path)
+    simulation = linker.simulate(inputs)  # replayed as the command replays them (measured waits held)
+    rp = simulation.replay
+    timelines = rank_timelines(rp, simulation.path)
     seen = drawn(browser, page, screenshot)
     assert sorted(seen) == sorted(f"rank-{tl.rank}" for tl in timelines)
     for r, tl in enumerate(timelines):
@@ -271,19 +271,17 @@ def test_browser_draws_the_fixture_pair(browser, tmp_path):
     assert_ranks_drawn(browser, html_page(tmp_path, out), [out])
 
 
-def test_browser_draws_a_dlrm_rank(browser, tmp_path):
-    et, kineto = dlrm_pair(0)
-    out = tmp_path / "rank0.et"
-    link_pair(et, kineto, out, LinkOptions(), None)
+def test_browser_draws_a_dlrm_rank(browser, tmp_path, linked_once):
+    out, _, _ = linked_once(*dlrm_pair(0), ".et")
     assert_ranks_drawn(browser, html_page(tmp_path, out), [out])
 
 
-def test_browser_draws_the_dlrm_job(browser, tmp_path):
+def test_browser_draws_the_dlrm_job(browser, tmp_path, linked_once):
     outs = []
-    for rank in range(8):
-        et, kineto = dlrm_pair(rank)
+    for rank in range(8):  # each rank's output under its own name, as a job's files are named
+        out, _, _ = linked_once(*dlrm_pair(rank), ".et")
         outs.append(tmp_path / f"rank{rank}.et")
-        link_pair(et, kineto, outs[-1], LinkOptions(), None)
+        outs[-1].symlink_to(out)
     assert_ranks_drawn(browser, html_page(tmp_path, *outs), outs)
 
 
