@@ -116,3 +116,33 @@ def test_a_bad_size_is_one_line():
     proc = subprocess.run([sys.executable, "-m", "linker.cli", "--et-file", str(ET), "--kineto-file", str(KINETO),
                            "--max-inflated", "lots"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.strip().startswith("et-link: error: --max-inflated"), proc.stderr
+
+
+def _inflaters() -> list:
+    inflaters = [zlib]
+    try:
+        from isal import isal_zlib
+        inflaters.append(isal_zlib)
+    except ImportError:
+        pass
+    return inflaters
+
+
+@pytest.mark.parametrize("inflater", _inflaters(), ids=lambda m: m.__name__)
+@pytest.mark.parametrize("into", [False, True], ids=["own buffer", "handed buffer"])
+def test_several_members_stop_exactly_at_the_limit(tmp_path, monkeypatch, inflater, into):
+    """Two gzip members: the trailer gives only the second one's size, within the limit, so the
+    limit is met while inflating (every path: ISA-L's one call per member, zlib's pieces, a buffer
+    handed for the trailer's size). The text's length is the edge: a limit one byte below it is
+    refused, a limit equal to it reads the whole text."""
+    text = gzip.decompress(ET.read_bytes())
+    half = len(text) // 2
+    path = tmp_path / "two.json.gz"
+    path.write_bytes(gzip.compress(text[:half], mtime=0) + gzip.compress(text[half:], mtime=0))
+    monkeypatch.setattr(files, "inflating", inflater)
+    handed = (lambda size: bytearray(size)) if into else None
+    monkeypatch.setenv(files.MAX_INFLATED_ENV, str(len(text)))
+    assert bytes(files.read_trace_bytes(path, handed)) == text
+    monkeypatch.setenv(files.MAX_INFLATED_ENV, str(len(text) - 1))
+    with pytest.raises(TraceInputError, match="inflates past"):
+        files.read_trace_bytes(path, handed)

@@ -193,4 +193,7 @@ def test_ratios_are_simulated_over_measured_as_read_from_the_file(tmp_path):
         assert report.measured_us == pytest.approx(measured, abs=0.01)
         assert report.simulated_us == pytest.approx(factor * busy, rel=1e-6, abs=0.01)
         assert report.ratio == pytest.approx(factor * busy / measured, rel=1e-6)
+        (rank,) = report.ranks  # the rank's own row, the one the ranks table prints
+        assert (rank.measured_us, rank.simulated_us) == pytest.approx((measured, factor * busy), abs=0.01)
+        assert rank.ratio == pytest.approx(factor * busy / measured, rel=1e-6)
     assert simulate(out, LANES, Scale.parse("cpu=0.5")).ratio < 0.6
