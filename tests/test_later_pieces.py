@@ -223,3 +223,27 @@ def test_later_pieces_agree_with_the_rule_read_literally():
         for owner, _, _, length in expected:
             sums[owner] += length
         assert deferred == sums
+
+
+def test_launch_cuts_by_hand():
+    """``cut_at_launches`` on hand-worked stretches: op 0's own part runs 0-100 µs, op 1 has a
+    piece 200-300 (following op 5). A launch cuts the stretch it lies in at the call's end when
+    its GPU op began before the part it would wait for ended; launches are taken latest first, so
+    an earlier one is checked against the part a later cut left."""
+    from linker.plan.later_pieces import cut_at_launches
+
+    owners, targets, begins, finishes = [1], [5], [200.0], [300.0]
+    launches = [
+        (0, 40.0, 42.0),   # began at 42 < 100: cut at 40, [40, 100) follows op 0 itself
+        (0, 20.0, 45.0),   # began at 45, after its part (now 0-40) ended: no cut
+        (0, 60.0, 101.0),  # began at 101, after op 0's own part ended (100): no cut
+        (1, 250.0, 260.0),  # began at 260 < 300: the piece ends at 250, [250, 300) follows op 5 too
+        (1, 299.5, 300.0),  # began within 1 µs of the part's end: no cut
+        (2, 10.0, 11.0),   # an op with no stretches known: nothing
+    ]
+    cut_at_launches(owners, targets, begins, finishes, launches, {0: (0.0, 100.0)})
+    added = sorted(zip(owners[1:], targets[1:], begins[1:], finishes[1:]))
+    # op 0: the call ending at 60 is taken first (its kernel began at 101, after 100: no cut), then
+    # the call ending at 40 (kernel at 42 < 100: cut), then the call ending at 20 (45 > 40: no cut)
+    assert added == [(0, 0, 40.0, 100.0), (1, 5, 250.0, 300.0)]
+    assert (begins[0], finishes[0]) == (200.0, 250.0)  # the piece keeps its part up to the call

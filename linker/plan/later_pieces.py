@@ -18,6 +18,11 @@ from itertools import compress, repeat
 from operator import gt, not_, sub
 
 
+# A launch whose GPU op began less than this before its stretch of the launching op ended leaves
+# the stretch whole: a microsecond is the ``.et``'s unit, and a cut that fine changes no replay.
+LAUNCH_CUT_MIN_US = 1.0
+
+
 @dataclass
 class Pieces:
     """The later pieces of the ops, one entry each (index j), in ``begin`` order (ties, on
@@ -45,7 +50,8 @@ class Pieces:
 
 def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusive_of_op: list[float],
                  blocked_of: list[float], blocked_at: list[tuple[int, float, float]], n: int,
-                 skip: frozenset = frozenset()) -> tuple[list[float], Pieces]:
+                 skip: frozenset = frozenset(), launches: list[tuple[int, float, float]] = ()
+                 ) -> tuple[list[float], Pieces]:
     """Each op's exclusive time after its first child, as pieces a replay runs where they lay.
 
     A replay runs an op's busy time before its first child (which depends on it), but the measured
@@ -59,22 +65,31 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     less its blocked time (``blocked_of``): a piece may hold a Kineto child no op is linked to,
     which is not exclusive time; an op's pieces then move in time order until that is used up.
 
+    A stretch of an op (its own part before its first child, or a piece) is also cut where the op
+    launched GPU work that began before the stretch ended (``cut_at_launches``): a launch edge
+    comes from the part of the op that ran up to the launch, so a kernel waits for what its
+    launcher had done by then, not for the rest of the stretch.
+
     ``timelines``: per thread, the linked ops in start order (``Timeline``); ``parent_op``: each
     op's enclosing linked op by the Kineto nesting (``nesting_parent_ops``); ``ends_of``: each
     op's measured end; ``skip``: ops whose pieces stay on them and that no piece follows (CPU
-    collectives: their busy time comes from their measured interval). Returns ``deferred`` per
+    collectives: their busy time comes from their measured interval); ``launches``: (op, end of
+    its launch call, the GPU op's start) for each GPU op with a launch call. Returns ``deferred`` per
     ET node (µs taken out of an op: the sum of its pieces) and the ``Pieces``; per thread the
     total busy time is unchanged.
 
     Cost: O(m log m) per thread of m ops in C passes (one bisect per op), a loop over the pieces
-    found, and O(b) for b blocked stretches; O(n) floats. No scan per op.
+    found, O(b) for b blocked stretches and O(l log l) for l launches; O(n) floats. No scan per op.
     """
     owners: list[int] = []
     targets: list[int] = []
     lengths: list[float] = []
     starts_at: list[float] = []
     finishes: list[float] = []
+    own_parts: dict[int, tuple[float, float]] = {}  # op -> its own part (start, first child's start or end)
     for timeline in timelines:
+        if launches:
+            own_parts.update(_own_parts(timeline, parent_op, ends_of))
         ops, starts, ends = timeline.ops, timeline.starts, timeline.ends
         owner = list(map(parent_op.__getitem__, ops))
         if min(owner, default=-1) >= 0:  # every op in some linked op (the usual case)
@@ -106,6 +121,13 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
                 if targets[j] not in skip]
         owners, targets, lengths, starts_at, finishes = ([column[j] for j in kept] for column in
                                                          (owners, targets, lengths, starts_at, finishes))
+    if launches:
+        cut_at_launches(owners, targets, starts_at, finishes, [launch for launch in launches if launch[0] not in skip],
+                        own_parts)
+        order = sorted(range(len(owners)), key=starts_at.__getitem__)
+        owners, targets, starts_at, finishes = ([column[j] for j in order] for column in
+                                                (owners, targets, starts_at, finishes))
+        lengths = [finish - begin for begin, finish in zip(starts_at, finishes)]
     _leave_waits_in_place(owners, lengths, starts_at, blocked_at)
     deferred = [0.0] * n
     for owner, length in zip(owners, lengths):
@@ -121,6 +143,62 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     kept = sorted(compress(range(len(owners)), map(gt, lengths, repeat(0.0))), key=starts_at.__getitem__)
     pieces = Pieces(*([column[j] for j in kept] for column in (owners, targets, starts_at, finishes, lengths)))
     return deferred, pieces
+
+
+def _own_parts(timeline, parent_op: list[int], ends_of: list[float]) -> dict[int, tuple[float, float]]:
+    """Each op of a thread -> its own part: from its start to its first child's start (its end when
+    it has none). O(m) over the thread's m ops in start order."""
+    parts = {op: (start, ends_of[op]) for op, start in zip(timeline.ops, timeline.starts)}
+    seen: set[int] = set()
+    for op, start in zip(timeline.ops, timeline.starts):
+        parent = parent_op[op]
+        if parent >= 0 and parent not in seen and parent in parts:
+            seen.add(parent)
+            parts[parent] = (parts[parent][0], min(parts[parent][1], start))
+    return parts
+
+
+def cut_at_launches(owners: list[int], targets: list[int], begins: list[float], finishes: list[float],
+                    launches: list[tuple[int, float, float]], own_parts: dict[int, tuple[float, float]]) -> None:
+    """Cut the stretches of an op where it launched GPU work that began before the stretch ended
+    (by more than ``LAUNCH_CUT_MIN_US``): the stretch is the op's own part (``own_parts``) or one of
+    its pieces (index j of the columns); a cut at the end of the launch call ends the stretch
+    there and makes the rest a piece of its own (same op; following what the stretch followed: the
+    op itself for its own part, ``targets[j]`` for a piece), appended to the columns. A launch
+    edge then comes from the part that ran up to the launch (``deps.OpParts.before``). The
+    launches of a stretch are taken latest first, so each is checked against the part it ends up
+    in. O(l log l + p) for l launches and p pieces."""
+    if not launches:
+        return
+    stretches: dict[int, list[tuple[float, float, int]]] = {}  # op -> (begin, end, piece j or -1)
+    for op, (begin, end) in own_parts.items():
+        stretches[op] = [(begin, end, -1)]
+    for j, op in enumerate(owners):
+        stretches.setdefault(op, []).append((begins[j], finishes[j], j))
+    for op_stretches in stretches.values():
+        op_stretches.sort()
+    by_stretch: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for op, call_end, gpu_start in launches:
+        op_stretches = stretches.get(op)
+        if op_stretches is None:
+            continue
+        k = bisect_right(op_stretches, (call_end, math.inf, math.inf)) - 1
+        if k < 0 or not call_end < op_stretches[k][1]:
+            continue  # the call ends outside the op's own time (in a child, or after the stretch)
+        by_stretch.setdefault((op, k), []).append((call_end, gpu_start))
+    for (op, k), calls in by_stretch.items():
+        begin, end, j = stretches[op][k]
+        follows = op if j < 0 else targets[j]
+        for call_end, gpu_start in sorted(calls, reverse=True):
+            if call_end <= begin or end - gpu_start <= LAUNCH_CUT_MIN_US or call_end >= end:
+                continue
+            owners.append(op)
+            targets.append(follows)
+            begins.append(call_end)
+            finishes.append(end)
+            end = call_end
+        if j >= 0:
+            finishes[j] = end
 
 
 def _pieces_of(owners: list[int], wanted: set[int]) -> dict[int, list[int]]:
