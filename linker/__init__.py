@@ -77,14 +77,20 @@ def link_traces(et_file: Optional[str | os.PathLike], kineto_file: str | os.Path
 
 
 def write_et_plus(result: "LinkResult", output: str | os.PathLike,
-          report_file: Optional[str | os.PathLike] = None) -> "PairOutcome":
+          report_file: Optional[str | os.PathLike] = None, *, waits: str = "measured") -> "PairOutcome":
     """Write a ``link_traces`` result: the ET+ to ``output`` (format by suffix: ``.json``/``.json.gz`` ET+
     JSON, ``.et``/``.et.gz`` Chakra protobuf) and the report JSON to ``report_file`` if given;
     atomically (nothing is left on failure), never over an input. Fills the report's dependency
-    counts. Returns the ``PairOutcome`` (``.report``, ``.output``). Write a result once."""
+    counts. ``waits``: "measured" (the output carries the measured waits no dependency explains
+    as wait nodes, as ``et-link`` writes it) or "explained" (left out). Returns the
+    ``PairOutcome`` (``.report``, ``.output``). Write a result once."""
     from linker.pipeline import write_linked
+    from linker.sim.file_waits import add_file_waits, check_waits
 
-    return write_linked(result, output, report_file)
+    check_waits(waits)
+    outcome = write_linked(result, output, report_file)
+    add_file_waits(outcome, waits)
+    return outcome
 
 
 def simulate(files: str | os.PathLike | Iterable[str | os.PathLike], *, model: str = "astra-sim",

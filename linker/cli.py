@@ -62,6 +62,12 @@ LogLevelOption = Annotated[str, typer.Option("--log-level", metavar=_choices(LOG
 MaxInflatedOption = Annotated[Optional[str], typer.Option(
     "--max-inflated", metavar="SIZE", help="Refuse a gzip input that inflates past SIZE (e.g. 8G; default: half "
     "of the memory available), before memory runs out.")]
+FileWaitsOption = Annotated[str, typer.Option(
+    "--waits", metavar=_choices(("measured", "explained")),
+    help="measured: an output with GPU ops carries, as wait nodes with their cause, the measured waits no "
+    "dependency explains (an op that started after everything it depends on had finished), so that "
+    "ASTRA-sim and et-link simulate replay the step as measured (docs/fidelity.md); explained: the graph's "
+    "own dependencies only.")]
 # The ASTRA-sim setup of ``batch --format et`` and ``astra-setup``: each overrides what is fitted.
 AstraTopologyOption = Annotated[Optional[str], typer.Option(
     "--astra-topology", metavar=_choices(("Ring", "Switch", "FullyConnected")),
@@ -246,6 +252,7 @@ def main_command(
     min_linked: Optional[float] = typer.Option(
         None, "--min-linked", metavar="PCT", help="Exit with status 6 when less than PCT % of the ET ops "
         "are linked (the outputs are still written)."),
+    waits: FileWaitsOption = "measured",
     max_inflated: MaxInflatedOption = None,
     log_level: LogLevelOption = "WARNING",
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary and no progress bar on stderr."),
@@ -265,22 +272,47 @@ def main_command(
     if et_file is None and (method != "auto" or annotation is not None or window is not None):
         typer.echo("et-link: warning: without --et-file there is nothing to match: "
                    "--match/--annotation/--window are ignored", err=True)
+    _check_waits(waits)
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force,
-                          max_depth=max_depth)
+                          max_depth=max_depth, waits=waits)
     schedule = _schedule()
     outcome = _run_pair(et_file, kineto_file, output_file, options, report, schedule, quiet)
     schedule.keep_until_exit(outcome)
     try:
-        _finish_pair(outcome, et_file, kineto_file, quiet, min_linked)
+        wait_nodes = _write_file_waits(outcome, waits)
+        _finish_pair(outcome, et_file, kineto_file, quiet, min_linked, wait_nodes)
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM after the outputs were complete: they are kept
         typer.echo("et-link: stopped after the outputs were written (they are complete)", err=True)
         raise typer.Exit(_stop_status(stop))
 
 
-def _finish_pair(outcome, et_file: Path, kineto_file: Path, quiet: bool, min_linked: Optional[float]) -> None:
+def _check_waits(waits: str) -> None:
+    from linker.sim.file_waits import check_waits
+
+    try:
+        check_waits(waits)
+    except OptionError as err:
+        fail(str(err))
+
+
+def _write_file_waits(outcome, waits: str) -> int:
+    """The output's measured waits written into it (``sim.file_waits``); a failure in one line."""
+    from linker.sim.file_waits import add_file_waits
+
+    try:
+        return add_file_waits(outcome, waits)
+    except EtLinkError as err:
+        fail(f"{err} (the output was written without its measured waits)", EXIT_INPUT)
+
+
+def _finish_pair(outcome, et_file: Path, kineto_file: Path, quiet: bool, min_linked: Optional[float],
+                 wait_nodes: int = 0) -> None:
     """The summary and the --min-linked verdict, once the outputs are written."""
     if not quiet:
         typer.echo(outcome.report.summary(outcome.seconds), err=True)
+        if wait_nodes:
+            typer.echo(f"  measured waits no dependency explains: {wait_nodes} wait node(s) written "
+                       "(--waits explained leaves them out)", err=True)
         typer.echo(f"  wrote {outcome.output}" + (f", report {outcome.report_path}" if outcome.report_path else ""),
                    err=True)
     if min_linked is not None and outcome.report.linked_pct < min_linked:
@@ -397,6 +429,7 @@ def batch_command(
     pid_ranks: Optional[str] = typer.Option(None, "--pid-ranks", metavar="PID:RANK,...", help="One Nsight "
                                             "Systems file holding every rank: the rank of each process, e.g. "
                                             "4242:0,4243:1 (default: pid order)."),
+    waits: FileWaitsOption = "measured",
     max_inflated: MaxInflatedOption = None,
     log_level: LogLevelOption = "WARNING",
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr (the table is still printed)."),
@@ -426,7 +459,9 @@ def batch_command(
             ranks_of_pids = parse_pid_ranks(pid_ranks)
         except OptionError as err:
             fail(f"--pid-ranks: {err}")
-    options = LinkOptions(method=method, annotation=annotation, window=window, force=force, max_depth=max_depth)
+    _check_waits(waits)
+    options = LinkOptions(method=method, annotation=annotation, window=window, force=force, max_depth=max_depth,
+                          waits=waits)
     simulator = _astra_overrides(rank_start, astra_topology, astra_npus, astra_bandwidth, astra_latency)
     config = BatchConfig(et_glob=et, kineto_glob=kineto, output_dir=output_dir, options=options, fmt=fmt,
                          gzip=gzip_output, workers=workers, scheduler=scheduler, rank_pattern=rank_pattern,

@@ -41,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 import linker  # noqa: E402
 from linker.link.recipe import LinkOptions  # noqa: E402
 from linker.pipeline import link_pair  # noqa: E402
-from linker.sim.engine import ASTRA_SIM, LANES  # noqa: E402
+from linker.sim.engine import ASTRA_SIM, LANES, MEASURED_WAITS  # noqa: E402
+from linker.sim.file_waits import add_file_waits  # noqa: E402
 
 BOUNDS = {ASTRA_SIM: (0.95, 1.05), LANES: (0.97, 1.03)}
 _HOST = re.compile(r"host\.(\d+)\.json(\.gz)?$")
@@ -133,9 +134,10 @@ def measure(name: str, kind: str, what, directory: Path) -> list[dict]:
         return rows
     out = directory / "out.et"
     if kind == "pair":
-        link_pair(what[0], what[1], out, LinkOptions(), None)
+        outcome = link_pair(what[0], what[1], out, LinkOptions(), None)
     else:
-        link_pair(None, what, out, LinkOptions(), None)
+        outcome = link_pair(None, what, out, LinkOptions(), None)
+    add_file_waits(outcome, MEASURED_WAITS)  # as `et-link` writes it: the measured waits as wait nodes
     return _replay_rows(name, [out], None)
 
 

@@ -39,6 +39,7 @@ from linker.batch import (
 from linker.cli import app
 from linker.link.recipe import LinkOptions
 from linker.pipeline import link_pair
+from linker.sim.file_waits import add_file_waits
 from linker.batch.progress import BatchProgress
 from conftest import shared_reason
 
@@ -427,8 +428,9 @@ def test_param_dlrm_batch_matches_single_pair_runs(tmp_path):
     assert [r.rank for r in summary.ranks] == list(range(8))
     assert all(r.status == "linked" for r in summary.ranks)
     singles = {}
-    for rank in range(8):
+    for rank in range(8):  # as `et-link` links a pair: its measured waits written in
         single = link_pair(DLRM / f"rank{rank}.et.json.gz", DLRM / f"rank{rank}.kineto.json.gz", tmp_path / "s.json")
+        assert add_file_waits(single, "measured") > 0
         singles[rank] = orjson.loads(single.output.read_bytes())
     # each rank's start offset (docs/rank-start.md): its earliest measured start minus the job's
     firsts = {rank: min(n["ts"] for n in doc["nodes"] if "ts" in n) for rank, doc in singles.items()}
@@ -449,7 +451,8 @@ def test_param_dlrm_batch_matches_single_pair_runs(tmp_path):
                                  rank_start="zero"))
     assert all(r.status == "linked" for r in zero.ranks)
     for rank in range(8):  # --rank-start zero: byte for byte the single pair's output
-        link_pair(DLRM / f"rank{rank}.et.json.gz", DLRM / f"rank{rank}.kineto.json.gz", tmp_path / "s.json")
+        add_file_waits(link_pair(DLRM / f"rank{rank}.et.json.gz", DLRM / f"rank{rank}.kineto.json.gz",
+                                 tmp_path / "s.json"), "measured")
         assert (tmp_path / "zero" / f"rank{rank}_plus.json").read_bytes() == (tmp_path / "s.json").read_bytes()
 
 

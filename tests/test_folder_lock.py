@@ -173,8 +173,15 @@ def test_a_dask_client_holds_the_folder_too(tmp_path):
     started.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nworkers", "1",
                                      "--nthreads", "1", "--host", "127.0.0.1", "--dashboard-address", ":0"], **common))
     try:
-        procs = [subprocess.Popen(batch_args(traces, out, fmt, *more), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True) for more in (("--scheduler", address), ("--workers", "1"))]
+        procs = [subprocess.Popen(batch_args(traces, out, fmt, "--scheduler", address), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)]
+        # The local batch starts once the Dask client holds the folder (its ranks take seconds more):
+        # started at the same instant on a loaded machine, either could finish before the other began.
+        deadline = time.monotonic() + 120
+        while not (out / LOCK_NAME).exists() and procs[0].poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        procs.append(subprocess.Popen(batch_args(traces, out, fmt, "--workers", "1"), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
         results = [(p.wait(180), p.stderr.read()) for p in procs]
     finally:
         for process in reversed(started):

@@ -56,6 +56,7 @@ def run_rank_task(task: RankTask) -> RankResult:
     from linker.batch.collectives import rank_collectives
     from linker.pipeline import link_pair
     from linker.plan.rank_start import et_plus_span
+    from linker.sim.file_waits import add_file_waits
 
     started = time.perf_counter()
     base = _current_rss_bytes()
@@ -63,6 +64,7 @@ def run_rank_task(task: RankTask) -> RankResult:
         task.report_path.unlink()
     try:
         outcome = link_pair(task.et, task.kineto, task.output, task.options)  # Schedule.serial()
+        wait_nodes = add_file_waits(outcome, task.options.waits)
         collectives = rank_collectives(outcome.et_plus).to_record()
         span = et_plus_span(outcome.et_plus)
         outcome.et_plus = None
@@ -85,7 +87,7 @@ def run_rank_task(task: RankTask) -> RankResult:
               "inputs": [_file_stamp(p) for p in (task.et, task.kineto) if p],
               "options": asdict(task.options), "wall_seconds": round(wall, 3),
               "peak_rss_bytes": peak, "base_rss_bytes": base, "host": result.host,
-              "measured_span": result.measured_span}
+              "measured_span": result.measured_span, "wait_nodes": wait_nodes}
     try:
         with atomic_output(task.report_path) as out:
             out.write(orjson.dumps(outcome.report.to_dict() | {"batch": record, SIDECAR_KEY: collectives},

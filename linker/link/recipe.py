@@ -44,6 +44,10 @@ class LinkOptions:
     window: int | None = None  # pick a Kineto window by index instead of by content
     force: bool = False  # link even when the pair looks like two different runs
     max_depth: int = 10  # approximate matching: tree depth matched structurally
+    # "measured": the output carries the measured waits no dependency explains as wait nodes
+    # (``sim.file_waits``, written by the command, the batch and ``linker.write_et_plus`` once the
+    # output is complete); "explained": the graph's own dependencies only.
+    waits: str = "measured"
 
 
 @dataclass

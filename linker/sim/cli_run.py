@@ -150,9 +150,12 @@ def simulate_inputs(inputs: JobInputs, options: SimulateOptions, progress: Calla
     if holds and (scale != Scale() or network is not None):  # a what-if: each wait as the trace's replay held it
         holds = what_if_holds(replay(graphs, options.model, Scale(), groups, release, holds))
     measured = options.waits == MEASURED_WAITS
-    result = replay(graphs, options.model, scale, groups, release, holds if measured else None, network)
+    result = replay(graphs, options.model, scale, groups, release, holds if measured else None, network,
+                    wait_nodes=measured)
     # The other way of replaying the waits, for its ratio (the same replay when nothing is held).
-    other = replay(graphs, options.model, scale, groups, release, None if measured else holds, network) if holds else result
+    waited = holds or any(graph.wait_nodes for graph in graphs)
+    other = replay(graphs, options.model, scale, groups, release, None if measured else holds, network,
+                   wait_nodes=not measured) if waited else result
     progress("reporting")
     report, critical, _ = build_report(result, options.top, options.explain)
     report.waits = waits_summary(options.waits, result if measured else other, other if measured else result,

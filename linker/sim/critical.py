@@ -81,6 +81,8 @@ def critical_path(rp: Replay) -> list[PathStep]:
                 step.link = step.graph.edge_cause(step.local, cause[step.node] - (step.node - step.local))
         elif kind == CAUSE_PEER:
             step.peer_rank = rp.graphs[rp.rank_of(rp.peer[step.node])].rank
+        if step.local in step.graph.wait_nodes:  # a wait node of the file: its own time is the wait (``wait_us``)
+            continue
         hold = rp.holds.get(step.node)
         if hold and kind == CAUSE_DEPENDENCY:  # the wait lies between its cause's end and its start
             held = step.start - end[cause[step.node]]
@@ -119,6 +121,12 @@ HOST_TIME = "(host time between ops)"
 WAIT = "wait"  # the kind of a measured wait the graph does not explain (``Replay.holds``)
 
 
+def wait_us(step: PathStep) -> float:
+    """The measured wait a step of the path holds: the hold before it (``PathStep.held``), or, for a
+    wait node of the file (``SimGraph.wait_nodes``), its own time."""
+    return step.end - step.start if step.local in step.graph.wait_nodes else step.held
+
+
 def wait_name(cause: str) -> str:
     """The critical path's row for the measured waits of one cause."""
     return f"(measured wait: {cause})"
@@ -142,10 +150,12 @@ def top_ops(rp: Replay, path: list[PathStep], limit: int = 10) -> list[CriticalO
         graph, i = step.graph, step.local
         own, gap = _op_and_host(step)
         host += gap
-        if step.held > 0:
-            waited = totals.setdefault((wait_name(step.held_cause), WAIT), [0.0, 0])
-            waited[0] += step.held
+        if step.held > 0 or i in graph.wait_nodes:
+            waited = totals.setdefault((wait_name(graph.wait_nodes.get(i, step.held_cause)), WAIT), [0.0, 0])
+            waited[0] += wait_us(step)
             waited[1] += 1
+        if i in graph.wait_nodes:  # a wait node is its wait, counted above, and no op
+            continue
         key = (graph.names[i], KIND_NAMES[graph.kind[i]])
         entry = totals.get(key)
         if entry is None:
@@ -164,10 +174,12 @@ def time_by_kind(rp: Replay, path: list[PathStep]) -> dict[str, float]:
     totals = [0.0] * len(KIND_NAMES)
     host = held = 0.0
     for step in path:
+        held += wait_us(step)
+        if step.local in step.graph.wait_nodes:  # all of it the wait
+            continue
         own, gap = _op_and_host(step)
         totals[step.graph.kind[step.local]] += own
         host += gap
-        held += step.held
     kinds = dict(zip(KIND_NAMES, totals))
     if host > 0:
         kinds[HOST] = host

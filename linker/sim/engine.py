@@ -164,6 +164,8 @@ class Replay:
     holds_to_measured_start: bool = True
     # Held node -> when its dependencies had all finished (its hold ran from then to ``ready``).
     held_from: dict[int, float] = field(default_factory=dict)
+    # Wait node -> the time it lasts until once its unit takes it (``replay``'s ``wait_floors``).
+    wait_floors: dict[int, float] = field(default_factory=dict)
 
     def rank_of(self, u: int) -> int:
         """Rank position (index into ``graphs``) of global node u. O(log ranks)."""
@@ -473,10 +475,14 @@ def measured_holds(graphs: list[SimGraph]) -> dict[int, tuple[float, str, float]
     earlier than its measured start (from its rank's release) once its dependencies finish; in a
     what-if (``Scale``, ``network``) it becomes ready the wait's length after its dependencies
     finish, a length the what-if leaves as it is (the wait was for nothing the graph holds).
+    A graph whose file carries wait nodes (``sim.file_waits``) gets none: its waits are those.
     O(n + E)."""
     holds = {}
     base = 0
     for graph in graphs:
+        if graph.wait_nodes:  # its measured waits are in the file (``sim.file_waits``), none on top
+            base += len(graph)
+            continue
         first, _ = graph.measured_span()
         for u, wait, cause in gpu_waits(graph) + host_waits(graph):
             holds[base + u] = (wait, cause, graph.start[u] - first)
@@ -496,7 +502,8 @@ def what_if_holds(as_measured: Replay) -> dict[int, tuple[float, str, float]]:
 
 def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(),
            comm_groups: dict[str, list[int]] | None = None, release: list[float] | None = None,
-           holds: dict[int, tuple[float, str, float]] | None = None, network: NetworkSpec | None = None) -> Replay:
+           holds: dict[int, tuple[float, str, float]] | None = None, network: NetworkSpec | None = None,
+           wait_nodes: bool = True, wait_floors: dict[int, float] | None = None) -> Replay:
     """Replay one or several ranks (several = one job, collectives matched across them).
 
     ``release[r]``: when rank position r starts (its nodes without dependencies become ready then);
@@ -505,7 +512,13 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     (``measured_holds``: how, there); none by default.
     ``network``: a what-if link (``network.retime``): each collective's network part is fitted to
     the measured collectives and moved to this link, the rest of its time kept as measured; None
-    (the default) replays every collective as measured."""
+    (the default) replays every collective as measured.
+    ``wait_nodes``: the wait nodes a file carries (``SimGraph.wait_nodes``) last their duration
+    (True; a what-if's ``scale`` never shortens a wait) or nothing (False: the graph's own
+    prediction, ``--waits explained``).
+    ``wait_floors``: global wait node -> a time (from its rank's release): the node lasts, when its
+    unit takes it, until that time (none if later): how ``sim.file_waits`` sizes the wait nodes it
+    writes. Their durations are left in ``Replay.duration``."""
     if model not in MODELS:
         raise OptionError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
     offsets, total = [], 0
@@ -516,7 +529,10 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     priority: list[tuple[float, int]] = []
     for graph in graphs:
         factors = [scale.factor(kind) for kind in range(4)]
+        base = len(duration)
         duration.extend(d * factors[kind] for d, kind in zip(graph.duration, graph.kind))
+        for u in graph.wait_nodes:
+            duration[base + u] = graph.duration[u] if wait_nodes else 0.0
         priority.extend((s if s == s else math.inf, i) for s, i in zip(graph.start, graph.ids))
     unit_of, unit_names = _units(graphs, model)
     succ_offsets, succ_nodes, indegree, missing = _successors(graphs, offsets, total)
@@ -528,6 +544,8 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
                     nan * total, nan * total, array("q", [NO_NODE]) * total, bytearray(total), array("q", [NO_NODE]) * total,
                     groups, missing, [], list(release) if release is not None else [0.0] * len(graphs),
                     dict(holds or {}), what_if, scale == Scale() and network is None)
+    if wait_floors:
+        result.wait_floors = {v: result.release[result.rank_of(v)] + at for v, at in wait_floors.items()}
     _run(result, priority, succ_offsets, succ_nodes, indegree)
     return result
 
@@ -540,6 +558,7 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
     group_of, members, expected = rp.groups.group_of, rp.groups.members, rp.groups.expected
     waited, comm_factor, pickup = rp.groups.waited, rp.scale.factor(COMM), rp.groups.pickup
     holds, to_measured_start, held_from = rp.holds, rp.holds_to_measured_start, rp.held_from
+    wait_floors = rp.wait_floors
     arrival_base = len(duration)  # events u >= arrival_base: node u - arrival_base arrives at its collective
     unit_count = len(rp.unit_names)
     queues: list[list] = [[] for _ in range(unit_count)]
@@ -572,6 +591,9 @@ def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, ind
             cause[v], cause_kind[v] = dep_cause[v], CAUSE_DEPENDENCY
         g = group_of[v]
         delay = pickup.get(v, 0.0) if pickup else 0.0
+        floor = wait_floors.get(v) if wait_floors else None
+        if floor is not None:  # a wait node being sized: until its floor
+            duration[v] = max(0.0, floor - t)
         if g < 0:
             start[v] = t + delay
             push(events, (t + delay + duration[v], v))

@@ -103,6 +103,8 @@ class SimGraph:
     host_gap: dict[int, float] = field(default_factory=dict)
     # A later piece of an op (docs/durations.md) -> the id of the op it continues.
     continues: dict[int, int] = field(default_factory=dict)
+    # A wait node (``write.wait_nodes``: a measured wait written into the file) -> its cause.
+    wait_nodes: dict[int, str] = field(default_factory=dict)
 
     def op_us(self, u: int, us: float) -> float:
         """Of ``us`` spent running node ``u`` (its simulated duration, or a part of it), the part
@@ -170,6 +172,7 @@ class GraphBuilder:
         self.notes: list[str] = []
         self.host_gap: dict[int, float] = {}  # node -> its host time (µs), when any
         self.continues: dict[int, int] = {}  # a later piece -> the id of the op it continues
+        self.wait_nodes: dict[int, str] = {}  # a wait node -> its cause
 
     def add(self, node_id: int, name: str, kind: int, duration: float, start: float, measured_dur: float,
             lane_key: tuple, dep_ids, comm: CommInfo | None = None, causes: list[str] | None = None) -> int:
@@ -196,12 +199,13 @@ class GraphBuilder:
     def columns(self) -> tuple:
         """The rows added so far as plain columns, for ``absorb`` by a builder in another process."""
         return (self.ids, self.names, self.kind, self.duration, self.start, self.measured_dur, self.lane,
-                list(self.lane_index), self.dep_ids, self.dep_causes, self.comm, self.host_gap, self.continues)
+                list(self.lane_index), self.dep_ids, self.dep_causes, self.comm, self.host_gap, self.continues,
+                self.wait_nodes)
 
     def absorb(self, columns: tuple) -> None:
         """Append the rows of another builder's ``columns()`` after this one's, as if added here:
         lanes renumbered by first use, node numbers of causes and comm shifted. O(rows)."""
-        ids, names, kind, duration, start, measured_dur, lane, lane_keys, dep_ids, dep_causes, comm, gaps, pieces = columns
+        ids, names, kind, duration, start, measured_dur, lane, lane_keys, dep_ids, dep_causes, comm, gaps, pieces, waits = columns
         offset = len(self.ids)
         renumber = [self.lane_index.setdefault(key, len(self.lane_index)) for key in lane_keys]
         taken_as_they_are = ((self.ids, ids), (self.names, names), (self.kind, kind), (self.duration, duration),
@@ -213,6 +217,7 @@ class GraphBuilder:
         self.comm.update((u + offset, info) for u, info in comm.items())
         self.host_gap.update((u + offset, us) for u, us in gaps.items())
         self.continues.update((u + offset, op) for u, op in pieces.items())
+        self.wait_nodes.update((u + offset, cause) for u, cause in waits.items())
 
     def finish(self) -> SimGraph:
         """Resolve dependency ids to node numbers. Raises ValueError on a duplicated node id."""
@@ -265,4 +270,4 @@ class GraphBuilder:
         return SimGraph(self.path, self.rank, self.ids, self.names, self.kind, self.duration, self.start,
                         self.measured_dur, self.lane, list(self.lane_index), offsets, nodes, missing,
                         self.comm, self.notes, dep_cause, sorted(cause_code, key=cause_code.get), self.host_gap,
-                        self.continues)
+                        self.continues, self.wait_nodes)

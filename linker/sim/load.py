@@ -38,6 +38,7 @@ from linker.model import et_def_pb2 as pb
 from linker.plan.comm import PROCESS_GROUP_INIT, kind_from_kernel, kind_from_name
 from linker.write.protobuf_wire import decode_varint
 from linker.write.chakra_wire import attr_value, frame_boundary, iter_frames, iter_frames_from, open_binary
+from linker.write.wait_nodes import WAIT_CAUSE_KEY
 from linker.model.errors import TraceInputError
 from linker.read.files import read_trace_bytes
 from linker.schedule import Schedule
@@ -104,7 +105,7 @@ _SlimNode = _slim_node_class()
 # Attributes the replay reads, by their UTF-8 name.
 _WANTED_ATTRS = frozenset(name.encode() for name in (
     "is_cpu_op", "tid", "stream", "device", "comm_type", "comm_size", "pg_name", "comm_src", "comm_dst",
-    "inclusive_dur_micros", "data_dep_causes", "comm_seq", "host_gap_micros", "continues"))
+    "inclusive_dur_micros", "data_dep_causes", "comm_seq", "host_gap_micros", "continues", WAIT_CAUSE_KEY))
 # Attributes not read whose values are about unique per op: skipped by prefix, never cached.
 _PER_OP_ATTRS = frozenset((b"rf_id", b"seq_id", b"fw_parent", b"exclusive_dur_micros", b"blocked_micros",
                            b"deferred_micros", b"folded_micros"))
@@ -300,6 +301,8 @@ def _add_chakra_nodes(builder: GraphBuilder, payloads: Iterator[bytes], first_in
             builder.host_gap[u] = float(attrs["host_gap_micros"])
         if "continues" in attrs:
             builder.continues[u] = attrs["continues"]
+        if WAIT_CAUSE_KEY in attrs:
+            builder.wait_nodes[u] = attrs[WAIT_CAUSE_KEY]
     return saw_inclusive
 
 
@@ -366,6 +369,7 @@ class _JsonNode(msgspec.Struct):
     comm_seq: int | None = None
     host_gap_dur: float | None = None
     continues: int | None = None
+    wait_cause: str | None = None
 
 
 class _JsonDoc(msgspec.Struct):
@@ -470,7 +474,7 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
             duration = node.exclusive_dur if node.exclusive_dur is not None else (node.dur or 0.0)
         measured = node.inclusive_dur if node.inclusive_dur is not None else (node.dur or 0.0)
         start = float(node.ts) if node.ts is not None else NO_TIME
-        if is_gpu:
+        if is_gpu or node.wait_cause is not None and node.stream is not None:  # a wait node: on its op's unit
             kind = COMM if comm is not None else GPU
             lane = gpu_lane(node.device if node.device is not None else 0,
                             node.stream if node.stream is not None else -1)
@@ -495,6 +499,8 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
             builder.host_gap[u] = float(node.host_gap_dur)
         if node.continues is not None:
             builder.continues[u] = node.continues
+        if node.wait_cause is not None:
+            builder.wait_nodes[u] = node.wait_cause
     return _finish(builder, p)
 
 

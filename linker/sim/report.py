@@ -96,13 +96,18 @@ def replay_end(rp: Replay) -> float:
 
 
 def waits_summary(mode: str, with_waits: Replay, without: Replay, measured_us: float) -> WaitsSummary:
-    """The ``WaitsSummary`` of two replays of the same graphs, with and without the holds."""
+    """The ``WaitsSummary`` of two replays of the same graphs, with and without the waits: the
+    holds of ``engine.measured_holds`` and the wait nodes the files carry."""
     by_cause: dict[str, float] = {}
     for us, cause, _ in with_waits.holds.values():
         by_cause[cause] = by_cause.get(cause, 0.0) + us
+    for graph in with_waits.graphs:
+        for u, cause in graph.wait_nodes.items():
+            by_cause[cause] = by_cause.get(cause, 0.0) + graph.duration[u]
     held_end, graph_end = replay_end(with_waits), replay_end(without)
     return WaitsSummary(mode, _ratio(held_end, measured_us), _ratio(graph_end, measured_us),
-                        round(graph_end / held_end, 4) if held_end > 0 else None, len(with_waits.holds),
+                        round(graph_end / held_end, 4) if held_end > 0 else None,
+                        len(with_waits.holds) + sum(len(graph.wait_nodes) for graph in with_waits.graphs),
                         round(sum(by_cause.values()), 3), {k: round(v, 3) for k, v in sorted(by_cause.items())},
                         [rank.ratio for rank in rank_summaries(with_waits)],
                         [rank.ratio for rank in rank_summaries(without)])
@@ -181,16 +186,18 @@ def rank_summaries(rp: Replay) -> list[RankSummary]:
 
 
 def busy_times(rp: Replay) -> tuple[dict[str, float], list[UnitBusy], float]:
-    """Busy µs per kind and per unit (start to end of each node that ran), and the peer wait."""
+    """Busy µs per kind and per unit (start to end of each node that ran; a wait node of the file
+    is a wait, not busy time), and the peer wait."""
     by_kind = {name: 0.0 for name in KIND_NAMES}
     unit_busy = [0.0] * len(rp.unit_names)
     unit_nodes = [0] * len(rp.unit_names)
     peer_wait = 0.0
     for graph, base in zip(rp.graphs, rp.offsets):
+        waits = graph.wait_nodes
         for local, kind in enumerate(graph.kind):
             u = base + local
             s, e = rp.start[u], rp.end[u]
-            if e != e:
+            if e != e or local in waits:
                 continue
             by_kind[KIND_NAMES[kind]] += e - s
             unit = rp.unit_of[u]

@@ -111,6 +111,9 @@ def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US) -> list[tuple[int, f
             continue  # a CPU collective's pickup is replayed (``engine._cpu_pickups``)
         ready, launched, known = first, False, True
         for d in graph.deps_of(u):
+            if d in graph.wait_nodes:  # its wait is in the file already
+                known = False
+                break
             s = start[d]
             if s == s:
                 end = s + dur[d]
@@ -154,7 +157,7 @@ def host_waits(graph: SimGraph, min_us: float = HOLD_MIN_US) -> list[tuple[int, 
         ready, known = first, True
         for d in graph.deps_of(u):
             s = start[d]
-            if kind[d] == COMM or (s != s and len(graph.deps_of(d))):
+            if kind[d] == COMM or (s != s and len(graph.deps_of(d))) or d in graph.wait_nodes:
                 known = False
                 break
             if s == s:

@@ -1,0 +1,128 @@
+"""The measured waits an output carries as wait nodes (``write.wait_nodes``), so that a simulator
+fed the file alone (ASTRA-sim) replays the step as measured.
+
+Which ops: those ``engine.measured_holds`` finds (``unheld.gpu_waits`` and ``unheld.host_waits``:
+an op that started, as measured, after everything it depends on had finished). How long: not the
+wait as measured but the part of it a replay of the file does not already spend: the rank is
+replayed alone as ASTRA-sim runs it (``engine.ASTRA_SIM``: one CPU op, one GPU op, one collective
+at a time), each held op ready no earlier than its measured start (``Replay.holds_to_measured_start``),
+and a wait node lasts what that replay held its op for after its dependencies (``what_if_holds``).
+Held for its full measured length, a wait would add to lateness the replay already has (a DDP
+trace of ROCm kernels queued before the trace: 1.09 of its measured step instead of 1.00). Waits
+the replay held for less than ``MIN_WAIT_US`` are left out (a ``.et`` holds whole µs: the JSON
+and ``.et`` of one link carry the same nodes).
+
+Written only into outputs with GPU or communication ops: on a CPU-only trace the host waits
+changed no replay measured (the shared CPU pairs and fixtures replay within 1e-4 with or without
+them), while finding them costs reading the output again (10-15 s on the 360k-node CPU pair).
+Cost: one read of the output (``load_graph``), O(n + E) to find the waits, one replay of the
+rank, one copy of the file when any wait is written.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from bisect import bisect_left
+from itertools import accumulate
+
+from linker.model.errors import OptionError
+from linker.sim.engine import ASTRA_SIM, MEASURED_WAITS, WAITS, Scale, measured_holds, replay
+from linker.sim.graph import CPU, GPU, NO_TIME, GraphBuilder, SimGraph
+from linker.sim.load import load_graph
+from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes
+
+MIN_WAIT_US = 1.0  # a .et's unit: shorter waits round away in one format and not the other
+
+
+def waits_to_write(graph: SimGraph) -> list[Wait]:
+    """The wait nodes ``graph`` (one rank's output, read back) should carry, in node order. O(n + E)
+    and one replay of the rank with a wait node before each held op."""
+    holds = quiet_unit_holds(graph, measured_holds([graph]))
+    if not holds:
+        return []
+    first, _ = graph.measured_span()
+    waited, held_of = with_wait_nodes(graph, holds)
+    floors = {w: graph.start[u] - first for w, u in held_of.items()}
+    sized = replay([waited], ASTRA_SIM, Scale(), None, None, None, wait_floors=floors)
+    waits = [Wait(graph.ids[u], sized.duration[w], holds[u][1], holds[u][0]) for w, u in held_of.items()]
+    return [wait for wait in waits if wait.micros >= MIN_WAIT_US]
+
+
+def quiet_unit_holds(graph: SimGraph, holds: dict) -> dict:
+    """The holds whose unit ran nothing else while they held their op: replayed as measured (the
+    holds floating, on no unit), the unit was idle from the op's dependencies' end to its measured
+    start, and no other hold kept so far lay there. A wait node runs on its unit, so a wait that
+    shared its unit with other work (another thread of the rank, another stream) would hold that
+    work up too. O(n log n)."""
+    if not holds:
+        return {}
+    rp = replay([graph], ASTRA_SIM, Scale(), None, None, holds)
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for u, unit in enumerate(rp.unit_of):
+        s, e = rp.start[u], rp.end[u]
+        if unit >= 0 and e == e and e > s:
+            spans.setdefault(unit, []).append((s, e))
+    starts, ends = {}, {}
+    for unit, pairs in spans.items():
+        pairs.sort()
+        starts[unit] = [s for s, _ in pairs]
+        ends[unit] = list(accumulate((e for _, e in pairs), max))  # the latest end so far
+    kept, kept_until = {}, {}
+    for u in sorted((u for u in holds if u in rp.held_from), key=rp.held_from.__getitem__):
+        unit, lo, hi = rp.unit_of[u], rp.held_from[u], rp.ready[u]
+        k = bisect_left(starts.get(unit, ()), hi) - 1  # the last node of the unit starting before hi
+        if kept_until.get(unit, -math.inf) > lo or k >= 0 and ends[unit][k] > lo:
+            continue
+        kept[u], kept_until[unit] = holds[u], hi
+    return kept
+
+
+def with_wait_nodes(graph: SimGraph, holds: dict) -> tuple[SimGraph, dict[int, int]]:
+    """A copy of ``graph`` with a wait node (no duration yet) before each node of ``holds``: on
+    that node's unit (a GPU node's stream, a host node's thread), after its dependencies, the node
+    after it; and which node each wait node holds. O(n + E)."""
+    builder = GraphBuilder(graph.path, graph.rank)
+    next_id = max(graph.ids) + 1
+    held_of: dict[int, int] = {}
+    ids = graph.ids
+    for u in range(len(graph)):
+        deps = [ids[d] for d in graph.deps_of(u)]
+        lane = graph.lane_keys[graph.lane[u]]
+        if u in holds:
+            kind = CPU if graph.kind[u] == CPU or lane[0] == "cpu" else GPU
+            w = builder.add(next_id, WAIT_NODE_NAME, kind, 0.0, NO_TIME, 0.0, lane, deps)
+            builder.wait_nodes[w] = holds[u][1]
+            held_of[w] = u
+            deps = deps + [next_id]
+            next_id += 1
+        builder.add(ids[u], graph.names[u], graph.kind[u], graph.duration[u], graph.start[u], graph.measured_dur[u],
+                    lane, deps, graph.comm.get(u))
+    return builder.finish(), held_of
+
+
+def write_file_waits(path: str | os.PathLike) -> int:
+    """Read the output at ``path`` back, find its waits and write them into it as wait nodes;
+    returns how many. Raises TraceInputError when it cannot be read or written (the output is
+    then left as it was)."""
+    graph = load_graph(path)
+    waits = waits_to_write(graph)
+    if not waits:
+        return 0
+    return add_wait_nodes(path, waits, max(graph.ids) + 1)
+
+
+def check_waits(value: str) -> str:
+    """``value`` when it is a known ``--waits`` rule; raises OptionError otherwise."""
+    if value not in WAITS:
+        raise OptionError(f"unknown --waits {value!r}; choose one of {', '.join(WAITS)}")
+    return value
+
+
+def add_file_waits(outcome, waits: str) -> int:
+    """After a link (``pipeline.PairOutcome``, its ``et_plus`` still held): write the output's
+    measured waits into it when ``waits`` is "measured" and the output has GPU or communication
+    ops (module docstring); returns the wait nodes written."""
+    if check_waits(waits) != MEASURED_WAITS or outcome.et_plus is None or not outcome.et_plus.gpu_nodes:
+        return 0
+    return write_file_waits(outcome.output)

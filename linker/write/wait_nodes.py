@@ -1,0 +1,179 @@
+"""Measured waits as nodes of their own: an output rewritten with a wait node before each op that,
+as measured, waited for something its dependencies do not hold.
+
+A *wait node* (``WAIT_NODE_NAME``) stands for time an op spent waiting for nothing the graph
+holds (work queued before the trace, an event recorded outside it, another process): it depends
+on what the held op depends on (the same ``ctrl_deps`` and ``data_deps``, with their causes),
+lasts the wait, and the held op gets one more data dependency, on the wait node, whose cause is
+the wait's (``unexplained_gpu_idle``, ``launched_before_trace``, ``unexplained_host_wait``). A
+simulator that takes the graph literally (ASTRA-sim, ``et-link simulate``) then starts the op as
+late after its dependencies as it started when measured. The node runs on the held op's unit: a
+GPU ``COMP_NODE`` on its stream for a GPU or communication op, a CPU ``COMP_NODE`` on its thread
+for a host op. It has no measured time; ``wait_cause``, ``measured_wait`` (µs as measured) and
+``holds`` (the held op's id) say what it is. Ids continue above the file's largest.
+
+Which ops wait and for how long is ``sim.waits``' to decide (docs/fidelity.md); this module only
+writes them, into an ET+ JSON or a ``.et`` (plain or gzip), atomically. Cost: one copy of the
+file; ``.et``: frames copied as bytes, only the held nodes decoded; JSON: one decode and encode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from linker.model import et_def_pb2 as pb
+from linker.model.errors import TraceInputError
+from linker.read.files import read_trace_bytes
+from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
+from linker.write.protobuf_wire import decode_varint
+from linker.write.sink import atomic_output
+
+WAIT_NODE_NAME = "[et-link|measured_wait]"
+WAIT_CAUSE_KEY = "wait_cause"  # the wait's cause, on the wait node (JSON key, .et string attribute)
+MEASURED_WAIT_KEY = "measured_wait"  # JSON: µs as measured; .et: ``measured_wait_micros``
+HOLDS_KEY = "holds"  # the id of the op the wait holds back
+_LANE_ATTRS = ("tid", "device", "stream", "is_cpu_op")  # what places a node on its unit
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One wait to write: the held op's id, the wait node's duration (µs), its cause and the wait
+    as measured (µs; the duration may be less: the part a replay of the file does not already
+    spend)."""
+
+    node_id: int
+    micros: float
+    cause: str
+    measured_us: float
+
+
+def add_wait_nodes(path: str | Path, waits: list[Wait], first_id: int) -> int:
+    """Rewrite ``path`` (ET+ JSON or ``.et``, by suffix) with a wait node before each held op of
+    ``waits``; wait node ids from ``first_id`` (above every id of the file). Returns the nodes
+    written. Raises TraceInputError when the file cannot be read or written, or already holds
+    wait nodes (a file is rewritten once, right after it is linked)."""
+    path = Path(path)
+    if not waits:
+        return 0
+    name = path.name.lower()
+    if name.endswith((".et", ".et.gz")):
+        return _add_to_chakra(path, waits, first_id)
+    return _add_to_json(path, waits, first_id)
+
+
+def _already(path: Path) -> TraceInputError:
+    return TraceInputError(path, "already holds measured-wait nodes (link it again to write them anew)")
+
+
+# --- ET+ JSON ------------------------------------------------------------------------------------
+
+
+def _add_to_json(path: Path, waits: list[Wait], first_id: int) -> int:
+    try:
+        doc = msgspec.json.decode(read_trace_bytes(path))
+    except msgspec.DecodeError as err:
+        raise TraceInputError(path, f"not an ET+ JSON document ({err})") from None
+    nodes = doc["nodes"]
+    by_id = {node["id"]: node for node in nodes}
+    if any(node.get("name") == WAIT_NODE_NAME for node in nodes):
+        raise _already(path)
+    added = []
+    for k, wait in enumerate(waits):
+        held = by_id[wait.node_id]
+        node = {"id": first_id + k, "name": WAIT_NODE_NAME}
+        for key in ("parent", "ctrl_deps"):
+            if key in held:
+                node[key] = held[key]
+        for key in ("tid", "device", "stream"):
+            if key in held:
+                node[key] = held[key]
+        if "tid" not in held and isinstance(held.get("attrs"), list):  # nested layout: the tid attribute
+            node["attrs"] = [attr for attr in held["attrs"] if isinstance(attr, dict) and attr.get("name") == "tid"]
+        node.update({"sim_dur": round(wait.micros, 3), WAIT_CAUSE_KEY: wait.cause,
+                     MEASURED_WAIT_KEY: round(wait.measured_us, 3), HOLDS_KEY: wait.node_id,
+                     "data_deps": list(held.get("data_deps") or []),
+                     "data_dep_causes": list(held.get("data_dep_causes") or [])})
+        held["data_deps"] = list(held.get("data_deps") or []) + [node["id"]]
+        causes = held.get("data_dep_causes")
+        if causes is not None and len(causes) == len(held["data_deps"]) - 1:
+            held["data_dep_causes"] = list(causes) + [wait.cause]
+        added.append(node)
+    doc["nodes"] = nodes + added
+    with atomic_output(path) as out:
+        out.write(msgspec.json.encode(doc))
+    return len(added)
+
+
+# --- Chakra .et ----------------------------------------------------------------------------------
+
+
+def _node_id(payload: bytes) -> int:
+    """The id of a Node payload: field 1, which every writer puts first."""
+    if payload[:1] == b"\x08":
+        return decode_varint(payload, 1)[0]
+    return pb.Node.FromString(payload).id
+
+
+def wait_node_message(held: pb.Node, node_id: int, wait: Wait) -> pb.Node:
+    """The ``.et`` wait node of ``wait``, placed on ``held``'s unit and after its dependencies."""
+    node = pb.Node(id=node_id, name=WAIT_NODE_NAME, type=pb.COMP_NODE, duration_micros=round(wait.micros))
+    node.ctrl_deps.extend(held.ctrl_deps)
+    node.data_deps.extend(held.data_deps)
+    cpu = find_attr(held, "is_cpu_op")
+    for key in _LANE_ATTRS:
+        attr = find_attr(held, key)
+        if attr is not None:
+            node.attr.append(attr)
+    if cpu is None:  # a communication node carries no is_cpu_op: it runs on the GPU
+        node.attr.append(make_attr("is_cpu_op", held.type == pb.COMP_NODE and find_attr(held, "stream") is None,
+                                   "bool_val"))
+    node.attr.append(make_attr(WAIT_CAUSE_KEY, wait.cause, "string_val"))
+    node.attr.append(make_attr(MEASURED_WAIT_KEY + "_micros", round(wait.measured_us), "int64_val"))
+    node.attr.append(make_attr(HOLDS_KEY, wait.node_id, "int64_val"))
+    causes = find_attr(held, "data_dep_causes")
+    if causes is not None:
+        node.attr.append(causes)
+    return node
+
+
+def _hold(held: pb.Node, wait_id: int, cause: str) -> None:
+    """Add the dependency on the wait node (and its cause, when the node names its causes)."""
+    attr = find_attr(held, "data_dep_causes")
+    named = attr is not None and len(attr.string_list.values) == len(held.data_deps)
+    held.data_deps.append(wait_id)
+    if named:
+        attr.string_list.values.append(cause)
+
+
+def _add_to_chakra(path: Path, waits: list[Wait], first_id: int) -> int:
+    wanted = {wait.node_id: (first_id + k, wait) for k, wait in enumerate(waits)}
+    marker = WAIT_NODE_NAME.encode()
+    pending: list[bytes] = []
+    written = 0
+    with EtWriter(path) as writer:
+        for frame in iter_frames(path):
+            if frame.index == 0:
+                writer.write_metadata(parse_metadata(frame, path))
+                continue
+            payload = frame.payload
+            if marker in payload and pb.Node.FromString(payload).name == WAIT_NODE_NAME:
+                raise _already(path)
+            entry = wanted.get(_node_id(payload))
+            if entry is not None:
+                held = pb.Node.FromString(payload)
+                wait_id, wait = entry
+                node = wait_node_message(held, wait_id, wait).SerializeToString()
+                _hold(held, wait_id, wait.cause)
+                payload = held.SerializeToString()
+                pending.append(encode_varint(len(node)) + node)
+                written += 1
+            pending.append(encode_varint(len(payload)) + payload)
+            if len(pending) >= 4096:
+                writer.write_frames_bytes(b"".join(pending), len(pending))
+                pending.clear()
+        if pending:
+            writer.write_frames_bytes(b"".join(pending), len(pending))
+    return written
