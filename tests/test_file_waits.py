@@ -1,0 +1,138 @@
+"""Measured waits written into the outputs as wait nodes (``sim.file_waits``, ``write.wait_nodes``):
+which waits, how long, how the file carries them, and how a replay of the file alone (as ASTRA-sim
+runs it) reproduces the measured step. Times in the hand-made graphs are worked out in the comments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import linker
+from conftest import FIXTURES, fixture_pair
+from linker.cli import app
+from linker.model.errors import TraceInputError
+from linker.pipeline import link_pair
+from linker.sim.engine import ASTRA_SIM, Scale, replay
+from linker.sim.file_waits import add_file_waits, waits_to_write, write_file_waits
+from linker.sim.load import load_graph
+from linker.sim.report import build_report
+from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes
+from sim_graphs import cpu, gpu, write_et
+
+GPU_PAIR = (FIXTURES / "gpu" / "gpu_v111" / "et.json.gz", FIXTURES / "gpu" / "gpu_v111" / "kineto.json.gz")
+
+
+def idle_gpu(path, busy_stream: bool = False):
+    """A host op at 100-110 µs launches a kernel that ran at 150-155: 40 µs its stream sat idle
+    with its dependency met. With ``busy_stream``, a kernel of another stream ran 120-160, across
+    that wait, on the GPU unit ASTRA-sim gives a rank."""
+    specs = [cpu(1, 10, start=100), gpu(2, 5, deps=[1], start=150)]
+    if busy_stream:
+        specs.append(gpu(3, 40, deps=[1], stream=9, start=120))
+    return write_et(path, specs)
+
+
+def ratio(path, **options) -> float:
+    graph = load_graph(path)
+    return build_report(replay([graph], ASTRA_SIM, **options), 0, False)[0].ratio
+
+
+def test_an_idle_stream_becomes_a_wait_node_of_its_measured_length(tmp_path):
+    path = idle_gpu(tmp_path / "idle.et")
+    assert waits_to_write(load_graph(path)) == [Wait(2, 40.0, "unexplained_gpu_idle", 40.0)]
+    assert ratio(path) == pytest.approx(15 / 55, abs=1e-4)  # the graph alone: 10 + 5 of a 55 µs step
+    assert write_file_waits(path) == 1
+    graph = load_graph(path)
+    (w,) = graph.wait_nodes
+    assert graph.names[w] == WAIT_NODE_NAME and graph.duration[w] == 40 and graph.wait_nodes[w] == "unexplained_gpu_idle"
+    kernel = list(graph.ids).index(2)
+    assert w in graph.deps_of(kernel)  # (these hand-made nodes name no causes, so the edge names none)
+    rp = replay([graph], ASTRA_SIM)
+    assert (rp.start[w], rp.end[w], rp.start[kernel]) == (10, 50, 50)  # as measured: the kernel at 150 - 100
+    assert ratio(path) == pytest.approx(1.0)
+    assert ratio(path, wait_nodes=False) == pytest.approx(15 / 55, abs=1e-4)  # --waits explained: left out
+    # a what-if scales work, never a wait: gpu=0.5 gives 10 + 40 + 2.5
+    assert replay([graph], ASTRA_SIM, Scale.parse("gpu=0.5")).end[kernel] == pytest.approx(52.5)
+
+
+def test_a_wait_on_a_unit_that_ran_other_work_is_not_written(tmp_path):
+    """Kernel 3 (another stream) ran 120-160 through kernel 2's wait (110-150): a wait node on the one
+    GPU unit would hold it up, so kernel 2's wait stays out of the file. Kernel 3's own wait
+    (110-120, the unit idle) is written, sized by the file's replay: kernel 2, no longer held, runs
+    at 10-15 µs, so kernel 3's wait node lasts 15-20 and kernel 3 starts at 20, as measured."""
+    path = idle_gpu(tmp_path / "busy.et", busy_stream=True)
+    assert waits_to_write(load_graph(path)) == [Wait(3, 5.0, "unexplained_gpu_idle", 10.0)]
+    write_file_waits(path)
+    graph = load_graph(path)
+    rp = replay([graph], ASTRA_SIM)
+    assert rp.start[list(graph.ids).index(3)] == 20
+
+
+def test_a_file_is_given_its_wait_nodes_once(tmp_path):
+    path = idle_gpu(tmp_path / "idle.et")
+    assert write_file_waits(path) == 1
+    before = path.read_bytes()
+    with pytest.raises(TraceInputError, match="already holds measured-wait nodes"):
+        add_wait_nodes(path, [Wait(2, 5.0, "unexplained_gpu_idle", 5.0)], 100)
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("suffix", [".json", ".et"])
+def test_gpu_pair_carries_its_waits_as_nodes(tmp_path, suffix):
+    """The GPU fixture pair, linked as ``et-link`` links it: each wait node sits right before the op
+    it holds (the same dependencies, then the op depends on it with the wait's cause); the file
+    alone replays the measured step, and without its wait nodes exactly what the output linked
+    with ``--waits explained`` replays."""
+    out, plain = tmp_path / f"waits{suffix}", tmp_path / f"explained{suffix}"
+    runner = CliRunner()
+    for path, waits in ((out, "measured"), (plain, "explained")):
+        result = runner.invoke(app, ["--et-file", str(GPU_PAIR[0]), "--kineto-file", str(GPU_PAIR[1]), "-o", str(path),
+                                     "--waits", waits])
+        assert result.exit_code == 0, result.stderr
+    graph = load_graph(out)
+    assert graph.wait_nodes
+    ids = list(graph.ids)
+    for w, cause in graph.wait_nodes.items():
+        assert graph.names[w] == WAIT_NODE_NAME and graph.duration[w] >= 1
+        held = [u for u in range(len(graph)) if w in graph.deps_of(u)]
+        assert len(held) == 1
+        (u,) = held
+        assert graph.edge_cause(u, w) == cause
+        assert sorted(ids[d] for d in graph.deps_of(w)) == sorted(ids[d] for d in graph.deps_of(u) if d != w)
+    assert ratio(out) == pytest.approx(1.0, abs=0.005)
+    assert ratio(out, wait_nodes=False) == pytest.approx(ratio(plain), abs=1e-9)
+    assert linker.simulate(out).report.waits.ratio_explained == pytest.approx(ratio(plain), abs=1e-3)
+    assert runner.invoke(app, ["validate", str(out)]).exit_code == 0
+    assert plain.read_bytes() == link_pair(*GPU_PAIR, tmp_path / f"pipeline{suffix}").output.read_bytes()
+
+
+def test_json_wait_nodes_name_their_op_and_wait(tmp_path):
+    out = tmp_path / "waits.json"
+    outcome = link_pair(*GPU_PAIR, out)
+    assert add_file_waits(outcome, "measured") > 0
+    nodes = json.loads(out.read_text())["nodes"]
+    by_id = {node["id"]: node for node in nodes}
+    waits = [node for node in nodes if node["name"] == WAIT_NODE_NAME]
+    assert waits and min(node["id"] for node in waits) > max(n["id"] for n in nodes if n["name"] != WAIT_NODE_NAME)
+    for node in waits:
+        held = by_id[node["holds"]]
+        assert held["data_deps"][-1] == node["id"] and held["data_dep_causes"][-1] == node["wait_cause"]
+        assert node["data_deps"] == held["data_deps"][:-1] and node["ctrl_deps"] == held["ctrl_deps"]
+        assert node["measured_wait"] >= 2 and "ts" not in node  # a wait of the measurement, not timed itself
+        assert node["stream"] == held["stream"]  # on the held kernel's stream
+
+
+def test_cpu_only_outputs_carry_no_wait_nodes(tmp_path):
+    out = tmp_path / "cpu.json"
+    outcome = link_pair(*fixture_pair("cpu", "mlp_steps"), out)
+    before = out.read_bytes()
+    assert add_file_waits(outcome, "measured") == 0 and out.read_bytes() == before
+
+
+def test_an_unknown_waits_rule_is_one_line(tmp_path):
+    result = CliRunner().invoke(app, ["--et-file", str(GPU_PAIR[0]), "--kineto-file", str(GPU_PAIR[1]),
+                                      "-o", str(tmp_path / "x.json"), "--waits", "some"])
+    assert result.exit_code == 2 and "unknown --waits 'some'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
