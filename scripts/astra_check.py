@@ -8,8 +8,9 @@ Without ASTRA_SIM_BIN the check is skipped (a message, exit status 0): ASTRA-sim
 by this project nor run in CI. Each workload is linked twice by the installed `et-link` (batch
 --format et for a job, `-o x.et` + `et-link astra-setup` for a single pair), with --rank-start
 measured and zero; the generated `astra/run` script is run verbatim; `et-link simulate --json`
-replays the same files as ASTRA-sim runs them (``--waits explained``: the graph alone, since a
-``.et`` carries no measured waits). Printed per workload:
+replays the same files as ASTRA-sim runs them: the graph with the wait nodes the files carry
+(``--waits measured``, which then holds nothing more), or, for files without wait nodes (CPU-only
+outputs), the graph alone (``--waits explained``). Printed per workload:
 
 - per rank: measured step, simulated step (et-link), ASTRA-sim step (its "sys[i] finished" cycles
   minus the rank's start offset), their ratios to measured;
@@ -59,10 +60,16 @@ def run_astra(run_script: Path, binary: str) -> tuple[dict[int, float], str, obj
 
 
 def simulate(folder_or_files: list[Path], rank_start: str) -> dict:
-    """``et-link simulate --json`` of the files as ASTRA-sim runs them: the graph alone
-    (``--waits explained``; a ``.et`` carries no measured waits)."""
+    """``et-link simulate --json`` of the files as ASTRA-sim runs them: with the wait nodes they
+    carry (``--waits measured`` holds nothing on top of them), or the graph alone when they carry
+    none (``--waits explained``: ``simulate`` would otherwise hold the waits a CPU-only output does
+    not carry)."""
+    from linker.sim.load import load_graph
+
+    files = [f for p in folder_or_files for f in (sorted(p.glob("*.et")) if p.is_dir() else [p])]
+    waits = "measured" if any(load_graph(f).wait_nodes for f in files) else "explained"
     return json.loads(et_link("simulate", *map(str, folder_or_files), "--json", "--rank-start", rank_start,
-                              "--waits", "explained"))
+                              "--waits", waits))
 
 
 def link_job(name: str, et_glob: str | None, kineto_glob: str, work: Path, rank_start: str) -> tuple[Path, list[Path]]:

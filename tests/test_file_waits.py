@@ -136,3 +136,20 @@ def test_an_unknown_waits_rule_is_one_line(tmp_path):
                                       "-o", str(tmp_path / "x.json"), "--waits", "some"])
     assert result.exit_code == 2 and "unknown --waits 'some'" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
+
+
+def test_lanes_give_wait_nodes_no_time_and_hold_every_wait(tmp_path):
+    """Under ``--model lanes`` (a unit per stream) the file's wait nodes, sized for ASTRA-sim's one GPU
+    unit, get no time and every measured wait is held instead, the one the file left out too:
+    kernel 2 at 150 - 100 = 50, kernel 3 at 20, the step 60 µs as measured."""
+    path = idle_gpu(tmp_path / "busy.et", busy_stream=True)
+    write_file_waits(path)
+    simulation = linker.simulate(path, model="lanes")
+    rp, graph = simulation.replay, simulation.replay.graphs[0]
+    (w,) = graph.wait_nodes
+    ids = list(graph.ids)
+    assert rp.duration[w] == 0
+    assert (rp.start[ids.index(2)], rp.start[ids.index(3)]) == (50, 20)
+    assert simulation.report.ratio == pytest.approx(1.0)
+    # without the waits: kernel 2 at 10-15, kernel 3 at 10-50 on its own stream: 50 of 60 µs
+    assert linker.simulate(path, model="lanes", waits="explained").report.ratio == pytest.approx(50 / 60, abs=1e-4)

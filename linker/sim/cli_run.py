@@ -16,8 +16,8 @@ import orjson
 from linker.model.errors import OptionError, TraceInputError
 from linker.plan.rank_start import MEASURED, RANK_STARTS, delay_positions
 from linker.schedule import Schedule
-from linker.sim.engine import (MEASURED_WAITS, MODELS, WAITS, Scale, measured_holds, measured_release, replay,
-                               what_if_holds)
+from linker.sim.engine import (MEASURED_WAITS, MODELS, WAITS, Scale, file_wait_nodes, measured_holds,
+                               measured_release, replay, what_if_holds)
 from linker.sim.graph import SimGraph
 from linker.sim.hints import lanes_hints
 from linker.sim.job import JobInputs, read_comm_groups, resolve_inputs
@@ -146,16 +146,17 @@ def simulate_inputs(inputs: JobInputs, options: SimulateOptions, progress: Calla
     if release is None and len(graphs) > 1 and options.rank_start == MEASURED:
         notes.append("the ranks' measured start times do not look like one clock: every rank starts at 0")
     progress("replaying")
-    holds = measured_holds(graphs)
+    holds = measured_holds(graphs, options.model)
+    in_files = file_wait_nodes(options.model)  # the files' wait nodes replayed (astra-sim) or not (lanes)
     if holds and (scale != Scale() or network is not None):  # a what-if: each wait as the trace's replay held it
-        holds = what_if_holds(replay(graphs, options.model, Scale(), groups, release, holds))
+        holds = what_if_holds(replay(graphs, options.model, Scale(), groups, release, holds, wait_nodes=in_files))
     measured = options.waits == MEASURED_WAITS
     result = replay(graphs, options.model, scale, groups, release, holds if measured else None, network,
-                    wait_nodes=measured)
+                    wait_nodes=measured and in_files)
     # The other way of replaying the waits, for its ratio (the same replay when nothing is held).
     waited = holds or any(graph.wait_nodes for graph in graphs)
     other = replay(graphs, options.model, scale, groups, release, None if measured else holds, network,
-                   wait_nodes=not measured) if waited else result
+                   wait_nodes=not measured and in_files) if waited else result
     progress("reporting")
     report, critical, _ = build_report(result, options.top, options.explain)
     report.waits = waits_summary(options.waits, result if measured else other, other if measured else result,

@@ -166,6 +166,8 @@ class Replay:
     held_from: dict[int, float] = field(default_factory=dict)
     # Wait node -> the time it lasts until once its unit takes it (``replay``'s ``wait_floors``).
     wait_floors: dict[int, float] = field(default_factory=dict)
+    # Whether the files' wait nodes were given their time (``replay``'s ``wait_nodes``).
+    wait_nodes: bool = True
 
     def rank_of(self, u: int) -> int:
         """Rank position (index into ``graphs``) of global node u. O(log ranks)."""
@@ -467,7 +469,7 @@ def measured_release(graphs: list[SimGraph]) -> list[float] | None:
     return measured_offsets([graph.measured_span() for graph in graphs])
 
 
-def measured_holds(graphs: list[SimGraph]) -> dict[int, tuple[float, str, float]]:
+def measured_holds(graphs: list[SimGraph], model: str = ASTRA_SIM) -> dict[int, tuple[float, str, float]]:
     """The measured waits no dependency explains (``unheld.gpu_waits``: a GPU or communication op
     that started after everything it depends on had finished; ``unheld.host_waits``: the same of a
     host op), as holds for ``replay``: global node -> (µs, cause, its measured start from its
@@ -475,19 +477,28 @@ def measured_holds(graphs: list[SimGraph]) -> dict[int, tuple[float, str, float]
     earlier than its measured start (from its rank's release) once its dependencies finish; in a
     what-if (``Scale``, ``network``) it becomes ready the wait's length after its dependencies
     finish, a length the what-if leaves as it is (the wait was for nothing the graph holds).
-    A graph whose file carries wait nodes (``sim.file_waits``) gets none: its waits are those.
-    O(n + E)."""
+    A graph whose file carries wait nodes (``sim.file_waits``, sized for ASTRA-sim's units) gets
+    none under ``ASTRA_SIM``: its waits are those, replayed as ASTRA-sim replays them; under
+    ``LANES`` (a unit per thread and stream) its wait nodes get no time (``file_wait_nodes``) and
+    every measured wait is held, as for a file without them. O(n + E)."""
     holds = {}
     base = 0
+    lanes = model != ASTRA_SIM
     for graph in graphs:
-        if graph.wait_nodes:  # its measured waits are in the file (``sim.file_waits``), none on top
+        if graph.wait_nodes and not lanes:  # its measured waits are in the file, none on top
             base += len(graph)
             continue
         first, _ = graph.measured_span()
-        for u, wait, cause in gpu_waits(graph) + host_waits(graph):
+        for u, wait, cause in gpu_waits(graph, through_wait_nodes=lanes) + host_waits(graph, through_wait_nodes=lanes):
             holds[base + u] = (wait, cause, graph.start[u] - first)
         base += len(graph)
     return holds
+
+
+def file_wait_nodes(model: str) -> bool:
+    """Whether a replay under ``model`` gives the files' wait nodes their time (ASTRA-sim's units,
+    which they are sized for) or none (``LANES``: ``measured_holds`` holds every wait instead)."""
+    return model == ASTRA_SIM
 
 
 def what_if_holds(as_measured: Replay) -> dict[int, tuple[float, str, float]]:
@@ -544,6 +555,7 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
                     nan * total, nan * total, array("q", [NO_NODE]) * total, bytearray(total), array("q", [NO_NODE]) * total,
                     groups, missing, [], list(release) if release is not None else [0.0] * len(graphs),
                     dict(holds or {}), what_if, scale == Scale() and network is None)
+    result.wait_nodes = wait_nodes
     if wait_floors:
         result.wait_floors = {v: result.release[result.rank_of(v)] + at for v, at in wait_floors.items()}
     _run(result, priority, succ_offsets, succ_nodes, indegree)

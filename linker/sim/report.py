@@ -101,13 +101,14 @@ def waits_summary(mode: str, with_waits: Replay, without: Replay, measured_us: f
     by_cause: dict[str, float] = {}
     for us, cause, _ in with_waits.holds.values():
         by_cause[cause] = by_cause.get(cause, 0.0) + us
-    for graph in with_waits.graphs:
-        for u, cause in graph.wait_nodes.items():
+    graphs_waits = [graph.wait_nodes for graph in with_waits.graphs] if with_waits.wait_nodes else []
+    for graph, waits in zip(with_waits.graphs, graphs_waits):
+        for u, cause in waits.items():
             by_cause[cause] = by_cause.get(cause, 0.0) + graph.duration[u]
     held_end, graph_end = replay_end(with_waits), replay_end(without)
     return WaitsSummary(mode, _ratio(held_end, measured_us), _ratio(graph_end, measured_us),
                         round(graph_end / held_end, 4) if held_end > 0 else None,
-                        len(with_waits.holds) + sum(len(graph.wait_nodes) for graph in with_waits.graphs),
+                        len(with_waits.holds) + sum(map(len, graphs_waits)),
                         round(sum(by_cause.values()), 3), {k: round(v, 3) for k, v in sorted(by_cause.items())},
                         [rank.ratio for rank in rank_summaries(with_waits)],
                         [rank.ratio for rank in rank_summaries(without)])

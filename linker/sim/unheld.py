@@ -96,10 +96,13 @@ HOLD_MIN_US = 2.0
 WAIT_CAUSES = (LAUNCHED_BEFORE_TRACE, UNEXPLAINED_GPU_IDLE, UNEXPLAINED_HOST_WAIT)
 
 
-def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US) -> list[tuple[int, float, str]]:
+def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: bool = False
+              ) -> list[tuple[int, float, str]]:
     """(node, wait µs, cause) of every timed GPU / communication op of ``graph`` that started at
     least ``min_us`` after everything it depends on had finished (the module's ``wait``), in node
-    order; the cause is one of ``WAIT_CAUSES``. O(n + E)."""
+    order; the cause is one of ``WAIT_CAUSES``. An op after a wait node of the file
+    (``SimGraph.wait_nodes``) is left out (its wait is in the file), or, ``through_wait_nodes``,
+    measured as if the wait node were not there (a replay that gives wait nodes no time). O(n + E)."""
     first, _ = graph.measured_span()
     if first != first:
         return []
@@ -112,6 +115,8 @@ def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US) -> list[tuple[int, f
         ready, launched, known = first, False, True
         for d in graph.deps_of(u):
             if d in graph.wait_nodes:  # its wait is in the file already
+                if through_wait_nodes:
+                    continue
                 known = False
                 break
             s = start[d]
@@ -132,7 +137,8 @@ def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US) -> list[tuple[int, f
     return found
 
 
-def host_waits(graph: SimGraph, min_us: float = HOLD_MIN_US) -> list[tuple[int, float, str]]:
+def host_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: bool = False
+               ) -> list[tuple[int, float, str]]:
     """(node, wait µs, ``UNEXPLAINED_HOST_WAIT``) of every timed CPU op of ``graph`` that started at
     least ``min_us`` after each of its dependencies ended as the replay ends it (measured start
     plus duration in the file; the rank's measured start for an untimed root) *and* after the last
@@ -143,7 +149,8 @@ def host_waits(graph: SimGraph, min_us: float = HOLD_MIN_US) -> list[tuple[int, 
     dependencies of its own (when it ended is not known), an op after a communication node, and
     every op of a rank with CPU collectives (gloo, MPI, UCC): its threads wait for them in ways the
     replay's collective rules already place (``engine._cpu_pickups``, the job's matching, a
-    collective the ET lost), so a hold would count those waits twice. O(n + E + g log g)."""
+    collective the ET lost), so a hold would count those waits twice. Wait nodes of the file: as
+    in ``gpu_waits``. O(n + E + g log g)."""
     first, _ = graph.measured_span()
     if first != first or any(graph.lane_keys[graph.lane[u]][0] == "cpu" for u in graph.comm):
         return []
@@ -156,6 +163,8 @@ def host_waits(graph: SimGraph, min_us: float = HOLD_MIN_US) -> list[tuple[int, 
             continue
         ready, known = first, True
         for d in graph.deps_of(u):
+            if d in graph.wait_nodes and through_wait_nodes:
+                continue
             s = start[d]
             if kind[d] == COMM or (s != s and len(graph.deps_of(d))) or d in graph.wait_nodes:
                 known = False
