@@ -227,9 +227,10 @@ def test_later_pieces_agree_with_the_rule_read_literally():
 
 def test_launch_cuts_by_hand():
     """``cut_at_launches`` on hand-worked stretches: op 0's own part runs 0-100 µs, op 1 has a
-    piece 200-300 (following op 5). A launch cuts the stretch it lies in at the call's end when
-    its GPU op began before the part it would wait for ended; launches are taken latest first, so
-    an earlier one is checked against the part a later cut left."""
+    piece 200-300 (following op 5). A launch (given by its call's start) cuts the stretch it lies
+    in where the call began when its GPU op began before the part it would wait for ended;
+    launches are taken latest first, so an earlier one is checked against the part a later cut
+    left."""
     from linker.plan.later_pieces import cut_at_launches
 
     owners, targets, begins, finishes = [1], [5], [200.0], [300.0]
@@ -243,7 +244,7 @@ def test_launch_cuts_by_hand():
     ]
     cut_at_launches(owners, targets, begins, finishes, launches, {0: (0.0, 100.0)})
     added = sorted(zip(owners[1:], targets[1:], begins[1:], finishes[1:]))
-    # op 0: the call ending at 60 is taken first (its kernel began at 101, after 100: no cut), then
-    # the call ending at 40 (kernel at 42 < 100: cut), then the call ending at 20 (45 > 40: no cut)
+    # op 0: the call at 60 is taken first (its kernel began at 101, after 100: no cut), then the
+    # call at 40 (kernel at 42 < 100: cut), then the call at 20 (45 > 40: no cut)
     assert added == [(0, 0, 40.0, 100.0), (1, 5, 250.0, 300.0)]
     assert (begins[0], finishes[0]) == (200.0, 250.0)  # the piece keeps its part up to the call

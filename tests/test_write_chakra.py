@@ -483,11 +483,11 @@ def test_synchronisations_become_data_dependencies(tmp_path, synthetic_pair):
     # cudaDeviceSynchronize in "## sync ##": the op after the call (aten::copy_) waits for the last
     # op issued on each stream; "## sync ##" itself keeps only its thread order and busy time
     # aten::mul (170-180 µs) launched mul_kernel (call 172-176), which began at 175, before the
-    # op ended: the op is cut at the call's end, its last 4 µs and the 10 µs of host time after it
-    # a piece of its own that "## sync ##" follows on the thread; the kernel waits for the 6 µs
-    # of aten::mul that ran up to its launch, not for the rest
+    # op ended: the op is cut where the call began, its last 8 µs and the 10 µs of host time
+    # after it a piece of its own that "## sync ##" follows on the thread; the kernel waits for
+    # the 2 µs of aten::mul that ran before the call, not for the rest
     (mul_rest,) = [n for n in nodes if attr_dict(n).get("continues") == 12]
-    assert (by_id[12].duration_micros, mul_rest.duration_micros) == (6, 4 + 10)
+    assert (by_id[12].duration_micros, mul_rest.duration_micros) == (2, 8 + 10)
     assert list(by_id[13].data_deps) == [mul_rest.id]
     assert set(by_id[14].data_deps) == {13, recv_kernel.id, mul_kernel.id}
     assert attr_dict(by_id[14])["data_dep_causes"] == ["thread_order", "sync", "sync"]
@@ -504,10 +504,10 @@ def test_synchronisations_become_data_dependencies(tmp_path, synthetic_pair):
     # GPU ops: after their launching op and after the previous op on the same stream
     assert list(mul_kernel.data_deps) == [12, next(n.id for n in gpu.values() if by_id[n.ctrl_deps[0]].name == "aten::add")]
     # the unlinked op still sits in its thread's chain, after the last linked op's last part:
-    # aten::copy_ (250-280 µs) is cut where its copy began (call 252-254, copy at 254); its rest,
-    # 26 µs less the 20 µs blocked in cudaStreamSynchronize, is a piece of 6 µs
+    # aten::copy_ (250-280 µs) is cut where its copy's call began (call 252-254, copy at 254); its
+    # rest, 28 µs less the 20 µs blocked in cudaStreamSynchronize, is a piece of 8 µs
     (copy_rest,) = [n for n in nodes if attr_dict(n).get("continues") == 14]
-    assert copy_rest.duration_micros == 26 - 20
+    assert copy_rest.duration_micros == 28 - 20
     assert list(by_id[15].data_deps) == [copy_rest.id] and by_id[15].duration_micros == 0
     assert validate_file(out).ok
 

@@ -353,7 +353,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
             gap_waits[position] = gap_waits.get(position, 0.0) + hi - lo
     for tid, timeline in timelines.items():
         _host_gaps(busy, timeline, gap_waits if tid == busy.main_tid else None, burst_firsts)
-    launches = [(link.et_index, link.launch.ts + link.launch.dur, link.event.ts) for link in et_plus.gpu_links
+    launches = [(link.et_index, link.launch.ts, link.event.ts) for link in et_plus.gpu_links
                 if link.launch is not None and link.et_index >= 0]
     busy.deferred, busy.pieces = later_pieces(timelines.values(), nesting_parent_ops(et_plus), ends,
                                               exclusive_of_op, busy.blocked, blocked_at, n,

@@ -67,13 +67,14 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
 
     A stretch of an op (its own part before its first child, or a piece) is also cut where the op
     launched GPU work that began before the stretch ended (``cut_at_launches``): a launch edge
-    comes from the part of the op that ran up to the launch, so a kernel waits for what its
-    launcher had done by then, not for the rest of the stretch.
+    comes from the part of the op that ran up to the launch call, so a kernel waits for what its
+    launcher had done by then, not for the rest of the stretch (nor for the call itself: a copy
+    from pageable memory runs during its call).
 
     ``timelines``: per thread, the linked ops in start order (``Timeline``); ``parent_op``: each
     op's enclosing linked op by the Kineto nesting (``nesting_parent_ops``); ``ends_of``: each
     op's measured end; ``skip``: ops whose pieces stay on them and that no piece follows (CPU
-    collectives: their busy time comes from their measured interval); ``launches``: (op, end of
+    collectives: their busy time comes from their measured interval); ``launches``: (op, start of
     its launch call, the GPU op's start) for each GPU op with a launch call. Returns ``deferred`` per
     ET node (µs taken out of an op: the sum of its pieces) and the ``Pieces``; per thread the
     total busy time is unchanged.
@@ -162,12 +163,12 @@ def cut_at_launches(owners: list[int], targets: list[int], begins: list[float], 
                     launches: list[tuple[int, float, float]], own_parts: dict[int, tuple[float, float]]) -> None:
     """Cut the stretches of an op where it launched GPU work that began before the stretch ended
     (by more than ``LAUNCH_CUT_MIN_US``): the stretch is the op's own part (``own_parts``) or one of
-    its pieces (index j of the columns); a cut at the end of the launch call ends the stretch
-    there and makes the rest a piece of its own (same op; following what the stretch followed: the
-    op itself for its own part, ``targets[j]`` for a piece), appended to the columns. A launch
-    edge then comes from the part that ran up to the launch (``deps.OpParts.before``). The
-    launches of a stretch are taken latest first, so each is checked against the part it ends up
-    in. O(l log l + p) for l launches and p pieces."""
+    its pieces (index j of the columns); a cut where the launch call began ends the stretch there
+    and makes the rest, the call included, a piece of its own (same op; following what the stretch
+    followed: the op itself for its own part, ``targets[j]`` for a piece), appended to the
+    columns. A launch edge then comes from the part that ran up to the call
+    (``deps.OpParts.before``). The launches of a stretch are taken latest first, so each is
+    checked against the part it ends up in. O(l log l + p) for l launches and p pieces."""
     if not launches:
         return
     stretches: dict[int, list[tuple[float, float, int]]] = {}  # op -> (begin, end, piece j or -1)
@@ -178,25 +179,25 @@ def cut_at_launches(owners: list[int], targets: list[int], begins: list[float], 
     for op_stretches in stretches.values():
         op_stretches.sort()
     by_stretch: dict[tuple[int, int], list[tuple[float, float]]] = {}
-    for op, call_end, gpu_start in launches:
+    for op, call, gpu_start in launches:
         op_stretches = stretches.get(op)
         if op_stretches is None:
             continue
-        k = bisect_right(op_stretches, (call_end, math.inf, math.inf)) - 1
-        if k < 0 or not call_end < op_stretches[k][1]:
-            continue  # the call ends outside the op's own time (in a child, or after the stretch)
-        by_stretch.setdefault((op, k), []).append((call_end, gpu_start))
+        k = bisect_right(op_stretches, (call, math.inf, math.inf)) - 1
+        if k < 0 or not call < op_stretches[k][1]:
+            continue  # the call begins outside the op's own time (in a child, or after the stretch)
+        by_stretch.setdefault((op, k), []).append((call, gpu_start))
     for (op, k), calls in by_stretch.items():
         begin, end, j = stretches[op][k]
         follows = op if j < 0 else targets[j]
-        for call_end, gpu_start in sorted(calls, reverse=True):
-            if call_end <= begin or end - gpu_start <= LAUNCH_CUT_MIN_US or call_end >= end:
+        for call, gpu_start in sorted(calls, reverse=True):
+            if call <= begin or end - gpu_start <= LAUNCH_CUT_MIN_US or call >= end:
                 continue
             owners.append(op)
             targets.append(follows)
-            begins.append(call_end)
+            begins.append(call)
             finishes.append(end)
-            end = call_end
+            end = call
         if j >= 0:
             finishes[j] = end
 
