@@ -279,7 +279,7 @@ def main_command(
     outcome = _run_pair(et_file, kineto_file, output_file, options, report, schedule, quiet)
     schedule.keep_until_exit(outcome)
     try:
-        wait_nodes = _write_file_waits(outcome, waits)
+        wait_nodes = _write_file_waits(outcome, waits, schedule)
         _finish_pair(outcome, et_file, kineto_file, quiet, min_linked, wait_nodes)
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM after the outputs were complete: they are kept
         typer.echo("et-link: stopped after the outputs were written (they are complete)", err=True)
@@ -295,12 +295,12 @@ def _check_waits(waits: str) -> None:
         fail(str(err))
 
 
-def _write_file_waits(outcome, waits: str) -> int:
+def _write_file_waits(outcome, waits: str, schedule: Schedule) -> int:
     """The output's measured waits written into it (``sim.file_waits``); a failure in one line."""
     from linker.sim.file_waits import add_file_waits
 
     try:
-        return add_file_waits(outcome, waits)
+        return add_file_waits(outcome, waits, schedule)
     except EtLinkError as err:
         fail(f"{err} (the output was written without its measured waits)", EXIT_INPUT)
 

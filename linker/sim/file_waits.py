@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import math
 import os
+from array import array
 from bisect import bisect_left
 from itertools import accumulate
 
 from linker.model.errors import OptionError
+from linker.schedule import Schedule
 from linker.sim.engine import ASTRA_SIM, MEASURED_WAITS, WAITS, Scale, measured_holds, replay
-from linker.sim.graph import CPU, GPU, NO_TIME, GraphBuilder, SimGraph
+from linker.sim.graph import CPU, GPU, NO_TIME, SimGraph
 from linker.sim.load import load_graph
 from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes
 
@@ -79,33 +81,40 @@ def quiet_unit_holds(graph: SimGraph, holds: dict) -> dict:
 
 
 def with_wait_nodes(graph: SimGraph, holds: dict) -> tuple[SimGraph, dict[int, int]]:
-    """A copy of ``graph`` with a wait node (no duration yet) before each node of ``holds``: on
-    that node's unit (a GPU node's stream, a host node's thread), after its dependencies, the node
-    after it; and which node each wait node holds. O(n + E)."""
-    builder = GraphBuilder(graph.path, graph.rank)
-    next_id = max(graph.ids) + 1
-    held_of: dict[int, int] = {}
-    ids = graph.ids
-    for u in range(len(graph)):
-        deps = [ids[d] for d in graph.deps_of(u)]
-        lane = graph.lane_keys[graph.lane[u]]
-        if u in holds:
-            kind = CPU if graph.kind[u] == CPU or lane[0] == "cpu" else GPU
-            w = builder.add(next_id, WAIT_NODE_NAME, kind, 0.0, NO_TIME, 0.0, lane, deps)
-            builder.wait_nodes[w] = holds[u][1]
-            held_of[w] = u
-            deps = deps + [next_id]
-            next_id += 1
-        builder.add(ids[u], graph.names[u], graph.kind[u], graph.duration[u], graph.start[u], graph.measured_dur[u],
-                    lane, deps, graph.comm.get(u))
-    return builder.finish(), held_of
+    """A copy of ``graph`` with a wait node (no duration yet) for each node of ``holds``, appended
+    after its nodes: on that node's unit (a GPU node's stream, a host node's thread), after its
+    dependencies, the node after it; and which node each wait node holds. The columns are copied
+    and the dependency lists of the held nodes grown by one. O(n + E)."""
+    held = sorted(holds)
+    n, k = len(graph), len(held)
+    wait_of = {u: n + j for j, u in enumerate(held)}
+    offsets, nodes = array("q", [0]), array("q")
+    old_offsets, old_nodes = graph.dep_offsets, graph.dep_nodes
+    for u in range(n):
+        nodes.extend(old_nodes[old_offsets[u]:old_offsets[u + 1]])
+        w = wait_of.get(u)
+        if w is not None:
+            nodes.append(w)
+        offsets.append(len(nodes))
+    for u in held:  # each wait node: after what its op depends on
+        nodes.extend(old_nodes[old_offsets[u]:old_offsets[u + 1]])
+        offsets.append(len(nodes))
+    kinds = bytearray(CPU if graph.kind[u] == CPU or graph.lane_keys[graph.lane[u]][0] == "cpu" else GPU
+                      for u in held)
+    waited = SimGraph(graph.path, graph.rank, graph.ids + array("q", range(max(graph.ids) + 1, max(graph.ids) + 1 + k)),
+                      graph.names + [WAIT_NODE_NAME] * k, graph.kind + kinds, graph.duration + array("d", [0.0]) * k,
+                      graph.start + array("d", [NO_TIME]) * k, graph.measured_dur + array("d", [0.0]) * k,
+                      graph.lane + array("q", (graph.lane[u] for u in held)), graph.lane_keys, offsets, nodes,
+                      list(graph.missing_deps), dict(graph.comm))
+    waited.wait_nodes = {n + j: holds[u][1] for j, u in enumerate(held)}
+    return waited, {n + j: u for j, u in enumerate(held)}
 
 
-def write_file_waits(path: str | os.PathLike) -> int:
-    """Read the output at ``path`` back, find its waits and write them into it as wait nodes;
-    returns how many. Raises TraceInputError when it cannot be read or written (the output is
-    then left as it was)."""
-    graph = load_graph(path)
+def write_file_waits(path: str | os.PathLike, schedule: Schedule | None = None) -> int:
+    """Read the output at ``path`` back (``schedule``: how, ``load_graph``'s; serial by default), find
+    its waits and write them into it as wait nodes; returns how many. Raises TraceInputError when
+    it cannot be read or written (the output is then left as it was)."""
+    graph = load_graph(path, 0, schedule)
     waits = waits_to_write(graph)
     if not waits:
         return 0
@@ -119,10 +128,10 @@ def check_waits(value: str) -> str:
     return value
 
 
-def add_file_waits(outcome, waits: str) -> int:
+def add_file_waits(outcome, waits: str, schedule: Schedule | None = None) -> int:
     """After a link (``pipeline.PairOutcome``, its ``et_plus`` still held): write the output's
     measured waits into it when ``waits`` is "measured" and the output has GPU or communication
-    ops (module docstring); returns the wait nodes written."""
+    ops (module docstring); returns the wait nodes written. ``schedule``: ``write_file_waits``'."""
     if check_waits(waits) != MEASURED_WAITS or outcome.et_plus is None or not outcome.et_plus.gpu_nodes:
         return 0
-    return write_file_waits(outcome.output)
+    return write_file_waits(outcome.output, schedule)
