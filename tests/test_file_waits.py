@@ -153,3 +153,18 @@ def test_lanes_give_wait_nodes_no_time_and_hold_every_wait(tmp_path):
     assert simulation.report.ratio == pytest.approx(1.0)
     # without the waits: kernel 2 at 10-15, kernel 3 at 10-50 on its own stream: 50 of 60 µs
     assert linker.simulate(path, model="lanes", waits="explained").report.ratio == pytest.approx(50 / 60, abs=1e-4)
+
+
+def test_tables_show_wait_nodes_as_waits(tmp_path):
+    """In ``linker.load``'s tables a wait node is of kind ``wait``, with no busy time and in no op's
+    row; on the critical path table it is named for its cause."""
+    pytest.importorskip("pandas", reason="needs pandas")
+    path = idle_gpu(tmp_path / "idle.et")
+    write_file_waits(path)
+    nodes = linker.load(path).nodes_table(as_rows=True)
+    (wait,) = [row for row in nodes if row["name"] == WAIT_NODE_NAME]
+    assert (wait["kind"], wait["busy_us"], wait["sim_us"]) == ("wait", 0.0, 40.0)
+    assert WAIT_NODE_NAME not in {row["name"] for row in linker.load(path).ops_table(as_rows=True)}
+    path_rows = linker.simulate(path).critical_path_table(as_rows=True)
+    assert [(row["name"], row["kind"], row["us"]) for row in path_rows] == [
+        ("cpu1", "cpu", 10.0), ("(measured wait: unexplained_gpu_idle)", "wait", 40.0), ("kernel2", "gpu", 5.0)]

@@ -48,8 +48,10 @@ from linker.read.files import read_trace_bytes
 from linker.sim.graph import COMM, CPU, GPU, KIND_NAMES, META
 # The replay reader's slim Node parse and nested-layout tid lookup, shared rather than copied.
 from linker.sim.load import GPU_CATS, JSON, _SlimNode, _tid_of, file_kind, node_payloads
+from linker.sim.critical import WAIT
 from linker.write.chakra_wire import attr_value
 from linker.write.protobuf_wire import decode_varint
+from linker.write.wait_nodes import WAIT_NODE_NAME
 
 NAN = math.nan
 # The columns of ``ops_table`` that ``op_names_table`` sums per op name.
@@ -83,20 +85,28 @@ class SavedEtPlus:
         return len(self.ids)
 
     def busy(self) -> list[float]:
-        """Per node: ``sim - host_gap``, its working time."""
-        return [s - g for s, g in zip(self.sim, self.host_gap)]
+        """Per node: ``sim - host_gap``, its working time (none for a wait node: it is a wait)."""
+        return [0.0 if name == WAIT_NODE_NAME else s - g for s, g, name in zip(self.sim, self.host_gap, self.names)]
+
+    def kinds(self) -> list[str]:
+        """Per node its kind's name; ``wait`` for the wait nodes of the file (``write.wait_nodes``)."""
+        return [WAIT if name == WAIT_NODE_NAME else KIND_NAMES[k] for k, name in zip(self.kind, self.names)]
 
     def nodes_table(self, as_rows: bool = False):
         """One row per node, in file order: ``id``, ``name``, ``kind`` (cpu, gpu, comm,
-        metadata), ``tid``, ``stream``, ``continues`` (a later piece: its op's id; else None),
-        ``ts_us``, ``measured_us``, ``exclusive_us``, ``blocked_us``, ``deferred_us``,
+        metadata; ``wait`` for a measured wait the file carries as a node: its ``sim_us`` is the
+        wait, its busy time none), ``tid``, ``stream``, ``continues`` (a later piece: its op's id;
+        else None), ``ts_us``, ``measured_us``, ``exclusive_us``, ``blocked_us``, ``deferred_us``,
         ``host_gap_us``, ``busy_us``, ``sim_us``."""
         from linker.link.tables import make_table
 
+        waits = [name == WAIT_NODE_NAME for name in self.names]
         return make_table({
-            "id": self.ids, "name": self.names, "kind": [KIND_NAMES[k] for k in self.kind], "tid": self.tid,
-            "stream": self.stream, "continues": self.continues, "ts_us": self.ts, "measured_us": self.measured,
-            "exclusive_us": self.exclusive, "blocked_us": self.blocked, "deferred_us": self.deferred,
+            "id": self.ids, "name": self.names, "kind": self.kinds(), "tid": self.tid,
+            "stream": self.stream, "continues": self.continues, "ts_us": self.ts,
+            "measured_us": [math.nan if w else v for w, v in zip(waits, self.measured)],
+            "exclusive_us": [math.nan if w else v for w, v in zip(waits, self.exclusive)],
+            "blocked_us": self.blocked, "deferred_us": self.deferred,
             "host_gap_us": self.host_gap, "busy_us": self.busy(), "sim_us": self.sim},
             as_rows, integer_columns=("stream", "continues"))
 
@@ -106,7 +116,8 @@ class SavedEtPlus:
         its own). O(n)."""
         busy = self.busy()
         op_ids = {node_id for node_id, op in zip(self.ids, self.continues) if op is None}
-        rows = [i for i, op in enumerate(self.continues) if op is None or op not in op_ids]
+        rows = [i for i, op in enumerate(self.continues)
+                if (op is None or op not in op_ids) and self.names[i] != WAIT_NODE_NAME]  # a wait is no op
         row_of_id = {self.ids[i]: r for r, i in enumerate(rows)}
         columns: dict[str, list] = {
             "id": [self.ids[i] for i in rows], "name": [self.names[i] for i in rows],

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from linker.sim.critical import PathStep
+from linker.sim.critical import WAIT, PathStep, wait_name
 from linker.sim.engine import Replay
 from linker.sim.graph import KIND_NAMES
 from linker.sim.report import SimReport, format_text
@@ -49,7 +49,8 @@ class Simulation:
         write_html(self.replay, self.report, self.path, path, self.inputs)
 
     def critical_path_table(self, as_rows: bool = False):
-        """The critical path, one row per node, in order: ``rank``, ``id``, ``name``, ``kind``,
+        """The critical path, one row per node, in order: ``rank``, ``id``, ``name``, ``kind`` (a wait
+        node of the file: ``(measured wait: CAUSE)``, kind ``wait``),
         ``start_us``, ``end_us``, ``us``, ``via`` (why it started then: start, dependency, unit,
         peer), ``link`` (the dependency's cause, when the file gives it), ``held_us`` and
         ``held_cause`` (a measured wait the replay held it back by after that dependency ended:
@@ -60,8 +61,10 @@ class Simulation:
         return make_table({
             "rank": [step.graph.rank for step in self.path],
             "id": [step.graph.ids[step.local] for step in self.path],
-            "name": [step.graph.names[step.local] for step in self.path],
-            "kind": [KIND_NAMES[step.graph.kind[step.local]] for step in self.path],
+            "name": [wait_name(step.graph.wait_nodes[step.local]) if step.local in step.graph.wait_nodes
+                     else step.graph.names[step.local] for step in self.path],
+            "kind": [WAIT if step.local in step.graph.wait_nodes else KIND_NAMES[step.graph.kind[step.local]]
+                     for step in self.path],
             "start_us": [step.start for step in self.path],
             "end_us": [step.end for step in self.path],
             "us": [step.end - step.start for step in self.path],

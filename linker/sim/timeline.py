@@ -199,8 +199,8 @@ def _simulated_bars(rp: Replay, r: int, critical: set[int], bars: Bars) -> None:
         on_path = g in critical
         if group_of[g] >= 0 and rp.start[g] > rp.issue[g]:
             bars.add(SIMULATED, label, rp.issue[g], rp.start[g], WAIT, u, on_path)
-        if e > rp.start[g]:
-            bars.add(SIMULATED, label, rp.start[g], e, BUSY, u, on_path)
+        if e > rp.start[g]:  # a wait node of the file is a wait, not busy time
+            bars.add(SIMULATED, label, rp.start[g], e, WAIT if u in graph.wait_nodes else BUSY, u, on_path)
 
 
 def divergence_points(rp: Replay, r: int, landmarks: set[int], limit: int = DIVERGENCE_POINTS) -> list[Divergence]:

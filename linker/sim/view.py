@@ -108,7 +108,7 @@ def timeline_figure(go, tl: RankTimeline, first: bool):
         fig.add_trace(_bar_trace(go, tl, groups["wait", MEASURED], "measured wait (not replayed as busy)",
                                  WAIT_COLOR, first, "/"))
     if ("wait", SIMULATED) in groups:
-        fig.add_trace(_bar_trace(go, tl, groups["wait", SIMULATED], "simulated wait for peers", WAIT_COLOR,
+        fig.add_trace(_bar_trace(go, tl, groups["wait", SIMULATED], "simulated wait (for peers; a measured wait the file carries)", WAIT_COLOR,
                                  first, "x"))
     if ("critical", "") in groups:
         fig.add_trace(_bar_trace(go, tl, groups["critical", ""], "critical path (simulated)", CRITICAL_COLOR,
