@@ -287,7 +287,7 @@ def main_command(
 
 
 def _check_waits(waits: str) -> None:
-    from linker.sim.file_waits import check_waits
+    from linker.sim.engine import check_waits
 
     try:
         check_waits(waits)

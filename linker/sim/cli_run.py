@@ -16,7 +16,7 @@ import orjson
 from linker.model.errors import OptionError, TraceInputError
 from linker.plan.rank_start import MEASURED, RANK_STARTS, delay_positions
 from linker.schedule import Schedule
-from linker.sim.engine import (MEASURED_WAITS, MODELS, WAITS, Scale, file_wait_nodes, measured_holds,
+from linker.sim.engine import (MEASURED_WAITS, MODELS, Scale, check_waits, file_wait_nodes, measured_holds,
                                measured_release, replay, what_if_holds)
 from linker.sim.graph import SimGraph
 from linker.sim.hints import lanes_hints
@@ -107,8 +107,7 @@ def _checked_inputs(options: SimulateOptions) -> JobInputs:
         raise OptionError(f"unknown --model {options.model!r}; choose one of {', '.join(MODELS)}")
     if options.rank_start not in RANK_STARTS:
         raise OptionError(f"unknown --rank-start {options.rank_start!r}; choose one of {', '.join(RANK_STARTS)}")
-    if options.waits not in WAITS:
-        raise OptionError(f"unknown --waits {options.waits!r}; choose one of {', '.join(WAITS)}")
+    check_waits(options.waits)
     if options.top < 0:
         raise OptionError("--top must be at least 0")
     Scale.parse(options.scale)

@@ -70,6 +70,14 @@ MODELS = (ASTRA_SIM, LANES)
 MEASURED_WAITS, EXPLAINED_WAITS = "measured", "explained"
 WAITS = (MEASURED_WAITS, EXPLAINED_WAITS)
 
+
+def check_waits(value: str) -> str:
+    """``value`` when it is a known ``--waits`` rule (``simulate``'s, and the link's and batch's:
+    ``file_waits``); raises OptionError otherwise."""
+    if value not in WAITS:
+        raise OptionError(f"unknown --waits {value!r}; choose one of {', '.join(WAITS)}")
+    return value
+
 # Why a node's start is what it is (``Replay.cause_kind``).
 CAUSE_NONE, CAUSE_DEPENDENCY, CAUSE_UNIT, CAUSE_PEER = 0, 1, 2, 3
 
@@ -483,13 +491,13 @@ def measured_holds(graphs: list[SimGraph], model: str = ASTRA_SIM) -> dict[int, 
     every measured wait is held, as for a file without them. O(n + E)."""
     holds = {}
     base = 0
-    lanes = model != ASTRA_SIM
+    through = not file_wait_nodes(model)  # the wait nodes get no time: measure past them
     for graph in graphs:
-        if graph.wait_nodes and not lanes:  # its measured waits are in the file, none on top
+        if graph.wait_nodes and not through:  # its measured waits are in the file, none on top
             base += len(graph)
             continue
         first, _ = graph.measured_span()
-        for u, wait, cause in gpu_waits(graph, through_wait_nodes=lanes) + host_waits(graph, through_wait_nodes=lanes):
+        for u, wait, cause in gpu_waits(graph, through_wait_nodes=through) + host_waits(graph, through_wait_nodes=through):
             holds[base + u] = (wait, cause, graph.start[u] - first)
         base += len(graph)
     return holds

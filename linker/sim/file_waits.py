@@ -1,21 +1,21 @@
 """The measured waits an output carries as wait nodes (``write.wait_nodes``), so that a simulator
-fed the file alone (ASTRA-sim) replays the step as measured.
+fed the file alone (ASTRA-sim) replays the step as measured (docs/fidelity.md, "Waits in the files").
 
 Which ops: those ``engine.measured_holds`` finds (``unheld.gpu_waits`` and ``unheld.host_waits``:
-an op that started, as measured, after everything it depends on had finished). How long: not the
-wait as measured but the part of it a replay of the file does not already spend: the rank is
-replayed alone as ASTRA-sim runs it (``engine.ASTRA_SIM``: one CPU op, one GPU op, one collective
-at a time), each held op ready no earlier than its measured start (``Replay.holds_to_measured_start``),
-and a wait node lasts what that replay held its op for after its dependencies (``what_if_holds``).
-Held for its full measured length, a wait would add to lateness the replay already has (a DDP
-trace of ROCm kernels queued before the trace: 1.09 of its measured step instead of 1.00). Waits
-the replay held for less than ``MIN_WAIT_US`` are left out (a ``.et`` holds whole µs: the JSON
-and ``.et`` of one link carry the same nodes).
+an op that started, as measured, after everything it depends on had finished), kept where the
+op's unit ran nothing else while it waited (``quiet_unit_holds``): a wait node occupies its unit,
+as every node does in ASTRA-sim. How long: not the wait as measured (that would add to lateness
+the replay already has: 1.09 on a DDP trace of ROCm kernels) but what it takes for the op to
+start at its measured start when the rank is replayed as ASTRA-sim runs it: the rank is replayed
+with a wait node before each kept op (``with_wait_nodes``), each lasting, once its unit takes it,
+until its op's measured start (``engine.replay``'s ``wait_floors``). Waits that come out under
+``MIN_WAIT_US`` are left out. Each file is sized from its own values, so the JSON and the ``.et``
+of one link can differ by a few wait nodes at the edges.
 
 Written only into outputs with GPU or communication ops: on a CPU-only trace the host waits
 changed no replay measured (the shared CPU pairs and fixtures replay within 1e-4 with or without
 them), while finding them costs reading the output again (10-15 s on the 360k-node CPU pair).
-Cost: one read of the output (``load_graph``), O(n + E) to find the waits, one replay of the
+Cost: one read of the output (``load_graph``), O(n + E) to find the waits, two replays of the
 rank, one copy of the file when any wait is written.
 """
 
@@ -27,9 +27,8 @@ from array import array
 from bisect import bisect_left
 from itertools import accumulate
 
-from linker.model.errors import OptionError
 from linker.schedule import Schedule
-from linker.sim.engine import ASTRA_SIM, MEASURED_WAITS, WAITS, Scale, measured_holds, replay
+from linker.sim.engine import ASTRA_SIM, MEASURED_WAITS, Scale, check_waits, measured_holds, replay
 from linker.sim.graph import CPU, GPU, NO_TIME, SimGraph
 from linker.sim.load import load_graph
 from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes
@@ -119,13 +118,6 @@ def write_file_waits(path: str | os.PathLike, schedule: Schedule | None = None) 
     if not waits:
         return 0
     return add_wait_nodes(path, waits, max(graph.ids) + 1)
-
-
-def check_waits(value: str) -> str:
-    """``value`` when it is a known ``--waits`` rule; raises OptionError otherwise."""
-    if value not in WAITS:
-        raise OptionError(f"unknown --waits {value!r}; choose one of {', '.join(WAITS)}")
-    return value
 
 
 def add_file_waits(outcome, waits: str, schedule: Schedule | None = None) -> int:
