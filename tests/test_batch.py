@@ -421,38 +421,40 @@ def test_small_helpers(tmp_path):
 
 
 def test_param_dlrm_batch_matches_single_pair_runs(tmp_path):
+    """The job linked by ``batch`` is its single pairs linked by ``et-link``: with ``--rank-start
+    zero`` byte for byte; with the measured start, the same plus a delay node before the process
+    root of each rank that began after the first. Three ranks are also linked alone (the first to
+    start, the last, and one between); the other five are held to the zero-start batch."""
     if not DLRM.is_dir():
         pytest.skip(shared_reason(DLRM))
     out = tmp_path / "out"
     summary = quiet_run(BatchConfig(str(DLRM / "rank*.et.json.gz"), str(DLRM / "rank*.kineto.json.gz"), out))
     assert [r.rank for r in summary.ranks] == list(range(8))
     assert all(r.status == "linked" for r in summary.ranks)
-    singles, single_bytes = {}, {}
-    for rank in range(8):  # as `et-link` links a pair: its measured waits written in
+    zero = quiet_run(BatchConfig(str(DLRM / "rank*.et.json.gz"), str(DLRM / "rank*.kineto.json.gz"), tmp_path / "zero",
+                                 rank_start="zero"))
+    assert all(r.status == "linked" for r in zero.ranks)
+    zero_bytes = {rank: (tmp_path / "zero" / f"rank{rank}_plus.json").read_bytes() for rank in range(8)}
+    for rank in (1, 3, 7):  # --rank-start zero: byte for byte the single pair's output, its measured waits written in
         single = link_pair(DLRM / f"rank{rank}.et.json.gz", DLRM / f"rank{rank}.kineto.json.gz", tmp_path / "s.json")
         assert add_file_waits(single, "measured") > 0
-        single_bytes[rank] = single.output.read_bytes()
-        singles[rank] = orjson.loads(single_bytes[rank])
+        assert single.output.read_bytes() == zero_bytes[rank]
+    unshifted = {rank: orjson.loads(data) for rank, data in zero_bytes.items()}
     # each rank's start offset (docs/rank-start.md): its earliest measured start minus the job's
-    firsts = {rank: min(n["ts"] for n in doc["nodes"] if "ts" in n) for rank, doc in singles.items()}
+    firsts = {rank: min(n["ts"] for n in doc["nodes"] if "ts" in n) for rank, doc in unshifted.items()}
     offsets = {rank: round(first - min(firsts.values())) for rank, first in firsts.items()}
-    assert offsets[1] == 0 and max(offsets.values()) == 7519  # dlrm's ranks began up to 7.5 ms apart
+    assert offsets[1] == 0 and max(offsets.values()) == offsets[7] == 7519  # dlrm's ranks began up to 7.5 ms apart
+    assert 0 < offsets[3] < offsets[7]
     for rank in range(8):
         doc = orjson.loads((out / f"rank{rank}_plus.json").read_bytes())
-        expected = singles[rank]
         if offsets[rank]:  # the delay node first, the process root depending on it; nothing else changed
             delay, root = doc["nodes"][0], next(n for n in doc["nodes"] if n["name"].endswith("|process]"))
             assert delay["name"] == "[et-link|rank_start]" and delay["sim_dur"] == offsets[rank]
             assert root["data_deps"] == [delay["id"]] and root["data_dep_causes"] == ["rank_start"]
             root["data_deps"], root["data_dep_causes"] = [], []
             del doc["nodes"][0]
-        assert doc == expected
+        assert doc == unshifted[rank]
     assert len(orjson.loads((out / "summary.json").read_bytes())["ranks"]) == 8
-    zero = quiet_run(BatchConfig(str(DLRM / "rank*.et.json.gz"), str(DLRM / "rank*.kineto.json.gz"), tmp_path / "zero",
-                                 rank_start="zero"))
-    assert all(r.status == "linked" for r in zero.ranks)
-    for rank in range(8):  # --rank-start zero: byte for byte the single pair's output
-        assert (tmp_path / "zero" / f"rank{rank}_plus.json").read_bytes() == single_bytes[rank]
 
 
 # --- Dask ---------------------------------------------------------------------------------------

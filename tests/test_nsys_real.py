@@ -37,7 +37,7 @@ def expected_parents(path: Path) -> dict[tuple, tuple]:
     source = _db(path)
     source.backup(db)
     source.close()
-    db.execute("CREATE INDEX thread_start ON NVTX_EVENTS (globalTid, start)")
+    db.execute('CREATE INDEX thread_start ON NVTX_EVENTS (globalTid, start DESC, "end")')  # the order asked below
     db.execute("CREATE INDEX runtime_correlation ON CUPTI_ACTIVITY_KIND_RUNTIME (correlationId)")
     has_op_id = db.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE '%, op_id = %'").fetchone()[0]
     pytorch = "n.text LIKE '%, op_id = %'" if has_op_id else "n.text NOT LIKE '{%'"

@@ -264,13 +264,6 @@ def assert_ranks_drawn(browser, page: Path, inputs: list[Path], screenshot: Path
         assert shown["diamonds"] == len(tl.divergences)
 
 
-def test_browser_draws_the_fixture_pair(browser, tmp_path):
-    et, kineto = FIXTURES / "gpu" / "gpu_v111" / "et.json.gz", FIXTURES / "gpu" / "gpu_v111" / "kineto.json.gz"
-    out = tmp_path / "pair.et"
-    link_pair(et, kineto, out, LinkOptions(), None)
-    assert_ranks_drawn(browser, html_page(tmp_path, out), [out])
-
-
 def test_browser_draws_a_dlrm_rank(browser, tmp_path, linked_once):
     out, _, _ = linked_once(*dlrm_pair(0), ".et")
     assert_ranks_drawn(browser, html_page(tmp_path, out), [out])
@@ -278,7 +271,7 @@ def test_browser_draws_a_dlrm_rank(browser, tmp_path, linked_once):
 
 def test_browser_draws_a_job(browser, tmp_path):
     """A job's page: one section per rank (the two GPU fixtures as ranks 0 and 1, each with its
-    streams; a real job's rank is drawn by the dlrm test above)."""
+    streams: each fixture pair drawn as a rank; a real job's rank is drawn by the dlrm test above)."""
     outs = []
     for rank, name in enumerate(("gpu_v101", "gpu_v111")):  # named as a job's files are named
         outs.append(tmp_path / f"rank{rank}.et")
