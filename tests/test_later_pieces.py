@@ -191,20 +191,28 @@ def _random_thread(rng, n_roots: int = 4):
 
 def _later_pieces_by_scanning(starts, ends, parent_op):
     """The rule read literally, one piece at a time: each op with a parent op ends a piece of that
-    parent, from its end to the next op starting then or later (or the parent's end, if sooner);
-    the piece follows the op started last before it began. (op, after, begin, length) of each, in
-    time order. O(n²)."""
+    parent, from its end to the next op starting then or later that is neither the child nor
+    inside it (or the parent's end, if sooner); the piece follows the op the thread ran last
+    before that next op. (op, after, begin, length) of each, in time order. O(n²)."""
     n = len(starts)
+
+    def inside(p, ancestor):
+        while p >= 0:
+            if p == ancestor:
+                return True
+            p = parent_op[p]
+        return False
+
     pieces = []
     for child in range(n):
         owner = parent_op[child]
         if owner < 0:
             continue
         begin = ends[child]
-        later = [p for p in range(n) if starts[p] >= begin]
+        later = [p for p in range(n) if starts[p] >= begin and not inside(p, child)]
         finish = min(starts[later[0]] if later else math.inf, ends[owner])
         if finish > begin:
-            pieces.append((owner, max(p for p in range(n) if starts[p] < begin), begin, finish - begin))
+            pieces.append((owner, (later[0] if later else n) - 1, begin, finish - begin))
     return sorted(pieces, key=lambda piece: (piece[2], piece[0]))
 
 
@@ -226,12 +234,12 @@ def test_later_pieces_agree_with_the_rule_read_literally():
 
 
 def test_launch_cuts_by_hand():
-    """``cut_at_launches`` on hand-worked stretches: op 0's own part runs 0-100 µs, op 1 has a
+    """``cut_at_handoffs`` on hand-worked stretches: op 0's own part runs 0-100 µs, op 1 has a
     piece 200-300 (following op 5). A launch (given by its call's start) cuts the stretch it lies
     in where the call began when its GPU op began before the part it would wait for ended;
     launches are taken latest first, so an earlier one is checked against the part a later cut
     left."""
-    from linker.plan.later_pieces import cut_at_launches
+    from linker.plan.later_pieces import cut_at_handoffs
 
     owners, targets, begins, finishes = [1], [5], [200.0], [300.0]
     launches = [
@@ -242,7 +250,7 @@ def test_launch_cuts_by_hand():
         (1, 299.5, 300.0),  # began within 1 µs of the part's end: no cut
         (2, 10.0, 11.0),   # an op with no stretches known: nothing
     ]
-    cut_at_launches(owners, targets, begins, finishes, launches, {0: (0.0, 100.0)})
+    cut_at_handoffs(owners, targets, begins, finishes, launches, {0: (0.0, 100.0)})
     added = sorted(zip(owners[1:], targets[1:], begins[1:], finishes[1:]))
     # op 0: the call at 60 is taken first (its kernel began at 101, after 100: no cut), then the
     # call at 40 (kernel at 42 < 100: cut), then the call at 20 (45 > 40: no cut)

@@ -113,7 +113,8 @@ def test_where_time_goes_ranks_work_not_waiting(threads_outputs):
     join = names[names["name"] == "## main:join_threads ##"].iloc[0]
     assert names.sort_values("exclusive_us", ascending=False).iloc[0]["name"] == "## main:join_threads ##"
     assert join["blocked_us"] > 0.9 * join["exclusive_us"] > 10_000
-    assert join["busy_us"] == pytest.approx(join["exclusive_us"] - join["blocked_us"], abs=1e-3)
+    # its node and its part after the wait (the join edges' target), 3 decimals each
+    assert join["busy_us"] == pytest.approx(join["exclusive_us"] - join["blocked_us"], abs=2e-3)
     assert names.index[names["name"] == "## main:join_threads ##"][0] > 3
 
 

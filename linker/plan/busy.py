@@ -109,6 +109,9 @@ class BusyTimes:
     deferred: list[float] = field(default_factory=list)
     pieces: Pieces = field(default_factory=Pieces)
     trailing_gap: dict[int, float] = field(default_factory=dict)  # op -> the host gap after it (``_host_gaps``)
+    # join edges into the op the main thread waited in: (source, target) -> when the wait ended;
+    # the op's stretch is cut there and the edge goes to the part after it (``deps``)
+    resumed_at: dict[tuple[int, int], float] = field(default_factory=dict)
 
 
 @dataclass
@@ -353,14 +356,32 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
             gap_waits[position] = gap_waits.get(position, 0.0) + hi - lo
     for tid, timeline in timelines.items():
         _host_gaps(busy, timeline, gap_waits if tid == busy.main_tid else None, burst_firsts)
-    launches = [(link.et_index, link.launch.ts, link.event.ts) for link in et_plus.gpu_links
-                if link.launch is not None and link.et_index >= 0]
-    busy.deferred, busy.pieces = later_pieces(timelines.values(), nesting_parent_ops(et_plus), ends,
+    handoffs = [(link.et_index, link.launch.ts, link.event.ts) for link in et_plus.gpu_links
+                if link.launch is not None and link.et_index >= 0]  # launches
+    parent_op = nesting_parent_ops(et_plus)
+    for source, target, cause in busy.cross:  # forks: the main thread's stretch running at the burst's start
+        if cause == FORK and linked[target]:
+            running = _running_at(source, starts[target], parent_op, starts, ends)
+            if running >= 0:
+                handoffs.append((running, starts[target], starts[target]))
+    for (_, waiter), resumed in busy.resumed_at.items():  # joins: cut the waiting op where it resumed
+        handoffs.append((waiter, resumed, resumed))
+    busy.deferred, busy.pieces = later_pieces(timelines.values(), parent_op, ends,
                                               exclusive_of_op, busy.blocked, blocked_at, n,
-                                              frozenset(collectives or ()), launches)
+                                              frozenset(collectives or ()), handoffs)
     _gaps_after_pieces(busy)
     _sim_times(busy, exclusive_of_op, linked)
     return busy
+
+
+def _running_at(op: int, t: float, parent_op: list[int], starts: list[float], ends: list[float]) -> int:
+    """The op of ``op``'s thread whose time holds measured time ``t``: ``op`` itself or the nearest
+    enclosing op (``parent_op``) still running then; -1 when none is (a gap between ops). A fork
+    from ``op`` comes from what its thread ran by ``t`` (``deps.OpParts.ran_before``): the stretch
+    of that op holding ``t`` is cut there. O(depth)."""
+    while op >= 0 and not starts[op] <= t < ends[op]:
+        op = parent_op[op]
+    return op
 
 
 def _gaps_after_pieces(busy: BusyTimes) -> None:
@@ -545,6 +566,8 @@ def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
                 target = at_end.waiter
             if target >= 0:
                 busy.cross.append((last_op, target, JOIN))
+                if target == at_end.waiter:  # it waited inside that op: what of it ran after the burst
+                    busy.resumed_at[(last_op, target)] = end
             joined_in = at_end.waiter
         if (at_start is not None and at_start.inside and at_start.waiter >= 0
                 and (at_end is None or at_start.key != at_end.key)):

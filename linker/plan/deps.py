@@ -440,6 +440,16 @@ class OpParts:
             return nodes[-1]
         return nodes[max(0, bisect_left(self.begins[op], t) - 1)]
 
+    def after(self, op: int, t: float) -> int:
+        """The first part of ``op`` that began at or after measured time ``t`` (its last part when
+        none did; the op itself when it has no pieces): what of the op ran once a wait that ended
+        at ``t`` was over (a join into the op the thread waited in, whose stretch is cut there; a
+        part holding only the wait has no busy time and is no node). O(log pieces of the op)."""
+        nodes = self.nodes.get(op)
+        if nodes is None:
+            return op
+        return nodes[min(len(nodes) - 1, bisect_left(self.begins[op], t))]
+
     def ran_before(self, op: int, t: float) -> int:
         """The last node of ``op``'s thread that began before measured time ``t`` from ``op`` on:
         ``before``, then the pieces the thread ran after it that began before ``t`` (all of them
@@ -527,10 +537,14 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommReso
     _settle_after_chain(pieces, prev, n, op_starts)
     _thread_pieces(ctrl, prev, pieces, n, n + g)
     launchers = {link.et_index for link in et_plus.gpu_links if link.launch is not None}
-    parts = OpParts.of(pieces, n + g, prev, launchers | {source for source, _, _ in busy.cross})
+    parts = OpParts.of(pieces, n + g, prev, launchers | {source for source, _, _ in busy.cross}
+                       | {waiter for _, waiter in busy.resumed_at})
     extra: dict[int, list[tuple[int, str]]] = {}
     for source, target, cause in busy.cross:
-        source = parts.ran_before(source, op_starts[target])  # what the thread had run by then
+        resumed = busy.resumed_at.get((source, target))
+        source = parts.ran_before(source, op_starts[target] if resumed is None else resumed)  # what it had run by then
+        if resumed is not None:  # a join into the op the main thread waited in: its part after the wait
+            target = parts.after(target, resumed)
         if source != target and source != prev[target] and source != ctrl[target]:
             extra.setdefault(target, []).append((source, cause))
     for k, link in enumerate(et_plus.gpu_links if parts else ()):  # a launch in a later piece: from there

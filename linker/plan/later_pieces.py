@@ -18,9 +18,9 @@ from itertools import compress, repeat
 from operator import gt, not_, sub
 
 
-# A launch whose GPU op began less than this before its stretch of the launching op ended leaves
+# A hand-off whose work began less than this before its stretch of the handing op ended leaves
 # the stretch whole: a microsecond is the ``.et``'s unit, and a cut that fine changes no replay.
-LAUNCH_CUT_MIN_US = 1.0
+HANDOFF_CUT_MIN_US = 1.0
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Pieces:
 
 def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusive_of_op: list[float],
                  blocked_of: list[float], blocked_at: list[tuple[int, float, float]], n: int,
-                 skip: frozenset = frozenset(), launches: list[tuple[int, float, float]] = ()
+                 skip: frozenset = frozenset(), handoffs: list[tuple[int, float, float]] = ()
                  ) -> tuple[list[float], Pieces]:
     """Each op's exclusive time after its first child, as pieces a replay runs where they lay.
 
@@ -66,21 +66,23 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     which is not exclusive time; an op's pieces then move in time order until that is used up.
 
     A stretch of an op (its own part before its first child, or a piece) is also cut where the op
-    launched GPU work that began before the stretch ended (``cut_at_launches``): a launch edge
-    comes from the part of the op that ran up to the launch call, so a kernel waits for what its
-    launcher had done by then, not for the rest of the stretch (nor for the call itself: a copy
-    from pageable memory runs during its call).
+    handed off work that began before the stretch ended (``cut_at_handoffs``): a GPU op it
+    launched, or another thread's burst it forked. The edge to that work comes from the part of
+    the op that ran up to the hand-off, so a kernel waits for what its launcher had done by then,
+    not for the rest of the stretch (nor for the call itself: a copy from pageable memory runs
+    during its call), and a worker's burst for what the main thread had run when it began.
 
     ``timelines``: per thread, the linked ops in start order (``Timeline``); ``parent_op``: each
     op's enclosing linked op by the Kineto nesting (``nesting_parent_ops``); ``ends_of``: each
     op's measured end; ``skip``: ops whose pieces stay on them and that no piece follows (CPU
-    collectives: their busy time comes from their measured interval); ``launches``: (op, start of
-    its launch call, the GPU op's start) for each GPU op with a launch call. Returns ``deferred`` per
+    collectives: their busy time comes from their measured interval); ``handoffs``: (op, where it
+    handed the work off, where the work began): the start of the launch call and of the GPU op for
+    each GPU op with a launch call, the burst's start twice for a fork. Returns ``deferred`` per
     ET node (µs taken out of an op: the sum of its pieces) and the ``Pieces``; per thread the
     total busy time is unchanged.
 
     Cost: O(m log m) per thread of m ops in C passes (one bisect per op), a loop over the pieces
-    found, O(b) for b blocked stretches and O(l log l) for l launches; O(n) floats. No scan per op.
+    found, O(b) for b blocked stretches and O(h log h) for h hand-offs; O(n) floats. No scan per op.
     """
     owners: list[int] = []
     targets: list[int] = []
@@ -89,18 +91,19 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     finishes: list[float] = []
     own_parts: dict[int, tuple[float, float]] = {}  # op -> its own part (start, first child's start or end)
     for timeline in timelines:
-        if launches:
+        if handoffs:
             own_parts.update(_own_parts(timeline, parent_op, ends_of))
         ops, starts, ends = timeline.ops, timeline.starts, timeline.ends
         owner = list(map(parent_op.__getitem__, ops))
         if min(owner, default=-1) >= 0:  # every op in some linked op (the usual case)
-            begin, own = ends, owner  # a piece begins where a child ends; its op
+            begin, own, child = ends, owner, ops  # a piece begins where a child ends; its op
         else:
-            children = list(compress(range(len(ops)), map((0).__le__, owner)))  # positions with a parent op
+            children = [i for i, parent in enumerate(owner) if parent >= 0]  # positions with a parent op
             if not children:
                 continue
-            begin, own = list(map(ends.__getitem__, children)), list(map(owner.__getitem__, children))
+            begin, own, child = ([column[i] for i in children] for column in (ends, owner, ops))
         after = list(map(bisect_left, repeat(starts), begin))  # the thread's next op starting then or later
+        _past_the_child(after, begin, child, ops, starts, parent_op)
         next_start = starts + [math.inf]
         finish = list(map(min, map(next_start.__getitem__, after), map(ends_of.__getitem__, own)))
         length = list(map(sub, finish, begin))
@@ -122,9 +125,8 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
                 if targets[j] not in skip]
         owners, targets, lengths, starts_at, finishes = ([column[j] for j in kept] for column in
                                                          (owners, targets, lengths, starts_at, finishes))
-    if launches:
-        cut_at_launches(owners, targets, starts_at, finishes, [launch for launch in launches if launch[0] not in skip],
-                        own_parts)
+    if handoffs:
+        cut_at_handoffs(owners, targets, starts_at, finishes, [h for h in handoffs if h[0] not in skip], own_parts)
         order = sorted(range(len(owners)), key=starts_at.__getitem__)
         owners, targets, starts_at, finishes = ([column[j] for j in order] for column in
                                                 (owners, targets, starts_at, finishes))
@@ -146,6 +148,32 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     return deferred, pieces
 
 
+def _past_the_child(after: list[int], begin: list[float], child: list[int], ops: list[int], starts: list[float],
+                    parent_op: list[int]) -> None:
+    """Move each ``after[k]`` (the first position of the thread starting at or after ``begin[k]``,
+    child ``child[k]``'s end) past that child and the ops inside it starting exactly at its end: a
+    child of no duration starts at its own end, and an op of no duration at the end of its parent
+    (``aten::zero_`` closing ``aten::zeros``) is not the op the thread ran next either; taking
+    them for it left the gap after the child on the parent's first part. Only positions whose op starts exactly at the child's end are looked at (rare), each
+    with an ancestor walk bounded by the tree's depth."""
+    for k in [k for k, (position, end) in enumerate(zip(after, begin)) if position < len(ops) and starts[position] == end]:
+        position = after[k]
+        while position < len(ops) and starts[position] == begin[k] and (
+                ops[position] == child[k] or _inside(ops[position], child[k], parent_op)):
+            position += 1
+        after[k] = position
+
+
+def _inside(op: int, ancestor: int, parent_op: list[int]) -> bool:
+    """Whether ``ancestor`` encloses ``op`` by the Kineto nesting (``parent_op``, -1 at the top)."""
+    op = parent_op[op]
+    while op >= 0:
+        if op == ancestor:
+            return True
+        op = parent_op[op]
+    return False
+
+
 def _own_parts(timeline, parent_op: list[int], ends_of: list[float]) -> dict[int, tuple[float, float]]:
     """Each op of a thread -> its own part: from its start to its first child's start (its end when
     it has none). O(m) over the thread's m ops in start order."""
@@ -159,17 +187,18 @@ def _own_parts(timeline, parent_op: list[int], ends_of: list[float]) -> dict[int
     return parts
 
 
-def cut_at_launches(owners: list[int], targets: list[int], begins: list[float], finishes: list[float],
-                    launches: list[tuple[int, float, float]], own_parts: dict[int, tuple[float, float]]) -> None:
-    """Cut the stretches of an op where it launched GPU work that began before the stretch ended
-    (by more than ``LAUNCH_CUT_MIN_US``): the stretch is the op's own part (``own_parts``) or one of
-    its pieces (index j of the columns); a cut where the launch call began ends the stretch there
-    and makes the rest, the call included, a piece of its own (same op; following what the stretch
-    followed: the op itself for its own part, ``targets[j]`` for a piece), appended to the
-    columns. A launch edge then comes from the part that ran up to the call
-    (``deps.OpParts.before``). The launches of a stretch are taken latest first, so each is
-    checked against the part it ends up in. O(l log l + p) for l launches and p pieces."""
-    if not launches:
+def cut_at_handoffs(owners: list[int], targets: list[int], begins: list[float], finishes: list[float],
+                    handoffs: list[tuple[int, float, float]], own_parts: dict[int, tuple[float, float]]) -> None:
+    """Cut the stretches of an op where it handed off work (a launch call, a fork) that began
+    before the stretch ended (by more than ``HANDOFF_CUT_MIN_US``): the stretch is the op's own
+    part (``own_parts``) or one of its pieces (index j of the columns); a cut where the hand-off
+    began ends the stretch there and makes the rest, the call included, a piece of its own (same
+    op; following what the stretch followed: the op itself for its own part, ``targets[j]`` for a
+    piece), appended to the columns. The edge to the work then comes from the part that ran up to
+    the hand-off (``deps.OpParts.before`` / ``ran_before``). The hand-offs of a stretch are taken
+    latest first, so each is checked against the part it ends up in. O(h log h + p) for h
+    hand-offs and p pieces."""
+    if not handoffs:
         return
     stretches: dict[int, list[tuple[float, float, int]]] = {}  # op -> (begin, end, piece j or -1)
     for op, (begin, end) in own_parts.items():
@@ -179,19 +208,19 @@ def cut_at_launches(owners: list[int], targets: list[int], begins: list[float], 
     for op_stretches in stretches.values():
         op_stretches.sort()
     by_stretch: dict[tuple[int, int], list[tuple[float, float]]] = {}
-    for op, call, gpu_start in launches:
+    for op, call, work_start in handoffs:
         op_stretches = stretches.get(op)
         if op_stretches is None:
             continue
         k = bisect_right(op_stretches, (call, math.inf, math.inf)) - 1
         if k < 0 or not call < op_stretches[k][1]:
             continue  # the call begins outside the op's own time (in a child, or after the stretch)
-        by_stretch.setdefault((op, k), []).append((call, gpu_start))
+        by_stretch.setdefault((op, k), []).append((call, work_start))
     for (op, k), calls in by_stretch.items():
         begin, end, j = stretches[op][k]
         follows = op if j < 0 else targets[j]
-        for call, gpu_start in sorted(calls, reverse=True):
-            if call <= begin or end - gpu_start <= LAUNCH_CUT_MIN_US or call >= end:
+        for call, work_start in sorted(calls, reverse=True):
+            if call <= begin or end - work_start <= HANDOFF_CUT_MIN_US or call >= end:
                 continue
             owners.append(op)
             targets.append(follows)
@@ -213,17 +242,23 @@ def _pieces_of(owners: list[int], wanted: set[int]) -> dict[int, list[int]]:
 
 def _leave_waits_in_place(owners: list[int], lengths: list[float], starts_at: list[float],
                           blocked_at: list[tuple[int, float, float]]) -> None:
-    """Shorten each piece by the blocked stretches of its op that begin inside it (a wait is not
-    busy time wherever it lies). O(p + b log p) for p pieces and b blocked stretches."""
+    """Shorten each piece by the blocked time of its op lying inside it (a wait is not busy time
+    wherever it lies): a blocked stretch takes its overlap out of every piece it spans (a wait cut
+    where the op resumed after several threads' ends spans the pieces between those ends).
+    O(p + b log p) for p pieces and b blocked stretches, plus the pieces a stretch spans."""
     if not blocked_at or not owners:
         return
     pieces_of = _pieces_of(owners, {op for op, _, _ in blocked_at})
     marks_of = {op: [starts_at[j] for j in pieces] for op, pieces in pieces_of.items()}
+    ends_of = {op: [starts_at[j] + lengths[j] for j in pieces] for op, pieces in pieces_of.items()}
     for op, where, length in blocked_at:
         pieces = pieces_of.get(op)
         if pieces is None:
             continue
-        k = bisect_right(marks_of[op], where) - 1
-        if k >= 0 and where < starts_at[pieces[k]] + lengths[pieces[k]]:
-            j = pieces[k]
-            lengths[j] = max(0.0, lengths[j] - length)
+        marks, ends, until = marks_of[op], ends_of[op], where + length
+        k = max(0, bisect_right(marks, where) - 1)
+        while k < len(pieces) and marks[k] < until:
+            overlap = min(ends[k], until) - max(marks[k], where)
+            if overlap > 0:
+                lengths[pieces[k]] = max(0.0, lengths[pieces[k]] - overlap)
+            k += 1

@@ -1,0 +1,92 @@
+"""Edges between threads come from the part of an op that ran by then, and go to the part that ran
+after: a fork from the stretch of the main thread running when the worker's burst began (cut
+there), a join into the op the main thread waited in goes to its part after the wait (cut where
+it resumed), and a child of no duration ending where it starts is not the op the thread ran next.
+Checked on a hand-made trace with times worked by hand, and on real traces with plain code over
+the ET+ JSON (an edge m -> n is contradicted when m's measured start plus the busy time the ET+
+gives m passes n's measured start)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import FIXTURES, shared_trace
+from linker.pipeline import link_pair
+
+
+def _contradicted(nodes: list[dict], slack: float = 50.0) -> list[tuple]:
+    by_id = {n["id"]: n for n in nodes}
+    found = []
+    for node in nodes:
+        if "ts" not in node:
+            continue
+        for source_id, cause in zip(node.get("data_deps", []), node.get("data_dep_causes", [])):
+            source = by_id[source_id]
+            if "ts" in source and source["ts"] + source["sim_dur"] - node["ts"] > slack:
+                found.append((cause, source_id, node["id"]))
+    return found
+
+
+def test_fork_from_the_part_before_the_burst_and_join_into_the_part_after_the_wait(tmp_path):
+    """ProfilerStep#1 (0-400 µs) runs aten::a (10-100) on the main thread, then idles while a
+    worker runs aten::b (150-300). Its 310 µs of own time lie in three stretches: 0-10 before a,
+    100-150 up to the burst, 300-400 after it; 150-300 it waited. The burst follows the 100-150
+    piece, the piece from 300 follows the burst; before, this trace made a dependency cycle (the
+    join went into the op whose later piece the fork came from)."""
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 400,
+         "args": {"Record function id": 1, "External id": 1}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::a", "pid": 1, "tid": 1, "ts": 10, "dur": 90,
+         "args": {"Record function id": 2, "External id": 2}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::b", "pid": 1, "tid": 2, "ts": 150, "dur": 150,
+         "args": {"Record function id": 3, "External id": 3}},
+    ]
+    trace = tmp_path / "kineto.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    out = tmp_path / "out.json"
+    link_pair(None, trace, out)
+    nodes = json.loads(out.read_text())["nodes"]
+    step = next(n for n in nodes if n["name"] == "ProfilerStep#1" and "continues" not in n)
+    pieces = sorted((n for n in nodes if n.get("continues") == step["id"]), key=lambda n: n["ts"])
+    assert [(p["ts"], p["sim_dur"]) for p in pieces] == [(100, 50), (300, 100)]
+    assert step["sim_dur"] == 10
+    b = next(n for n in nodes if n["name"] == "aten::b")
+    causes = dict(zip(b["data_deps"], b["data_dep_causes"]))
+    assert causes[pieces[0]["id"]] == "fork"
+    causes = dict(zip(pieces[1]["data_deps"], pieces[1]["data_dep_causes"]))
+    assert causes[b["id"]] == "join"
+    assert not _contradicted(nodes, slack=0.0)
+
+
+def test_join_threads_waits_for_each_worker_in_its_part_after_the_wait(tmp_path):
+    """The autograd fixture's ``## main:join_threads ##`` waits 18 ms for three worker threads that
+    end at different times: every join edge into it comes to a part that began after that
+    worker's op ended, and no join or parent edge of the fixture is contradicted."""
+    et, kineto = FIXTURES / "cpu" / "autograd_threads" / "et.json.gz", FIXTURES / "cpu" / "autograd_threads" / "kineto.json.gz"
+    out = tmp_path / "out.json"
+    link_pair(et, kineto, out)
+    nodes = json.loads(out.read_text())["nodes"]
+    by_id = {n["id"]: n for n in nodes}
+    join_threads = [n for n in nodes if n["name"] == "## main:join_threads ##"]
+    joins = [(by_id[d], n) for n in join_threads for d, c in zip(n["data_deps"], n["data_dep_causes"]) if c == "join"]
+    assert len(joins) >= 3
+    for source, target in joins:
+        assert source["ts"] + source["dur"] <= target["ts"] + 1e-6, (source["id"], target["id"])
+    assert not [edge for edge in _contradicted(nodes) if edge[0] in ("join", "parent")]
+
+
+def test_a_child_of_no_duration_leaves_the_gap_after_it_to_its_parent(tmp_path):
+    """A public HTA trace whose ``aten::zeros`` end with an ``aten::zero_`` of no duration at their
+    end, and whose ``aten::empty`` children last 0 µs: ``ProfilerStep#1009``'s gaps after them
+    (402 µs after an ``aten::detach`` among them) are pieces of its own, so it keeps 2 µs before
+    its first child and no parent edge is contradicted."""
+    trace = shared_trace("sweep", "hta__distributed_info_unavailable__distributed_info_not_found.json.gz")
+    out = tmp_path / "out.json"
+    link_pair(None, trace, out)
+    nodes = json.loads(out.read_text())["nodes"]
+    step = next(n for n in nodes if n["name"] == "ProfilerStep#1009" and "continues" not in n)
+    first_child = min(n["ts"] for n in nodes if n.get("ctrl_deps") == step["id"] and "continues" not in n and "ts" in n)
+    assert step["sim_dur"] == pytest.approx(first_child - step["ts"])
+    assert not _contradicted(nodes)
