@@ -2,7 +2,7 @@
 same events, so one ET links through any of the three sources (equivalence fixtures, issue 32).
 
     python scripts/kineto_to_sqlite.py KINETO.json[.gz] --nsys OUT.sqlite --nvprof OUT.nvvp
-        [--strip-op-id] [--repeat N]
+        [--strip-op-id] [--repeat N] [--graph-trace]
 
 What is written, from the Kineto events (the Kineto file is read with ``json``, not with et-link):
 
@@ -16,7 +16,16 @@ What is written, from the Kineto events (the Kineto file is read with ``json``, 
   table, names with a ``_v7000`` suffix as nsys writes them; nvprof: RUNTIME / DRIVER tables keyed
   by CUPTI callback id, the event's ``cbid`` or the id of its name);
 - kernels, memcpys, memsets become activity rows (device = ``device`` arg or pid, stream =
-  ``stream`` arg or tid, the copy/memory kinds parsed back from Kineto's names).
+  ``stream`` arg or tid, the copy/memory kinds parsed back from Kineto's names);
+- CUDA graphs (nsys): the GPU ops of a ``cudaGraphLaunch`` / ``hipGraphLaunch`` (one correlation)
+  are a graph execution. Kineto does not record which graph: launches whose GPU ops are the same
+  sequence (category, name, stream) are one graph, numbered 1, 2, … in order of first launch.
+  By default their rows carry ``graphId`` (kernels) and ``graphNodeId`` (kernels, memcpys,
+  memsets: graph id × 1000 + the op's place in its launch, from 1), as nsys writes them under
+  ``--cuda-graph-trace=node``; with ``--graph-trace`` (nsys's ``--cuda-graph-trace=graph``) they
+  are left out and each launch is one ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` row instead (first op's
+  start to last op's end, first op's device and stream, ``graphId``, ``graphExecId`` = graph id),
+  and ``META_DATA_CAPTURE`` says which mode.
 
 Times: ns = the Kineto µs value times 1000, computed exactly from its decimal text (Kineto writes
 at most 3 decimals), so ``ns / 1000`` reads back as the same float. Threads whose ids do not fit
@@ -45,6 +54,8 @@ from linker.read.nvprof import CBID_OF_NAME, DRIVER_CBID_OF_NAME  # noqa: E402
 CPU_CATS = ("cpu_op", "user_annotation")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch")
+GRAPH_NODES_PER_ID = 1000  # graphNodeId = graph id * this + the op's place in its launch
 COPY_KINDS = {"HtoD": 1, "DtoH": 2, "HtoA": 3, "AtoH": 4, "AtoA": 5, "AtoD": 6, "DtoA": 7, "DtoD": 8,
               "HtoH": 9, "PtoP": 10}
 MEMORY_KINDS = {"Pageable": 1, "Pinned": 2, "Device": 3, "Array": 4, "Managed": 5, "Device Static": 6,
@@ -146,18 +157,65 @@ CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NO
 CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
   contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER,
   demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, mangledName INTEGER, launchType INTEGER,
-  gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER, blockZ INTEGER);
+  gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER, blockZ INTEGER,
+  graphNodeId INTEGER, graphId INTEGER);
 CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
   contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER,
-  bytes INTEGER NOT NULL, copyKind INTEGER NOT NULL, srcKind INTEGER, dstKind INTEGER);
+  bytes INTEGER NOT NULL, copyKind INTEGER NOT NULL, srcKind INTEGER, dstKind INTEGER, graphNodeId INTEGER);
 CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
   contextId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER,
-  value INTEGER NOT NULL, bytes INTEGER NOT NULL, memKind INTEGER);
+  value INTEGER NOT NULL, bytes INTEGER NOT NULL, memKind INTEGER, graphNodeId INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER,
+  contextId INTEGER, greenContextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER,
+  graphId INTEGER, graphExecId INTEGER);
+CREATE TABLE META_DATA_CAPTURE (name TEXT, value TEXT);
 """
 
 
-def write_nsys(kineto: Path, out: Path, strip_op_id: bool = False, repeat: int = 1) -> None:
-    """The nsys-schema SQLite file of ``kineto`` (``repeat`` copies)."""
+def graph_nodes(runtime: list[dict], gpu: list[dict]) -> dict[int, tuple[int, int]]:
+    """``id(event)`` of each GPU op a graph launch carries -> (graph id, graph node id). Launches
+    whose ops (in start order) have the same (category, name, stream) run one graph; graphs are
+    numbered from 1 in order of first launch. O(g log g)."""
+    launches = {_corr(e, 0) for e in runtime if e["name"] in GRAPH_LAUNCHES} - {None}
+    by_launch: dict[int, list[dict]] = {}
+    for e in gpu:
+        corr = _corr(e, 0)
+        if corr in launches:
+            by_launch.setdefault(corr, []).append(e)
+    graph_of: dict[tuple, int] = {}
+    nodes = {}
+    for corr in sorted(by_launch, key=lambda c: min(ns(e["ts"]) for e in by_launch[c])):
+        ops = sorted(by_launch[corr], key=lambda e: ns(e["ts"]))
+        signature = tuple((e["cat"], e["name"], _placement(e)[1]) for e in ops)
+        graph = graph_of.setdefault(signature, len(graph_of) + 1)
+        for place, e in enumerate(ops, start=1):
+            nodes[id(e)] = (graph, graph * GRAPH_NODES_PER_ID + place)
+    return nodes
+
+
+def graph_trace_rows(gpu: list[dict], nodes: dict, gpid: int) -> list[tuple]:
+    """One ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` row per graph launch (``graph_nodes``): start, end,
+    device, context, green context, stream, correlation, globalPid, graph id, graph exec id."""
+    spans: dict[int, list] = {}
+    for e in gpu:
+        if id(e) not in nodes:
+            continue
+        start, end = ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])
+        span = spans.get(_corr(e, 0))
+        if span is None:
+            device, stream = _placement(e)
+            spans[_corr(e, 0)] = [start, end, device, stream, nodes[id(e)][0]]
+        else:
+            if start < span[0]:
+                span[0], span[2], span[3] = start, *_placement(e)
+            span[1] = max(span[1], end)
+    return [(a, b, d, 1, None, st, c, gpid, g, g) for c, (a, b, d, st, g) in spans.items()]
+
+
+def write_nsys(kineto: Path, out: Path, strip_op_id: bool = False, repeat: int = 1,
+               graph_trace: bool = False) -> None:
+    """The nsys-schema SQLite file of ``kineto`` (``repeat`` copies). ``graph_trace``: each CUDA
+    graph launch as one graph-trace row, its GPU ops left out (module docstring)."""
     cpu, runtime, gpu, main_pid, span, op_step, corr_step = _events(kineto)
     threads = _Threads()
     strings: dict[str, int] = {}
@@ -174,22 +232,29 @@ def write_nsys(kineto: Path, out: Path, strip_op_id: bool = False, repeat: int =
     calls = [(ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), int(e["cat"] == "cuda_driver"), gtid(e["pid"], e["tid"]),
               _corr(e, 0), sid(e["name"] + "_v7000")) for e in runtime]
     gpid = main_pid << 24
+    nodes = graph_nodes(runtime, gpu)
+    graphs = graph_trace_rows(gpu, nodes, gpid) if graph_trace else []
     kernels, copies, sets = [], [], []
     for e in gpu:
+        if graph_trace and id(e) in nodes:
+            continue
         start, end = ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])
         device, stream = _placement(e)
+        graph, node = nodes.get(id(e), (None, None))
         if e["cat"] == "kernel":
             kernels.append((start, end, device, stream, _corr(e, 0), gpid, sid(e["name"]),
-                            sid(e["name"].split("<")[0].split("(")[0])))
+                            sid(e["name"].split("<")[0].split("(")[0]), node, graph))
         elif e["cat"] == "gpu_memcpy":
-            copies.append((start, end, device, stream, _corr(e, 0), gpid, *_copy_kinds(e)))
+            copies.append((start, end, device, stream, _corr(e, 0), gpid, *_copy_kinds(e), node))
         else:
-            sets.append((start, end, device, stream, _corr(e, 0), gpid, _memset_kind(e)))
+            sets.append((start, end, device, stream, _corr(e, 0), gpid, _memset_kind(e), node))
     out.unlink(missing_ok=True)
     conn = sqlite3.connect(out)
     conn.executescript(NSYS_DDL)
     conn.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)", [
         ("EXPORT_PRODUCT_VERSION", "et-link scripts/kineto_to_sqlite.py"), ("EXPORT_SCHEMA_VERSION", "3.0.0")])
+    conn.execute("INSERT INTO META_DATA_CAPTURE VALUES ('CUDA_GRAPH_TRACE_OPTIONS:MODE', ?)",
+                 ("Graph" if graph_trace else "Node",))
     for copy in range(repeat):
         dt, op_shift, dc = copy * span, copy * op_step, copy * corr_step
         conn.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
@@ -199,12 +264,18 @@ def write_nsys(kineto: Path, out: Path, strip_op_id: bool = False, repeat: int =
         conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, 0, NULL)",
                          ((a + dt, b + dt, d, g, _shift(c, dc), n) for a, b, d, g, c, n in calls))
         conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
-                         "correlationId, globalPid, demangledName, shortName) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?)",
-                         ((a + dt, b + dt, d, st, _shift(c, dc), g, n1, n2) for a, b, d, st, c, g, n1, n2 in kernels))
-        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, ?, 1, ?, ?, ?, 0, ?, ?, ?)",
-                         ((a + dt, b + dt, d, st, _shift(c, dc), g, k, sk, dk) for a, b, d, st, c, g, k, sk, dk in copies))
-        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (?, ?, ?, 1, ?, ?, ?, 0, 0, ?)",
-                         ((a + dt, b + dt, d, st, _shift(c, dc), g, k) for a, b, d, st, c, g, k in sets))
+                         "correlationId, globalPid, demangledName, shortName, graphNodeId, graphId) "
+                         "VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)",
+                         ((a + dt, b + dt, d, st, _shift(c, dc), g, n1, n2, gn, gi)
+                          for a, b, d, st, c, g, n1, n2, gn, gi in kernels))
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, ?, 1, ?, ?, ?, 0, ?, ?, ?, ?)",
+                         ((a + dt, b + dt, d, st, _shift(c, dc), g, k, sk, dk, gn)
+                          for a, b, d, st, c, g, k, sk, dk, gn in copies))
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (?, ?, ?, 1, ?, ?, ?, 0, 0, ?, ?)",
+                         ((a + dt, b + dt, d, st, _shift(c, dc), g, k, gn) for a, b, d, st, c, g, k, gn in sets))
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         ((a + dt, b + dt, d, cx, gc, st, _shift(c, dc), g, gi, ge)
+                          for a, b, d, cx, gc, st, c, g, gi, ge in graphs))
     conn.executemany("INSERT INTO StringIds VALUES (?, ?)", ((i, v) for v, i in strings.items()))
     conn.commit()
     conn.close()
@@ -304,9 +375,11 @@ def main(argv=None) -> int:
     parser.add_argument("--nvprof", type=Path)
     parser.add_argument("--strip-op-id", action="store_true", help="leave op_id out of the range text")
     parser.add_argument("--repeat", type=int, default=1, help="nsys only: write the events this many times")
+    parser.add_argument("--graph-trace", action="store_true",
+                        help="nsys only: each CUDA graph launch as one CUPTI_ACTIVITY_KIND_GRAPH_TRACE row")
     args = parser.parse_args(argv)
     if args.nsys:
-        write_nsys(args.kineto, args.nsys, args.strip_op_id, args.repeat)
+        write_nsys(args.kineto, args.nsys, args.strip_op_id, args.repeat, args.graph_trace)
     if args.nvprof:
         write_nvprof(args.kineto, args.nvprof, args.strip_op_id)
     return 0
