@@ -190,3 +190,15 @@ def test_graph_trace_rows_of_launches_with_kernels_or_without_times_are_left_out
         [(e.name, e.ts, e.dur, e.args.correlation) for e in before.gpu_events]
     assert "2 graph-trace rows left out: their launch's kernels are in the file" in after.notes
     assert any(w.startswith("1 CUDA graph launches have no times") for w in after.warnings)
+
+
+def test_graph_trace_rows_read_alike_from_a_json_lines_export(linked, tmp_path):
+    from nsys_json_export import write_jsonlines
+
+    sqlite_path = linked["graph"][2]
+    lines = write_jsonlines(sqlite_path, tmp_path / "graph.jsonl")
+    expected, got = read_timing_trace(sqlite_path), read_timing_trace(lines)
+    assert [(e.name, e.ts, e.dur, e.pid, e.tid, e.args.correlation) for e in got.gpu_events] == \
+        [(e.name, e.ts, e.dur, e.pid, e.tid, e.args.correlation) for e in expected.gpu_events]
+    assert sum(e.name.startswith("CUDA graph ") for e in got.gpu_events) == len(EXPECTED)
+    assert got.notes[1:] == expected.notes[1:]
