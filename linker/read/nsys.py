@@ -23,6 +23,8 @@ What is read (docs/nsys.md has the details and sources):
   the device and stream of the row (a row whose correlation also has kernel rows is left out;
   one without times, start = end = 0, is left out with a warning).
 - The version from ``META_DATA_EXPORT`` (schema >= 3) or ``EXPORT_META_DATA`` (2.x).
+- NCCL's own ranges (another domain) and their payloads: the message size of each NCCL kernel
+  when the capture holds it (``linker.read.nccl_nvtx``), said in the notes either way.
 
 One output is one rank: a file with several PyTorch processes gives one of them (``prefer_pid``,
 the ET's, else the first by pid, with a warning) unless a process or ``ALL_PROCESSES`` is asked for.
@@ -47,6 +49,7 @@ from pathlib import Path
 
 from linker.model.errors import TraceInputError
 from linker.read import timing_model as model
+from linker.read.nccl_nvtx import add_nccl_sizes
 from linker.read.sqlite_source import ALL_PROCESSES, sqlite_problem
 
 NVTX_PUSH_POP = 59
@@ -238,9 +241,11 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     notes, warnings = range_notes(pids, processes, cpu, open_ops(conn, ranges_sql, pids, processes))
     warnings[:0] = chosen
     runtime = _runtime(conn, tables, pids, several, us)
-    gpu, graph_notes, graph_warnings = _gpu(conn, tables, pids, several, us)
+    gpu, graph_notes, graph_warnings, kernel_names = _gpu(conn, tables, pids, several, us)
     notes += graph_notes
     warnings += graph_warnings
+    notes += add_nccl_sizes(conn, tables, pids, us, runtime, gpu,
+                            any(processes.rows[p]["other_domains"] for p in pids), kernel_names)
     unlaunched = unlaunched_count(runtime, gpu)
     if unlaunched:
         warnings.append(f"{path}: {unlaunched} of {len(gpu)} GPU ops have no launch row in "
@@ -401,12 +406,13 @@ def _runtime(conn, tables, pids, several, us) -> list:
                          lambda rows, **order: model.runtime_events(rows, names, **order))
 
 
-def _gpu(conn, tables, pids, several, us) -> tuple[list, list[str], list[str]]:
-    """(GPU ops, notes, warnings): kernels, memcpys, memsets and whole-graph rows
-    (``_graph_trace``) of the chosen processes, by start time (kernels first at equal starts,
-    then file order: one query per table, no SQL sort; Python's stable sort of nearly sorted rows
-    is quick). Kernel names come from ``StringIds`` through a dict of the ids used."""
-    events = []
+def _gpu(conn, tables, pids, several, us) -> tuple[list, list[str], list[str], set[str]]:
+    """(GPU ops, notes, warnings, the distinct kernel names): kernels, memcpys, memsets and
+    whole-graph rows (``_graph_trace``) of the chosen processes, by start time (kernels first at
+    equal starts, then file order: one query per table, no SQL sort; Python's stable sort of
+    nearly sorted rows is quick). Kernel names come from ``StringIds`` through a dict of the ids
+    used."""
+    events, kernel_names = [], set()
     pid_list = ", ".join(map(str, pids))
     for table, cat in ((TABLE_KERNEL, "kernel"), (TABLE_MEMCPY, "gpu_memcpy"), (TABLE_MEMSET, "gpu_memset")):
         columns = tables.get(table)
@@ -417,6 +423,7 @@ def _gpu(conn, tables, pids, several, us) -> tuple[list, list[str], list[str]]:
             key = next((c for c in ("demangledName", "shortName") if c in columns), None)
             name = key or "NULL"
             names = _string_names(conn, table, key, tables, strip=False) if key else {}
+            kernel_names.update(names.values())
         elif cat == "gpu_memcpy":
             name = model.memcpy_name_sql("copyKind", *(c if c in columns else None for c in ("srcKind", "dstKind")))
         else:
@@ -429,7 +436,7 @@ def _gpu(conn, tables, pids, several, us) -> tuple[list, list[str], list[str]]:
     graphs, notes, warnings = _graph_trace(conn, tables, pid_list, several, us, events)
     events += graphs
     events.sort(key=_TS)
-    return events, notes, warnings
+    return events, notes, warnings, kernel_names
 
 
 GPU_COLUMNS = frozenset({"start", "end", "deviceId", "streamId", "correlationId", "globalPid"})
