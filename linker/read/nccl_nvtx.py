@@ -15,8 +15,8 @@ other form, and no public capture with payloads was found to check it against (t
 have hold the schemas but no ``binaryData``: ``nsys export`` leaves blobs out unless asked,
 ``META_DATA_EXPORT`` ``EXPORT_PARAM_INCLUDE_BLOBS``).
 
-A kernel's size: the NCCL range around its launch on the launching thread (outermost NCCL range
-covering the launch). A collective's range gives its own size (``ncclReduceScatter``: the
+A kernel's size: the NCCL range its launch began in on the launching thread (the outermost
+NCCL range there). A collective's range gives its own size (``ncclReduceScatter``: the
 per-rank size NCCL writes times the communicator's ranks, known from an init range in the
 capture, else none); a ``ncclGroupEnd`` range gives the ops of its group (since the group's
 ``ncclGroupStart``): one kernel takes them all (point-to-point: the bytes sent, else received;
@@ -243,13 +243,16 @@ def add_nccl_sizes(conn, tables: dict, pids: list[int], us: str, runtime: list, 
 
 
 def _owner_of(owners: dict, launch) -> _Owner | None:
+    """The top-level NCCL range of the launching thread in which the launch began (its end is
+    not compared: NCCL's ranges on a thread do not overlap, and a µs float sum of the launch's
+    start and duration can miss an equal end by a rounding)."""
     if launch is None:
         return None
     ranges = owners.get((launch.pid, launch.tid))
     if not ranges:
         return None
     k = bisect.bisect_right([o.start for o in ranges], launch.ts) - 1
-    if k >= 0 and ranges[k].end >= launch.ts + launch.dur:
+    if k >= 0 and ranges[k].end >= launch.ts:
         return ranges[k]
     return None
 
