@@ -186,3 +186,16 @@ def test_a_real_capture_without_payloads_says_which_collectives_have_no_size():
     assert notes[-2] == ("NCCL kernels without a message size (it comes only from an ET): "
                          f"{in_group} under group of ncclRecv ×2, ncclSend ×2 (no payload)")
     assert notes[-1].startswith(f"{total - in_group} NCCL kernels launched outside every NCCL range")
+
+
+def test_a_launch_belongs_to_the_range_it_began_in_whatever_the_rounding_of_its_end():
+    """Epoch-ns times as µs floats: start + duration can exceed an equal range end by an ulp."""
+    from linker.read.kineto import KinetoEvent
+    from linker.read.nccl_nvtx import _Owner, _owner_of
+
+    start_ns, dur_ns = 4458676634746160, 14399
+    assert start_ns / 1000 + dur_ns / 1000 > (start_ns + dur_ns) / 1000  # the rounding this is about
+    owner = _Owner((start_ns - 1) / 1000, (start_ns + dur_ns) / 1000, "ncclAllReduce", [])
+    launch = KinetoEvent("X", "cuda_driver", "cuLaunchKernelEx", 7, 8, start_ns / 1000, dur_ns / 1000)
+    assert _owner_of({(7, 8): [owner]}, launch) is owner
+    assert _owner_of({(7, 9): [owner]}, launch) is None  # another thread
