@@ -27,7 +27,7 @@ What is written, from the Kineto events (the Kineto file is read with ``json``, 
   start to last op's end, first op's device and stream, ``graphId``, ``graphExecId`` = graph id),
   and ``META_DATA_CAPTURE`` says which mode;
 - NCCL's NVTX ranges (nsys, ``--nccl-payloads``): around each NCCL kernel's launch, in NCCL's
-  domain (``domainId`` 1, names through ``StringIds``), the ranges NCCL ≥ 2.24 writes with their
+  domain (``domainId`` 1, names through ``StringIds``), the ranges recent NCCL writes with their
   payloads as ``binaryData`` and their layouts in ``NVTX_PAYLOAD_SCHEMAS`` /
   ``_SCHEMA_ENTRIES`` (NCCL's ``src/include/nvtx_payload_schemas.h``: communicator id, message
   size in bytes, then reduction op, root or peer; the entry names and type codes as real
