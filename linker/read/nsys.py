@@ -15,7 +15,16 @@ What is read (docs/nsys.md has the details and sources):
 - ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``_MEMCPY`` / ``_MEMSET`` of the processes read (``globalPid``).
   A GPU op's launch is the runtime row with its ``correlationId`` in the same process: with more
   than one process in the trace, correlations are renumbered to be unique (``_correlation_sql``).
+  The kernels of a CUDA graph (``--cuda-graph-trace=node``: ``graphId`` / ``graphNodeId`` set)
+  carry the correlation of their ``cudaGraphLaunch``, so they hang under the op that launched
+  the graph, as in a Kineto trace. A capture traced graph by graph (``--cuda-graph-trace=graph``,
+  nsys's default) has no rows for those kernels but one ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` row
+  per launch: it is read as one kernel named ``CUDA graph <graphId>`` spanning the execution, on
+  the device and stream of the row (a row whose correlation also has kernel rows is left out;
+  one without times, start = end = 0, is left out with a warning).
 - The version from ``META_DATA_EXPORT`` (schema >= 3) or ``EXPORT_META_DATA`` (2.x).
+- NCCL's own ranges (another domain) and their payloads: the message size of each NCCL kernel
+  when the capture holds it (``linker.read.nccl_nvtx``), said in the notes either way.
 
 One output is one rank: a file with several PyTorch processes gives one of them (``prefer_pid``,
 the ET's, else the first by pid, with a warning) unless a process or ``ALL_PROCESSES`` is asked for.
@@ -40,6 +49,7 @@ from pathlib import Path
 
 from linker.model.errors import TraceInputError
 from linker.read import timing_model as model
+from linker.read.nccl_nvtx import add_nccl_sizes
 from linker.read.sqlite_source import ALL_PROCESSES, sqlite_problem
 
 NVTX_PUSH_POP = 59
@@ -51,6 +61,8 @@ TABLE_RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 TABLE_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 TABLE_MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
 TABLE_MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+TABLE_GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+GRAPH_NAME = "CUDA graph "  # a whole-graph row's name: this and its graphId
 
 
 def _pid(col: str) -> str:
@@ -229,7 +241,11 @@ def _read(conn, path, tables, pid, prefer_pid) -> model.TimingTrace:
     notes, warnings = range_notes(pids, processes, cpu, open_ops(conn, ranges_sql, pids, processes))
     warnings[:0] = chosen
     runtime = _runtime(conn, tables, pids, several, us)
-    gpu = _gpu(conn, tables, pids, several, us)
+    gpu, graph_notes, graph_warnings, kernel_names = _gpu(conn, tables, pids, several, us)
+    notes += graph_notes
+    warnings += graph_warnings
+    notes += add_nccl_sizes(conn, tables, pids, us, runtime, gpu,
+                            any(processes.rows[p]["other_domains"] for p in pids), kernel_names)
     unlaunched = unlaunched_count(runtime, gpu)
     if unlaunched:
         warnings.append(f"{path}: {unlaunched} of {len(gpu)} GPU ops have no launch row in "
@@ -390,20 +406,24 @@ def _runtime(conn, tables, pids, several, us) -> list:
                          lambda rows, **order: model.runtime_events(rows, names, **order))
 
 
-def _gpu(conn, tables, pids, several, us) -> list:
-    """Kernels, memcpys and memsets of the chosen processes, by start time (kernels first at equal
-    starts, then file order: one query per table, no SQL sort; Python's stable sort of nearly
-    sorted rows is quick). Kernel names come from ``StringIds`` through a dict of the ids used."""
-    events = []
+def _gpu(conn, tables, pids, several, us) -> tuple[list, list[str], list[str], set[str]]:
+    """(GPU ops, notes, warnings, the distinct kernel names): kernels, memcpys, memsets and
+    whole-graph rows (``_graph_trace``) of the chosen processes, by start time (kernels first at
+    equal starts, then file order: one query per table, no SQL sort; Python's stable sort of
+    nearly sorted rows is quick). Kernel names come from ``StringIds`` through a dict of the ids
+    used."""
+    events, kernel_names = [], set()
+    pid_list = ", ".join(map(str, pids))
     for table, cat in ((TABLE_KERNEL, "kernel"), (TABLE_MEMCPY, "gpu_memcpy"), (TABLE_MEMSET, "gpu_memset")):
         columns = tables.get(table)
-        if not columns or not {"start", "end", "deviceId", "streamId", "correlationId", "globalPid"} <= columns:
+        if not columns or not GPU_COLUMNS <= columns:
             continue
         names = None
         if cat == "kernel":
             key = next((c for c in ("demangledName", "shortName") if c in columns), None)
             name = key or "NULL"
             names = _string_names(conn, table, key, tables, strip=False) if key else {}
+            kernel_names.update(names.values())
         elif cat == "gpu_memcpy":
             name = model.memcpy_name_sql("copyKind", *(c if c in columns else None for c in ("srcKind", "dstKind")))
         else:
@@ -411,11 +431,46 @@ def _gpu(conn, tables, pids, several, us) -> list:
         pid = _pid("globalPid")
         rows = conn.execute(
             f"SELECT {name}, '{cat}', deviceId, streamId, (start {us}, (\"end\" - start) / {model.NS_PER_US}, "
-            f"{_correlation_sql('correlationId', pid, several)} FROM {table} "
-            f"WHERE {pid} IN ({', '.join(map(str, pids))})")
+            f"{_correlation_sql('correlationId', pid, several)} FROM {table} WHERE {pid} IN ({pid_list})")
         events += model.gpu_events(rows, names)
+    graphs, notes, warnings = _graph_trace(conn, tables, pid_list, several, us, events)
+    events += graphs
     events.sort(key=_TS)
-    return events
+    return events, notes, warnings, kernel_names
+
+
+GPU_COLUMNS = frozenset({"start", "end", "deviceId", "streamId", "correlationId", "globalPid"})
+
+
+def _graph_trace(conn, tables, pid_list: str, several, us, events: list) -> tuple[list, list[str], list[str]]:
+    """(GPU ops, notes, warnings) of ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``: one kernel named
+    ``CUDA graph <graphId>`` per graph launch of the chosen processes, but for launches whose
+    kernels ``events`` already holds (a set of the few graph correlations, checked against the
+    kernels in C) and rows without times (start = end = 0: CUPTI could not time the graph).
+    One query of the (small) graph table; nothing when it is absent or empty."""
+    columns = tables.get(TABLE_GRAPH_TRACE)
+    if not columns or not GPU_COLUMNS <= columns:
+        return [], [], []
+    pid = _pid("globalPid")
+    graph = "graphId" if "graphId" in columns else "NULL"
+    rows = conn.execute(
+        f"SELECT '{GRAPH_NAME}' || coalesce({graph}, '?'), 'kernel', deviceId, streamId, (start {us}, "
+        f"(\"end\" - start) / {model.NS_PER_US}, {_correlation_sql('correlationId', pid, several)}, "
+        f"start = 0 AND \"end\" = 0 FROM {TABLE_GRAPH_TRACE} WHERE {pid} IN ({pid_list})").fetchall()
+    if not rows:
+        return [], [], []
+    untimed = sum(row[7] for row in rows)
+    launches = {row[6] for row in rows}
+    with_kernels = launches.intersection(map(_CORRELATION, events))
+    kept = [row[:7] for row in rows if not row[7] and row[6] not in with_kernels]
+    notes = [f"{len(kept)} CUDA graph launches read as one GPU op each ({TABLE_GRAPH_TRACE}: the capture "
+             "traced graphs as a whole, nsys --cuda-graph-trace=graph; their kernels are not in the file: "
+             "profile with --cuda-graph-trace=node to see them)"] if kept else []
+    if with_kernels:
+        notes.append(f"{len(with_kernels)} graph-trace rows left out: their launch's kernels are in the file")
+    warnings = [f"{untimed} CUDA graph launches have no times in {TABLE_GRAPH_TRACE} (start = end = 0); "
+                "left out"] if untimed else []
+    return model.gpu_events(kept), notes, warnings
 
 
 _TS = attrgetter("ts")

@@ -14,7 +14,8 @@ Two forms, plain or gzip, told apart by the content of their first line, never b
   closed); enum fields given by name (``CUDA_MEMCPY_KIND_HTOD``) are read by their last word.
 - ``nsys export --type jsonlines`` (``FORM_JSON_LINES``): one object per line whose ``"table"``
   names the SQLite table the row would sit in and whose keys are its column names; a column that
-  is NULL is left out. Rows of the tables read go into those tables; others are skipped.
+  is NULL is left out. Rows of the tables read go into those tables (CUDA graphs traced as a
+  whole included: ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``); others are skipped.
 
 Each line becomes the row the SQLite export holds (in file order, so rowids keep it), in an
 in-memory SQLite database of only the tables and columns the SQLite reader reads; that reader
@@ -61,6 +62,7 @@ TABLE_RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 TABLE_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 TABLE_MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
 TABLE_MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+TABLE_GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 TABLE_STRINGS = "StringIds"
 METADATA_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 GPU_ACTIVITY = ("start", "end", "deviceId", "streamId", "correlationId", "globalPid")
@@ -71,14 +73,15 @@ COLUMNS = {
     TABLE_KERNEL: (*GPU_ACTIVITY, "demangledName", "shortName"),
     TABLE_MEMCPY: (*GPU_ACTIVITY, "copyKind", "srcKind", "dstKind"),
     TABLE_MEMSET: (*GPU_ACTIVITY, "memKind"),
+    TABLE_GRAPH_TRACE: (*GPU_ACTIVITY, "graphId"),
     TABLE_STRINGS: ("id", "value"),
     **{table: ("name", "value") for table in METADATA_TABLES},
 }
 # Columns whose absence changes what the SQLite reader reads (the rest read NULL as absent).
 OPTIONAL_COLUMNS = {TABLE_NVTX: ("end", "text", "textId", "domainId"), TABLE_RUNTIME: ("eventClass", "nameId"),
                     TABLE_KERNEL: ("demangledName", "shortName"), TABLE_MEMCPY: ("srcKind", "dstKind"),
-                    TABLE_MEMSET: ("memKind",)}
-CUDA_TABLES = (TABLE_RUNTIME, TABLE_KERNEL, TABLE_MEMCPY, TABLE_MEMSET)
+                    TABLE_MEMSET: ("memKind",), TABLE_GRAPH_TRACE: ("graphId",)}
+CUDA_TABLES = (TABLE_RUNTIME, TABLE_KERNEL, TABLE_MEMCPY, TABLE_MEMSET, TABLE_GRAPH_TRACE)
 # nsys's event types (ENUM_NSYS_EVENT_TYPE) of the --type json lines read.
 TYPE_API_CALL, TYPE_PUSH_POP, TYPE_START_END, TYPE_KERNEL, TYPE_MEMORY_OP = 48, 59, 60, 79, 80
 MEMSET_EVENT_CLASS = 2
@@ -108,6 +111,7 @@ class TableRow(msgspec.Struct):
     copyKind: int | None = None
     srcKind: int | None = None
     dstKind: int | None = None
+    graphId: int | None = None
     memKind: int | None = None
     id: Any = None
     value: Any = None
@@ -200,6 +204,8 @@ DDL = {
                   "globalPid INTEGER, copyKind INTEGER, srcKind INTEGER, dstKind INTEGER",
     TABLE_MEMSET: 'start INTEGER, "end" INTEGER, deviceId INTEGER, streamId INTEGER, correlationId INTEGER, '
                   "globalPid INTEGER, memKind INTEGER",
+    TABLE_GRAPH_TRACE: 'start INTEGER, "end" INTEGER, deviceId INTEGER, streamId INTEGER, correlationId INTEGER, '
+                       "globalPid INTEGER, graphId INTEGER",
     TABLE_STRINGS: "id INTEGER PRIMARY KEY, value",
     **{table: "name, value" for table in METADATA_TABLES},
 }

@@ -9,9 +9,10 @@ What is read (docs/nsys.md has the details and sources):
   process has any, else every range that is not a PyProf dict marker.
 - ``CUPTI_ACTIVITY_KIND_RUNTIME`` and ``_DRIVER`` (``cbid`` names from ``CUPTI_NAMES``; the
   ``threadId`` column holds the tid as a signed 32-bit value: read as unsigned).
-- ``CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL`` and ``_KERNEL`` (names as recorded: nvprof keeps the
-  mangled name), ``_MEMCPY``, ``_MEMSET``; launch = runtime/driver call with the same
-  ``correlationId``. An nvprof file holds one process (``--profile-child-processes`` writes one file
+- ``CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL`` and ``_KERNEL``, ``_MEMCPY``, ``_MEMSET``; launch =
+  runtime/driver call with the same ``correlationId``. nvprof keeps kernel names mangled
+  (``_ZN2at6native…``): they are demangled as Kineto shows them (``linker.read.demangle``, once
+  per distinct name; a name outside its subset stays as recorded). An nvprof file holds one process (``--profile-child-processes`` writes one file
   per process).
 - Timestamps are ns since the epoch: too large for µs floats to keep whole ns, so they are made
   relative to the earliest one (``timing_model.MAX_PLAIN_US``).
@@ -26,6 +27,7 @@ import struct
 from pathlib import Path
 
 from linker.read import timing_model as model
+from linker.read.demangle import demangle
 from linker.read.nsys import Processes, choose_processes, open_ops, range_notes, read_ops, unlaunched_count
 from linker.read.sqlite_source import sqlite_problem
 
@@ -175,8 +177,28 @@ def _runtime(conn, tables, pids, us) -> list:
     return model.runtime_events(rows, names)
 
 
+class KernelNames(dict):
+    """StringTable id -> demangled kernel name; a text key (a memcpy / memset name the query
+    made) is its own name; an id the table lacks gives ``default``."""
+
+    def get(self, key, default=None):
+        return dict.get(self, key, key if isinstance(key, str) else default)
+
+
+def kernel_names(conn, tables, kernel_tables: list[str]) -> KernelNames:
+    """The demangled names of the ``StringTable`` ids the kernel tables use (one query; each
+    distinct name demangled once)."""
+    names = KernelNames()
+    if "StringTable" not in tables or not kernel_tables:
+        return names
+    used = " UNION ".join(f"SELECT name FROM {table}" for table in kernel_tables)
+    for key, value in conn.execute(f"SELECT _id_, value FROM StringTable WHERE _id_ IN ({used})"):
+        names[key] = demangle(value or "")
+    return names
+
+
 def _gpu(conn, tables, us) -> list:
-    parts = []
+    parts, kernel_tables = [], []
     common = {"start", "end", "deviceId", "streamId", "correlationId"}
     for order, table in enumerate(KERNEL_TABLES + (MEMCPY, MEMSET)):
         columns = tables.get(table)
@@ -185,9 +207,8 @@ def _gpu(conn, tables, us) -> list:
         if table in KERNEL_TABLES:
             if "name" not in columns:
                 continue
-            cat = "kernel"
-            name = ("coalesce((SELECT value FROM StringTable st WHERE st._id_ = name), '')"
-                    if "StringTable" in tables else "''")
+            cat, name = "kernel", "name"
+            kernel_tables.append(table)
         elif table == MEMCPY:
             cat = "gpu_memcpy"
             name = model.memcpy_name_sql("copyKind", *(c if c in columns else None for c in ("srcKind", "dstKind")))
@@ -200,4 +221,4 @@ def _gpu(conn, tables, us) -> list:
     if not parts:
         return []
     rows = conn.execute(f"SELECT * FROM ({' UNION ALL '.join(parts)}) ORDER BY s, kind, rid")
-    return model.gpu_events(row[:7] for row in rows)
+    return model.gpu_events((row[:7] for row in rows), kernel_names(conn, tables, kernel_tables))
