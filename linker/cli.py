@@ -430,6 +430,9 @@ def batch_command(
                                             "Systems file holding every rank: the rank of each process, e.g. "
                                             "4242:0,4243:1 (default: pid order)."),
     waits: FileWaitsOption = "measured",
+    network: str = typer.Option("", "--network", metavar="bandwidth=RATE[,latency=TIME][,medium=bus|links]",
+                                help="A what-if link answered in summary.json, as et-link simulate DIR --network "
+                                "answers it (docs/whatif.md); the job's fitted network is there anyway (--format et)."),
     max_inflated: MaxInflatedOption = None,
     log_level: LogLevelOption = "WARNING",
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr (the table is still printed)."),
@@ -467,7 +470,7 @@ def batch_command(
                          gzip=gzip_output, workers=workers, scheduler=scheduler, rank_pattern=rank_pattern,
                          redo=redo, verify_existing=verify_existing, memory_budget=budget,
                          skip_unpaired=skip_unpaired, rank_start=rank_start, simulator=simulator,
-                         pid_ranks=ranks_of_pids)
+                         pid_ranks=ranks_of_pids, network=network)
     try:
         summary = run_batch(config, quiet=quiet, schedule=_schedule())
     except PairingError as err:

@@ -187,16 +187,88 @@ def measured_job_span_us(job: Path) -> float:
 
 @pytest.fixture(scope="module")
 def whatif_jobs(tmp_path_factory) -> dict[str, Path]:
-    """Both fixture captures linked as ``et-link batch --format et`` links them."""
+    """Both fixture captures linked as ``et-link batch --format et`` links them, each with a
+    what-if answered in its summary.json: the unlimited job asked about 1 Gbit/s, the slowed one
+    about the unlimited trace's fitted network (the unlimited loopback as that trace shows it)."""
     from linker import link_job
 
     out = tmp_path_factory.mktemp("whatif")
     linked = {}
+    network = "bandwidth=1Gbit/s"
     for rate in ("unlimited", "1gbit"):
         job = FIXTURES / rate
         linked[rate] = out / rate
-        link_job(str(job / "device.*.json.gz"), linked[rate], str(job / "host.*.json.gz"), fmt="et", workers=1)
+        summary = link_job(str(job / "device.*.json.gz"), linked[rate], str(job / "host.*.json.gz"), fmt="et",
+                           workers=1, network=network)
+        network = f"bandwidth={summary.simulator['network']['fitted'][0]['bandwidth_bytes_per_s']}B/s"
     return linked
+
+
+def raw_bus_fit(linked: Path) -> dict:
+    """The bus network of a linked job's gloo all-reduces computed from the ``.et`` files' raw
+    fields alone (not et-link's replay or fit), as docs/whatif.md defines it: per collective its
+    ``comm_size``, ``comm_seq`` (issue order), measured start, measured duration
+    (``inclusive_dur_micros``) and the time the replay holds it for (``duration_micros``). A
+    collective every rank holds that started, on no rank, before the earlier ones there had
+    ended is matched: its part is its duration less its wait for the last rank's start; the
+    others are a rank's own, for their duration, and join the rank's episode. Each episode (a
+    matched collective and the ones joining it) is a row: steps 2(N-1) and bus bytes 2(N-1)S per
+    all-reduce. Least squares of time = steps * latency + bytes / bandwidth; latency 0 (the whole
+    time over the bytes) where the rows cannot tell it apart or the fit gives it < 0."""
+    from linker.write.chakra_wire import iter_frames
+
+    ranks = []
+    for path in sorted(linked.glob("rank.*.et")):
+        held = {}
+        for frame in iter_frames(path):
+            node = pb.Node.FromString(frame.payload) if frame.index else None
+            if node is None or node.type != pb.COMM_COLL_NODE:
+                continue
+            attrs = {a.name: getattr(a, a.WhichOneof("value")) for a in node.attr if a.WhichOneof("value")}
+            held[attrs["comm_seq"]] = (node.start_time_micros, attrs["inclusive_dur_micros"], node.duration_micros,
+                                       attrs["comm_size"])
+        ranks.append(held)
+    n = len(ranks)
+    under = set()
+    for held in ranks:
+        latest_end = -math.inf
+        for seq in sorted(held):
+            start, measured, _, _ = held[seq]
+            if start < latest_end:
+                under.add(seq)
+            latest_end = max(latest_end, start + measured)
+    matched = {seq for seq in set.intersection(*(set(held) for held in ranks)) if seq not in under}
+    rows, collectives = [], 0
+    for held in ranks:
+        episode = None
+        for seq in sorted(held):
+            start, _, duration, size = held[seq]
+            if seq in matched:
+                part = max(0, duration - (max(other[seq][0] for other in ranks) - start))
+                episode = [0, 0.0, 0.0]
+                rows.append(episode)
+            else:
+                part = duration
+                if episode is None:
+                    episode = [0, 0.0, 0.0]
+                    rows.append(episode)
+            episode[0] += 2 * (n - 1)
+            episode[1] += 2 * (n - 1) * size
+            episode[2] += part
+            collectives += 1
+    saa = sum(a * a for a, _, _ in rows)
+    sab = sum(a * b for a, b, _ in rows)
+    sbb = sum(b * b for _, b, _ in rows)
+    sat = sum(a * t for a, _, t in rows)
+    sbt = sum(b * t for _, b, t in rows)
+    det = saa * sbb - sab * sab
+    latency, per_byte = -1.0, 0.0  # one steps-to-bytes ratio (det 0): latency not told apart
+    if det > 1e-9 * saa * sbb:
+        latency, per_byte = (sat * sbb - sbt * sab) / det, (saa * sbt - sab * sat) / det
+    if latency < 0 or per_byte <= 0:
+        latency, per_byte = 0.0, sum(t for _, _, t in rows) / sum(b for _, b, _ in rows)
+    return {"bandwidth": 1e6 / per_byte, "latency_us": latency, "episodes": len(rows), "collectives": collectives,
+            "bus_bytes": sum(b for _, b, _ in rows), "measured_us": sum(t for _, _, t in rows)}
 
 
 def test_the_fixture_job_spans_are_what_simulate_measures(whatif_jobs):
@@ -229,3 +301,57 @@ def test_the_unlimited_loopback_predicted_from_the_slowed_trace(whatif_jobs):
     fast_fit = simulate(whatif_jobs["unlimited"], network="bandwidth=1Gbit/s").report.network.fitted[0]
     predicted = simulate(whatif_jobs["1gbit"], network=f"bandwidth={fast_fit.bandwidth}B/s").report
     assert predicted.simulated_us == pytest.approx(measured_job_span_us(FIXTURES / "unlimited"), rel=WHATIF_BOUND)
+
+
+def _summary_network(linked: Path) -> dict:
+    return json.loads((linked / "summary.json").read_text())["simulator"]["network"]
+
+
+@pytest.mark.parametrize("rate", ["unlimited", "1gbit"])
+def test_summary_holds_the_fitted_network_of_the_raw_collectives(whatif_jobs, rate):
+    raw = raw_bus_fit(whatif_jobs[rate])
+    (fit,) = _summary_network(whatif_jobs[rate])["fitted"]
+    assert (fit["backend"], fit["medium"]) == ("cpu", "bus")
+    assert (fit["episodes"], fit["collectives"]) == (raw["episodes"], raw["collectives"]) == (10, 20 - (rate == "unlimited"))
+    assert fit["bandwidth_bytes_per_s"] == pytest.approx(raw["bandwidth"], rel=1e-6)
+    assert fit["latency_us"] == pytest.approx(raw["latency_us"], abs=1e-3)
+    assert fit["measured_us"] == pytest.approx(raw["measured_us"], rel=1e-6)
+
+
+def test_summary_answers_the_what_if_of_batch_network(whatif_jobs):
+    fast, slow = _summary_network(whatif_jobs["unlimited"]), _summary_network(whatif_jobs["1gbit"])
+    raw_fast, raw_slow = raw_bus_fit(whatif_jobs["unlimited"]), raw_bus_fit(whatif_jobs["1gbit"])
+    forward, back = fast["what_if"], slow["what_if"]
+    assert forward["given"] == "bandwidth=1Gbit/s" and forward["network"]["fitted"] == fast["fitted"]
+    # every collective's network part moves from the fitted bus to the given one: the bus bytes
+    # over the difference of the rates
+    assert forward["network"]["change_us"] == pytest.approx(
+        raw_fast["bus_bytes"] * (1 / 125e6 - 1 / raw_fast["bandwidth"]) * 1e6, rel=1e-5)
+    assert back["network"]["change_us"] == pytest.approx(
+        raw_slow["bus_bytes"] * (1 / raw_fast["bandwidth"] - 1 / raw_slow["bandwidth"]) * 1e6, rel=1e-5)
+    for answer, job in ((forward, "unlimited"), (back, "1gbit")):
+        assert answer["measured_us"] == pytest.approx(measured_job_span_us(FIXTURES / job), rel=1e-3)
+        assert answer["predicted_over_measured"] == pytest.approx(answer["predicted_us"] / answer["measured_us"],
+                                                                  abs=1e-4)
+    # and each prediction is the other run, within the bound
+    assert forward["predicted_us"] == pytest.approx(measured_job_span_us(FIXTURES / "1gbit"), rel=WHATIF_BOUND)
+    assert back["predicted_us"] == pytest.approx(measured_job_span_us(FIXTURES / "unlimited"), rel=WHATIF_BOUND)
+
+
+def test_batch_without_network_writes_the_fit_and_no_what_if(tmp_path):
+    from linker.batch.job_network import fitted_networks
+
+    graphs = _job(tmp_path)  # the hand-written bus of 100 MB/s, 10 us a step
+    (fit,) = fitted_networks(graphs, None)
+    assert fit.bandwidth == pytest.approx(1e8) and fit.latency_us == pytest.approx(10.0)
+    assert fitted_networks(graphs[:1], None) == []
+
+
+def test_a_bad_batch_network_is_refused_before_any_work(tmp_path):
+    from linker.batch import BatchConfig, run_batch
+
+    config = BatchConfig(str(FIXTURES / "1gbit" / "host.*.json.gz"), str(FIXTURES / "1gbit" / "device.*.json.gz"),
+                         tmp_path / "out", fmt="et", network="bandwidth=1Gbps")
+    with pytest.raises(OptionError, match="ambiguous"):
+        run_batch(config)
+    assert not (tmp_path / "out").exists()
