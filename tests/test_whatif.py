@@ -355,3 +355,97 @@ def test_a_bad_batch_network_is_refused_before_any_work(tmp_path):
     with pytest.raises(OptionError, match="ambiguous"):
         run_batch(config)
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# ASTRA-sim workload copies whose CPU collectives the network carries (--astra-cpu-collectives network)
+# ---------------------------------------------------------------------------------------------
+
+
+def _copy_nodes(path: Path) -> dict[int, pb.Node]:
+    from linker.write.chakra_wire import iter_frames
+
+    return {node.id: node for node in (pb.Node.FromString(f.payload) for f in iter_frames(path) if f.index)}
+
+
+def _attr(node: pb.Node, name: str):
+    return next(getattr(a, a.WhichOneof("value")) for a in node.attr if a.name == name)
+
+
+def _astra_ring_us(size: int, npus: int, gbps: float) -> float:
+    """ASTRA-sim's congestion-unaware time of a ring all-reduce alone on a FullyConnected network
+    of links of ``gbps`` GB/s (2^30 bytes), latency 0, et-link's system file (endpoint delay
+    10 ns, local memory 1,600 GB/s): 10 + 2(N-1)(10 + floor(m / B)) + (N-1) 3 floor(m / 1600 GB/s),
+    m = S / N (ASTRA-sim's Ring.cc and BasicTopology, as docs/astra-sim.md derives)."""
+    message = size // npus
+    per_step = math.floor(message / (gbps * 2 ** 30 / 1e9))
+    return (10 + 2 * (npus - 1) * (10 + per_step) + (npus - 1) * 3 * math.floor(message / 1600)) / 1000
+
+
+def test_astra_copies_carry_the_gloo_collectives_on_the_fitted_bus(whatif_jobs, tmp_path):
+    """The ``network`` form: network.yml is the bus the trace's collectives fit, as links of rate / N;
+    each matched all-reduce is the 1-byte meeting, then an all-reduce of its episode's bytes (the
+    ones every rank's episode carried), then the rank's time less the network's, as a COMP_NODE
+    (taken from the next of the episode's nodes where it would go below 0). Expected values from
+    the .et files' raw fields and the measured form's copies."""
+    from linker.batch.astra_setup import setup_for_files
+
+    linked = whatif_jobs["unlimited"]
+    setup_for_files([linked], tmp_path / "measured", {})
+    setup_for_files([linked], tmp_path / "network", {"cpu_collectives": "network"})
+    raw = raw_bus_fit(linked)
+    gbps = float(f"{raw['bandwidth'] / 2 / 2 ** 30:.4g}")
+    yml = (tmp_path / "network" / "network.yml").read_text()
+    assert f"bandwidth: [ {gbps} ]" in yml and "latency: [ 0.0 ]" in yml and "FullyConnected" in yml
+    assert "bandwidth: [ 50.0 ]" in (tmp_path / "measured" / "network.yml").read_text()  # the default, as before
+    episodes = []  # per rank: the episodes' gloo node ids, in issue order (a matched one opens one)
+    for rank in (0, 1):
+        nodes = _copy_nodes(tmp_path / "measured" / f"workload.{rank}.et")
+        timed = sorted((n for n in nodes.values() if n.name == "gloo:all_reduce" and n.type == pb.COMP_NODE),
+                       key=lambda n: n.id)
+        mine = []
+        for node in timed:
+            if any(nodes[d].type == pb.COMM_COLL_NODE for d in node.data_deps) or not mine:
+                mine.append([])
+            mine[-1].append(node.id)
+        episodes.append((nodes, mine))
+    assert [len(mine) for _, mine in episodes] == [5, 5]
+    sizes = [{node.id: _attr(node, "comm_size") for node in _copy_nodes(linked / f"rank.{rank}.et").values()
+              if node.type == pb.COMM_COLL_NODE} for rank in (0, 1)]
+    # the last step's second bucket was lost by rank 1's ET: that episode carries the first's bytes
+    assert [sum(sizes[r][i] for i in episodes[r][1][-1]) for r in (0, 1)] == [789_504 + 263_168, 789_504]
+    for rank, (measured, mine) in enumerate(episodes):
+        nodes = _copy_nodes(tmp_path / "network" / f"workload.{rank}.et")
+        for k, ids in enumerate(mine):
+            carried_bytes = min(sum(sizes[r][i] for i in episodes[r][1][k]) for r in (0, 1))
+            head = nodes[ids[0]]
+            (carried,) = [nodes[d] for d in head.data_deps]
+            (meeting,) = [nodes[d] for d in carried.data_deps]
+            assert carried.type == meeting.type == pb.COMM_COLL_NODE and _attr(meeting, "comm_size") == 1
+            assert _attr(carried, "comm_size") == carried_bytes and _attr(carried, "comm_type") == pb.ALL_REDUCE
+            left = _astra_ring_us(carried_bytes, 2, gbps)
+            for i in ids:
+                was = measured[i].duration_micros
+                taken = min(was, left)
+                left -= taken
+                assert nodes[i].duration_micros == pytest.approx(was - taken, abs=1)
+
+
+def test_the_network_form_needs_a_job_of_cpu_collectives_only(tmp_path):
+    from linker.batch.astra_collectives import check_form, cpu_collective_edits
+
+    graphs = _job(tmp_path)  # the hand-written bus of 100 MB/s, 10 us a step
+    carried = cpu_collective_edits(graphs, None, "network")
+    assert carried.carried == 4 and carried.network.bandwidth_gbps == float(f"{1e8 / 2 / 2 ** 30:.4g}")
+    assert carried.network.latency_ns == pytest.approx(10_000) and carried.bus.latency_told_apart
+    # each collective's measured time is its network time: nothing is left for the timed part
+    assert all(edit.timed_us <= 1 and edit.carried[2] in (100_000, 300_000) for edits in carried.edits
+               for edit in edits.values())
+    assert cpu_collective_edits(graphs, None).network is None  # the measured form by default
+    specs = [cpu(1, 100, start=0), _gloo(2, 2020, 100_000, [1], 100), _nccl(3, 1010, 1_000_000, [2], 2120)]
+    mixed = [load_graph(write_et(tmp_path / f"mixed{r}.et", specs), r) for r in (0, 1)]
+    cpu_only = cpu_collective_edits(mixed, None, "network")
+    assert cpu_only.network is None and cpu_only.carried == 0 and "GPU collectives" in cpu_only.notes[0]
+    assert all(edit.carried is None and edit.sync_id is not None for edits in cpu_only.edits for edit in edits.values())
+    with pytest.raises(OptionError, match="astra-cpu-collectives"):
+        check_form("links")
