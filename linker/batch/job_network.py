@@ -10,8 +10,8 @@
   part of the collectives as measured and on the given link, per kind of collective).
 
 docs/whatif.md says what a what-if moves and keeps. Cost: the fit is O(c log c) over the job's c
-collectives (one matching, no replay) and 8 bytes a node for the durations; the what-if is one ``simulate`` of the written outputs
-(their loads and three replays).
+collectives (one matching, no replay) and 8 bytes a node for the durations; the what-if is one
+``simulate`` of the written outputs (their loads and three replays).
 """
 
 from __future__ import annotations
