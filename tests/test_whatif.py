@@ -449,3 +449,21 @@ def test_the_network_form_needs_a_job_of_cpu_collectives_only(tmp_path):
     assert all(edit.carried is None and edit.sync_id is not None for edits in cpu_only.edits for edit in edits.values())
     with pytest.raises(OptionError, match="astra-cpu-collectives"):
         check_form("links")
+
+
+def test_astra_setup_cli_writes_the_network_form_and_refuses_a_bad_one(whatif_jobs, tmp_path):
+    from typer.testing import CliRunner
+
+    from linker.cli import app
+
+    linked = whatif_jobs["1gbit"]
+    bad = CliRunner().invoke(app, ["astra-setup", str(linked), "--astra-cpu-collectives", "links",
+                                   "--output-dir", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "unknown --astra-cpu-collectives 'links'" in bad.output
+    assert len(bad.output.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()
+    good = CliRunner().invoke(app, ["astra-setup", str(linked), "--astra-cpu-collectives", "network",
+                                    "--astra-bandwidth", "0.05821", "--output-dir", str(tmp_path / "at_1gbit")])
+    assert good.exit_code == 0, good.output
+    assert "standing for the CPU collectives' bus" in (tmp_path / "at_1gbit" / "network.yml").read_text()
+    assert "bandwidth: [ 0.05821 ]" in (tmp_path / "at_1gbit" / "network.yml").read_text()
+    assert "stands for the CPU collectives' bus as simulate --network fits it: 938.9 Mbit/s" in good.output

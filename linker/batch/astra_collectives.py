@@ -1,4 +1,5 @@
-"""CPU collectives as ASTRA-sim needs them: a meeting of the ranks, then each rank's measured time.
+"""CPU collectives as ASTRA-sim needs them: a meeting of the ranks, then each rank's measured time
+(or, in the ``network`` form, the meeting, the bytes the network carried, then the rest).
 
 ASTRA-sim times a collective from the network configuration and its ``comm_size``, never from
 ``duration_micros``. A GPU collective's measured transfer is close to a property of the network,
