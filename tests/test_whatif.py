@@ -290,16 +290,16 @@ def test_a_slowed_loopback_predicted_from_the_unlimited_trace(whatif_jobs):
     predicted = simulate(whatif_jobs["unlimited"], network="bandwidth=1Gbit/s").report
     assert predicted.simulated_us == pytest.approx(measured_slow, rel=WHATIF_BOUND)
     assert predicted.network.fitted[0].medium == "bus" and predicted.network.kept == 0
-    slow_fit = simulate(whatif_jobs["1gbit"], network="bandwidth=1Gbit/s").report.network.fitted[0]
+    (slow_fit,) = _summary_network(whatif_jobs["1gbit"])["fitted"]  # what simulate --network fits (below)
     # the bus the slowed trace shows is the rate tbf was given (per-rank links would read half of it)
-    assert slow_fit.bandwidth == pytest.approx(125e6, rel=0.10)
+    assert slow_fit["bandwidth_bytes_per_s"] == pytest.approx(125e6, rel=0.10)
 
 
 def test_the_unlimited_loopback_predicted_from_the_slowed_trace(whatif_jobs):
     from linker import simulate
 
-    fast_fit = simulate(whatif_jobs["unlimited"], network="bandwidth=1Gbit/s").report.network.fitted[0]
-    predicted = simulate(whatif_jobs["1gbit"], network=f"bandwidth={fast_fit.bandwidth}B/s").report
+    (fast_fit,) = _summary_network(whatif_jobs["unlimited"])["fitted"]
+    predicted = simulate(whatif_jobs["1gbit"], network=f"bandwidth={fast_fit['bandwidth_bytes_per_s']}B/s").report
     assert predicted.simulated_us == pytest.approx(measured_job_span_us(FIXTURES / "unlimited"), rel=WHATIF_BOUND)
 
 
@@ -323,6 +323,7 @@ def test_summary_answers_the_what_if_of_batch_network(whatif_jobs):
     raw_fast, raw_slow = raw_bus_fit(whatif_jobs["unlimited"]), raw_bus_fit(whatif_jobs["1gbit"])
     forward, back = fast["what_if"], slow["what_if"]
     assert forward["given"] == "bandwidth=1Gbit/s" and forward["network"]["fitted"] == fast["fitted"]
+    assert back["network"]["fitted"] == slow["fitted"]
     # every collective's network part moves from the fitted bus to the given one: the bus bytes
     # over the difference of the rates
     assert forward["network"]["change_us"] == pytest.approx(
@@ -442,6 +443,8 @@ def test_the_network_form_needs_a_job_of_cpu_collectives_only(tmp_path):
     assert all(edit.timed_us <= 1 and edit.carried[2] in (100_000, 300_000) for edits in carried.edits
                for edit in edits.values())
     assert cpu_collective_edits(graphs, None).network is None  # the measured form by default
+    single = cpu_collective_edits(graphs[:1], None, "network")
+    assert single.edits == [{}] and "single rank" in single.notes[0]
     specs = [cpu(1, 100, start=0), _gloo(2, 2020, 100_000, [1], 100), _nccl(3, 1010, 1_000_000, [2], 2120)]
     mixed = [load_graph(write_et(tmp_path / f"mixed{r}.et", specs), r) for r in (0, 1)]
     cpu_only = cpu_collective_edits(mixed, None, "network")

@@ -111,7 +111,11 @@ def cpu_collective_edits(graphs: list[SimGraph], comm_groups: dict[str, list[int
     edits: list[dict[int, NodeEdit]] = [{} for _ in graphs]
     collectives = [[u for u in graph.comm if _is_cpu_collective(graph, u)] for graph in graphs]
     if len(graphs) < 2 or not any(collectives):
-        return CpuCollectives(edits)
+        result = CpuCollectives(edits)
+        if form == NETWORK_FORM and any(collectives):
+            result.notes.append("--astra-cpu-collectives network: a single rank's collectives are timed by the "
+                                "network file already (fitted to them, run as 2 NPUs)")
+        return result
     rp = replay(graphs, ASTRA_SIM, comm_groups=comm_groups)
     matched: dict[tuple, list[tuple[int, int, float, float]]] = {}  # ASTRA-sim's match: pg, issue order
     for r, (graph, nodes) in enumerate(zip(graphs, collectives)):
