@@ -124,15 +124,18 @@ def simulate(files: str | os.PathLike | Iterable[str | os.PathLike], *, model: s
 def link_job(kineto: str, output_dir: str | os.PathLike, et: Optional[str] = None, *, fmt: str = "json",
           gzip: bool = False, workers: Optional[int] = None, method: str = "auto", force: bool = False,
           redo: bool = False, skip_unpaired: bool = False, scheduler: Optional[str] = None,
-          progress: bool = False) -> "BatchSummary":
+          progress: bool = False, network: str = "") -> "BatchSummary":
     """Link every rank of a job as ``et-link batch`` does: ``kineto`` and ``et`` are globs of the
     ranks' files ("run/rank*.kineto.json.gz"; ``et`` None: host graphs from Kineto alone), paired
     by rank; outputs, ``rank<N>.report.json`` and ``summary.json`` go to ``output_dir``.
 
     ``fmt`` "json" or "et" (Chakra, with ``comm_groups.json``); ``workers``: ranks linked at once
     (default: by CPU count and memory); ``scheduler``: a Dask scheduler address instead of local
-    processes; ``progress``: log each finished rank on stderr. Returns the ``BatchSummary``
-    (``.ranks``, ``.failed``, ``.collectives``). Raises ``BatchSetupError`` / ``PairingError``."""
+    processes; ``progress``: log each finished rank on stderr; ``network``: a what-if link as
+    ``simulate``'s ("bandwidth=1Gbit/s"), answered in ``summary.json`` (``simulator.network``, with
+    the job's fitted network: docs/whatif.md). Returns the ``BatchSummary`` (``.ranks``,
+    ``.failed``, ``.collectives``, ``.simulator``). Raises ``BatchSetupError`` / ``PairingError`` /
+    ``OptionError``."""
     import io
     from pathlib import Path
 
@@ -141,7 +144,7 @@ def link_job(kineto: str, output_dir: str | os.PathLike, et: Optional[str] = Non
 
     config = BatchConfig(et_glob=et, kineto_glob=kineto, output_dir=Path(output_dir),
                          options=LinkOptions(method=method, force=force), fmt=fmt, gzip=gzip, workers=workers,
-                         scheduler=scheduler, redo=redo, skip_unpaired=skip_unpaired)
+                         scheduler=scheduler, redo=redo, skip_unpaired=skip_unpaired, network=network)
     if progress:
         return run_batch(config, interactive=False)
     return run_batch(config, progress_stream=io.StringIO(), interactive=False)

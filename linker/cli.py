@@ -78,6 +78,12 @@ AstraBandwidthOption = Annotated[Optional[float], typer.Option(
     "--astra-bandwidth", metavar="GB/S", help="ASTRA-sim setup: link bandwidth in GB/s (2^30 bytes) instead of the fitted one.")]
 AstraLatencyOption = Annotated[Optional[float], typer.Option(
     "--astra-latency", metavar="NS", help="ASTRA-sim setup: link latency in ns instead of the fitted one.")]
+AstraCpuCollectivesOption = Annotated[str, typer.Option(
+    "--astra-cpu-collectives", metavar=_choices(("measured", "network")),
+    help="ASTRA-sim setup, CPU collectives (gloo, MPI, UCC) in the workload copies: measured = a meeting of "
+    "the ranks, then each rank's replayed time (the network file does not move them); network = the meeting, "
+    "then a collective of the bytes the network carried on the CPU collectives' fitted bus, then the rest "
+    "as measured, so that network.yml's bandwidth moves them (a job of CPU collectives only; docs/whatif.md).")]
 
 
 def _exit_epilog() -> str:
@@ -426,10 +432,14 @@ def batch_command(
     astra_npus: AstraNpusOption = None,
     astra_bandwidth: AstraBandwidthOption = None,
     astra_latency: AstraLatencyOption = None,
+    astra_cpu_collectives: AstraCpuCollectivesOption = "measured",
     pid_ranks: Optional[str] = typer.Option(None, "--pid-ranks", metavar="PID:RANK,...", help="One Nsight "
                                             "Systems file holding every rank: the rank of each process, e.g. "
                                             "4242:0,4243:1 (default: pid order)."),
     waits: FileWaitsOption = "measured",
+    network: str = typer.Option("", "--network", metavar="bandwidth=RATE[,latency=TIME][,medium=bus|links]",
+                                help="A what-if link answered in summary.json, as et-link simulate DIR --network "
+                                "answers it (docs/whatif.md); the job's fitted network is there anyway (--format et)."),
     max_inflated: MaxInflatedOption = None,
     log_level: LogLevelOption = "WARNING",
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr (the table is still printed)."),
@@ -462,12 +472,13 @@ def batch_command(
     _check_waits(waits)
     options = LinkOptions(method=method, annotation=annotation, window=window, force=force, max_depth=max_depth,
                           waits=waits)
-    simulator = _astra_overrides(rank_start, astra_topology, astra_npus, astra_bandwidth, astra_latency)
+    simulator = _astra_overrides(rank_start, astra_topology, astra_npus, astra_bandwidth, astra_latency,
+                                 astra_cpu_collectives)
     config = BatchConfig(et_glob=et, kineto_glob=kineto, output_dir=output_dir, options=options, fmt=fmt,
                          gzip=gzip_output, workers=workers, scheduler=scheduler, rank_pattern=rank_pattern,
                          redo=redo, verify_existing=verify_existing, memory_budget=budget,
                          skip_unpaired=skip_unpaired, rank_start=rank_start, simulator=simulator,
-                         pid_ranks=ranks_of_pids)
+                         pid_ranks=ranks_of_pids, network=network)
     try:
         summary = run_batch(config, quiet=quiet, schedule=_schedule())
     except PairingError as err:
@@ -487,14 +498,19 @@ def batch_command(
 
 
 def _astra_overrides(rank_start: str, topology: Optional[str], npus: Optional[int], bandwidth: Optional[float],
-                     latency: Optional[float]) -> dict:
-    """The ASTRA-sim setup overrides of the options, checked (``fail`` on a bad value)."""
+                     latency: Optional[float], cpu_collectives: str = "measured") -> dict:
+    """The ASTRA-sim setup overrides of the options, checked (``fail`` on a bad value); the CPU
+    collectives' form under ``cpu_collectives`` when it is not the default."""
+    from linker.batch.astra_collectives import check_form
     from linker.plan.rank_start import check_rank_start
     from linker.sim.network_fit import check_overrides
 
     try:
         check_rank_start(rank_start)
-        return check_overrides(topology, npus, bandwidth, latency)
+        overrides = check_overrides(topology, npus, bandwidth, latency)
+        if check_form(cpu_collectives) != "measured":
+            overrides["cpu_collectives"] = cpu_collectives
+        return overrides
     except OptionError as err:
         fail(str(err))
 
@@ -509,13 +525,15 @@ def astra_setup_command(
     astra_npus: AstraNpusOption = None,
     astra_bandwidth: AstraBandwidthOption = None,
     astra_latency: AstraLatencyOption = None,
+    astra_cpu_collectives: AstraCpuCollectivesOption = "measured",
 ) -> None:
     """Write an ASTRA-sim setup (network, system and memory configuration, run script) for .et files
     already written: what `batch --format et` writes beside a job, for a single pair too (run as 2
     NPUs). The network is fitted to the files' collectives (docs/astra-sim.md)."""
     from linker.batch.astra_setup import setup_for_files
 
-    simulator = _astra_overrides("measured", astra_topology, astra_npus, astra_bandwidth, astra_latency)
+    simulator = _astra_overrides("measured", astra_topology, astra_npus, astra_bandwidth, astra_latency,
+                                 astra_cpu_collectives)
     try:
         lines = setup_for_files(files, output_dir, simulator)
     except EtLinkError as err:

@@ -23,14 +23,24 @@ then replayed (``linker.simulate``):
 - from each slowed trace, ``--network bandwidth=B`` with B the unlimited trace's fitted rate (the
   unlimited loopback as the trace shows it), against the unlimited run's measured job span.
 
+Where ``ASTRA_SIM_BIN`` is set (one binary, or several joined by ``:``, e.g. both analytical
+backends), the same predictions are made in the real ASTRA-sim: each job's workload copies written
+with ``--astra-cpu-collectives network`` (``astra-setup``; the gloo collectives carried on the
+fitted bus, docs/whatif.md) and ``network.yml``'s bandwidth set to the bus rate asked about / N
+(``--astra-bandwidth``, GB/s of 2^30 bytes); ASTRA-sim's job span is its last ``sys[i]
+finished``. Per job it also runs the copies on their own fitted network (``own network``) and the
+default copies (``own measured``: the meeting, then the measured time) for their replay of the
+trace. A second table lists these (``--json``: ``astra`` per row).
+
 Prints one table (``--json``: one object). Cost: a capture is a few seconds of torchrun per job;
-linking and replaying a job well under a second per rank.
+linking and replaying a job well under a second per rank; an ASTRA-sim run about a second.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -86,6 +96,55 @@ def replayed(job_et: Path, network: str = "") -> dict:
     return simulate(job_et, network=network).to_json()
 
 
+def astra_binaries() -> list[Path]:
+    """The binaries of ``ASTRA_SIM_BIN`` (several joined by ``:``); [] when it is not set."""
+    return [Path(part) for part in os.environ.get("ASTRA_SIM_BIN", "").split(os.pathsep) if part]
+
+
+def astra_span_us(job_et: Path, setup: Path, binary: Path, form: str, bus_rate: float | None, ranks: int) -> float:
+    """ASTRA-sim's job span (µs: its last ``sys[i] finished``) of a linked job's setup written into
+    ``setup`` (``astra-setup``) with its CPU collectives in ``form``; ``bus_rate`` (bytes/s): the
+    bus asked about, written as links of rate / ``ranks`` (None: the fitted network)."""
+    from linker.batch.astra_run import run_setup
+    from linker.batch.astra_setup import setup_for_files
+
+    overrides = {"cpu_collectives": form} if form != "measured" else {}
+    if bus_rate is not None:
+        overrides["bandwidth_gbps"] = bus_rate / ranks / 2 ** 30
+    setup_for_files([job_et], setup, overrides)
+    return max(run_setup(setup, binary).finished_ns.values()) / 1000
+
+
+def astra_row(row: dict, fast: Path, job: Path, fast_rate: float, fast_measured: float, binary: Path) -> dict:
+    """One binary's figures for one row of the table (``main``): own replays in both forms, and the
+    predictions from the unlimited job and back to it, with their errors."""
+    ranks, rate = row["ranks"], row["loopback"]
+    work = job / "astra_check" / binary.name
+    own_measured = astra_span_us(job, work / "own_measured", binary, "measured", None, ranks)
+    own_network = astra_span_us(job, work / "own_network", binary, "network", None, ranks)
+    out = {"own_measured": round(own_measured / row["measured_us"], 4),
+           "own_network": round(own_network / row["measured_us"], 4),
+           "from_unlimited_us": None, "from_unlimited_error": None, "to_unlimited_us": None,
+           "to_unlimited_error": None}
+    if rate != UNLIMITED:
+        from linker.sim.network import parse_rate
+
+        forward = astra_span_us(fast, fast / "astra_check" / binary.name / f"to_{rate}", binary, "network",
+                                parse_rate(rate), ranks)
+        back = astra_span_us(job, work / "to_unlimited", binary, "network", fast_rate, ranks)
+        out.update(from_unlimited_us=round(forward, 1), from_unlimited_error=round(forward / row["measured_us"] - 1, 4),
+                   to_unlimited_us=round(back, 1), to_unlimited_error=round(back / fast_measured - 1, 4))
+    return out
+
+
+def ms(us: float | None) -> str:
+    return f"{us / 1000:,.1f} ms" if us is not None else "-"
+
+
+def pct(x: float | None) -> str:
+    return f"{100 * x:+.1f}%" if x is not None else "-"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="folder of the captures (r<RANKS>_<RATE>/)")
@@ -124,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             restore_loopback()
             print(f"lo restored: {lo_qdisc().strip()}", file=sys.stderr)
     rows = []
+    binaries = astra_binaries()
     for ranks in args.ranks:
         fast = linked(jobs[(ranks, UNLIMITED)])
         fast_report = replayed(fast, f"bandwidth=1Gbit/s{medium}")
@@ -145,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
                 back = replayed(job, f"bandwidth={fast_rate}B/s{medium}")
                 row["to_unlimited_us"] = back["simulated_us"]
                 row["to_unlimited_error"] = round(back["simulated_us"] / fast_report["measured_us"] - 1, 4)
+            if binaries:
+                row["astra"] = {binary.name: astra_row(row, fast, job, fast_rate, fast_report["measured_us"], binary)
+                                for binary in binaries}
             rows.append(row)
     if args.json:
         print(json.dumps({"medium": args.medium or "bus", "rows": rows}, indent=1))
@@ -153,15 +216,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'ranks':>5}  {'loopback':>9}  {'measured':>10}  {'own':>6}  {'fitted':>16}  "
           f"{'from unlimited':>15}  {'error':>7}  {'to unlimited':>13}  {'error':>7}")
     for row in rows:
-        def ms(us):
-            return f"{us / 1000:,.1f} ms" if us is not None else "-"
-
-        def pct(x):
-            return f"{100 * x:+.1f}%" if x is not None else "-"
         fitted = row["fitted_bandwidth"] + (f" ({row['fitted_over_rate']:.2f})" if row["fitted_over_rate"] else "")
         print(f"{row['ranks']:>5}  {row['loopback']:>9}  {ms(row['measured_us']):>10}  {row['own_ratio']:>6.3f}  "
               f"{fitted:>16}  {ms(row['from_unlimited_us']):>15}  {pct(row['from_unlimited_error']):>7}  "
               f"{ms(row['to_unlimited_us']):>13}  {pct(row['to_unlimited_error']):>7}")
+    if binaries:
+        print("\nASTRA-sim (CPU collectives carried on the fitted bus: --astra-cpu-collectives network; 'own' = "
+              "ASTRA-sim / measured job span of the job's own setup, default form and network form)")
+        print(f"{'binary':>20}  {'ranks':>5}  {'loopback':>9}  {'own meas.':>9}  {'own netw.':>9}  "
+              f"{'from unlimited':>15}  {'error':>7}  {'to unlimited':>13}  {'error':>7}")
+        for row in rows:
+            for name, figures in row["astra"].items():
+                short = name.replace("AstraSim_Analytical_", "")
+                print(f"{short:>20}  {row['ranks']:>5}  {row['loopback']:>9}  {figures['own_measured']:>9.4f}  "
+                      f"{figures['own_network']:>9.4f}  {ms(figures['from_unlimited_us']):>15}  "
+                      f"{pct(figures['from_unlimited_error']):>7}  {ms(figures['to_unlimited_us']):>13}  "
+                      f"{pct(figures['to_unlimited_error']):>7}")
     return 0
 
 

@@ -187,16 +187,88 @@ def measured_job_span_us(job: Path) -> float:
 
 @pytest.fixture(scope="module")
 def whatif_jobs(tmp_path_factory) -> dict[str, Path]:
-    """Both fixture captures linked as ``et-link batch --format et`` links them."""
+    """Both fixture captures linked as ``et-link batch --format et`` links them, each with a
+    what-if answered in its summary.json: the unlimited job asked about 1 Gbit/s, the slowed one
+    about the unlimited trace's fitted network (the unlimited loopback as that trace shows it)."""
     from linker import link_job
 
     out = tmp_path_factory.mktemp("whatif")
     linked = {}
+    network = "bandwidth=1Gbit/s"
     for rate in ("unlimited", "1gbit"):
         job = FIXTURES / rate
         linked[rate] = out / rate
-        link_job(str(job / "device.*.json.gz"), linked[rate], str(job / "host.*.json.gz"), fmt="et", workers=1)
+        summary = link_job(str(job / "device.*.json.gz"), linked[rate], str(job / "host.*.json.gz"), fmt="et",
+                           workers=1, network=network)
+        network = f"bandwidth={summary.simulator['network']['fitted'][0]['bandwidth_bytes_per_s']}B/s"
     return linked
+
+
+def raw_bus_fit(linked: Path) -> dict:
+    """The bus network of a linked job's gloo all-reduces computed from the ``.et`` files' raw
+    fields alone (not et-link's replay or fit), as docs/whatif.md defines it: per collective its
+    ``comm_size``, ``comm_seq`` (issue order), measured start, measured duration
+    (``inclusive_dur_micros``) and the time the replay holds it for (``duration_micros``). A
+    collective every rank holds that started, on no rank, before the earlier ones there had
+    ended is matched: its part is its duration less its wait for the last rank's start; the
+    others are a rank's own, for their duration, and join the rank's episode. Each episode (a
+    matched collective and the ones joining it) is a row: steps 2(N-1) and bus bytes 2(N-1)S per
+    all-reduce. Least squares of time = steps * latency + bytes / bandwidth; latency 0 (the whole
+    time over the bytes) where the rows cannot tell it apart or the fit gives it < 0."""
+    from linker.write.chakra_wire import iter_frames
+
+    ranks = []
+    for path in sorted(linked.glob("rank.*.et")):
+        held = {}
+        for frame in iter_frames(path):
+            node = pb.Node.FromString(frame.payload) if frame.index else None
+            if node is None or node.type != pb.COMM_COLL_NODE:
+                continue
+            attrs = {a.name: getattr(a, a.WhichOneof("value")) for a in node.attr if a.WhichOneof("value")}
+            held[attrs["comm_seq"]] = (node.start_time_micros, attrs["inclusive_dur_micros"], node.duration_micros,
+                                       attrs["comm_size"])
+        ranks.append(held)
+    n = len(ranks)
+    under = set()
+    for held in ranks:
+        latest_end = -math.inf
+        for seq in sorted(held):
+            start, measured, _, _ = held[seq]
+            if start < latest_end:
+                under.add(seq)
+            latest_end = max(latest_end, start + measured)
+    matched = {seq for seq in set.intersection(*(set(held) for held in ranks)) if seq not in under}
+    rows, collectives = [], 0
+    for held in ranks:
+        episode = None
+        for seq in sorted(held):
+            start, _, duration, size = held[seq]
+            if seq in matched:
+                part = max(0, duration - (max(other[seq][0] for other in ranks) - start))
+                episode = [0, 0.0, 0.0]
+                rows.append(episode)
+            else:
+                part = duration
+                if episode is None:
+                    episode = [0, 0.0, 0.0]
+                    rows.append(episode)
+            episode[0] += 2 * (n - 1)
+            episode[1] += 2 * (n - 1) * size
+            episode[2] += part
+            collectives += 1
+    saa = sum(a * a for a, _, _ in rows)
+    sab = sum(a * b for a, b, _ in rows)
+    sbb = sum(b * b for _, b, _ in rows)
+    sat = sum(a * t for a, _, t in rows)
+    sbt = sum(b * t for _, b, t in rows)
+    det = saa * sbb - sab * sab
+    latency, per_byte = -1.0, 0.0  # one steps-to-bytes ratio (det 0): latency not told apart
+    if det > 1e-9 * saa * sbb:
+        latency, per_byte = (sat * sbb - sbt * sab) / det, (saa * sbt - sab * sat) / det
+    if latency < 0 or per_byte <= 0:
+        latency, per_byte = 0.0, sum(t for _, _, t in rows) / sum(b for _, b, _ in rows)
+    return {"bandwidth": 1e6 / per_byte, "latency_us": latency, "episodes": len(rows), "collectives": collectives,
+            "bus_bytes": sum(b for _, b, _ in rows), "measured_us": sum(t for _, _, t in rows)}
 
 
 def test_the_fixture_job_spans_are_what_simulate_measures(whatif_jobs):
@@ -218,14 +290,183 @@ def test_a_slowed_loopback_predicted_from_the_unlimited_trace(whatif_jobs):
     predicted = simulate(whatif_jobs["unlimited"], network="bandwidth=1Gbit/s").report
     assert predicted.simulated_us == pytest.approx(measured_slow, rel=WHATIF_BOUND)
     assert predicted.network.fitted[0].medium == "bus" and predicted.network.kept == 0
-    slow_fit = simulate(whatif_jobs["1gbit"], network="bandwidth=1Gbit/s").report.network.fitted[0]
+    (slow_fit,) = _summary_network(whatif_jobs["1gbit"])["fitted"]  # what simulate --network fits (below)
     # the bus the slowed trace shows is the rate tbf was given (per-rank links would read half of it)
-    assert slow_fit.bandwidth == pytest.approx(125e6, rel=0.10)
+    assert slow_fit["bandwidth_bytes_per_s"] == pytest.approx(125e6, rel=0.10)
 
 
 def test_the_unlimited_loopback_predicted_from_the_slowed_trace(whatif_jobs):
     from linker import simulate
 
-    fast_fit = simulate(whatif_jobs["unlimited"], network="bandwidth=1Gbit/s").report.network.fitted[0]
-    predicted = simulate(whatif_jobs["1gbit"], network=f"bandwidth={fast_fit.bandwidth}B/s").report
+    (fast_fit,) = _summary_network(whatif_jobs["unlimited"])["fitted"]
+    predicted = simulate(whatif_jobs["1gbit"], network=f"bandwidth={fast_fit['bandwidth_bytes_per_s']}B/s").report
     assert predicted.simulated_us == pytest.approx(measured_job_span_us(FIXTURES / "unlimited"), rel=WHATIF_BOUND)
+
+
+def _summary_network(linked: Path) -> dict:
+    return json.loads((linked / "summary.json").read_text())["simulator"]["network"]
+
+
+@pytest.mark.parametrize("rate", ["unlimited", "1gbit"])
+def test_summary_holds_the_fitted_network_of_the_raw_collectives(whatif_jobs, rate):
+    raw = raw_bus_fit(whatif_jobs[rate])
+    (fit,) = _summary_network(whatif_jobs[rate])["fitted"]
+    assert (fit["backend"], fit["medium"]) == ("cpu", "bus")
+    assert (fit["episodes"], fit["collectives"]) == (raw["episodes"], raw["collectives"]) == (10, 20 - (rate == "unlimited"))
+    assert fit["bandwidth_bytes_per_s"] == pytest.approx(raw["bandwidth"], rel=1e-6)
+    assert fit["latency_us"] == pytest.approx(raw["latency_us"], abs=1e-3)
+    assert fit["measured_us"] == pytest.approx(raw["measured_us"], rel=1e-6)
+
+
+def test_summary_answers_the_what_if_of_batch_network(whatif_jobs):
+    fast, slow = _summary_network(whatif_jobs["unlimited"]), _summary_network(whatif_jobs["1gbit"])
+    raw_fast, raw_slow = raw_bus_fit(whatif_jobs["unlimited"]), raw_bus_fit(whatif_jobs["1gbit"])
+    forward, back = fast["what_if"], slow["what_if"]
+    assert forward["given"] == "bandwidth=1Gbit/s" and forward["network"]["fitted"] == fast["fitted"]
+    assert back["network"]["fitted"] == slow["fitted"]
+    # every collective's network part moves from the fitted bus to the given one: the bus bytes
+    # over the difference of the rates
+    assert forward["network"]["change_us"] == pytest.approx(
+        raw_fast["bus_bytes"] * (1 / 125e6 - 1 / raw_fast["bandwidth"]) * 1e6, rel=1e-5)
+    assert back["network"]["change_us"] == pytest.approx(
+        raw_slow["bus_bytes"] * (1 / raw_fast["bandwidth"] - 1 / raw_slow["bandwidth"]) * 1e6, rel=1e-5)
+    for answer, job in ((forward, "unlimited"), (back, "1gbit")):
+        assert answer["measured_us"] == pytest.approx(measured_job_span_us(FIXTURES / job), rel=1e-3)
+        assert answer["predicted_over_measured"] == pytest.approx(answer["predicted_us"] / answer["measured_us"],
+                                                                  abs=1e-4)
+    # and each prediction is the other run, within the bound
+    assert forward["predicted_us"] == pytest.approx(measured_job_span_us(FIXTURES / "1gbit"), rel=WHATIF_BOUND)
+    assert back["predicted_us"] == pytest.approx(measured_job_span_us(FIXTURES / "unlimited"), rel=WHATIF_BOUND)
+
+
+def test_batch_without_network_writes_the_fit_and_no_what_if(tmp_path):
+    from linker.batch.job_network import fitted_networks
+
+    graphs = _job(tmp_path)  # the hand-written bus of 100 MB/s, 10 us a step
+    (fit,) = fitted_networks(graphs, None)
+    assert fit.bandwidth == pytest.approx(1e8) and fit.latency_us == pytest.approx(10.0)
+    assert fitted_networks(graphs[:1], None) == []
+
+
+def test_a_bad_batch_network_is_refused_before_any_work(tmp_path):
+    from linker.batch import BatchConfig, run_batch
+
+    config = BatchConfig(str(FIXTURES / "1gbit" / "host.*.json.gz"), str(FIXTURES / "1gbit" / "device.*.json.gz"),
+                         tmp_path / "out", fmt="et", network="bandwidth=1Gbps")
+    with pytest.raises(OptionError, match="ambiguous"):
+        run_batch(config)
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# ASTRA-sim workload copies whose CPU collectives the network carries (--astra-cpu-collectives network)
+# ---------------------------------------------------------------------------------------------
+
+
+def _copy_nodes(path: Path) -> dict[int, pb.Node]:
+    from linker.write.chakra_wire import iter_frames
+
+    return {node.id: node for node in (pb.Node.FromString(f.payload) for f in iter_frames(path) if f.index)}
+
+
+def _attr(node: pb.Node, name: str):
+    return next(getattr(a, a.WhichOneof("value")) for a in node.attr if a.name == name)
+
+
+def _astra_ring_us(size: int, npus: int, gbps: float) -> float:
+    """ASTRA-sim's congestion-unaware time of a ring all-reduce alone on a FullyConnected network
+    of links of ``gbps`` GB/s (2^30 bytes), latency 0, et-link's system file (endpoint delay
+    10 ns, local memory 1,600 GB/s): 10 + 2(N-1)(10 + floor(m / B)) + (N-1) 3 floor(m / 1600 GB/s),
+    m = S / N (ASTRA-sim's Ring.cc and BasicTopology, as docs/astra-sim.md derives)."""
+    message = size // npus
+    per_step = math.floor(message / (gbps * 2 ** 30 / 1e9))
+    return (10 + 2 * (npus - 1) * (10 + per_step) + (npus - 1) * 3 * math.floor(message / 1600)) / 1000
+
+
+def test_astra_copies_carry_the_gloo_collectives_on_the_fitted_bus(whatif_jobs, tmp_path):
+    """The ``network`` form: network.yml is the bus the trace's collectives fit, as links of rate / N;
+    each matched all-reduce is the 1-byte meeting, then an all-reduce of its episode's bytes (the
+    ones every rank's episode carried), then the rank's time less the network's, as a COMP_NODE
+    (taken from the next of the episode's nodes where it would go below 0). Expected values from
+    the .et files' raw fields and the measured form's copies."""
+    from linker.batch.astra_setup import setup_for_files
+
+    linked = whatif_jobs["unlimited"]
+    setup_for_files([linked], tmp_path / "measured", {})
+    setup_for_files([linked], tmp_path / "network", {"cpu_collectives": "network"})
+    raw = raw_bus_fit(linked)
+    gbps = float(f"{raw['bandwidth'] / 2 / 2 ** 30:.4g}")
+    yml = (tmp_path / "network" / "network.yml").read_text()
+    assert f"bandwidth: [ {gbps} ]" in yml and "latency: [ 0.0 ]" in yml and "FullyConnected" in yml
+    assert "bandwidth: [ 50.0 ]" in (tmp_path / "measured" / "network.yml").read_text()  # the default, as before
+    episodes = []  # per rank: the episodes' gloo node ids, in issue order (a matched one opens one)
+    for rank in (0, 1):
+        nodes = _copy_nodes(tmp_path / "measured" / f"workload.{rank}.et")
+        timed = sorted((n for n in nodes.values() if n.name == "gloo:all_reduce" and n.type == pb.COMP_NODE),
+                       key=lambda n: n.id)
+        mine = []
+        for node in timed:
+            if any(nodes[d].type == pb.COMM_COLL_NODE for d in node.data_deps) or not mine:
+                mine.append([])
+            mine[-1].append(node.id)
+        episodes.append((nodes, mine))
+    assert [len(mine) for _, mine in episodes] == [5, 5]
+    sizes = [{node.id: _attr(node, "comm_size") for node in _copy_nodes(linked / f"rank.{rank}.et").values()
+              if node.type == pb.COMM_COLL_NODE} for rank in (0, 1)]
+    # the last step's second bucket was lost by rank 1's ET: that episode carries the first's bytes
+    assert [sum(sizes[r][i] for i in episodes[r][1][-1]) for r in (0, 1)] == [789_504 + 263_168, 789_504]
+    for rank, (measured, mine) in enumerate(episodes):
+        nodes = _copy_nodes(tmp_path / "network" / f"workload.{rank}.et")
+        for k, ids in enumerate(mine):
+            carried_bytes = min(sum(sizes[r][i] for i in episodes[r][1][k]) for r in (0, 1))
+            head = nodes[ids[0]]
+            (carried,) = [nodes[d] for d in head.data_deps]
+            (meeting,) = [nodes[d] for d in carried.data_deps]
+            assert carried.type == meeting.type == pb.COMM_COLL_NODE and _attr(meeting, "comm_size") == 1
+            assert _attr(carried, "comm_size") == carried_bytes and _attr(carried, "comm_type") == pb.ALL_REDUCE
+            left = _astra_ring_us(carried_bytes, 2, gbps)
+            for i in ids:
+                was = measured[i].duration_micros
+                taken = min(was, left)
+                left -= taken
+                assert nodes[i].duration_micros == pytest.approx(was - taken, abs=1)
+
+
+def test_the_network_form_needs_a_job_of_cpu_collectives_only(tmp_path):
+    from linker.batch.astra_collectives import check_form, cpu_collective_edits
+
+    graphs = _job(tmp_path)  # the hand-written bus of 100 MB/s, 10 us a step
+    carried = cpu_collective_edits(graphs, None, "network")
+    assert carried.carried == 4 and carried.network.bandwidth_gbps == float(f"{1e8 / 2 / 2 ** 30:.4g}")
+    assert carried.network.latency_ns == pytest.approx(10_000) and carried.bus.latency_told_apart
+    # each collective's measured time is its network time: nothing is left for the timed part
+    assert all(edit.timed_us <= 1 and edit.carried[2] in (100_000, 300_000) for edits in carried.edits
+               for edit in edits.values())
+    assert cpu_collective_edits(graphs, None).network is None  # the measured form by default
+    single = cpu_collective_edits(graphs[:1], None, "network")
+    assert single.edits == [{}] and "single rank" in single.notes[0]
+    specs = [cpu(1, 100, start=0), _gloo(2, 2020, 100_000, [1], 100), _nccl(3, 1010, 1_000_000, [2], 2120)]
+    mixed = [load_graph(write_et(tmp_path / f"mixed{r}.et", specs), r) for r in (0, 1)]
+    cpu_only = cpu_collective_edits(mixed, None, "network")
+    assert cpu_only.network is None and cpu_only.carried == 0 and "GPU collectives" in cpu_only.notes[0]
+    assert all(edit.carried is None and edit.sync_id is not None for edits in cpu_only.edits for edit in edits.values())
+    with pytest.raises(OptionError, match="astra-cpu-collectives"):
+        check_form("links")
+
+
+def test_astra_setup_cli_writes_the_network_form_and_refuses_a_bad_one(whatif_jobs, tmp_path):
+    from typer.testing import CliRunner
+
+    from linker.cli import app
+
+    linked = whatif_jobs["1gbit"]
+    bad = CliRunner().invoke(app, ["astra-setup", str(linked), "--astra-cpu-collectives", "links",
+                                   "--output-dir", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "unknown --astra-cpu-collectives 'links'" in bad.output
+    assert len(bad.output.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()
+    good = CliRunner().invoke(app, ["astra-setup", str(linked), "--astra-cpu-collectives", "network",
+                                    "--astra-bandwidth", "0.05821", "--output-dir", str(tmp_path / "at_1gbit")])
+    assert good.exit_code == 0, good.output
+    assert "standing for the CPU collectives' bus" in (tmp_path / "at_1gbit" / "network.yml").read_text()
+    assert "bandwidth: [ 0.05821 ]" in (tmp_path / "at_1gbit" / "network.yml").read_text()
+    assert "stands for the CPU collectives' bus as simulate --network fits it: 938.9 Mbit/s" in good.output

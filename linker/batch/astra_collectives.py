@@ -1,4 +1,5 @@
-"""CPU collectives as ASTRA-sim needs them: a meeting of the ranks, then each rank's measured time.
+"""CPU collectives as ASTRA-sim needs them: a meeting of the ranks, then each rank's measured time
+(or, in the ``network`` form, the meeting, the bytes the network carried, then the rest).
 
 ASTRA-sim times a collective from the network configuration and its ``comm_size``, never from
 ``duration_micros``. A GPU collective's measured transfer is close to a property of the network,
@@ -25,26 +26,74 @@ files' own start: delay nodes included) does with it:
   it would make every rank wait for the slowest one's previous collective, which the run did not
   do (measured on a 4-rank gloo job with no communication time: 6-7 ms per rank from that alone).
 
-What-ifs on CPU time still move the ranks' meetings; the transfer is the measured one whatever the
-network file says (the network still times the GPU collectives). Cost: one job replay, O(c) after.
+What-ifs on CPU time still move the ranks' meetings; in this form (``measured``, the default) the
+transfer is the measured one whatever the network file says (the network still times the GPU
+collectives).
+
+The ``network`` form (``--astra-cpu-collectives network``; a job whose collectives are all CPU
+ones) hands the network part to ASTRA-sim, as ``et-link simulate --network`` models it
+(``sim.network``, docs/whatif.md): the CPU collectives' bus is fitted to their episodes
+(``network.fit_job``: a matched collective and the ones that ran under it share the medium), and
+written as ASTRA-sim's ``FullyConnected`` network of the job's N NPUs with each link at the bus
+rate / N (ASTRA-sim's ring all-reduce sends 2(N-1)/N S per NPU over one link at a time: 2(N-1) S /
+rate, the bus's time). Each matched collective becomes the meeting, then a collective of its
+episode's size (the bytes every member rank's episode carried, as one collective of the first's
+type) taking the network's time for it (``network_fit.collective_ns``), then the ``COMP_NODE``
+holding the rest of the rank's time: the replay's time less the network's, taken from the
+episode's first node and, where that would go below 0, from the next ones'. On the fitted network
+ASTRA-sim replays the trace as the measured form does; with another bandwidth or latency in
+``network.yml`` its own network model moves the collectives. The meeting stays: it makes the
+ranks start the carried collective together (a rank that issued it first would otherwise run its
+first ring steps alone). Cost: one job replay, O(c log c) after.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from linker.sim.engine import ASTRA_SIM, replay
+from linker.model.errors import OptionError
+from linker.sim.engine import ASTRA_SIM, Replay, replay
 from linker.sim.graph import COLL, SimGraph
+from linker.sim.network import BUS, FittedNetwork, fit_job, format_rate, volume
+from linker.sim.network_fit import DEFAULT_TOPOLOGY, FITTED_TYPES, NetworkFit, collective_ns, stated
+
+MEASURED_FORM, NETWORK_FORM = "measured", "network"
+CPU_COLLECTIVE_FORMS = (MEASURED_FORM, NETWORK_FORM)
+_GB = float(1 << 30)
+
+
+def check_form(form: str) -> str:
+    """``form`` when it is one of ``CPU_COLLECTIVE_FORMS``; raises OptionError otherwise."""
+    if form not in CPU_COLLECTIVE_FORMS:
+        raise OptionError(f"unknown --astra-cpu-collectives {form!r}; choose one of {', '.join(CPU_COLLECTIVE_FORMS)}")
+    return form
 
 
 @dataclass
 class NodeEdit:
     """How a workload copy writes one CPU collective: ``timed_us`` of work off the CPU under its
     id; ``sync_id`` not None: after a 1-byte collective of that new id, which the timed node
-    depends on (the meeting takes the collective's dependencies)."""
+    depends on (the meeting takes the collective's dependencies); ``carried`` not None (the
+    ``network`` form): (new id, Chakra type, bytes) of a collective after the meeting that the
+    timed node depends on instead."""
 
     timed_us: int
     sync_id: int | None = None
+    carried: tuple[int, int, int] | None = None
+
+
+@dataclass
+class CpuCollectives:
+    """The workload copies' CPU collectives: per rank position node id -> ``NodeEdit``; in the
+    ``network`` form the network the carried collectives were timed on (``network``, with the
+    CPU collectives' bus fit it stands for in ``bus``) and how many were carried; ``notes`` say
+    why a form asked for was not used."""
+
+    edits: list[dict[int, NodeEdit]]
+    network: NetworkFit | None = None
+    bus: FittedNetwork | None = None
+    carried: int = 0
+    notes: list[str] = field(default_factory=list)
 
 
 def _is_cpu_collective(graph: SimGraph, u: int) -> bool:
@@ -52,14 +101,21 @@ def _is_cpu_collective(graph: SimGraph, u: int) -> bool:
     return info is not None and info.role == COLL and graph.lane_keys[graph.lane[u]][0] == "cpu"
 
 
-def cpu_collective_edits(graphs: list[SimGraph], comm_groups: dict[str, list[int]] | None) -> list[dict[int, NodeEdit]]:
-    """Per rank position: node id -> ``NodeEdit`` for its CPU collectives (module docstring);
-    empty dicts when the job has no CPU collective or is a single rank (run as 2 NPUs replaying
-    one file: its collectives meet at once and take the network's time)."""
+def cpu_collective_edits(graphs: list[SimGraph], comm_groups: dict[str, list[int]] | None,
+                         form: str = MEASURED_FORM, topology: str | None = None) -> CpuCollectives:
+    """Per rank position: node id -> ``NodeEdit`` for its CPU collectives (module docstring), in
+    ``form``; the ``network`` form on ``topology`` (default ``FullyConnected``) where the job's
+    collectives are all CPU ones with a bus to fit, else the ``measured`` form with a note. Empty
+    edits when the job has no CPU collective or is a single rank (run as 2 NPUs replaying one
+    file: its collectives meet at once and take the network's time)."""
     edits: list[dict[int, NodeEdit]] = [{} for _ in graphs]
     collectives = [[u for u in graph.comm if _is_cpu_collective(graph, u)] for graph in graphs]
     if len(graphs) < 2 or not any(collectives):
-        return edits
+        result = CpuCollectives(edits)
+        if form == NETWORK_FORM and any(collectives):
+            result.notes.append("--astra-cpu-collectives network: a single rank's collectives are timed by the "
+                                "network file already (fitted to them, run as 2 NPUs)")
+        return result
     rp = replay(graphs, ASTRA_SIM, comm_groups=comm_groups)
     matched: dict[tuple, list[tuple[int, int, float, float]]] = {}  # ASTRA-sim's match: pg, issue order
     for r, (graph, nodes) in enumerate(zip(graphs, collectives)):
@@ -77,9 +133,65 @@ def cpu_collective_edits(graphs: list[SimGraph], comm_groups: dict[str, list[int
             position += 1
             matched.setdefault(key, []).append((r, u, issue, end))
     next_id = [max(graph.ids, default=0) + 1 for graph in graphs]
+    timed: dict[int, float] = {}  # global node -> its timed part before rounding (the network form takes from it)
     for members in matched.values():
         met = max(issue for _, _, issue, _ in members)  # ASTRA-sim meets the ranks when the last one issues it
         for r, u, _, end in members:
             edits[r][graphs[r].ids[u]] = NodeEdit(timed_us=max(0, round(end - met)), sync_id=next_id[r])
+            timed[rp.offsets[r] + u] = max(0.0, end - met)
             next_id[r] += 1
-    return edits
+    result = CpuCollectives(edits)
+    if form == NETWORK_FORM:
+        _carry(result, rp, timed, next_id, topology or DEFAULT_TOPOLOGY)
+    return result
+
+
+def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id: list[int], topology: str) -> None:
+    """The ``network`` form over the measured one's edits (``timed``: each matched member's part
+    from the meeting): fit the bus, time each matched episode's bytes on the ASTRA-sim network
+    that stands for it, and take that time from the episode's timed parts. O(c log c)."""
+    graphs = rp.graphs
+    if any(info.role == COLL and not _is_cpu_collective(graph, u) for graph in graphs for u, info in graph.comm.items()):
+        result.notes.append("--astra-cpu-collectives network: the job has GPU collectives, which the network is "
+                            "fitted to; the CPU collectives keep their measured form")
+        return
+    job = fit_job(graphs, rp.offsets, rp.groups, rp.duration, medium=BUS)
+    bus = job.fits.get("cpu")
+    if bus is None or not bus.bandwidth < float("inf"):
+        result.notes.append("--astra-cpu-collectives network: no CPU collective carries bytes over a bus to fit; "
+                            "the CPU collectives keep their measured form")
+        return
+    npus = len(graphs)
+    network = NetworkFit(topology, npus, stated(bus.bandwidth / npus / _GB), stated(bus.latency_us * 1000), True,
+                         collectives=bus.collectives, measured_us=bus.measured_us, modelled_us=bus.modelled_us,
+                         mean_abs_error=bus.mean_abs_error)
+    episodes: dict[int, list] = {}  # group -> its members' episodes
+    for episode in job.episodes["cpu"]:
+        g = rp.groups.group_of[episode.nodes[0]]
+        if g >= 0 and episode.types[0] in FITTED_TYPES:
+            episodes.setdefault(g, []).append(episode)
+    for members in episodes.values():
+        first = members[0]
+        one_byte = volume(first.types[0], 1, first.npus)[1]
+        size = round(min(e.per_rank_bytes for e in members) / one_byte)
+        network_us = collective_ns(first.types[0], size, first.npus, topology, network.bandwidth_gbps,
+                                   network.latency_ns) / 1000
+        for episode in members:
+            r = rp.rank_of(episode.nodes[0])
+            graph, base = graphs[r], rp.offsets[r]
+            head = result.edits[r].get(graph.ids[episode.nodes[0] - base])
+            if head is None:  # never ran in the replay: left as it is
+                continue
+            left = network_us
+            for v in episode.nodes:
+                edit = result.edits[r].get(graph.ids[v - base])
+                if edit is None:
+                    continue
+                part = timed.get(v, float(edit.timed_us))
+                taken = min(part, left)
+                left -= taken
+                edit.timed_us = max(0, round(part - taken))
+            head.carried = (next_id[r], first.types[0], size)
+            next_id[r] += 1
+            result.carried += 1
+    result.network, result.bus = network, bus

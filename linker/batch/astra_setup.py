@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 from bisect import bisect_right
+from dataclasses import replace
 from pathlib import Path
 
 from linker import __version__
@@ -36,7 +37,8 @@ from linker.sim.graph import COLL, META, SimGraph
 from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
 from linker.sim.network_fit import (ENDPOINT_DELAY_NS, LOCAL_MEM_BW_GBPS, Collective, NetworkFit, fit_network)
-from linker.batch.astra_collectives import NodeEdit, cpu_collective_edits
+from linker.batch.astra_collectives import MEASURED_FORM, CpuCollectives, NodeEdit, cpu_collective_edits
+from linker.sim.network import format_rate
 
 SETUP_DIR = "astra"
 WORKLOAD_PREFIX = "workload"
@@ -53,10 +55,30 @@ def system_config() -> dict:
 
 
 def network_yaml(fit: NetworkFit) -> str:
-    return (f"# written by et-link {__version__}: {fit.topology}, fitted to the measured collectives "
-            f"(see et-link's docs/astra-sim.md)\n"
+    if fit.cpu_bus is not None:
+        head = (f"# written by et-link {__version__}: {fit.topology} standing for the CPU collectives' bus of "
+                f"{fit.cpu_bus['bandwidth']} shared by the {fit.npus} NPUs,\n# each link at the bus rate / "
+                f"{fit.npus}: for a bus of R GB/s (2^30 bytes) write bandwidth R / {fit.npus} (et-link's "
+                f"docs/whatif.md)\n")
+    else:
+        head = (f"# written by et-link {__version__}: {fit.topology}, fitted to the measured collectives "
+                f"(see et-link's docs/astra-sim.md)\n")
+    return (head +
             f"topology: [ {fit.topology} ]\nnpus_count: [ {fit.npus} ]\n"
             f"bandwidth: [ {fit.bandwidth_gbps} ]  # GB/s\nlatency: [ {fit.latency_ns} ]  # ns\n")
+
+
+def bus_network(cpu: CpuCollectives, overrides: dict) -> NetworkFit:
+    """The network file of the ``network`` form (``astra_collectives``): the network the carried
+    collectives were timed on, with the user's values (``overrides``) in its place."""
+    network = cpu.network
+    given = {name: overrides[name] for name in ("npus", "bandwidth_gbps", "latency_ns") if name in overrides}
+    bus = cpu.bus
+    note = (f"it stands for the CPU collectives' bus as simulate --network fits it: {format_rate(bus.bandwidth)}, "
+            f"latency {bus.latency_us:,.1f} us" + ("" if bus.latency_told_apart else " (not told apart)")
+            + f", {bus.episodes} episodes; each of the {network.npus} links at the bus rate / {network.npus} "
+            f"(docs/whatif.md)")
+    return replace(network, **given, fitted=len(given) < 2, cpu_bus=bus.to_json(), notes=[note])
 
 
 def job_collectives(graphs: list[SimGraph], comm_groups: dict[str, list[int]] | None) -> list[Collective]:
@@ -116,6 +138,8 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
     """Write the setup for ``files`` ([(path, rank)], ranks 0..n-1) into ``setup``; return its
     record (the fit, the notes, ``lines`` to print). Raises TraceInputError when it cannot write."""
     single = len(files) == 1
+    form = overrides.get("cpu_collectives", MEASURED_FORM)
+    overrides = {name: value for name, value in overrides.items() if name != "cpu_collectives"}
     fit = fit_network(job_collectives(graphs, comm_groups), 2 if single else len(files), overrides)
     ranks = [rank for _, rank in files]
     notes = []
@@ -129,7 +153,11 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
     try:
         setup.mkdir(parents=True, exist_ok=True)
         copies, edited = [], []
-        edits = cpu_collective_edits(_as_written(files, graphs), comm_groups)
+        cpu = cpu_collective_edits(_as_written(files, graphs), comm_groups, form, overrides.get("topology"))
+        edits = cpu.edits
+        notes += cpu.notes
+        if cpu.network is not None:
+            fit = bus_network(cpu, overrides)
         for (path, rank), graph, edit in zip(workload, graphs * 2 if single else graphs,
                                              edits * 2 if single else edits):
             link = setup / f"{WORKLOAD_PREFIX}.{rank}.et"
@@ -145,13 +173,19 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
         if set(copies) - set(edited):
             notes.append(f"workload {sorted(set(copies) - set(edited))}: copies with METADATA_NODEs as CPU "
                          "COMP_NODEs (ASTRA-sim 0ba29a2 aborts on metadata nodes)")
-        if edited:
-            cpu = sum(len(edit) for edit in edits)
-            notes.append(f"{cpu} CPU collective node(s) are not fitted: the workload copies give them their "
+        if edited and cpu.network is None:
+            count = sum(len(edit) for edit in edits)
+            notes.append(f"{count} CPU collective node(s) are not fitted: the workload copies give them their "
                          "replayed time")
             notes.append(f"workload {edited}: copies whose CPU collectives are a 1-byte meeting of the ranks, then "
                          "the rank's replayed collective time off the CPU; metadata nodes as CPU COMP_NODEs "
                          "(docs/astra-sim.md)")
+        elif edited:
+            count = sum(len(edit) for edit in edits)
+            notes.append(f"workload {edited}: copies whose CPU collectives are a 1-byte meeting of the ranks, then "
+                         f"for {cpu.carried} of their {count} nodes a collective of the bytes the network carried "
+                         "(the episode's), then the rest of the rank's replayed time off the CPU; metadata nodes as "
+                         "CPU COMP_NODEs (docs/astra-sim.md)")
         _write_text(setup / "network.yml", network_yaml(fit))
         _write_text(setup / "system.json", json.dumps(system_config(), indent=4) + "\n")
         _write_text(setup / "memory.json", json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}, indent=4) + "\n")
@@ -189,8 +223,9 @@ def copy_without_metadata(source: Path, target: Path) -> None:
 def copy_for_astra(source: Path, target: Path, edits: dict[int, NodeEdit]) -> None:
     """``copy_without_metadata``, also writing the CPU collectives named in ``edits`` (node id ->
     ``NodeEdit``, ``batch.astra_collectives``): a 1-byte collective under the new id taking the
-    node's dependencies (when ``sync_id`` is set), then under the node's own id a ``COMP_NODE`` off
-    the CPU for ``timed_us``. Other nodes are copied as bytes. O(file)."""
+    node's dependencies (when ``sync_id`` is set), then, when ``carried`` is set, the collective of
+    those bytes after it (``_carried``), then under the node's own id a ``COMP_NODE`` off the CPU
+    for ``timed_us``. Other nodes are copied as bytes. O(file)."""
     with EtWriter(target) as writer:
         for frame in iter_frames(source):
             if frame.index == 0:
@@ -230,8 +265,28 @@ def copy_for_astra(source: Path, target: Path, edits: dict[int, NodeEdit]) -> No
                                      "blocked_micros"):
                         meeting.attr.remove(attr)
                 writer.write_node(meeting)
-                timed.data_deps.append(edit.sync_id)
+                if edit.carried is None:
+                    timed.data_deps.append(edit.sync_id)
+                else:
+                    writer.write_node(_carried(meeting, edit.sync_id, *edit.carried))
+                    timed.data_deps.append(edit.carried[0])
             writer.write_node(timed)
+
+
+def _carried(meeting: pb.Node, after: int, node_id: int, comm_type: int, size: int) -> pb.Node:
+    """The collective of the ``network`` form: the meeting's node under ``node_id``, of type
+    ``comm_type`` and ``size`` bytes, after the meeting (``after``) alone."""
+    carried = pb.Node()
+    carried.CopyFrom(meeting)
+    carried.id = node_id
+    carried.ClearField("ctrl_deps")
+    carried.ClearField("data_deps")
+    carried.data_deps.append(after)
+    for name, value in (("comm_type", comm_type), ("comm_size", size)):
+        attr = find_attr(carried, name)
+        if attr is not None and attr.WhichOneof("value"):
+            setattr(attr, attr.WhichOneof("value"), value)
+    return carried
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -49,6 +49,7 @@ class BatchConfig:
     rank_start: str = "measured"  # each rank's start offset in the outputs (``plan.rank_start``)
     simulator: dict | None = None  # ASTRA-sim setup overrides (``batch.astra_setup``); --format et only
     pid_ranks: dict[int, int] | None = None  # one nsys file of every rank: pid -> rank (default: pid order)
+    network: str = ""  # a what-if link (``simulate --network``'s spec) answered in summary.json; "": none
 
 
 @dataclass
@@ -116,7 +117,8 @@ def run_batch(config: BatchConfig, progress_stream=None, interactive: bool | Non
     ``schedule`` (serial by default; the CLI's is ``Schedule.auto()``) decides whether the outputs
     are rewritten for their rank start by forked children, as many as the ranks run at once.
 
-    Raises ``BatchSetupError``/``PairingError`` before any work; afterwards rank failures are
+    Raises ``BatchSetupError``/``PairingError`` (``OptionError`` for a bad ``network``) before any
+    work; afterwards rank failures are
     recorded in the summary, never raised. Progress goes to ``progress_stream`` (stderr). The
     output folder is this run's while it runs (``folder_lock``): a folder another run holds raises
     ``FolderBusyError`` (a ``BatchSetupError``) before anything is written.
@@ -127,6 +129,10 @@ def run_batch(config: BatchConfig, progress_stream=None, interactive: bool | Non
     workers = config.workers or default_workers()
     if workers < 1:
         raise BatchSetupError("--workers must be at least 1")
+    if config.network:
+        from linker.sim.network import NetworkSpec
+
+        NetworkSpec.parse(config.network)  # a bad --network: OptionError before any work
     pairing = pair_inputs(config)
     warn = (lambda text: print(text, file=progress_stream or sys.stderr))
     with owned_folder(config.output_dir, "et-link batch", warn):
@@ -212,7 +218,28 @@ def simulator_setup(config: BatchConfig, ranks: list[RankResult], output_dir: Pa
         astra = write_setup(files, graphs, groups, output_dir / SETUP_DIR, config.simulator or {})
         setup["astra_sim"] = {k: v for k, v in astra.items() if k != "lines"}
         setup["lines"] += astra["lines"]
+    _add_network(setup, config, graphs, output_dir)
     return setup
+
+
+def _add_network(setup: dict, config: BatchConfig, graphs: list, output_dir: Path) -> None:
+    """``setup["network"]`` (``job_network``): the fitted network of the job's collectives (from
+    ``graphs``, read for ``--format et``) and, with ``config.network``, the what-if's answer
+    (``et-link simulate`` of the written outputs; its fit is then the one recorded)."""
+    if not graphs and not config.network:
+        return
+    from linker.batch.job_network import fitted_networks, network_lines, network_record, what_if
+    from linker.sim.job import read_comm_groups
+
+    predicted = what_if(output_dir, config.network) if config.network else None
+    if predicted is not None:
+        fitted = predicted["network"]["fitted"]
+    else:
+        groups_path = output_dir / COMM_GROUPS_FILE
+        groups = read_comm_groups(groups_path) if groups_path.is_file() else None
+        fitted = [fit.to_json() for fit in fitted_networks(graphs, groups)]
+    setup["network"] = network_record(fitted, predicted)
+    setup["lines"] += network_lines(setup["network"])
 
 
 def _fitting(workers: int, memory_budget: int | None, largest: int, per_output_byte: float) -> int:

@@ -385,24 +385,44 @@ def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) 
     return episodes, kept
 
 
+@dataclass
+class JobNetwork:
+    """The measured network of a job: each backend's episodes and their fit (None: its collectives
+    carry no bytes), and the collective nodes no episode holds (``kept``)."""
+
+    episodes: dict[str, list[Episode]]
+    fits: dict[str, FittedNetwork | None]
+    kept: int
+
+
+def fit_job(graphs, offsets: list[int], groups, duration, comm_factor: float = 1.0,
+            medium: str | None = None) -> JobNetwork:
+    """Fit each backend's network (``fit_network``) to the job's episodes (``groups``: the replay's
+    ``CommGroups``, ``engine.match_communication``; ``duration``: global node durations) on
+    ``medium`` (None: ``DEFAULT_MEDIUM`` per backend). Nothing is changed. O(c log c)."""
+    episodes, kept = _episodes(graphs, offsets, groups, duration, comm_factor)
+    by_backend = {backend: [e for e in episodes if e.backend == backend] for backend in ("cpu", "gpu")}
+    by_backend = {backend: mine for backend, mine in by_backend.items() if mine}
+    fits = {backend: fit_network(mine, backend, medium or DEFAULT_MEDIUM[backend]) for backend, mine in by_backend.items()}
+    return JobNetwork(by_backend, fits, kept)
+
+
 def retime(graphs, offsets: list[int], groups, duration, comm_factor: float, spec: NetworkSpec) -> NetworkWhatIf:
     """Re-time the collectives of a job for ``spec`` in place (``duration``, global node numbers;
     ``groups``: the replay's ``CommGroups``): fit each backend's network to its episodes, then add
     to each episode the change of its network part. Returns what was done. O(c log c)."""
     result = NetworkWhatIf(spec)
-    episodes, result.kept = _episodes(graphs, offsets, groups, duration, comm_factor)
+    job = fit_job(graphs, offsets, groups, duration, comm_factor, spec.medium)
+    result.kept = job.kept
     changes: dict[tuple, CollectiveChange] = {}
-    for backend in ("cpu", "gpu"):
-        mine = [e for e in episodes if e.backend == backend]
-        if not mine:
-            continue
-        medium = spec.medium or DEFAULT_MEDIUM[backend]
-        fit = fit_network(mine, backend, medium)
+    for backend, mine in job.episodes.items():
+        fit = job.fits[backend]
         if fit is None:
             result.notes.append(f"the {backend} collectives carry no bytes: kept as measured")
             result.kept += sum(len(e.nodes) for e in mine)
             continue
         result.fitted.append(fit)
+        medium = fit.medium
         latency = fit.latency_us if spec.latency_us is None else spec.latency_us
         for episode in mine:
             change = 0.0

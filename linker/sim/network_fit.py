@@ -131,6 +131,9 @@ class NetworkFit:
     mean_abs_error: float = 0.0  # mean |model / measured - 1| over the collectives
     by_type: dict[str, dict] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # The CPU collectives' bus this network stands for (``--astra-cpu-collectives network``:
+    # ``sim.network.FittedNetwork.to_json``), None for a network fitted to GPU collectives.
+    cpu_bus: dict | None = None
 
     @property
     def aggregate_error(self) -> float:
@@ -141,7 +144,7 @@ class NetworkFit:
                 "latency_ns": self.latency_ns, "fitted": self.fitted, "collectives": self.collectives,
                 "measured_us": round(self.measured_us, 3), "modelled_us": round(self.modelled_us, 3),
                 "aggregate_error": round(self.aggregate_error, 6), "mean_abs_error": round(self.mean_abs_error, 6),
-                "by_type": self.by_type, "notes": self.notes}
+                "by_type": self.by_type, "notes": self.notes, **({"cpu_bus": self.cpu_bus} if self.cpu_bus else {})}
 
     def lines(self) -> list[str]:
         head = (f"ASTRA-sim network: {self.topology}, {self.npus} NPUs, {self.bandwidth_gbps:.4g} GB/s, "
@@ -162,8 +165,10 @@ class NetworkFit:
         """What makes a fitted network untrustworthy, in words: the fit ran into a bound of its
         range, or it misses the measured collectives by more than ``FIT_AGGREGATE_WARN`` in
         aggregate or ``FIT_MEAN_WARN`` on average (their times then hold more than transfers: waits
-        for ranks the files do not hold, as on one rank of a job)."""
-        if not self.fitted or not self.collectives:
+        for ranks the files do not hold, as on one rank of a job). None for a CPU collectives'
+        bus (``cpu_bus``): its latency 0 is "not told apart", and each episode's miss is kept in its
+        timed nodes, so the replay stays the measured one."""
+        if not self.fitted or not self.collectives or self.cpu_bus is not None:
             return []
         found = []
         if self.bandwidth_gbps >= MAX_BANDWIDTH or self.latency_ns <= 0:
@@ -289,13 +294,13 @@ def fit_network(collectives: list[Collective], npus: int, overrides: dict | None
                           DEFAULT_LATENCY if given_lat is None else given_lat, False, notes=notes)
     x1, x2 = _solve(rows, given_lat, 1.0 / bytes_per_ns(given_bw) if given_bw else None)
     bandwidth = min(1.0 / (x2 * _GB / 1e9), MAX_BANDWIDTH)
-    fit = NetworkFit(topology, npus, _round(bandwidth), _round(x1), given_bw is None or given_lat is None,
+    fit = NetworkFit(topology, npus, stated(bandwidth), stated(x1), given_bw is None or given_lat is None,
                      notes=notes)
     _score(fit, usable)
     return fit
 
 
-def _round(value: float) -> float:
+def stated(value: float) -> float:
     """Four significant digits: what the network file states."""
     return float(f"{value:.4g}")
 
