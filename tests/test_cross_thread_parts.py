@@ -90,3 +90,31 @@ def test_a_child_of_no_duration_leaves_the_gap_after_it_to_its_parent(tmp_path):
     first_child = min(n["ts"] for n in nodes if n.get("ctrl_deps") == step["id"] and "continues" not in n and "ts" in n)
     assert step["sim_dur"] == pytest.approx(first_child - step["ts"])
     assert not _contradicted(nodes)
+
+
+def test_forks_in_a_host_gap_split_it_where_each_burst_began(tmp_path):
+    """aten::a (0-100 µs) then Python until aten::c (300-350): 200 µs of gap, in which worker
+    threads start aten::w1 at 150 (to 190) and aten::w2 at 200 (to 260). The main thread ran
+    Python 100-150, waited for the workers 150-260 (the join wait: the bursts' union), and ran
+    Python again 260-300. So a's node holds its 100 µs and the 50 µs before w1 began; the gap's
+    rest goes to nodes of no busy time of a at each later fork: 0 µs at 150 (w2 forked inside the
+    wait), 40 µs at 200 (260-300). Each fork comes from the node that ran before its burst."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
+               "args": {"Record function id": k, "External id": k}}
+              for k, (name, tid, ts, dur) in enumerate([("aten::a", 1, 0, 100), ("aten::w1", 2, 150, 40),
+                                                        ("aten::w2", 3, 200, 60), ("aten::c", 1, 300, 50)], 1)]
+    trace = tmp_path / "kineto.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    out = tmp_path / "out.json"
+    link_pair(None, trace, out)
+    nodes = json.loads(out.read_text())["nodes"]
+    by_name = {n["name"]: n for n in nodes if "continues" not in n}
+    a = by_name["aten::a"]
+    assert (a["sim_dur"], a["host_gap_dur"]) == (150, 50)
+    rest = sorted((n for n in nodes if n.get("continues") == a["id"]), key=lambda n: n["ts"])
+    assert [(n["ts"], n["dur"], n["sim_dur"]) for n in rest] == [(150, 0, 0), (200, 0, 40)]
+    forks = {n["name"]: [d for d, c in zip(n["data_deps"], n["data_dep_causes"]) if c == "fork"]
+             for n in nodes if n["name"] in ("aten::w1", "aten::w2")}
+    assert forks == {"aten::w1": [a["id"]], "aten::w2": [rest[0]["id"]]}
+    assert rest[1]["id"] in by_name["aten::c"]["data_deps"]
+    assert not _contradicted(nodes, slack=0.0)

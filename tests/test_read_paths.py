@@ -236,7 +236,7 @@ def test_truncated_and_corrupt_gzip_are_named(tmp_path, inflater):
 
 def real_pairs() -> list[tuple[Path, Path]]:
     pairs = [(d / "et.json.gz", d / "kineto.json.gz") for d in sorted(FIXTURES.glob("*/*"))
-             if (d / "kineto.json.gz").exists()]
+             if (d / "kineto.json.gz").exists() and (d / "et.json.gz").exists()]
     if (SHARED_TRACES / "param_dlrm").exists():
         pairs += [(SHARED_TRACES / "param_dlrm" / f"rank{r}.et.json.gz",
                    SHARED_TRACES / "param_dlrm" / f"rank{r}.kineto.json.gz") for r in (0, 1)]

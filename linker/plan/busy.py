@@ -359,17 +359,23 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     handoffs = [(link.et_index, link.launch.ts, link.event.ts) for link in et_plus.gpu_links
                 if link.launch is not None and link.et_index >= 0]  # launches
     parent_op = nesting_parent_ops(et_plus)
+    forked_in_gaps: list[float] = []
     for source, target, cause in busy.cross:  # forks: the main thread's stretch running at the burst's start
         if cause == FORK and linked[target]:
             running = _running_at(source, starts[target], parent_op, starts, ends)
             if running >= 0:
                 handoffs.append((running, starts[target], starts[target]))
+            else:
+                forked_in_gaps.append(starts[target])
     for (_, waiter), resumed in busy.resumed_at.items():  # joins: cut the waiting op where it resumed
         handoffs.append((waiter, resumed, resumed))
     busy.deferred, busy.pieces = later_pieces(timelines.values(), parent_op, ends,
                                               exclusive_of_op, busy.blocked, blocked_at, n,
                                               frozenset(collectives or ()), handoffs)
     _gaps_after_pieces(busy)
+    if forked_in_gaps:
+        wait_spans = {position: (lo, hi) for waiter, position, lo, hi in waits.values() if waiter < 0}
+        _split_gaps_at_forks(busy, timelines[busy.main_tid], forked_in_gaps, wait_spans)
     _sim_times(busy, exclusive_of_op, linked)
     return busy
 
@@ -398,6 +404,68 @@ def _gaps_after_pieces(busy: BusyTimes) -> None:
         if j is not None and gap > 0:
             pieces.host_gap[j] = gap
             busy.host_gap[after] -= gap
+
+
+def _split_gaps_at_forks(busy: BusyTimes, main: Timeline, fork_times: list[float],
+                         gap_waits: dict[int, tuple[float, float]]) -> None:
+    """A burst forked in a host gap of the main thread (Python between ops, folded into the node
+    before the gap) waited only for the host time of the gap before its start. The rest goes to a
+    node of its own: a piece of no busy time of the same op, right after the node that held the
+    gap (``Pieces``: ``length`` 0, ``host_gap`` the rest), so the ``fork`` comes from the node
+    before it (``deps.OpParts.ran_before``) and every op's busy time is unchanged. Forks in one
+    gap split it in time order; the host time between two points is their distance less the
+    gap's join wait (``gap_waits``: position -> the wait's span) lying between them. O(f log m +
+    p log p) for f forks, m main-thread ops and p pieces, paid only where a fork lies in a gap."""
+    pieces = busy.pieces
+    last_of = dict(zip(pieces.after, range(len(pieces))))  # the last piece after each op
+    frontier = main.frontier()
+    by_gap: dict[int, list[float]] = {}
+    for t in set(fork_times):
+        p = bisect_right(main.starts, t)
+        if 0 < p < len(main.ops) and frontier[p - 1] < t:
+            by_gap.setdefault(p, []).append(t)
+    added: list[list] = []  # [begin, owner, after, host gap] of each new piece
+    for p, times in by_gap.items():
+        op = main.ops[p - 1]
+        j = last_of.get(op)
+        if j is not None and pieces.host_gap[j] > 0:
+            holder, owner = ("piece", j), pieces.owner[j]
+            held = pieces.host_gap[j]
+        elif op in busy.trailing_gap and busy.host_gap[op] > 0:
+            holder, owner, held = ("op", op), op, busy.host_gap[op]
+        else:
+            continue
+        wait = gap_waits.get(p - 1, (0.0, 0.0))
+        cursor = frontier[p - 1]
+        for t in sorted(times):
+            keep = min(held, _host_time(cursor, t, wait))
+            if held - keep <= 0:
+                break
+            _set_gap(busy, added, holder, keep)
+            added.append([t, owner, op, held - keep])
+            holder, held, cursor = ("added", len(added) - 1), held - keep, t
+    if not added:
+        return
+    rows = list(zip(pieces.owner, pieces.after, pieces.begin, pieces.end, pieces.length, pieces.host_gap))
+    rows += [(owner, after, begin, begin, 0.0, gap) for begin, owner, after, gap in added]
+    rows.sort(key=lambda row: row[2])  # begin order, as ``Pieces`` keeps them (stable: ties as they were)
+    pieces.owner, pieces.after, pieces.begin, pieces.end, pieces.length, pieces.host_gap = map(list, zip(*rows))
+
+
+def _host_time(a: float, b: float, wait: tuple[float, float]) -> float:
+    """Host time of a gap from ``a`` to ``b``: their distance less the join wait inside it."""
+    return max(0.0, (b - a) - max(0.0, min(b, wait[1]) - max(a, wait[0])))
+
+
+def _set_gap(busy: BusyTimes, added: list[list], holder: tuple[str, int], gap: float) -> None:
+    """Set the host gap a node holds: an op's (``busy.host_gap``), a piece's, or a new piece's."""
+    kind, index = holder
+    if kind == "op":
+        busy.host_gap[index] = gap
+    elif kind == "piece":
+        busy.pieces.host_gap[index] = gap
+    else:
+        added[index][3] = gap
 
 
 def _event_times(result) -> tuple[list[float], list[float]]:
