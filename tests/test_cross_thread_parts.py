@@ -118,3 +118,34 @@ def test_forks_in_a_host_gap_split_it_where_each_burst_began(tmp_path):
     assert forks == {"aten::w1": [a["id"]], "aten::w2": [rest[0]["id"]]}
     assert rest[1]["id"] in by_name["aten::c"]["data_deps"]
     assert not _contradicted(nodes, slack=0.0)
+
+
+def test_a_kernel_that_began_in_the_gap_after_its_launcher_waits_for_the_gap_up_to_its_start(tmp_path):
+    """aten::div (1000-1050 µs) launches kernel k at 1010; k runs 1055-1059, while the thread is
+    in Python until aten::mul at 1300. div's node holds its 50 µs and the 5 µs of the gap before
+    k began; the other 245 µs go to a node of no busy time of div at 1055, before mul. k's launch
+    edge comes from div's node, which the measured timeline agrees with."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::div", "pid": 1, "tid": 1, "ts": 1000, "dur": 50,
+         "args": {"Record function id": 1, "External id": 1}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1010, "dur": 5,
+         "args": {"correlation": 7, "External id": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1055, "dur": 4,
+         "args": {"correlation": 7, "External id": 1, "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1, "ts": 1300, "dur": 20,
+         "args": {"Record function id": 2, "External id": 2}},
+    ]
+    trace = tmp_path / "kineto.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    out = tmp_path / "out.json"
+    link_pair(None, trace, out)
+    nodes = json.loads(out.read_text())["nodes"]
+    div = next(n for n in nodes if n["name"] == "aten::div" and "continues" not in n)
+    assert (div["sim_dur"], div["host_gap_dur"]) == (55, 5)
+    (rest,) = [n for n in nodes if n.get("continues") == div["id"]]
+    assert (rest["ts"], rest["dur"], rest["sim_dur"]) == (1055, 0, 245)
+    kernel = next(n for n in nodes if n["name"] == "k")
+    assert list(zip(kernel["data_deps"], kernel["data_dep_causes"])) == [(div["id"], "launch")]
+    mul = next(n for n in nodes if n["name"] == "aten::mul")
+    assert rest["id"] in mul["data_deps"]
+    assert not _contradicted(nodes, slack=0.0)

@@ -356,8 +356,9 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
             gap_waits[position] = gap_waits.get(position, 0.0) + hi - lo
     for tid, timeline in timelines.items():
         _host_gaps(busy, timeline, gap_waits if tid == busy.main_tid else None, burst_firsts)
-    handoffs = [(link.et_index, link.launch.ts, link.event.ts) for link in et_plus.gpu_links
-                if link.launch is not None and link.et_index >= 0]  # launches
+    launches = [(link.et_index, link.launch.ts, link.event.ts) for link in et_plus.gpu_links
+                if link.launch is not None and link.et_index >= 0]
+    handoffs = list(launches)
     parent_op = nesting_parent_ops(et_plus)
     forked_in_gaps: list[float] = []
     for source, target, cause in busy.cross:  # forks: the main thread's stretch running at the burst's start
@@ -375,7 +376,8 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     _gaps_after_pieces(busy)
     if forked_in_gaps:
         wait_spans = {position: (lo, hi) for waiter, position, lo, hi in waits.values() if waiter < 0}
-        _split_gaps_at_forks(busy, timelines[busy.main_tid], forked_in_gaps, wait_spans)
+        _split_gaps(busy, timelines[busy.main_tid], [(t, -1, -math.inf) for t in forked_in_gaps], wait_spans)
+    _split_gaps_at_late_launches(busy, timelines, handoffs[:len(launches)], ends)
     _sim_times(busy, exclusive_of_op, linked)
     return busy
 
@@ -406,35 +408,59 @@ def _gaps_after_pieces(busy: BusyTimes) -> None:
             busy.host_gap[after] -= gap
 
 
-def _split_gaps_at_forks(busy: BusyTimes, main: Timeline, fork_times: list[float],
-                         gap_waits: dict[int, tuple[float, float]]) -> None:
-    """A burst forked in a host gap of the main thread (Python between ops, folded into the node
-    before the gap) waited only for the host time of the gap before its start. The rest goes to a
-    node of its own: a piece of no busy time of the same op, right after the node that held the
-    gap (``Pieces``: ``length`` 0, ``host_gap`` the rest), so the ``fork`` comes from the node
-    before it (``deps.OpParts.ran_before``) and every op's busy time is unchanged. Forks in one
-    gap split it in time order; the host time between two points is their distance less the
-    gap's join wait (``gap_waits``: position -> the wait's span) lying between them. O(f log m +
-    p log p) for f forks, m main-thread ops and p pieces, paid only where a fork lies in a gap."""
+def _split_gaps_at_late_launches(busy: BusyTimes, timelines: dict, launches: list[tuple[int, float, float]],
+                                 ends: list[float]) -> None:
+    """A GPU op that began after its launching op ended, in the host gap folded into that op's
+    last node, waited for the gap only up to its start: split the gap there (``_split_gaps``),
+    thread by thread. Only launches whose GPU op began after the op's end are looked at; the op's
+    thread is found for those alone. O(n) once such launches exist, plus the splits."""
+    late = [(op, call, gpu_start) for op, call, gpu_start in launches if gpu_start > ends[op]]
+    if not late:
+        return
+    wanted = {op for op, _, _ in late}
+    thread_of = {op: tid for tid, timeline in timelines.items() for op in timeline.ops if op in wanted}
+    by_thread: dict = {}
+    for op, call, gpu_start in late:
+        if op in thread_of:
+            by_thread.setdefault(thread_of[op], []).append((gpu_start, op, call))
+    for tid, handoffs in by_thread.items():
+        _split_gaps(busy, timelines[tid], handoffs, {})
+
+
+def _split_gaps(busy: BusyTimes, timeline: Timeline, handoffs: list[tuple[float, int, float]],
+                gap_waits: dict[int, tuple[float, float]]) -> None:
+    """Work handed off by a thread (a worker's burst it forked, a GPU op it launched) that began
+    in a host gap of the thread (Python between ops, folded into the node before the gap) waited
+    for the gap's host time before its start only. The rest goes to a node of its own: a piece of
+    no busy time of the same op, right after the node that held the gap (``Pieces``: ``length``
+    0, ``host_gap`` the rest), so the edge comes from the node before it
+    (``deps.OpParts.ran_before`` / ``before``) and every op's busy time is unchanged.
+    ``handoffs``: (where the work began, the op that launched it, where its call began), op -1
+    for a fork (any fork in a gap splits it); a launch splits only the gap its own op's node
+    holds (the kernel's edge comes from there). Hand-offs in one gap split it in time order; the
+    host time between two points is their distance less the gap's join wait (``gap_waits``:
+    position -> the wait's span) lying between them. O(h log m + p log p) for h hand-offs, m ops
+    of the thread and p pieces, paid only where a hand-off lies in a gap."""
     pieces = busy.pieces
     last_of = dict(zip(pieces.after, range(len(pieces))))  # the last piece after each op
-    frontier = main.frontier()
-    by_gap: dict[int, list[float]] = {}
-    for t in set(fork_times):
-        p = bisect_right(main.starts, t)
-        if 0 < p < len(main.ops) and frontier[p - 1] < t:
-            by_gap.setdefault(p, []).append(t)
+    frontier = timeline.frontier()
+    by_gap: dict[int, set[float]] = {}
+    for t, launcher, call in handoffs:
+        p = bisect_right(timeline.starts, t)
+        if not 0 < p < len(timeline.ops) or frontier[p - 1] >= t:
+            continue
+        if launcher >= 0:
+            holder = _gap_holder(busy, last_of, timeline.ops[p - 1])
+            if holder is None or _owner(busy, holder) != launcher or _begin(busy, holder) > call:
+                continue
+        by_gap.setdefault(p, set()).add(t)
     added: list[list] = []  # [begin, owner, after, host gap] of each new piece
     for p, times in by_gap.items():
-        op = main.ops[p - 1]
-        j = last_of.get(op)
-        if j is not None and pieces.host_gap[j] > 0:
-            holder, owner = ("piece", j), pieces.owner[j]
-            held = pieces.host_gap[j]
-        elif op in busy.trailing_gap and busy.host_gap[op] > 0:
-            holder, owner, held = ("op", op), op, busy.host_gap[op]
-        else:
+        op = timeline.ops[p - 1]
+        holder = _gap_holder(busy, last_of, op)
+        if holder is None:
             continue
+        owner, held = _owner(busy, holder), _held(busy, holder)
         wait = gap_waits.get(p - 1, (0.0, 0.0))
         cursor = frontier[p - 1]
         for t in sorted(times):
@@ -450,6 +476,33 @@ def _split_gaps_at_forks(busy: BusyTimes, main: Timeline, fork_times: list[float
     rows += [(owner, after, begin, begin, 0.0, gap) for begin, owner, after, gap in added]
     rows.sort(key=lambda row: row[2])  # begin order, as ``Pieces`` keeps them (stable: ties as they were)
     pieces.owner, pieces.after, pieces.begin, pieces.end, pieces.length, pieces.host_gap = map(list, zip(*rows))
+
+
+def _gap_holder(busy: BusyTimes, last_of: dict[int, int], op: int) -> tuple[str, int] | None:
+    """The node holding the host gap after ``op`` (the last piece the thread ran after it, or the
+    op itself): ("piece", j) or ("op", op); None when no gap is held there."""
+    j = last_of.get(op)
+    if j is not None and busy.pieces.host_gap[j] > 0:
+        return "piece", j
+    if op in busy.trailing_gap and busy.host_gap[op] > 0:
+        return "op", op
+    return None
+
+
+def _owner(busy: BusyTimes, holder: tuple[str, int]) -> int:
+    kind, index = holder
+    return index if kind == "op" else busy.pieces.owner[index]
+
+
+def _begin(busy: BusyTimes, holder: tuple[str, int]) -> float:
+    """Where the holder began: -inf for an op's own node (a launch call is never before it)."""
+    kind, index = holder
+    return -math.inf if kind == "op" else busy.pieces.begin[index]
+
+
+def _held(busy: BusyTimes, holder: tuple[str, int]) -> float:
+    kind, index = holder
+    return busy.host_gap[index] if kind == "op" else busy.pieces.host_gap[index]
 
 
 def _host_time(a: float, b: float, wait: tuple[float, float]) -> float:
