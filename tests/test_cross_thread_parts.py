@@ -64,7 +64,8 @@ def test_join_threads_waits_for_each_worker_in_its_part_after_the_wait(tmp_path)
     """The autograd fixture's ``## main:join_threads ##`` waits 18 ms for three worker threads that
     end at different times: every join edge into it comes to a part that began after that
     worker's op ended, and no join or parent edge of the fixture is contradicted."""
-    et, kineto = FIXTURES / "cpu" / "autograd_threads" / "et.json.gz", FIXTURES / "cpu" / "autograd_threads" / "kineto.json.gz"
+    folder = FIXTURES / "cpu" / "autograd_threads"
+    et, kineto = folder / "et.json.gz", folder / "kineto.json.gz"
     out = tmp_path / "out.json"
     link_pair(et, kineto, out)
     nodes = json.loads(out.read_text())["nodes"]

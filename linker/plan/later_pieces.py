@@ -154,9 +154,11 @@ def _past_the_child(after: list[int], begin: list[float], child: list[int], ops:
     child ``child[k]``'s end) past that child and the ops inside it starting exactly at its end: a
     child of no duration starts at its own end, and an op of no duration at the end of its parent
     (``aten::zero_`` closing ``aten::zeros``) is not the op the thread ran next either; taking
-    them for it left the gap after the child on the parent's first part. Only positions whose op starts exactly at the child's end are looked at (rare), each
-    with an ancestor walk bounded by the tree's depth."""
-    for k in [k for k, (position, end) in enumerate(zip(after, begin)) if position < len(ops) and starts[position] == end]:
+    them for it left the gap after the child on the parent's first part. Only positions whose op
+    starts exactly at the child's end are looked at (few), each with an ancestor walk bounded by
+    the tree's depth. O(m) to find them."""
+    next_start = starts + [math.inf]
+    for k in [k for k, (start, end) in enumerate(zip(map(next_start.__getitem__, after), begin)) if start == end]:
         position = after[k]
         while position < len(ops) and starts[position] == begin[k] and (
                 ops[position] == child[k] or _inside(ops[position], child[k], parent_op)):
