@@ -38,6 +38,9 @@ def has_sqlite_header(path: str | os.PathLike) -> bool:
         return False
 
 
+LOCK_WAIT_S = 1.0
+
+
 def _uri(path: Path, immutable: bool) -> str:
     query = "mode=ro&immutable=1" if immutable else "mode=ro"
     return f"file:{quote(str(path.absolute()))}?{query}"
@@ -55,7 +58,10 @@ def open_read_only(path: str | os.PathLike) -> sqlite3.Connection:
         raise TraceInputError(path, "cannot read: permission denied")
     writer_files = [suffix for suffix in SIDE_FILES if Path(f"{path}{suffix}").exists()]
     try:
-        conn = sqlite3.connect(_uri(path, immutable=not writer_files), uri=True, check_same_thread=False)
+        # a writer's lock is waited for 1 s (sqlite3's default: 5 s), enough for a brief one; a
+        # profiler or an export still writing the file holds it far longer
+        conn = sqlite3.connect(_uri(path, immutable=not writer_files), uri=True, check_same_thread=False,
+                               timeout=LOCK_WAIT_S)
         conn.execute("PRAGMA query_only = 1")
         conn.execute("PRAGMA temp_store = MEMORY")  # the sorts' scratch space: never a file beside the input
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
