@@ -54,8 +54,7 @@ from array import array
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import accumulate, chain, repeat
-from operator import sub
+from itertools import accumulate
 
 from linker.model.errors import OptionError
 from linker.plan.rank_start import measured_offsets
@@ -224,10 +223,10 @@ def _successors(graphs: list[SimGraph], offsets: list[int], total: int) -> tuple
     targets = array("q")
     for graph, base in zip(graphs, offsets):
         offs, nodes = graph.dep_offsets, graph.dep_nodes
-        sizes = list(map(sub, offs[1:], offs[:-1]))  # dependencies per node
+        sizes = [offs[u + 1] - offs[u] for u in range(len(offs) - 1)]  # dependencies per node
         indegree.extend(sizes)
-        owner = list(chain.from_iterable(map(repeat, range(base, base + len(sizes)), sizes)))  # per edge
-        targets.extend(map(owner.__getitem__, sorted(range(len(nodes)), key=nodes.__getitem__)))
+        owner = [base + u for u, size in enumerate(sizes) for _ in range(size)]  # each edge's dependent node
+        targets.extend([owner[k] for k in sorted(range(len(nodes)), key=nodes.__getitem__)])
         for d, n in Counter(nodes).items():
             counts[base + d + 1] = n
         for u, _ in graph.missing_deps:
@@ -326,7 +325,8 @@ def _start_key(graph: SimGraph, u: int) -> float:
 
 
 def _group_collectives(graphs, collectives, comm_groups, position_of_rank, groups: CommGroups) -> None:
-    all_positions = list(range(len(graphs)))
+    """Matches the collectives of each process group across its member ranks (``_match_group``);
+    ``collectives``: (rank position, pg) -> its collectives in issue order. O(c log c)."""
     holders: dict[str, set[int]] = {}  # pg -> rank positions holding collectives on it
     for r, pg in collectives:
         holders.setdefault(pg, set()).add(r)
@@ -334,58 +334,73 @@ def _group_collectives(graphs, collectives, comm_groups, position_of_rank, group
     for graph in graphs:
         offsets.append(offsets[-1] + len(graph))
     for pg in sorted(holders):
-        positions = all_positions
-        if comm_groups is not None and pg in comm_groups:
-            listed = comm_groups[pg]
-            positions = sorted(position_of_rank[rank] for rank in listed if rank in position_of_rank)
-            absent = sorted(rank for rank in listed if rank not in position_of_rank)
-            if absent:
-                groups.notes.append(f"process group {pg}: ranks {absent} are not among the given files; "
-                                    f"its collectives are matched among the given ranks only")
-        elif comm_groups is not None and pg != "0":
-            groups.notes.append(f"process group {pg} is not in the comm-group file: taken as all ranks")
-        for r in sorted(holders[pg] - set(positions)):
-            groups.notes.append(f"rank {graphs[r].rank} has collectives on process group {pg} but is not "
-                                f"one of its members; they are replayed alone")
-        if len(positions) < 2:
+        positions = _group_positions(graphs, pg, holders[pg], comm_groups, position_of_rank, groups.notes)
+        if len(positions) >= 2:
+            _match_group(graphs, offsets, pg, positions, [collectives.get((r, pg), []) for r in positions], groups)
+
+
+def _group_positions(graphs, pg: str, holders: set[int], comm_groups, position_of_rank, notes: list[str]) -> list[int]:
+    """The rank positions that are members of process group ``pg``: those ``comm_groups`` lists
+    among the given ranks, else all; notes the listed ranks absent, a group the file lacks, and
+    ranks holding collectives of a group they are not members of (replayed alone)."""
+    positions = list(range(len(graphs)))
+    if comm_groups is not None and pg in comm_groups:
+        listed = comm_groups[pg]
+        positions = sorted(position_of_rank[rank] for rank in listed if rank in position_of_rank)
+        absent = sorted(rank for rank in listed if rank not in position_of_rank)
+        if absent:
+            notes.append(f"process group {pg}: ranks {absent} are not among the given files; "
+                         f"its collectives are matched among the given ranks only")
+    elif comm_groups is not None and pg != "0":
+        notes.append(f"process group {pg} is not in the comm-group file: taken as all ranks")
+    for r in sorted(holders - set(positions)):
+        notes.append(f"rank {graphs[r].rank} has collectives on process group {pg} but is not "
+                     f"one of its members; they are replayed alone")
+    return positions
+
+
+def _match_group(graphs, offsets: list[int], pg: str, positions: list[int], lists: list[list[int]],
+                 groups: CommGroups) -> None:
+    """Matches the k-th collectives of process group ``pg`` across its members (``lists``: per
+    member position, its collectives in issue order), or CPU collectives by issue number
+    (``_by_issue_number``); leaves alone those only some ranks hold and those that ran under the
+    group's previous one (``_ran_under_previous``); notes what it left alone or found odd."""
+    counts = {graphs[r].rank: len(nodes) for r, nodes in zip(positions, lists)}
+    numbered = _by_issue_number(graphs, offsets, lists)
+    if numbered is not None:  # CPU collectives: paired by issue number, gaps where a rank lacks one
+        every = sorted(set().union(*numbered))
+        lists = [[by_number.get(number) for number in every] for by_number in numbered]
+    under = _ran_under_previous(graphs, offsets, lists) if SERIALISED_ALONE else set()
+    alone = cut = 0
+    for k in range(max(len(nodes) for nodes in lists)):
+        g = len(groups.members)
+        members = [nodes[k] for nodes in lists if k < len(nodes) and nodes[k] is not None]
+        if numbered is not None and len(members) < len(positions):
+            cut += 1  # the ETs of some ranks lost it: the others replay theirs alone
             continue
-        lists = [collectives.get((r, pg), []) for r in positions]
-        counts = {graphs[r].rank: len(nodes) for r, nodes in zip(positions, lists)}
-        numbered = _by_issue_number(graphs, offsets, lists)
-        if numbered is not None:  # CPU collectives: paired by issue number, gaps where a rank lacks one
-            every = sorted(set().union(*numbered))
-            lists = [[by_number.get(number) for number in every] for by_number in numbered]
-        under = _ran_under_previous(graphs, offsets, lists) if SERIALISED_ALONE else set()
-        alone = cut = 0
-        for k in range(max(len(nodes) for nodes in lists)):
-            g = len(groups.members)
-            members = [nodes[k] for nodes in lists if k < len(nodes) and nodes[k] is not None]
-            if numbered is not None and len(members) < len(positions):
-                cut += 1  # the ETs of some ranks lost it: the others replay theirs alone
-                continue
-            if len(members) == len(positions) and any(u in under for u in members):
-                alone += 1
-                continue
-            groups.members.append(members)
-            groups.expected.append(len(positions))
-            groups.member_ranks.append([graphs[r].rank for r in positions])
-            groups.label.append((pg, k))
-            for u in members:
-                groups.group_of[u] = g
-        if alone:
-            groups.notes.append(f"process group {pg}: {alone} collective(s) ran on some rank while the previous one "
-                                f"was still running (a CPU backend's workers run them at once); each rank replays "
-                                f"the part that outlasted the previous one on its own")
-        if cut:
-            groups.notes.append(f"process group {pg}: {cut} CPU collective(s) are missing on some ranks (an ET "
-                                f"writes an op when it ends: one still running when the trace stopped is lost); "
-                                f"the ranks that hold them replay them alone")
-        elif len(set(counts.values())) > 1:
-            groups.notes.append(f"process group {pg}: the ranks hold different numbers of collectives {counts}")
-        mismatch = _first_type_mismatch(graphs, offsets, positions, lists)
-        if mismatch:
-            groups.type_mismatch[pg] = mismatch
-            groups.notes.append(f"process group {pg}: {mismatch}")
+        if len(members) == len(positions) and any(u in under for u in members):
+            alone += 1
+            continue
+        groups.members.append(members)
+        groups.expected.append(len(positions))
+        groups.member_ranks.append([graphs[r].rank for r in positions])
+        groups.label.append((pg, k))
+        for u in members:
+            groups.group_of[u] = g
+    if alone:
+        groups.notes.append(f"process group {pg}: {alone} collective(s) ran on some rank while the previous one "
+                            f"was still running (a CPU backend's workers run them at once); each rank replays "
+                            f"the part that outlasted the previous one on its own")
+    if cut:
+        groups.notes.append(f"process group {pg}: {cut} CPU collective(s) are missing on some ranks (an ET "
+                            f"writes an op when it ends: one still running when the trace stopped is lost); "
+                            f"the ranks that hold them replay them alone")
+    elif len(set(counts.values())) > 1:
+        groups.notes.append(f"process group {pg}: the ranks hold different numbers of collectives {counts}")
+    mismatch = _first_type_mismatch(graphs, offsets, positions, lists)
+    if mismatch:
+        groups.type_mismatch[pg] = mismatch
+        groups.notes.append(f"process group {pg}: {mismatch}")
 
 
 SERIALISED_ALONE = True  # see ``_ran_under_previous``
