@@ -588,9 +588,10 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     return result
 
 
-# The loop's events, (time, kind, node) on one heap. At one instant the loop takes the releases
-# (a held node becomes ready), then the ends (a node finishes), then the arrivals (a CPU
-# collective's member, picked up late by its worker, reaches its collective); each kind in node order.
+# The loop's events, (time, kind, node; -node for a release) on one heap. At one instant the loop
+# takes the releases (a held node becomes ready), then the ends (a node finishes), then the
+# arrivals (a CPU collective's member, picked up late by its worker, reaches its collective); ends
+# and arrivals in node order, releases latest node first (``_Loop.release``).
 RELEASE, END, ARRIVAL = 0, 1, 2
 
 
@@ -611,7 +612,7 @@ class _Loop:
         self.last_on_unit = array("q", [NO_NODE]) * unit_count
         self.dep_cause = array("q", [NO_NODE]) * len(rp.duration)
         self.arrived = [0] * len(rp.groups.members)
-        self.events: list[tuple[float, int, int]] = []
+        self.events: list[tuple[float, int, int]] = []  # (time, kind, node or -node)
         self.touched: list[int] = []
 
     def run(self) -> None:
@@ -626,13 +627,13 @@ class _Loop:
                 break
             t = events[0][0]
             while events and events[0][0] == t:
-                _, kind, v = heapq.heappop(events)
+                _, kind, key = heapq.heappop(events)
                 if kind == END:
-                    self.end(v, t)
+                    self.end(key, t)
                 elif kind == RELEASE:
-                    self.become_ready(v, t)
+                    self.become_ready(-key, t)
                 else:
-                    self.arrive(v, t)
+                    self.arrive(key, t)
         self.rp.queued = [entry[2] for queue in self.queues for entry in queue]
 
     def release_first_nodes(self) -> None:
@@ -649,7 +650,7 @@ class _Loop:
                         rp.held_from[v] = release
                         at += hold[2] if rp.holds_to_measured_start else hold[0]
                     if at > 0:
-                        heapq.heappush(self.events, (at, RELEASE, v))
+                        self.release(v, at)
                     else:
                         self.become_ready(v, 0.0)
 
@@ -664,9 +665,15 @@ class _Loop:
             rp.held_from[v] = t
             at = max(t, rp.release[rp.rank_of(v)] + hold[2]) if rp.holds_to_measured_start else t + hold[0]
         if at > t:
-            heapq.heappush(self.events, (at, RELEASE, v))
+            self.release(v, at)
         else:
             self.become_ready(v, t)
+
+    def release(self, v: int, at: float) -> None:
+        """Held node v becomes ready at ``at``: a release event, keyed by -v so that one instant's
+        releases are taken latest node first, as the replay has always taken them (their units
+        issue in that order, which names the last member to reach a collective)."""
+        heapq.heappush(self.events, (at, RELEASE, -v))
 
     def become_ready(self, v: int, t: float) -> None:
         """Node v is ready at ``t``: queued on its unit (the unit touched), or, a metadata node
