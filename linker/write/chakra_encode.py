@@ -18,7 +18,7 @@ descriptors, ``protobuf_wire.tags``): ``id``, ``name``, ``type``, ``ctrl_deps``,
   split as a CPU op's;
 - a GPU op: type from its communication attributes (``plan.comm``), duration = its own; its
   inputs/outputs, then ``gpu_attrs``;
-- both: last, ``data_dep_causes`` (one cause per data dependency, same order).
+- every kind: last, ``data_dep_causes`` (one cause per data dependency, same order).
 Proto3 defaults are left out, strings are UTF-8: the bytes are those protobuf serialises for the
 same message (the tests build every message with protobuf and compare).
 A new ``Node`` field is one more entry in ``NodeFrames._graph_fields`` (every kind) or in its kind's
