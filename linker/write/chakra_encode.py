@@ -114,13 +114,14 @@ def whole_microseconds(sim: list[float], tid: list[int], owners: list[int] = ())
     tids = tid
     if owners:
         tids = tid + [tid[owner] for owner in owners]
-        pieces_of: list[list[int]] = [[] for _ in range(n)]  # each op's pieces, in their order
-        for j, owner in enumerate(owners):
-            pieces_of[owner].append(n + j)
+        by_owner = sorted(range(len(owners)), key=owners.__getitem__)  # stable: each op's pieces in order
         sequence = []
+        k = 0
         for i in range(n):
             sequence.append(i)
-            sequence += pieces_of[i]
+            while k < len(by_owner) and owners[by_owner[k]] == i:
+                sequence.append(n + by_owner[k])
+                k += 1
     whole = [0] * len(sim)
     running = rounded_before = 0
     for u in sorted(sequence, key=lambda u: tids[u]):
