@@ -281,7 +281,10 @@ class NodeFrames:
         0), ``name`` and ``type`` (``head``), ``ctrl_deps`` (``plan.ctrl``: the parent; a GPU op's
         launching op), ``data_deps`` (``plan.data_deps``), ``start_time_micros`` (``start``
         rounded) and ``duration_micros`` (rounded), each when > 0; and apart, the
-        ``data_dep_causes`` attribute that ends the message (cached by its causes)."""
+        ``data_dep_causes`` attribute that ends the message (cached by its causes).
+        Kept fast: the usual CPU node's dependency is read from ``plan.prev`` in place of
+        ``plan.data_deps``'s call and list (with the frame and times written in place, a 400-step
+        GPU pair to ``.et`` went from 1.065x to 0.96x the old encoder's CPU, paired)."""
         plan = self._plan
         parts = [_ID, encode_varint(node_id), head] if node_id else [head]
         parent = plan.ctrl[u]
@@ -289,7 +292,7 @@ class NodeFrames:
             parent_id = encode_varint(self._ids[parent])
             parts += (_CTRL_DEPS, encode_varint(len(parent_id)), parent_id)
         if u not in plan.waits and (u < plan.cpu_count or u >= self._piece_start):
-            # ``plan.data_deps`` of the usual CPU node, without its call and list (5% of the write)
+            # ``plan.data_deps`` of the usual CPU node, without its call and list (see the docstring)
             source = plan.prev[u]
             deps = ((source, PARENT if source == parent else THREAD_ORDER),) if source >= 0 else ()
         else:
