@@ -30,8 +30,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import compress
-from operator import ne
 
 from linker.read.et import FLAT
 
@@ -74,20 +72,19 @@ def _homes(counts: Counter) -> dict:
 
 
 def _one_thread_each(et, kineto_tid: list) -> bool:
-    """True when the ET's ops are on one thread and the Kineto CPU events on one. O(n), C passes."""
+    """True when the ET's ops are on one thread and the Kineto CPU events on one. O(n)."""
     ops = et.op_indices()
     if not ops or not kineto_tid:
         return True
-    first_tid = et.tid[ops[0]]
-    return (sum(map(first_tid.__eq__, map(et.tid.__getitem__, ops))) == len(ops)
-            and kineto_tid.count(kineto_tid[0]) == len(kineto_tid))
+    op_tids = [et.tid[i] for i in ops]
+    return op_tids.count(op_tids[0]) == len(op_tids) and kineto_tid.count(kineto_tid[0]) == len(kineto_tid)
 
 
 def measured_placement(result, nesting_violations: int | None = None) -> Placement:
     """The ``Placement`` of a ``LinkResult`` (empty unless joined by rf_id). ``nesting_violations``:
     the link report's count of joined ops outside their joined parent's interval, when known: with
     none, on one thread each side (most traces), nothing disagrees and nothing is looked at. Else
-    O(n) in C passes (maps over the columns); only the ops whose ET parent's event is not their
+    O(n) passes over the columns; only the ops whose ET parent's event is not their
     Kineto nesting parent, and the ops on another thread than the ET says, one by one."""
     placement = Placement()
     if result.match.method != "rf_id":
@@ -97,10 +94,10 @@ def measured_placement(result, nesting_violations: int | None = None) -> Placeme
     kineto_tid, ts, dur = columns.tid, columns.ts, columns.dur
     if nesting_violations == 0 and _one_thread_each(et, kineto_tid):
         return placement
-    ops = list(compress(et.op_indices(), map((0).__le__, map(event_of_op.__getitem__, et.op_indices()))))
-    events = list(map(event_of_op.__getitem__, ops))
-    threads = list(map(kineto_tid.__getitem__, events))
-    op_tids = list(map(et.tid.__getitem__, ops))
+    ops = [i for i in et.op_indices() if event_of_op[i] >= 0]  # the linked ops
+    events = [event_of_op[i] for i in ops]
+    threads = [kineto_tid[e] for e in events]
+    op_tids = [et.tid[i] for i in ops]
     kineto_threads, et_threads = set(threads), set(op_tids)
     if len(kineto_threads) == 1 and len(et_threads) == 1:  # one thread each (most traces): nothing moved
         counts = Counter({(op_tids[0], threads[0]): len(ops)}) if ops else Counter()
@@ -114,10 +111,11 @@ def measured_placement(result, nesting_violations: int | None = None) -> Placeme
     parents, root = result.parents, et.process_root()
     parent_index = et.parent_index()
     events_of = event_of_op + [NO_NODE]  # position -1 (no parent): no event
-    parent_events = list(map(events_of.__getitem__, map(parent_index.__getitem__, ops)))
-    suspects = set(compress(range(len(ops)), map(ne, parent_events, map(parents.__getitem__, events))))
+    parent_events = [events_of[parent_index[i]] for i in ops]
+    # An op whose ET parent's event is not its event's Kineto nesting parent
+    suspects = {k for k, (pe, e) in enumerate(zip(parent_events, events)) if pe != parents[e]}
     if any(home[k] != t for t, k in counts):  # some ops ran on another thread than the ET says
-        suspects.update(compress(range(len(ops)), map(ne, map(home.__getitem__, threads), op_tids)))
+        suspects.update(k for k, (thread, tid) in enumerate(zip(threads, op_tids)) if home[thread] != tid)
     if not suspects:
         return placement
     op_of = [NO_NODE] * len(ts)

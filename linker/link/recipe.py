@@ -81,7 +81,7 @@ def check_same_run(et: ExecutionTrace, kineto: KinetoTrace, same_name_pairs: int
     if same_name_pairs / smaller >= MIN_NAME_OVERLAP:
         return problems
     names = et.names
-    et_names = Counter(map(names.__getitem__, et.op_indices()))
+    et_names = Counter([names[i] for i in et.op_indices()])
     k_names = Counter(kineto.cpu_columns().name)
     shared = sum(min(n, k_names[name]) for name, n in et_names.items())
     if shared / smaller < MIN_NAME_OVERLAP:

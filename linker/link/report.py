@@ -150,7 +150,7 @@ def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: lis
     O(n)."""
     slack = NESTING_SLACK_US
     outer_of = [*event_of_op, -1]  # an op without a parent (-1) reads the -1 at the end
-    pairs = zip(event_of_op, map(outer_of.__getitem__, et.parent_index()))
+    pairs = zip(event_of_op, [outer_of[p] for p in et.parent_index()])
     if nesting is None:
         events = kineto.cpu_events
         violations = 0

@@ -8,8 +8,6 @@ of joined pairs agree. Cost O(n).
 from __future__ import annotations
 
 from collections import Counter
-from itertools import compress
-from operator import eq, not_
 from typing import NamedTuple
 
 from linker.model.columns import unique_positions
@@ -60,14 +58,11 @@ def _kineto_ids(ids: list) -> tuple[dict, int, int, int]:
 
 def _event_of_every_op(et: ExecutionTrace, events: list[int], event_names: list[str]) -> list[int]:
     """``event_of_op`` when ``events[k]`` is the event of the k-th op (``op_indices()``): the
-    event where the names agree, else -1; -1 for the roots, put in at their places. C passes
-    but for the few roots and disagreeing names."""
+    event where the names agree, else -1; -1 for the roots, put in at their places. One pass,
+    then the few roots."""
     ops = et.op_indices()
-    agree = list(map(eq, map(event_names.__getitem__, events), map(et.names.__getitem__, ops)))
-    event_of_op = list(events)
-    if False in agree:
-        for k in compress(range(len(agree)), map(not_, agree)):
-            event_of_op[k] = -1
+    names = et.names
+    event_of_op = [e if event_names[e] == names[i] else -1 for e, i in zip(events, ops)]
     for root in et.root_positions():  # in node order: each lands at its index
         event_of_op.insert(root, -1)
     return event_of_op
@@ -80,7 +75,7 @@ def match_by_rf_id(et: ExecutionTrace, kineto: KinetoTrace) -> tuple[OpMatch, Rf
 
     op_indices = et.op_indices()
     rf_ids = et.rf_id
-    op_rf = list(map(rf_ids.__getitem__, op_indices))
+    op_rf = [rf_ids[i] for i in op_indices]
     distinct = set(op_rf)
     if len(distinct) == len(op_rf):  # the usual case: every op's id distinct, no counting
         et_dups = 0
@@ -92,11 +87,11 @@ def match_by_rf_id(et: ExecutionTrace, kineto: KinetoTrace) -> tuple[OpMatch, Rf
         et_dups = sum(c for c in et_counts.values() if c > 1) if et_counts is not None else 0
         if et_counts is None:
             et_counts = et_unique  # only its truthiness is used below
-        join_ops, join_ids = list(map(op_indices.__getitem__, et_unique.values())), list(et_unique)
+        join_ops, join_ids = [op_indices[k] for k in et_unique.values()], list(et_unique)
     del distinct
 
     names, event_names = et.names, columns.name
-    join_events = list(map(event_of_rf.get, join_ids))
+    join_events = [event_of_rf.get(rf_id) for rf_id in join_ids]
     joined = len(join_events) - join_events.count(None)
     if joined == len(join_events) and join_ops is op_indices:  # every op's id found: C passes
         event_of_op = _event_of_every_op(et, join_events, event_names)

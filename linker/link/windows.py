@@ -128,54 +128,84 @@ def choose_window(
     ``pick`` selects a window by index (the user's choice) instead of by content.
     """
     op_indices = et.op_indices()
-    et_names = Counter(et.names[i] for i in op_indices)
-    events = kineto.cpu_events
-    if annotation is None and pick is None and len(events) <= WINDOW_RATIO * len(op_indices):
+    if annotation is None and pick is None and len(kineto.cpu_events) <= WINDOW_RATIO * len(op_indices):
         return None
-    if annotation is not None:
-        segments, source = annotation_segments(kineto, annotation), "annotation"
-        if not segments:
-            raise OptionError(f"--annotation {annotation!r} matches no Kineto CPU event of {kineto.path}")
-    else:
-        segments, source = step_segments(kineto), "profiler_step"
-        if len(segments) < 2:
-            segments, source = auto_segments(et, kineto), "auto"
+    segments, source = _iteration_segments(et, kineto, annotation)
     if len(segments) < 2 and pick is None:
         return None
     if not segments:
         raise OptionError(f"--window {pick}: {kineto.path} has no iteration windows to choose from "
                           "(no ProfilerStep events, no repeated iteration)")
     segments.sort(key=lambda s: s.start)
+    per_segment = _names_per_segment(kineto.cpu_events, segments)
+    et_names = Counter(et.names[i] for i in op_indices)
+    if source == "profiler_step" and pick is None:
+        named = _window_of_named_steps(et_names, len(op_indices), segments, per_segment)
+        if named is not None:
+            return named
+    return _best_window(et_names, len(op_indices), segments, per_segment, source, pick, kineto.path)
+
+
+def _iteration_segments(et: ExecutionTrace, kineto: KinetoTrace, annotation: str | None) -> tuple[list[Segment], str]:
+    """The trace's iterations and how they were found: cut at the ``annotation`` (an OptionError
+    when it matches nothing), else the profiler's steps, else repeats of the ET's top ops."""
+    if annotation is not None:
+        segments = annotation_segments(kineto, annotation)
+        if not segments:
+            raise OptionError(f"--annotation {annotation!r} matches no Kineto CPU event of {kineto.path}")
+        return segments, "annotation"
+    segments = step_segments(kineto)
+    if len(segments) >= 2:
+        return segments, "profiler_step"
+    return auto_segments(et, kineto), "auto"
+
+
+def _names_per_segment(events, segments: list[Segment]) -> list[Counter]:
+    """Per segment (sorted by start), how many CPU events of each name start in it. O(e log s)."""
     starts = [s.start for s in segments]
     per_segment = [Counter() for _ in segments]
     for e in events:
         k = bisect_right(starts, e.ts) - 1
         if k >= 0 and e.ts < segments[k].end:
             per_segment[k][e.name] += 1
+    return per_segment
 
-    if source == "profiler_step" and pick is None:
-        named = [k for k, s in enumerate(segments) if s.label in et_names]
-        if named:  # the ET holds these very steps
-            first, last = named[0], named[-1]
-            window = Counter()
-            for k in range(first, last + 1):
-                window.update(per_segment[k])
-            score = _overlap(et_names, window) / max(len(op_indices), sum(window.values()), 1)
-            return Window(segments[first].start, segments[last].end, ", ".join(segments[k].label for k in named),
-                          source, first, last - first + 1, len(segments), score, [score])
 
+def _window_score(et_names: Counter, ops: int, per_segment: list[Counter], first: int, last: int) -> float:
+    """How well segments ``first`` to ``last`` hold the ET's ops: the names they share, over the
+    larger of the two op counts."""
+    window = Counter()
+    for k in range(first, last + 1):
+        window.update(per_segment[k])
+    return _overlap(et_names, window) / max(ops, sum(window.values()), 1)
+
+
+def _window_of_named_steps(et_names: Counter, ops: int, segments: list[Segment],
+                           per_segment: list[Counter]) -> Window | None:
+    """The profiler steps the ET itself names (an op named as a step's label: the ET holds these
+    very steps), first to last; None when it names none."""
+    named = [k for k, s in enumerate(segments) if s.label in et_names]
+    if not named:
+        return None
+    first, last = named[0], named[-1]
+    score = _window_score(et_names, ops, per_segment, first, last)
+    return Window(segments[first].start, segments[last].end, ", ".join(segments[k].label for k in named),
+                  "profiler_step", first, last - first + 1, len(segments), score, [score])
+
+
+def _best_window(et_names: Counter, ops: int, segments: list[Segment], per_segment: list[Counter], source: str,
+                 pick: int | None, path) -> Window:
+    """The run of as many segments as the ET has ops (by the median segment's size) that best
+    holds the ET's ops (the earliest of equals), or the run ``pick`` (an OptionError when there is
+    no such run)."""
     sizes = [sum(c.values()) for c in per_segment]
     typical = median(s for s in sizes) if sizes else 0
-    span = max(1, min(len(segments), round(len(op_indices) / typical))) if typical else 1
-    scores = []
-    for first in range(len(segments) - span + 1):
-        window = Counter()
-        for k in range(first, first + span):
-            window.update(per_segment[k])
-        scores.append(_overlap(et_names, window) / max(len(op_indices), sum(window.values()), 1))
+    span = max(1, min(len(segments), round(ops / typical))) if typical else 1
+    scores = [_window_score(et_names, ops, per_segment, first, first + span - 1)
+              for first in range(len(segments) - span + 1)]
     if pick is not None:
         if not 0 <= pick < len(scores):
-            raise OptionError(f"--window {pick} does not exist: {kineto.path} has {len(scores)} windows "
+            raise OptionError(f"--window {pick} does not exist: {path} has {len(scores)} windows "
                               f"(0 to {len(scores) - 1})")
         best, source = pick, "user"
     else:

@@ -54,8 +54,7 @@ from array import array
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import accumulate, chain, repeat
-from operator import sub
+from itertools import accumulate
 
 from linker.model.errors import OptionError
 from linker.plan.rank_start import measured_offsets
@@ -131,9 +130,10 @@ class CommGroups:
     pickup: dict[int, float] = field(default_factory=dict)  # CPU collective -> its worker's measured pickup delay
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Replay:
-    """Result of a replay over ``graphs`` (global node u of rank position r is offsets[r] + local).
+    """Result of a replay over ``graphs`` (global node u of rank position r is offsets[r] + local);
+    built by ``replay`` with every field named.
 
     Times in µs from 0; NaN where a node never became ready / was never issued / started / finished.
     ``issue``: when its unit took it; ``start``: when it began to run (for a collective, when its
@@ -223,10 +223,10 @@ def _successors(graphs: list[SimGraph], offsets: list[int], total: int) -> tuple
     targets = array("q")
     for graph, base in zip(graphs, offsets):
         offs, nodes = graph.dep_offsets, graph.dep_nodes
-        sizes = list(map(sub, offs[1:], offs[:-1]))  # dependencies per node
+        sizes = [offs[u + 1] - offs[u] for u in range(len(offs) - 1)]  # dependencies per node
         indegree.extend(sizes)
-        owner = list(chain.from_iterable(map(repeat, range(base, base + len(sizes)), sizes)))  # per edge
-        targets.extend(map(owner.__getitem__, sorted(range(len(nodes)), key=nodes.__getitem__)))
+        owner = [base + u for u, size in enumerate(sizes) for _ in range(size)]  # each edge's dependent node
+        targets.extend([owner[k] for k in sorted(range(len(nodes)), key=nodes.__getitem__)])
         for d, n in Counter(nodes).items():
             counts[base + d + 1] = n
         for u, _ in graph.missing_deps:
@@ -325,7 +325,8 @@ def _start_key(graph: SimGraph, u: int) -> float:
 
 
 def _group_collectives(graphs, collectives, comm_groups, position_of_rank, groups: CommGroups) -> None:
-    all_positions = list(range(len(graphs)))
+    """Matches the collectives of each process group across its member ranks (``_match_group``);
+    ``collectives``: (rank position, pg) -> its collectives in issue order. O(c log c)."""
     holders: dict[str, set[int]] = {}  # pg -> rank positions holding collectives on it
     for r, pg in collectives:
         holders.setdefault(pg, set()).add(r)
@@ -333,58 +334,73 @@ def _group_collectives(graphs, collectives, comm_groups, position_of_rank, group
     for graph in graphs:
         offsets.append(offsets[-1] + len(graph))
     for pg in sorted(holders):
-        positions = all_positions
-        if comm_groups is not None and pg in comm_groups:
-            listed = comm_groups[pg]
-            positions = sorted(position_of_rank[rank] for rank in listed if rank in position_of_rank)
-            absent = sorted(rank for rank in listed if rank not in position_of_rank)
-            if absent:
-                groups.notes.append(f"process group {pg}: ranks {absent} are not among the given files; "
-                                    f"its collectives are matched among the given ranks only")
-        elif comm_groups is not None and pg != "0":
-            groups.notes.append(f"process group {pg} is not in the comm-group file: taken as all ranks")
-        for r in sorted(holders[pg] - set(positions)):
-            groups.notes.append(f"rank {graphs[r].rank} has collectives on process group {pg} but is not "
-                                f"one of its members; they are replayed alone")
-        if len(positions) < 2:
+        positions = _group_positions(graphs, pg, holders[pg], comm_groups, position_of_rank, groups.notes)
+        if len(positions) >= 2:
+            _match_group(graphs, offsets, pg, positions, [collectives.get((r, pg), []) for r in positions], groups)
+
+
+def _group_positions(graphs, pg: str, holders: set[int], comm_groups, position_of_rank, notes: list[str]) -> list[int]:
+    """The rank positions that are members of process group ``pg``: those ``comm_groups`` lists
+    among the given ranks, else all; notes the listed ranks absent, a group the file lacks, and
+    ranks holding collectives of a group they are not members of (replayed alone)."""
+    positions = list(range(len(graphs)))
+    if comm_groups is not None and pg in comm_groups:
+        listed = comm_groups[pg]
+        positions = sorted(position_of_rank[rank] for rank in listed if rank in position_of_rank)
+        absent = sorted(rank for rank in listed if rank not in position_of_rank)
+        if absent:
+            notes.append(f"process group {pg}: ranks {absent} are not among the given files; "
+                         f"its collectives are matched among the given ranks only")
+    elif comm_groups is not None and pg != "0":
+        notes.append(f"process group {pg} is not in the comm-group file: taken as all ranks")
+    for r in sorted(holders - set(positions)):
+        notes.append(f"rank {graphs[r].rank} has collectives on process group {pg} but is not "
+                     f"one of its members; they are replayed alone")
+    return positions
+
+
+def _match_group(graphs, offsets: list[int], pg: str, positions: list[int], lists: list[list[int]],
+                 groups: CommGroups) -> None:
+    """Matches the k-th collectives of process group ``pg`` across its members (``lists``: per
+    member position, its collectives in issue order), or CPU collectives by issue number
+    (``_by_issue_number``); leaves alone those only some ranks hold and those that ran under the
+    group's previous one (``_ran_under_previous``); notes what it left alone or found odd."""
+    counts = {graphs[r].rank: len(nodes) for r, nodes in zip(positions, lists)}
+    numbered = _by_issue_number(graphs, offsets, lists)
+    if numbered is not None:  # CPU collectives: paired by issue number, gaps where a rank lacks one
+        every = sorted(set().union(*numbered))
+        lists = [[by_number.get(number) for number in every] for by_number in numbered]
+    under = _ran_under_previous(graphs, offsets, lists) if SERIALISED_ALONE else set()
+    alone = cut = 0
+    for k in range(max(len(nodes) for nodes in lists)):
+        g = len(groups.members)
+        members = [nodes[k] for nodes in lists if k < len(nodes) and nodes[k] is not None]
+        if numbered is not None and len(members) < len(positions):
+            cut += 1  # the ETs of some ranks lost it: the others replay theirs alone
             continue
-        lists = [collectives.get((r, pg), []) for r in positions]
-        counts = {graphs[r].rank: len(nodes) for r, nodes in zip(positions, lists)}
-        numbered = _by_issue_number(graphs, offsets, lists)
-        if numbered is not None:  # CPU collectives: paired by issue number, gaps where a rank lacks one
-            every = sorted(set().union(*numbered))
-            lists = [[by_number.get(number) for number in every] for by_number in numbered]
-        under = _ran_under_previous(graphs, offsets, lists) if SERIALISED_ALONE else set()
-        alone = cut = 0
-        for k in range(max(len(nodes) for nodes in lists)):
-            g = len(groups.members)
-            members = [nodes[k] for nodes in lists if k < len(nodes) and nodes[k] is not None]
-            if numbered is not None and len(members) < len(positions):
-                cut += 1  # the ETs of some ranks lost it: the others replay theirs alone
-                continue
-            if len(members) == len(positions) and any(u in under for u in members):
-                alone += 1
-                continue
-            groups.members.append(members)
-            groups.expected.append(len(positions))
-            groups.member_ranks.append([graphs[r].rank for r in positions])
-            groups.label.append((pg, k))
-            for u in members:
-                groups.group_of[u] = g
-        if alone:
-            groups.notes.append(f"process group {pg}: {alone} collective(s) ran on some rank while the previous one "
-                                f"was still running (a CPU backend's workers run them at once); each rank replays "
-                                f"the part that outlasted the previous one on its own")
-        if cut:
-            groups.notes.append(f"process group {pg}: {cut} CPU collective(s) are missing on some ranks (an ET "
-                                f"writes an op when it ends: one still running when the trace stopped is lost); "
-                                f"the ranks that hold them replay them alone")
-        elif len(set(counts.values())) > 1:
-            groups.notes.append(f"process group {pg}: the ranks hold different numbers of collectives {counts}")
-        mismatch = _first_type_mismatch(graphs, offsets, positions, lists)
-        if mismatch:
-            groups.type_mismatch[pg] = mismatch
-            groups.notes.append(f"process group {pg}: {mismatch}")
+        if len(members) == len(positions) and any(u in under for u in members):
+            alone += 1
+            continue
+        groups.members.append(members)
+        groups.expected.append(len(positions))
+        groups.member_ranks.append([graphs[r].rank for r in positions])
+        groups.label.append((pg, k))
+        for u in members:
+            groups.group_of[u] = g
+    if alone:
+        groups.notes.append(f"process group {pg}: {alone} collective(s) ran on some rank while the previous one "
+                            f"was still running (a CPU backend's workers run them at once); each rank replays "
+                            f"the part that outlasted the previous one on its own")
+    if cut:
+        groups.notes.append(f"process group {pg}: {cut} CPU collective(s) are missing on some ranks (an ET "
+                            f"writes an op when it ends: one still running when the trace stopped is lost); "
+                            f"the ranks that hold them replay them alone")
+    elif len(set(counts.values())) > 1:
+        groups.notes.append(f"process group {pg}: the ranks hold different numbers of collectives {counts}")
+    mismatch = _first_type_mismatch(graphs, offsets, positions, lists)
+    if mismatch:
+        groups.type_mismatch[pg] = mismatch
+        groups.notes.append(f"process group {pg}: {mismatch}")
 
 
 SERIALISED_ALONE = True  # see ``_ran_under_previous``
@@ -559,133 +575,188 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     _cpu_pickups(graphs, offsets, groups)
     what_if = retime(graphs, offsets, groups, duration, scale.factor(COMM), network) if network is not None else None
     nan = array("d", [math.nan])
-    result = Replay(graphs, model, scale, offsets, duration, unit_of, unit_names, nan * total, nan * total,
-                    nan * total, nan * total, array("q", [NO_NODE]) * total, bytearray(total), array("q", [NO_NODE]) * total,
-                    groups, missing, [], list(release) if release is not None else [0.0] * len(graphs),
-                    dict(holds or {}), what_if, scale == Scale() and network is None)
-    result.wait_nodes = wait_nodes
+    result = Replay(
+        graphs=graphs, model=model, scale=scale, offsets=offsets, duration=duration, unit_of=unit_of,
+        unit_names=unit_names, ready=nan * total, issue=nan * total, start=nan * total, end=nan * total,
+        cause=array("q", [NO_NODE]) * total, cause_kind=bytearray(total), peer=array("q", [NO_NODE]) * total,
+        groups=groups, missing=missing, queued=[],
+        release=list(release) if release is not None else [0.0] * len(graphs), holds=dict(holds or {}),
+        network=what_if, holds_to_measured_start=scale == Scale() and network is None, wait_nodes=wait_nodes)
     if wait_floors:
         result.wait_floors = {v: result.release[result.rank_of(v)] + at for v, at in wait_floors.items()}
-    _run(result, priority, succ_offsets, succ_nodes, indegree)
+    _Loop(result, priority, succ_offsets, succ_nodes, indegree).run()
     return result
 
 
-def _run(rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, indegree: array) -> None:
-    """The heap-based loop: completions in time order; after all completions of one instant, each
-    touched free unit issues its best ready node."""
-    duration, unit_of = rp.duration, rp.unit_of
-    ready, issue, start, end, cause, cause_kind, peer = rp.ready, rp.issue, rp.start, rp.end, rp.cause, rp.cause_kind, rp.peer
-    group_of, members, expected = rp.groups.group_of, rp.groups.members, rp.groups.expected
-    waited, comm_factor, pickup = rp.groups.waited, rp.scale.factor(COMM), rp.groups.pickup
-    holds, to_measured_start, held_from = rp.holds, rp.holds_to_measured_start, rp.held_from
-    wait_floors = rp.wait_floors
-    arrival_base = len(duration)  # events u >= arrival_base: node u - arrival_base arrives at its collective
-    unit_count = len(rp.unit_names)
-    queues: list[list] = [[] for _ in range(unit_count)]
-    busy = bytearray(unit_count)
-    last_on_unit = array("q", [NO_NODE]) * unit_count
-    dep_cause = array("q", [NO_NODE]) * len(duration)
-    arrived = [0] * len(members)
-    last_arrival = [NO_NODE] * len(members)
-    events: list[tuple[float, int]] = []  # (end time, node)
-    push, pop = heapq.heappush, heapq.heappop
+# The loop's events, (time, kind, node; -node for a release) on one heap. At one instant the loop
+# takes the releases (a held node becomes ready), then the ends (a node finishes), then the
+# arrivals (a CPU collective's member, picked up late by its worker, reaches its collective); ends
+# and arrivals in node order, releases latest node first (``_Loop.release``).
+RELEASE, END, ARRIVAL = 0, 1, 2
 
-    def become_ready(v: int, t: float, touched: list) -> None:
-        unit = unit_of[v]
-        ready[v] = t
-        if unit < 0:  # metadata: no unit, no time
-            issue[v] = start[v] = t
-            cause[v], cause_kind[v] = dep_cause[v], CAUSE_DEPENDENCY if dep_cause[v] >= 0 else CAUSE_NONE
-            push(events, (t, v))
-        else:
-            push(queues[unit], (t, priority[v], v))
-            touched.append(unit)
 
-    def dispatch(unit: int, t: float) -> None:
-        ready_at, _, v = pop(queues[unit])
-        busy[unit] = 1
-        issue[v] = t
-        if t > ready_at:
-            cause[v], cause_kind[v] = last_on_unit[unit], CAUSE_UNIT
-        elif dep_cause[v] >= 0:
-            cause[v], cause_kind[v] = dep_cause[v], CAUSE_DEPENDENCY
-        g = group_of[v]
-        delay = pickup.get(v, 0.0) if pickup else 0.0
-        floor = wait_floors.get(v) if wait_floors else None
-        if floor is not None:  # a wait node being sized: until its floor
-            duration[v] = max(0.0, floor - t)
-        if g < 0:
-            start[v] = t + delay
-            push(events, (t + delay + duration[v], v))
-            return
-        if delay > 0:  # its worker takes it later: it arrives then (an arrival event)
-            push(events, (t + delay, arrival_base + v))
-            return
-        arrive(v, t)
+class _Loop:
+    """The event loop's state over one ``Replay`` (``rp``, whose columns it fills): per unit its
+    queue of ready nodes (a heap of (ready time, priority, node): the issue policy), whether it
+    is busy and the node it ran last; per node the dependency whose end made it ready
+    (``dep_cause``); per communication group how many members have arrived; the event heap; the
+    units touched at the current instant (each issues its best ready node once the instant's
+    events are all taken). ``indegree`` (the dependencies left per node) is counted down in place."""
 
-    def arrive(v: int, t: float) -> None:
-        g = group_of[v]
-        arrived[g] += 1
-        last_arrival[g] = v
-        if arrived[g] == expected[g]:
-            transfer = min(duration[m] for m in members[g])
-            waits = waited.get(g)
-            for k, m in enumerate(members[g]):
-                start[m] = t
-                peer[m] = v
-                if m != v:
-                    cause[m], cause_kind[m] = cause[v], CAUSE_PEER
-                own = transfer if waits is None else max(0.0, duration[m] - waits[k] * comm_factor)
-                push(events, (t + own, m))
+    def __init__(self, rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, indegree: array):
+        self.rp, self.priority = rp, priority
+        self.succ_offsets, self.succ_nodes, self.indegree = succ_offsets, succ_nodes, indegree
+        unit_count = len(rp.unit_names)
+        self.queues: list[list] = [[] for _ in range(unit_count)]
+        self.busy = bytearray(unit_count)
+        self.last_on_unit = array("q", [NO_NODE]) * unit_count
+        self.dep_cause = array("q", [NO_NODE]) * len(rp.duration)
+        self.arrived = [0] * len(rp.groups.members)
+        self.events: list[tuple[float, int, int]] = []  # (time, kind, node or -node)
+        self.touched: list[int] = []
 
-    touched: list[int] = []
-    for r, base in enumerate(rp.offsets):
-        release = rp.release[r]
-        for v in range(base, base + len(rp.graphs[r])):
-            if indegree[v] == 0:
-                hold = holds.get(v)
-                held = release + ((hold[2] if to_measured_start else hold[0]) if hold else 0.0)
-                if hold:
-                    held_from[v] = release
-                if held > 0:
-                    push(events, (held, ~v))  # a release, not a completion
+    def run(self) -> None:
+        """Releases every rank's first nodes, then takes the events in time order; after all those
+        of one instant, each touched free unit issues its best ready node. Leaves the nodes still
+        queued when no event is left in ``rp.queued``."""
+        self.release_first_nodes()
+        events, t = self.events, 0.0
+        while True:
+            self.issue_touched(t)
+            if not events:
+                break
+            t = events[0][0]
+            while events and events[0][0] == t:
+                _, kind, key = heapq.heappop(events)
+                if kind == END:
+                    self.end(key, t)
+                elif kind == RELEASE:
+                    self.become_ready(-key, t)
                 else:
-                    become_ready(v, 0.0, touched)
-    t = 0.0
-    while True:
-        for unit in touched:
-            if not busy[unit] and queues[unit]:
-                dispatch(unit, t)
-        touched = []
-        if not events:
-            break
-        t = events[0][0]
-        while events and events[0][0] == t:
-            _, u = pop(events)
-            if u < 0:
-                become_ready(~u, t, touched)
-                continue
-            if u >= arrival_base:
-                arrive(u - arrival_base, t)
-                continue
-            end[u] = t
-            unit = unit_of[u]
-            if unit >= 0:
-                busy[unit] = 0
-                last_on_unit[unit] = u
-                touched.append(unit)
-            for k in range(succ_offsets[u], succ_offsets[u + 1]):
-                v = succ_nodes[k]
-                indegree[v] -= 1
-                if indegree[v] == 0:
-                    dep_cause[v] = u
-                    hold = holds.get(v)
-                    at = t
-                    if hold:  # a measured wait: ready later (a release event)
-                        held_from[v] = t
-                        at = max(t, rp.release[rp.rank_of(v)] + hold[2]) if to_measured_start else t + hold[0]
-                    if at > t:
-                        push(events, (at, ~v))
+                    self.arrive(key, t)
+        self.rp.queued = [entry[2] for queue in self.queues for entry in queue]
+
+    def release_first_nodes(self) -> None:
+        """The nodes without dependencies: ready at their rank's release (at 0 when it is 0), or
+        held (``rp.holds``) from then for their measured start or their wait (``replay``)."""
+        rp = self.rp
+        for r, base in enumerate(rp.offsets):
+            release = rp.release[r]
+            for v in range(base, base + len(rp.graphs[r])):
+                if self.indegree[v] == 0:
+                    hold = rp.holds.get(v)
+                    at = release
+                    if hold:
+                        rp.held_from[v] = release
+                        at += hold[2] if rp.holds_to_measured_start else hold[0]
+                    if at > 0:
+                        self.release(v, at)
                     else:
-                        become_ready(v, t, touched)
-    rp.queued = [entry[2] for queue in queues for entry in queue]
+                        self.become_ready(v, 0.0)
+
+    def dependencies_done(self, v: int, t: float) -> None:
+        """Node v's last dependency ended at ``t``: it is ready then or, held (``rp.holds``), not
+        before its measured start from its rank's release (the trace as measured) or its wait's
+        length later (a what-if): a release event."""
+        rp = self.rp
+        hold = rp.holds.get(v)
+        at = t
+        if hold:
+            rp.held_from[v] = t
+            at = max(t, rp.release[rp.rank_of(v)] + hold[2]) if rp.holds_to_measured_start else t + hold[0]
+        if at > t:
+            self.release(v, at)
+        else:
+            self.become_ready(v, t)
+
+    def release(self, v: int, at: float) -> None:
+        """Held node v becomes ready at ``at``: a release event, keyed by -v so that one instant's
+        releases are taken latest node first, as the replay has always taken them (their units
+        issue in that order, which names the last member to reach a collective)."""
+        heapq.heappush(self.events, (at, RELEASE, -v))
+
+    def become_ready(self, v: int, t: float) -> None:
+        """Node v is ready at ``t``: queued on its unit (the unit touched), or, a metadata node
+        (no unit, no time), issued, started and ended at once."""
+        rp = self.rp
+        unit = rp.unit_of[v]
+        rp.ready[v] = t
+        if unit < 0:
+            rp.issue[v] = rp.start[v] = t
+            cause = self.dep_cause[v]
+            rp.cause[v], rp.cause_kind[v] = cause, CAUSE_DEPENDENCY if cause >= 0 else CAUSE_NONE
+            heapq.heappush(self.events, (t, END, v))
+        else:
+            heapq.heappush(self.queues[unit], (t, self.priority[v], v))
+            self.touched.append(unit)
+
+    def issue_touched(self, t: float) -> None:
+        """Each unit touched at this instant, free and with ready nodes, issues its best one."""
+        for unit in self.touched:
+            if not self.busy[unit] and self.queues[unit]:
+                self.dispatch(unit, t)
+        self.touched = []
+
+    def dispatch(self, unit: int, t: float) -> None:
+        """The unit issues its best ready node v at ``t``: v's cause (the unit's previous node when
+        v waited for the unit, else its last dependency); a wait node being sized lasts until its
+        floor; v starts after its pickup delay (a CPU collective's worker), or arrives at its
+        collective (then, or as an arrival event)."""
+        rp = self.rp
+        ready_at, _, v = heapq.heappop(self.queues[unit])
+        self.busy[unit] = 1
+        rp.issue[v] = t
+        if t > ready_at:
+            rp.cause[v], rp.cause_kind[v] = self.last_on_unit[unit], CAUSE_UNIT
+        elif self.dep_cause[v] >= 0:
+            rp.cause[v], rp.cause_kind[v] = self.dep_cause[v], CAUSE_DEPENDENCY
+        delay = rp.groups.pickup.get(v, 0.0)
+        floor = rp.wait_floors.get(v)
+        if floor is not None:
+            rp.duration[v] = max(0.0, floor - t)
+        if rp.groups.group_of[v] < 0:
+            rp.start[v] = t + delay
+            heapq.heappush(self.events, (t + delay + rp.duration[v], END, v))
+        elif delay > 0:
+            heapq.heappush(self.events, (t + delay, ARRIVAL, v))
+        else:
+            self.arrive(v, t)
+
+    def arrive(self, v: int, t: float) -> None:
+        """Member v reaches its collective at ``t``; the last member starts them all: each lasts
+        the transfer (the shortest member's duration) or, a CPU collective timed on one clock, its
+        own duration less its measured wait for its peers (``CommGroups.waited``)."""
+        rp, groups = self.rp, self.rp.groups
+        g = groups.group_of[v]
+        self.arrived[g] += 1
+        if self.arrived[g] < groups.expected[g]:
+            return
+        members = groups.members[g]
+        transfer = min(rp.duration[m] for m in members)
+        waits = groups.waited.get(g)
+        comm_factor = rp.scale.factor(COMM)
+        for k, m in enumerate(members):
+            rp.start[m] = t
+            rp.peer[m] = v
+            if m != v:
+                rp.cause[m], rp.cause_kind[m] = rp.cause[v], CAUSE_PEER
+            own = transfer if waits is None else max(0.0, rp.duration[m] - waits[k] * comm_factor)
+            heapq.heappush(self.events, (t + own, END, m))
+
+    def end(self, u: int, t: float) -> None:
+        """Node u ends at ``t``: its unit is free (and touched); each successor with no dependency
+        left becomes ready (``dependencies_done``), its cause u."""
+        rp = self.rp
+        rp.end[u] = t
+        unit = rp.unit_of[u]
+        if unit >= 0:
+            self.busy[unit] = 0
+            self.last_on_unit[unit] = u
+            self.touched.append(unit)
+        indegree, succ_nodes = self.indegree, self.succ_nodes
+        for k in range(self.succ_offsets[u], self.succ_offsets[u + 1]):
+            v = succ_nodes[k]
+            indegree[v] -= 1
+            if indegree[v] == 0:
+                self.dep_cause[v] = u
+                self.dependencies_done(v, t)

@@ -359,42 +359,16 @@ def align_earliest(a: list, b: list, xs: list[int], ys: list[int], stats: MatchS
 
     stack = [(0, len(a), 0, len(b))]
     while stack:
-        i0, i1, j0, j1 = stack.pop()
-        p, s = _common_ends(a, b, i0, i1, j0, j1)
-        for k in range(p):
-            found.append((i0 + k, j0 + k, -1, -1))
-        for k in range(1, s + 1):
-            found.append((i1 - k, j1 - k, -1, -1))
-        i0 += p
-        j0 += p
-        i1 -= s
-        j1 -= s
+        i0, i1, j0, j1 = _pair_common_ends(a, b, *stack.pop(), found)
         if i0 >= i1 or j0 >= j1:
             continue
-        cells = (i1 - i0) * (j1 - j0)
-        if cells <= SMALL_GAP_CELLS:
+        if (i1 - i0) * (j1 - j0) <= SMALL_GAP_CELLS:
             found.extend(solve(i0, i1, j0, j1))
             continue
-        anchors = _unique_anchors(a, b, i0, i1, j0, j1)
-        if not anchors and sa is not None and cells > SECONDARY_ANCHOR_CELLS:
-            anchors = [(i, j) for i, j in _unique_anchors(sa, sb, i0, i1, j0, j1)
-                       if _neighbour_agrees(a, b, i, j)]
-        band = BAND_MIN + abs((i1 - i0) - (j1 - j0)) + (i1 - i0 + j1 - j0) // 64
-        if solve_gap is not None:
-            exact, banded = cells <= GAP_SOLVE_CELLS, (i1 - i0) * (2 * band + 1) <= BAND_CELL_CAP
-        else:
-            exact, banded = cells <= LCS_CELL_CAP, False
-        if not anchors and not exact and not banded:
-            anchors = _rare_anchors(a, b, xs, ys, i0, i1, j0, j1, mirror)
+        anchors, exact, banded, band = _gap_plan(a, b, xs, ys, sa, sb, (i0, i1, j0, j1), solve_gap is not None, mirror)
         if anchors:
             found.extend((i, j, -1, -1) for i, j in anchors)
-            pi, pj = i0, j0
-            for i, j in anchors:
-                if i > pi or j > pj:
-                    stack.append((pi, i, pj, j))
-                pi, pj = i + 1, j + 1
-            if pi < i1 or pj < j1:
-                stack.append((pi, i1, pj, j1))
+            stack.extend(_between_anchors(anchors, i0, i1, j0, j1))
         elif exact:
             found.extend(solve(i0, i1, j0, j1))
         elif banded:
@@ -404,6 +378,52 @@ def align_earliest(a: list, b: list, xs: list[int], ys: list[int], stats: MatchS
             chunk = CHUNK_ITEMS if solve_gap is not None else CHUNK_TOKENS
             _chunked(i0, i1, j0, j1, chunk, solve, found)
     return [(xs[i], ys[j]) if x < 0 else (x, y) for i, j, x, y in found]
+
+
+def _pair_common_ends(a: list, b: list, i0: int, i1: int, j0: int, j1: int,
+                      found: list) -> tuple[int, int, int, int]:
+    """Pairs the common prefix and suffix of a[i0:i1] and b[j0:j1] (into ``found``, as
+    ``align_earliest`` keeps them); returns the bounds of what lies between them."""
+    p, s = _common_ends(a, b, i0, i1, j0, j1)
+    found.extend((i0 + k, j0 + k, -1, -1) for k in range(p))
+    found.extend((i1 - k, j1 - k, -1, -1) for k in range(1, s + 1))
+    return i0 + p, i1 - s, j0 + p, j1 - s
+
+
+def _gap_plan(a: list, b: list, xs: list[int], ys: list[int], sa: list | None, sb: list | None,
+              gap: tuple[int, int, int, int], gap_solver: bool, mirror: bool) -> tuple[list, bool, bool, int]:
+    """How ``align_earliest`` aligns the gap a[i0:i1] x b[j0:j1]: its anchors (tokens unique to
+    both sides; else, above SECONDARY_ANCHOR_CELLS, secondary tokens unique to both sides whose
+    neighbours agree; else, when the gap can be solved neither exactly nor in a band, rare
+    tokens), whether it can be solved exactly, whether in a band, and that band's half-width
+    (``gap_solver``: a solve_gap is given, else the LCS table's caps apply)."""
+    i0, i1, j0, j1 = gap
+    cells = (i1 - i0) * (j1 - j0)
+    anchors = _unique_anchors(a, b, i0, i1, j0, j1)
+    if not anchors and sa is not None and cells > SECONDARY_ANCHOR_CELLS:
+        anchors = [(i, j) for i, j in _unique_anchors(sa, sb, i0, i1, j0, j1) if _neighbour_agrees(a, b, i, j)]
+    band = BAND_MIN + abs((i1 - i0) - (j1 - j0)) + (i1 - i0 + j1 - j0) // 64
+    if gap_solver:
+        exact, banded = cells <= GAP_SOLVE_CELLS, (i1 - i0) * (2 * band + 1) <= BAND_CELL_CAP
+    else:
+        exact, banded = cells <= LCS_CELL_CAP, False
+    if not anchors and not exact and not banded:
+        anchors = _rare_anchors(a, b, xs, ys, i0, i1, j0, j1, mirror)
+    return anchors, exact, banded, band
+
+
+def _between_anchors(anchors: list[tuple[int, int]], i0: int, i1: int, j0: int, j1: int) -> list[tuple]:
+    """The gaps (i0, i1, j0, j1) between consecutive anchors and around them, in order, the empty
+    ones left out."""
+    gaps = []
+    pi, pj = i0, j0
+    for i, j in anchors:
+        if i > pi or j > pj:
+            gaps.append((pi, i, pj, j))
+        pi, pj = i + 1, j + 1
+    if pi < i1 or pj < j1:
+        gaps.append((pi, i1, pj, j1))
+    return gaps
 
 
 def align_tokens(a: list, b: list, xs: list[int], ys: list[int], stats: MatchStats,

@@ -6,7 +6,6 @@ Cost: O(nodes + deps) time and memory.
 from __future__ import annotations
 
 import itertools
-import operator
 from array import array
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -54,8 +53,7 @@ class DependencyTable:
 def check_dependency_graph(table: DependencyTable, log: ViolationLog, ctrl_kind: str = "dangling_ctrl_dep") -> None:
     """Report duplicate ids, dangling dependencies (``ctrl_kind`` for ctrl deps) and cycles.
 
-    A graph whose edges all point the same way in file order is acyclic (checked first, in C
-    loops); otherwise Kahn's algorithm finds the nodes on or behind a cycle and a walk over their
+    A graph whose edges all point the same way in file order is acyclic (checked first); otherwise Kahn's algorithm finds the nodes on or behind a cycle and a walk over their
     dependencies names node-disjoint cycles. Cost: O(nodes + deps) time and memory.
     """
     index = _index_ids(table, log)
@@ -64,7 +62,8 @@ def check_dependency_graph(table: DependencyTable, log: ViolationLog, ctrl_kind:
     if NO_EDGE in sources:
         owners = [owner for source, owner in zip(sources, owners) if source != NO_EDGE]
         sources = [source for source in sources if source != NO_EDGE]
-    if all(map(operator.lt, sources, owners)) or all(map(operator.gt, sources, owners)):
+    if all(source < owner for source, owner in zip(sources, owners)) or \
+            all(source > owner for source, owner in zip(sources, owners)):
         return
     unprocessed = _kahn_unprocessed(len(table), sources, owners)
     if not unprocessed:
@@ -92,8 +91,7 @@ def _index_ids(table: DependencyTable, log: ViolationLog) -> dict[int, int]:
 def _dependency_owners(table: DependencyTable) -> list[int]:
     """For each dependency, the position of the node that has it. O(deps)."""
     starts = table.dep_starts
-    counts = map(operator.sub, itertools.islice(starts, 1, None), starts)
-    return list(itertools.chain.from_iterable(map(itertools.repeat, itertools.count(), counts)))
+    return [position for position in range(len(starts) - 1) for _ in range(starts[position + 1] - starts[position])]
 
 
 def _dependency_sources(
@@ -101,7 +99,7 @@ def _dependency_sources(
 ) -> list[int]:
     """For each dependency, the position of the node it names; NO_EDGE when that node is missing
     (reported) or for the process root's allowed reference to itself. O(deps)."""
-    sources = list(map(index.get, table.dep_ids, itertools.repeat(NO_EDGE)))
+    sources = [index.get(dep_id, NO_EDGE) for dep_id in table.dep_ids]
     if NO_EDGE in sources:
         for k, source in enumerate(sources):
             if source == NO_EDGE:
