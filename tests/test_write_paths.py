@@ -74,9 +74,8 @@ class _AllFields:
 
 @pytest.mark.parametrize("pair", PAIRS, ids=["cpu-threads", "gpu-v111", "dlrm-rank3", "gpu-v101-flat"])
 def test_et_only_fields_equal_what_the_encoder_inlines(pair, tmp_path):
-    """The ET-only fields the encoder computes itself (``NodeFrames``, no child's pre-encoded
-    fields) and those ``EtOnlyFields`` gives (as the child does) make the same file, for both
-    layouts."""
+    """``NodeFrames.chunk`` inlines ``EtOnlyFields`` for nested-layout ops: the fields it takes
+    from ``EtOnlyFields`` (as from the child) give the same file, for both layouts."""
     et_plus = _et_plus(*pair())
     write_chakra.write_chakra_trace(et_plus, tmp_path / "inlined.et")
     write_chakra.write_chakra_trace(et_plus, tmp_path / "given.et", pre_encoded=_AllFields(et_plus.et))

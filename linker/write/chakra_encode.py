@@ -18,11 +18,10 @@ descriptors, ``protobuf_wire.tags``): ``id``, ``name``, ``type``, ``ctrl_deps``,
   split as a CPU op's;
 - a GPU op: type from its communication attributes (``plan.comm``), duration = its own; its
   inputs/outputs, then ``gpu_attrs``;
-- every kind: last, ``data_dep_causes`` (one cause per data dependency, same order).
+- both: last, ``data_dep_causes`` (one cause per data dependency, same order).
 Proto3 defaults are left out, strings are UTF-8: the bytes are those protobuf serialises for the
 same message (the tests build every message with protobuf and compare).
-A new ``Node`` field is one more entry in ``NodeFrames._graph_fields`` (every kind) or in its kind's
-method, in its place by field number.
+A new ``Node`` field is one more entry in ``NodeFrames.chunk``, in its place by field number.
 
 What repeats is encoded once and kept as bytes: per op name (and type) its ``name``/``type``
 fields; the ET's fields as ``chakra_fields`` caches them; the time-split attributes by value;
@@ -33,7 +32,8 @@ chunk of output.
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import accumulate, repeat
+from operator import sub
 from typing import Iterator
 
 from linker.model import et_def_pb2 as pb
@@ -42,7 +42,7 @@ from linker.plan.dependency_plan import PARENT, THREAD_ORDER
 from linker.read.et import FLAT, UNSET
 from linker.write.chakra_attrs import MAX_CACHED_VALUES, AttrEncoder, AttrSpec, int64_attr, int64_head
 from linker.write.chakra_fields import EtOnlyFields
-from linker.write.protobuf_wire import delimited, encode_varint, tags
+from linker.write.protobuf_wire import CONTINUED_PAIRS, SMALL_VARINTS, SMALL_VARINTS_END, delimited, encode_varint, tags
 
 # AttrEncoder and EtOnlyFields: what a child encoding the ET's fields ahead needs (``schedule.fields_child``).
 __all__ = ["AttrEncoder", "EtOnlyFields", "NodeFrames", "TYPE_NAMES", "cpu_comm_attrs", "cpu_node_type_of",
@@ -123,14 +123,10 @@ def whole_microseconds(sim: list[float], tid: list[int], owners: list[int] = ())
             while k < len(by_owner) and owners[by_owner[k]] == i:
                 sequence.append(n + by_owner[k])
                 k += 1
-    whole = [0] * len(sim)
-    running = rounded_before = 0
-    for u in sorted(sequence, key=lambda u: tids[u]):
-        running += sim[u]
-        rounded = round(running)
-        whole[u] = rounded - rounded_before
-        rounded_before = rounded
-    return whole
+    order = sorted(sequence, key=tids.__getitem__)
+    running = list(map(round, accumulate(map(sim.__getitem__, order))))
+    whole = dict(zip(order, map(sub, running, [0] + running[:-1])))
+    return list(map(whole.__getitem__, range(len(sim))))
 
 
 class _IntAttr:
@@ -139,11 +135,6 @@ class _IntAttr:
     def __init__(self, name: str):
         self._head = int64_head(name)
         self.cache: dict[int, bytes] = {}
-
-    def __call__(self, value: float) -> bytes:
-        """The attribute of ``value`` rounded to a whole number."""
-        whole = round(value)
-        return self.cache.get(whole) or self.miss(whole)
 
     def miss(self, value: int) -> bytes:
         """The attribute of ``value`` (0 for a negative one), cached under ``value``."""
@@ -154,178 +145,228 @@ class _IntAttr:
 
 
 class NodeFrames:
-    """Framed ``Node`` bytes (varint length + message) of ET ops, GPU ops and later pieces, a
-    chunk of the write order at a time; counts the node types written into
-    ``summary.counts_by_type``, and the ops whose ET-only fields ``pre_encoded`` gave into
-    ``summary.et_fields_from_child``.
+    """Framed ``Node`` bytes (varint length + message) of ET ops and GPU ops, a chunk of the write
+    order at a time; counts the node types written into ``summary.counts_by_type``, and the ops
+    whose ET-only fields ``pre_encoded`` gave into ``summary.et_fields_from_child``.
 
-    Each node kind has its message written by one method (``cpu_node``, ``gpu_node``,
-    ``piece_node``): the fields every node has (``_graph_fields``, in field-number order), that
-    kind's own fields, then the ``data_dep_causes`` attribute every node ends with. A new ``Node``
-    field shared by every kind goes in ``_graph_fields``; one of a kind, in that kind's method.
-    A CPU op's ``EtOnlyFields`` come from ``pre_encoded.chunk(order)`` when given
+    A nested-layout op's ``EtOnlyFields`` come from ``pre_encoded.chunk(order)`` when given
     (``fields_child.PreEncoded``: encoded by a child while the parent linked; None where they are
-    not there yet), else from this encoder's own ``EtOnlyFields``."""
+    not there yet), else from this encoder's own ``EtOnlyFields``, whose three steps ``chunk``
+    inlines for the nested layout (a call and two joins less per op, on the serial path's
+    hottest loop); a test checks both give the same bytes.
+    ``chunk`` is one loop over CPU and GPU ops alike, a field at a time in field-number order:
+    a new ``Node`` field goes in there, once. (About 150 lines: that loop is kept whole, so the
+    message's layout reads top to bottom in one place.)"""
 
     def __init__(self, et_plus, plan, summary, pre_encoded=None):
-        self._plan, self._summary, self._pre_encoded = plan, summary, pre_encoded
-        et = et_plus.et
-        self._nodes, self._ids, self._tids = et.nodes, et.ids, et.tid
-        self._gpu_nodes, self._gpu_links = et_plus.gpu_nodes, et_plus.gpu_links
+        self._et_plus, self._plan, self._summary = et_plus, plan, summary
         self.attrs = AttrEncoder()
-        self._et_fields = EtOnlyFields(self.attrs, et.layout == FLAT)
+        self._et_fields = EtOnlyFields(self.attrs, et_plus.et.layout == FLAT)
+        self._pre_encoded = pre_encoded
         self._heads: dict = {}  # op name (GPU: name and type) -> its name and type fields
-        self._inclusive, self._exclusive, self._blocked, self._host_gap, self._deferred = (
-            _IntAttr(name) for name in TIME_SPLIT_ATTRS)
+        self._ints = [_IntAttr(name) for name in TIME_SPLIT_ATTRS]
         self._causes: dict = {}  # the causes of a node's data dependencies -> their attribute
+        self._durations: list[int] | None = None  # ``whole_microseconds`` of the busy times
         self._piece_threads: dict[int, bytes] = {}  # a thread -> a piece's ``is_cpu_op`` and ``tid``
         self._continues_head = int64_head("continues")
-        self._piece_start = plan.piece_start if plan.piece_start >= 0 else len(plan.prev)
-        pieces = plan.busy.pieces
-        # Busy times in whole µs: the ET nodes' (index i), then the later pieces' (index n + j).
-        self._whole_us = whole_microseconds(plan.busy.sim + pieces.sim, et.tid, pieces.owner)
 
     def chunk(self, order) -> bytes:
         """The frames of the nodes in ``order``, joined."""
-        n, piece_start = self._plan.cpu_count, self._piece_start
-        if self._pre_encoded is not None:  # the ET's own fields of each op, where the child encoded them
+        et_plus, plan = self._et_plus, self._plan
+        et, busy = et_plus.et, plan.busy
+        nodes, ids, n, tids = et.nodes, et.ids, plan.cpu_count, et.tid
+        gpu_nodes, gpu_links, comm_of, cpu_comm = et_plus.gpu_nodes, et_plus.gpu_links, plan.comm, plan.cpu_comm
+        ctrl_of, data_deps, prev, waits = plan.ctrl, plan.data_deps, plan.prev, plan.waits
+        sim, blocked, host_gap = self._whole_us(), busy.blocked, busy.host_gap
+        parent_cause, order_cause = self._cause((PARENT,)), self._cause((THREAD_ORDER,))
+        heads, causes_of, et_fields, attrs = self._heads, self._causes, self._et_fields, self.attrs
+        flat, inputs, outputs, cpu_attrs = et.layout == FLAT, et_fields.inputs, et_fields.outputs, et_fields.cpu_attrs
+        plain_attrs = attrs.cpu_attr_bytes
+        # The ET's own fields of each op of the chunk, from the child where it has encoded them.
+        if self._pre_encoded is not None:
             fields_of = self._pre_encoded.chunk(order)
             self._summary.et_fields_from_child += len(fields_of) - fields_of.count(None)
         else:
             fields_of = repeat(None)
-        frames = []
+        inclusive, exclusive, blocked_attr, gap_attr, deferred_attr = self._ints
+        deferred = busy.deferred
+        inclusive_get, exclusive_get, blocked_get = inclusive.cache.get, exclusive.cache.get, blocked_attr.cache.get
+        small, end, varint, pairs = SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, CONTINUED_PAIRS
+        id_tag, ctrl_tag, data_tag, start_tag, duration_tag = _ID, _CTRL_DEPS, _DATA_DEPS, _START, _DURATION
+        gpu_types = self._summary.counts_by_type
+        # Ids and other varints are inlined below 2**28 (see ``protobuf_wire.CONTINUED_PAIRS``).
+        # Start times (µs since the epoch, >= 2**28): the varint of the bits above the low 14 kept
+        # from the last op (the same for 16 ms), as ``encode_varint`` would write them.
+        ts_high, ts_tail = None, b""
+        out: list[bytes] = []
+        append = out.append
+        piece_start = plan.piece_start if plan.piece_start >= 0 else len(plan.prev)
         for u, fields in zip(order, fields_of):
-            if u < n:
-                payload = self.cpu_node(u, fields)
-            elif u < piece_start:
-                payload = self.gpu_node(u)
+            if u >= piece_start:  # a later piece of an op: a few fields, framed apart
+                payload = self._piece_payload(u - piece_start)
+                append(small[len(payload)] if len(payload) < end else varint(len(payload)))
+                append(payload)
+                continue
+            et_op = u < n
+            if et_op:
+                node = nodes[u]
+                comm = cpu_comm.get(u) if cpu_comm else None
+                if comm is None:
+                    head = heads.get(node.name) or self._head(node.name, cpu_node_type_of(node.name))
+                else:  # a CPU collective: counted here, as GPU ops are
+                    head = heads.get((node.name, comm.node_type)) or self._head((node.name, comm.node_type),
+                                                                                comm.node_type)
+                    gpu_types[TYPE_NAMES[comm.node_type]] += 1
+                duration = sim[u]
+            else:  # a GPU op
+                k = u - n
+                node, comm = gpu_nodes[k], comm_of[k]
+                node_type = gpu_node_type_of(comm)
+                head = heads.get((node.name, node_type)) or self._head((node.name, node_type), node_type)
+                duration = node.dur if node.dur is not UNSET and node.dur is not None else 0
+                gpu_types[TYPE_NAMES[node_type]] += 1
+            # id, name, type
+            i = node.id
+            if i:
+                i = small[i] if 0 <= i < end else pairs[i & 0x3FFF] + small[i >> 14] if 0 < i < 1 << 28 else varint(i)
+                parts = [id_tag, i, head]
             else:
-                payload = self.piece_node(u)
-            if not payload:
+                parts = [head]
+            # ctrl_deps: the parent (a GPU op's: its launching op, an ET op too)
+            p = ctrl_of[u]
+            if p >= 0:
+                c = ids[p]
+                c = small[c] if 0 <= c < end else pairs[c & 0x3FFF] + small[c >> 14] if 0 < c < 1 << 28 else varint(c)
+                parts += (ctrl_tag, small[len(c)], c)
+            # data_deps and their causes (written last)
+            d = prev[u]
+            if et_op and u not in waits:  # the thread's previous op or none: ``plan.data_deps`` inlined
+                causes = (parent_cause if d == p else order_cause) if d >= 0 else b""
+            else:
+                deps = data_deps(u)
+                d = deps[0][0] if len(deps) == 1 else -1
+                if d >= 0:
+                    causes = causes_of.get((deps[0][1],)) or self._cause((deps[0][1],))
+                else:
+                    causes = self._many_deps(deps, parts) if deps else b""
+            if d >= 0:
+                d = ids[d] if d < n else gpu_nodes[d - n].id if d < piece_start else plan.piece_ids[d - piece_start]
+                d = small[d] if 0 <= d < end else pairs[d & 0x3FFF] + small[d >> 14] if 0 < d < 1 << 28 else varint(d)
+                parts += (data_tag, small[len(d)], d)
+            # start_time_micros, duration_micros
+            ts = node.ts
+            if ts is not UNSET and ts is not None:
+                t = round(ts)
+                if t >> 14 == ts_high:  # the usual start time: the same high bits as the last one
+                    parts += (start_tag, pairs[t & 0x3FFF] + ts_tail)
+                elif t > 0:
+                    parts += (start_tag, small[t] if t < end else varint(t))
+                    if t >= 1 << 28:
+                        ts_high = t >> 14
+                        ts_tail = pairs[ts_high & 0x3FFF] + varint(t >> 28)
+            t = round(duration)
+            if t > 0:
+                parts += (duration_tag, small[t] if t < end else varint(t))
+            # inputs, outputs, attr
+            if et_op:
+                if comm is not None:
+                    parts += (et_fields.io(node), attrs.encode_all(cpu_comm_attrs(tids[u], comm)))
+                elif fields is not None:
+                    parts.append(fields)
+                elif flat:
+                    parts.append(et_fields(node))
+                else:  # ``EtOnlyFields`` inlined (a call and two joins less per op)
+                    if node.inputs is not UNSET and node.inputs is not None:
+                        parts.append(inputs(node.inputs))
+                    if node.outputs is not UNSET and node.outputs is not None:
+                        parts.append(outputs(node.outputs))
+                    parts.append((node.attrs is not UNSET and cpu_attrs(node.attrs)) or plain_attrs(node, False))
+                if ts is not UNSET:  # the caches hold negative values too (written as 0)
+                    t, e, b = round(node.dur), round(node.exclusive_dur), round(blocked[u])
+                    parts += (inclusive_get(t) or inclusive.miss(t), exclusive_get(e) or exclusive.miss(e),
+                              blocked_get(b) or blocked_attr.miss(b))
+                gap = host_gap[u]
+                if gap > 0:
+                    t = round(gap)
+                    parts.append(gap_attr.cache.get(t) or gap_attr.miss(t))
+                moved = deferred[u]
+                if moved > 0:
+                    t = round(moved)
+                    parts.append(deferred_attr.cache.get(t) or deferred_attr.miss(t))
+            else:
+                parts += (et_fields.io(node), attrs.encode_all(gpu_attrs(node, tids[gpu_links[k].et_index], comm)))
+            parts.append(causes)
+            payload = b"".join(parts)
+            size = len(payload)
+            if not size:
                 raise ValueError("empty Node (every field default): readers would take it for end-of-file")
-            frames += (encode_varint(len(payload)), payload)  # its frame: the length, then the message
-        self._count_cpu_nodes(order)
-        return b"".join(frames)
+            append(small[size] if size < end else varint(size))
+            append(payload)
+        _count_et_ops(self._summary.counts_by_type, order, nodes, n, PROCESS_GROUP_INIT in heads, cpu_comm)
+        if piece_start < len(plan.prev):  # later pieces: CPU compute nodes
+            self._summary.counts_by_type[TYPE_NAMES[pb.COMP_NODE]] += sum(u >= piece_start for u in order)
+        return b"".join(out)
 
-    def cpu_node(self, u: int, fields: bytes | None = None) -> bytes:
-        """The ``Node`` of ET op u: duration its busy time (``whole_microseconds``); then its
-        inputs/outputs and its attributes: the ET's own (``fields``, or ``EtOnlyFields``) or, for a
-        CPU collective, ``cpu_comm_attrs``; then its time split."""
-        node = self._nodes[u]
-        cpu_comm = self._plan.cpu_comm
-        comm = cpu_comm.get(u) if cpu_comm else None
-        if comm is None:
-            head = self._head(node.name, cpu_node_type_of(node.name))
-            own = fields if fields is not None else self._et_fields(node)
-        else:  # a CPU collective: counted here, as GPU ops are
-            head = self._head((node.name, comm.node_type), comm.node_type)
-            own = self._et_fields.io(node) + self.attrs.encode_all(cpu_comm_attrs(self._tids[u], comm))
-            self._summary.counts_by_type[TYPE_NAMES[comm.node_type]] += 1
-        parts, causes = self._graph_fields(u, node.id, head, node.ts, self._whole_us[u])
-        parts += (own, self._time_split(u, node), causes)
-        return b"".join(parts)
+    def _whole_us(self) -> list[int]:
+        """``whole_microseconds`` of the plan's busy times, the ET nodes' (index i) then the later
+        pieces' (index n + j: rounded on their op's thread, after its ops), computed on first use."""
+        if self._durations is None:
+            busy, tid = self._plan.busy, self._et_plus.et.tid
+            pieces = busy.pieces
+            self._durations = whole_microseconds(busy.sim + pieces.sim, tid, pieces.owner)
+        return self._durations
 
-    def _time_split(self, u: int, node) -> bytes:
-        """ET op u's time split (``plan.busy``): inclusive, exclusive and blocked time when it was
-        linked (timed), host gap and deferred time when > 0 (negative values written as 0)."""
-        busy = self._plan.busy
-        split = b""
-        if node.ts is not UNSET:
-            split = (self._inclusive(node.dur) + self._exclusive(node.exclusive_dur)
-                     + self._blocked(busy.blocked[u]))
-        if busy.host_gap[u] > 0:
-            split += self._host_gap(busy.host_gap[u])
-        if busy.deferred[u] > 0:
-            split += self._deferred(busy.deferred[u])
-        return split
-
-    def gpu_node(self, u: int) -> bytes:
-        """The ``Node`` of GPU op u (``plan.cpu_count`` + its index): type from its communication
-        attributes (``plan.comm``), duration its own; then its inputs/outputs and ``gpu_attrs``."""
-        k = u - self._plan.cpu_count
-        node, comm = self._gpu_nodes[k], self._plan.comm[k]
-        node_type = gpu_node_type_of(comm)
-        self._summary.counts_by_type[TYPE_NAMES[node_type]] += 1
-        head = self._head((node.name, node_type), node_type)
-        duration = node.dur if node.dur is not UNSET and node.dur is not None else 0
-        parts, causes = self._graph_fields(u, node.id, head, node.ts, duration)
-        launcher_tid = self._tids[self._gpu_links[k].et_index]
-        parts += (self._et_fields.io(node), self.attrs.encode_all(gpu_attrs(node, launcher_tid, comm)), causes)
-        return b"".join(parts)
-
-    def piece_node(self, u: int) -> bytes:
-        """The ``Node`` of later piece u (``plan.later_pieces``; ``plan.piece_start`` + j): its op's
-        name, ``COMP_NODE``, the op as ``ctrl_deps``, its measured start, its busy time; then
+    def _piece_payload(self, j: int) -> bytes:
+        """The ``Node`` of later piece j (``plan.later_pieces``): id, its op's name, ``COMP_NODE``,
+        the op as ``ctrl_deps``, its dependency, its measured start, its busy time, then
         ``is_cpu_op`` and ``tid`` (cached per thread), ``continues`` (the op's id),
-        ``inclusive_dur_micros`` (where it lay) and ``host_gap_micros`` when a host gap follows it."""
-        plan = self._plan
-        pieces, j = plan.busy.pieces, u - self._piece_start
+        ``inclusive_dur_micros`` (where it lay), ``host_gap_micros`` when a host gap follows it,
+        and the dependency's cause (cached)."""
+        plan, et = self._plan, self._et_plus.et
+        pieces, u = plan.busy.pieces, plan.piece_start + j
         owner = pieces.owner[j]
-        name, tid = self._nodes[owner].name, self._tids[owner]
-        head = self._head(name, cpu_node_type_of(name))
-        parts, causes = self._graph_fields(u, plan.piece_ids[j], head, pieces.begin[j],
-                                           self._whole_us[len(self._ids) + j])
+        name, owner_id, tid = et.names[owner], et.ids[owner], et.tid[owner]
+        head = self._heads.get(name) or self._head(name, cpu_node_type_of(name))
+        varint = encode_varint
+        parent = varint(owner_id)
+        parts = [_ID, varint(plan.piece_ids[j]), head, _CTRL_DEPS, varint(len(parent)), parent]
+        if u in plan.waits:  # none as the rules stand: the general path
+            deps = plan.data_deps(u)
+            data = b"".join([varint(plan.node_id(d, et.ids, self._et_plus.gpu_nodes)) for d, _ in deps])
+            causes = tuple(cause for _, cause in deps)
+        else:  # the node the thread ran before it
+            d = plan.prev[u]
+            data = varint(plan.node_id(d, et.ids, self._et_plus.gpu_nodes))
+            causes = (PARENT,) if d == plan.ctrl[u] else (THREAD_ORDER,)
+        parts += (_DATA_DEPS, varint(len(data)), data)
+        begin = round(pieces.begin[j])
+        if begin > 0:
+            parts += (_START, varint(begin))
+        duration = self._whole_us()[len(et.ids) + j]
+        if duration > 0:
+            parts += (_DURATION, varint(duration))
         thread = self._piece_threads.get(tid)
         if thread is None:
             thread = self._piece_threads[tid] = self.attrs.encode_all((("is_cpu_op", "bool_val", True),
                                                                          ("tid", "int64_val", tid)))
-        parts += (thread, int64_attr(self._continues_head, self._ids[owner]),
-                  self._inclusive(pieces.end[j] - pieces.begin[j]))
-        if pieces.host_gap[j] > 0:
-            parts.append(self._host_gap(pieces.host_gap[j]))
-        parts.append(causes)
+        inclusive = self._ints[0]
+        t = round(pieces.end[j] - pieces.begin[j])
+        parts += (thread, int64_attr(self._continues_head, owner_id), inclusive.cache.get(t) or inclusive.miss(t))
+        gap = pieces.host_gap[j]
+        if gap > 0:
+            t = round(gap)
+            gap_attr = self._ints[3]
+            parts.append(gap_attr.cache.get(t) or gap_attr.miss(t))
+        parts.append(self._causes.get(causes) or self._cause(causes))
         return b"".join(parts)
 
-    def _graph_fields(self, u: int, node_id: int, head: bytes, start, duration: float) -> tuple[list[bytes], bytes]:
-        """The fields every node has, in field-number order, as a list to extend: ``id`` (when not
-        0), ``name`` and ``type`` (``head``), ``ctrl_deps`` (``plan.ctrl``: the parent; a GPU op's
-        launching op), ``data_deps`` (``plan.data_deps``), ``start_time_micros`` (``start``
-        rounded) and ``duration_micros`` (rounded), each when > 0; and apart, the
-        ``data_dep_causes`` attribute that ends the message (cached by its causes).
-        Kept fast: the usual CPU node's dependency is read from ``plan.prev`` in place of
-        ``plan.data_deps``'s call and list (with the frame and times written in place, a 400-step
-        GPU pair to ``.et`` went from 1.065x to 0.96x the old encoder's CPU, paired)."""
-        plan = self._plan
-        parts = [_ID, encode_varint(node_id), head] if node_id else [head]
-        parent = plan.ctrl[u]
-        if parent >= 0:
-            parent_id = encode_varint(self._ids[parent])
-            parts += (_CTRL_DEPS, encode_varint(len(parent_id)), parent_id)
-        if u not in plan.waits and (u < plan.cpu_count or u >= self._piece_start):
-            # ``plan.data_deps`` of the usual CPU node, without its call and list (see the docstring)
-            source = plan.prev[u]
-            deps = ((source, PARENT if source == parent else THREAD_ORDER),) if source >= 0 else ()
-        else:
-            deps = plan.data_deps(u)
-        causes = b""
-        if len(deps) == 1:  # most nodes: one source, one cause
-            source, cause = deps[0]
-            source_id = encode_varint(plan.node_id(source, self._ids, self._gpu_nodes))
-            parts += (_DATA_DEPS, encode_varint(len(source_id)), source_id)
-            causes = self._causes.get((cause,)) or self._cause((cause,))
-        elif deps:
-            sources = b"".join([encode_varint(plan.node_id(d, self._ids, self._gpu_nodes)) for d, _ in deps])
-            parts += (_DATA_DEPS, encode_varint(len(sources)), sources)
-            cause_names = tuple([cause for _, cause in deps])
-            causes = self._causes.get(cause_names) or self._cause(cause_names)
-        if start is not UNSET and start is not None:
-            start = round(start)
-            if start > 0:
-                parts += (_START, encode_varint(start))
-        duration = round(duration)
-        if duration > 0:
-            parts += (_DURATION, encode_varint(duration))
-        return parts, causes
-
     def _head(self, key, node_type: int) -> bytes:
-        """The ``name`` and ``type`` fields of the ops of ``key`` (a name, or a GPU op's name and
-        type), cached by ``key``."""
-        head = self._heads.get(key)
-        if head is None:
-            name = key if isinstance(key, str) else key[0]
-            encoded = name.encode("utf-8")
-            head = self._heads[key] = ((delimited(_NAME, encoded) if encoded else b"")
-                                       + (_TYPE + encode_varint(node_type) if node_type else b""))
+        """The ``name`` and ``type`` fields of the ops of ``key`` (a name, or a GPU op's name and type)."""
+        name = key if isinstance(key, str) else key[0]
+        encoded = name.encode("utf-8")
+        head = ((delimited(_NAME, encoded) if encoded else b"")
+                + (_TYPE + encode_varint(node_type) if node_type else b""))
+        self._heads[key] = head
         return head
 
     def _cause(self, causes: tuple[str, ...]) -> bytes:
@@ -333,15 +374,13 @@ class NodeFrames:
         encoded = self._causes[causes] = self.attrs.encode(("data_dep_causes", "string_list", causes))
         return encoded
 
-    def _count_cpu_nodes(self, order) -> None:
-        """Counts the chunk's ET ops (CPU collectives left out: counted as encoded) and later
-        pieces by type."""
-        plan = self._plan
-        counts = self._summary.counts_by_type
-        _count_et_ops(counts, order, self._nodes, plan.cpu_count, PROCESS_GROUP_INIT in self._heads,
-                      plan.cpu_comm)
-        if self._piece_start < len(plan.prev):  # later pieces: CPU compute nodes
-            counts[TYPE_NAMES[pb.COMP_NODE]] += sum(u >= self._piece_start for u in order)
+    def _many_deps(self, deps: list[tuple[int, str]], parts: list) -> bytes:
+        """Appends a ``data_deps`` field of several ids to ``parts``; returns their causes attribute."""
+        et, plan = self._et_plus.et, self._plan
+        ids = [plan.node_id(d, et.ids, self._et_plus.gpu_nodes) for d, _ in deps]
+        data = b"".join([encode_varint(i) for i in ids])
+        parts += (_DATA_DEPS, encode_varint(len(data)), data)
+        return self.attrs.encode(("data_dep_causes", "string_list", tuple(cause for _, cause in deps)))
 
 
 def _count_et_ops(counts, order, nodes, n: int, with_metadata: bool, cpu_comm) -> None:

@@ -24,7 +24,8 @@ from linker.plan.comm import IOParts
 from linker.read.et import UNSET, EtNode
 from linker.write.chakra_attrs import (ATTR, MAX_CACHED, MAX_CACHED_VALUES, PER_OP_ATTRS, AttrEncoder, int64_attr,
                                        int64_head)
-from linker.write.protobuf_wire import MAX_INT64, MIN_INT64, delimited, encode_varint, is_int64, tags
+from linker.write.protobuf_wire import (CONTINUED_PAIRS, MAX_INT64, MIN_INT64, SMALL_VARINTS, SMALL_VARINTS_END,
+                                        delimited, encode_varint, is_int64, tags)
 
 INPUTS, OUTPUTS = tags(pb.Node, "inputs", "outputs")
 _IO_TAGS = tags(pb.IOInfo, "values", "shapes", "types", "strides")
@@ -111,9 +112,10 @@ class IoFields:
         size = len(values)
         if not size:
             return delimited(self._tag, tail)
-        size_bytes = encode_varint(size)
+        size_bytes = SMALL_VARINTS[size] if size < SMALL_VARINTS_END else encode_varint(size)
         total = _VALUES_SIZE + len(size_bytes) + size + len(tail)
-        return b"".join((self._tag, encode_varint(total), _VALUES, size_bytes, values, tail))
+        total_bytes = SMALL_VARINTS[total] if total < SMALL_VARINTS_END else encode_varint(total)
+        return b"".join((self._tag, total_bytes, _VALUES, size_bytes, values, tail))
 
 
 class _Attr(msgspec.Struct, gc=False):
@@ -152,7 +154,7 @@ class CpuAttrs:
         self._seq_id: dict[bytes, bytes | bool] = {}
         self._rest: dict[bytes, bytes | bool] = {}
         # is_cpu_op, then the rf_id attribute's tag, length and head, by the length of its varint
-        self._rf_id_heads = [attrs.is_cpu_op + ATTR + encode_varint(len(_RF_ID_HEAD) + size) + _RF_ID_HEAD
+        self._rf_id_heads = [attrs.is_cpu_op + ATTR + SMALL_VARINTS[len(_RF_ID_HEAD) + size] + _RF_ID_HEAD
                              for size in range(11)]
 
     def __call__(self, raw: Any) -> bytes | None:
@@ -177,7 +179,12 @@ class CpuAttrs:
         rf_id = int(digits)
         if seq_id is _NOT_FAST or shared is _NOT_FAST or rest_bytes is _NOT_FAST or rf_id > MAX_INT64:
             return None
-        value = encode_varint(rf_id)
+        if rf_id < SMALL_VARINTS_END:
+            value = SMALL_VARINTS[rf_id]
+        elif rf_id < 1 << 28:
+            value = CONTINUED_PAIRS[rf_id & 0x3FFF] + SMALL_VARINTS[rf_id >> 14]
+        else:
+            value = encode_varint(rf_id)
         return b"".join((self._rf_id_heads[len(value)], value, seq_id, shared, rest_bytes))
 
     def _cache(self, cache: dict, text: bytes, encoded: bytes | bool) -> bytes | bool:

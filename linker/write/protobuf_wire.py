@@ -20,8 +20,8 @@ MAX_VARINT_BYTES = 10  # a 64-bit value: 7 bits a byte
 
 
 def encode_varint(value: int) -> bytes:
-    """Return the base-128 varint encoding of a non-negative int: the one varint encoder of the
-    writers. Cost: O(bytes); table lookups of 14 bits at a time below 2**56."""
+    """Return the base-128 varint encoding of a non-negative int. Cost: O(bytes); table lookups
+    of 14 bits at a time below 2**56."""
     if value < SMALL_VARINTS_END:
         if value < 0:
             raise ValueError(f"varint of a negative value: {value}")
@@ -58,8 +58,8 @@ def decode_varint(data, pos: int) -> tuple[int, int]:
     raise ValueError(f"the varint at byte {pos} runs over {MAX_VARINT_BYTES} bytes")
 
 
-# ``encode_varint``'s tables: the varint of v < SMALL_VARINTS_END is SMALL_VARINTS[v]; of
-# v < 2**28, CONTINUED_PAIRS[v & 0x3FFF] + SMALL_VARINTS[v >> 14].
+# For encoders that inline the common cases: the varint of v < SMALL_VARINTS_END is
+# SMALL_VARINTS[v]; of v < 2**28, CONTINUED_PAIRS[v & 0x3FFF] + SMALL_VARINTS[v >> 14].
 SMALL_VARINTS_END = 1 << 14
 SMALL_VARINTS = [bytes((v,)) if v < 0x80 else bytes((v & 0x7F | 0x80, v >> 7)) for v in range(SMALL_VARINTS_END)]
 # The low 14 bits of a larger value: two bytes, both with the continuation bit.
