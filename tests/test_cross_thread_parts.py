@@ -29,6 +29,15 @@ def _contradicted(nodes: list[dict], slack: float = 50.0) -> list[tuple]:
     return found
 
 
+def _linked_alone(tmp_path, events: list[dict]) -> list[dict]:
+    """The ET+ nodes of a Kineto trace made of ``events``, linked without an ET."""
+    trace = tmp_path / "kineto.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    out = tmp_path / "out.json"
+    link_pair(None, trace, out)
+    return json.loads(out.read_text())["nodes"]
+
+
 def test_fork_from_the_part_before_the_burst_and_join_into_the_part_after_the_wait(tmp_path):
     """ProfilerStep#1 (0-400 µs) runs aten::a (10-100) on the main thread, then idles while a
     worker runs aten::b (150-300). Its 310 µs of own time lie in three stretches: 0-10 before a,
@@ -43,11 +52,7 @@ def test_fork_from_the_part_before_the_burst_and_join_into_the_part_after_the_wa
         {"ph": "X", "cat": "cpu_op", "name": "aten::b", "pid": 1, "tid": 2, "ts": 150, "dur": 150,
          "args": {"Record function id": 3, "External id": 3}},
     ]
-    trace = tmp_path / "kineto.json"
-    trace.write_text(json.dumps({"traceEvents": events}))
-    out = tmp_path / "out.json"
-    link_pair(None, trace, out)
-    nodes = json.loads(out.read_text())["nodes"]
+    nodes = _linked_alone(tmp_path, events)
     step = next(n for n in nodes if n["name"] == "ProfilerStep#1" and "continues" not in n)
     pieces = sorted((n for n in nodes if n.get("continues") == step["id"]), key=lambda n: n["ts"])
     assert [(p["ts"], p["sim_dur"]) for p in pieces] == [(100, 50), (300, 100)]
@@ -104,11 +109,7 @@ def test_forks_in_a_host_gap_split_it_where_each_burst_began(tmp_path):
                "args": {"Record function id": k, "External id": k}}
               for k, (name, tid, ts, dur) in enumerate([("aten::a", 1, 0, 100), ("aten::w1", 2, 150, 40),
                                                         ("aten::w2", 3, 200, 60), ("aten::c", 1, 300, 50)], 1)]
-    trace = tmp_path / "kineto.json"
-    trace.write_text(json.dumps({"traceEvents": events}))
-    out = tmp_path / "out.json"
-    link_pair(None, trace, out)
-    nodes = json.loads(out.read_text())["nodes"]
+    nodes = _linked_alone(tmp_path, events)
     by_name = {n["name"]: n for n in nodes if "continues" not in n}
     a = by_name["aten::a"]
     assert (a["sim_dur"], a["host_gap_dur"]) == (150, 50)
@@ -136,11 +137,7 @@ def test_a_kernel_that_began_in_the_gap_after_its_launcher_waits_for_the_gap_up_
         {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1, "ts": 1300, "dur": 20,
          "args": {"Record function id": 2, "External id": 2}},
     ]
-    trace = tmp_path / "kineto.json"
-    trace.write_text(json.dumps({"traceEvents": events}))
-    out = tmp_path / "out.json"
-    link_pair(None, trace, out)
-    nodes = json.loads(out.read_text())["nodes"]
+    nodes = _linked_alone(tmp_path, events)
     div = next(n for n in nodes if n["name"] == "aten::div" and "continues" not in n)
     assert (div["sim_dur"], div["host_gap_dur"]) == (55, 5)
     (rest,) = [n for n in nodes if n.get("continues") == div["id"]]
