@@ -62,6 +62,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from itertools import accumulate, compress
 from operator import add, eq, gt, lt, sub
+from typing import NamedTuple
 
 from linker.link.intervals import TimePoint, cover_index, innermost_covering
 from linker.link.recipe import op_of_event
@@ -377,7 +378,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     if forked_in_gaps:
         wait_spans = {position: (lo, hi) for waiter, position, lo, hi in waits.values() if waiter < 0}
         _split_gaps(busy, timelines[busy.main_tid], [(t, -1, -math.inf) for t in forked_in_gaps], wait_spans)
-    _split_gaps_at_late_launches(busy, timelines, handoffs[:len(launches)], ends)
+    _split_gaps_at_late_launches(busy, timelines, launches, ends)
     _sim_times(busy, exclusive_of_op, linked)
     return busy
 
@@ -451,74 +452,69 @@ def _split_gaps(busy: BusyTimes, timeline: Timeline, handoffs: list[tuple[float,
             continue
         if launcher >= 0:
             holder = _gap_holder(busy, last_of, timeline.ops[p - 1])
-            if holder is None or _owner(busy, holder) != launcher or _begin(busy, holder) > call:
+            if holder is None or holder.owner != launcher or holder.begin > call:
                 continue
         by_gap.setdefault(p, set()).add(t)
-    added: list[list] = []  # [begin, owner, after, host gap] of each new piece
+    added: list[tuple[int, int, float, float]] = []  # (owner, after, begin, host gap) of each new piece
     for p, times in by_gap.items():
         op = timeline.ops[p - 1]
         holder = _gap_holder(busy, last_of, op)
         if holder is None:
             continue
-        owner, held = _owner(busy, holder), _held(busy, holder)
         wait = gap_waits.get(p - 1, (0.0, 0.0))
-        cursor = frontier[p - 1]
+        cursor, left, splits = frontier[p - 1], holder.held, []  # splits: (where, host time before it)
         for t in sorted(times):
-            keep = min(held, _host_time(cursor, t, wait))
-            if held - keep <= 0:
+            keep = min(left, _host_time(cursor, t, wait))
+            if left - keep <= 0:
                 break
-            _set_gap(busy, added, holder, keep)
-            added.append([t, owner, op, held - keep])
-            holder, held, cursor = ("added", len(added) - 1), held - keep, t
+            splits.append((t, keep))
+            cursor, left = t, left - keep
+        if not splits:
+            continue
+        _set_held(busy, holder, splits[0][1])  # the holder keeps the host time up to the first split
+        gaps_after = [keep for _, keep in splits[1:]] + [left]  # each new piece: up to the next split
+        added += [(holder.owner, op, t, gap) for (t, _), gap in zip(splits, gaps_after)]
     if not added:
         return
     rows = list(zip(pieces.owner, pieces.after, pieces.begin, pieces.end, pieces.length, pieces.host_gap))
-    rows += [(owner, after, begin, begin, 0.0, gap) for begin, owner, after, gap in added]
+    rows += [(owner, after, begin, begin, 0.0, gap) for owner, after, begin, gap in added]
     rows.sort(key=lambda row: row[2])  # begin order, as ``Pieces`` keeps them (stable: ties as they were)
     pieces.owner, pieces.after, pieces.begin, pieces.end, pieces.length, pieces.host_gap = map(list, zip(*rows))
 
 
-def _gap_holder(busy: BusyTimes, last_of: dict[int, int], op: int) -> tuple[str, int] | None:
-    """The node holding the host gap after ``op`` (the last piece the thread ran after it, or the
-    op itself): ("piece", j) or ("op", op); None when no gap is held there."""
+class GapHolder(NamedTuple):
+    """The node holding the host gap after an op: the last piece the thread ran after it
+    (``piece`` its index) or the op's own node (``piece`` None); the op whose node or piece it is,
+    where it began (-inf for an op's own node: a launch call is never before it), and the gap."""
+
+    piece: int | None
+    owner: int
+    begin: float
+    held: float
+
+
+def _gap_holder(busy: BusyTimes, last_of: dict[int, int], op: int) -> GapHolder | None:
+    """The ``GapHolder`` of the host gap after ``op``; None when no gap is held there."""
     j = last_of.get(op)
-    if j is not None and busy.pieces.host_gap[j] > 0:
-        return "piece", j
+    pieces = busy.pieces
+    if j is not None and pieces.host_gap[j] > 0:
+        return GapHolder(j, pieces.owner[j], pieces.begin[j], pieces.host_gap[j])
     if op in busy.trailing_gap and busy.host_gap[op] > 0:
-        return "op", op
+        return GapHolder(None, op, -math.inf, busy.host_gap[op])
     return None
 
 
-def _owner(busy: BusyTimes, holder: tuple[str, int]) -> int:
-    kind, index = holder
-    return index if kind == "op" else busy.pieces.owner[index]
-
-
-def _begin(busy: BusyTimes, holder: tuple[str, int]) -> float:
-    """Where the holder began: -inf for an op's own node (a launch call is never before it)."""
-    kind, index = holder
-    return -math.inf if kind == "op" else busy.pieces.begin[index]
-
-
-def _held(busy: BusyTimes, holder: tuple[str, int]) -> float:
-    kind, index = holder
-    return busy.host_gap[index] if kind == "op" else busy.pieces.host_gap[index]
+def _set_held(busy: BusyTimes, holder: GapHolder, gap: float) -> None:
+    """Set the host gap the holder's node holds."""
+    if holder.piece is None:
+        busy.host_gap[holder.owner] = gap
+    else:
+        busy.pieces.host_gap[holder.piece] = gap
 
 
 def _host_time(a: float, b: float, wait: tuple[float, float]) -> float:
     """Host time of a gap from ``a`` to ``b``: their distance less the join wait inside it."""
     return max(0.0, (b - a) - max(0.0, min(b, wait[1]) - max(a, wait[0])))
-
-
-def _set_gap(busy: BusyTimes, added: list[list], holder: tuple[str, int], gap: float) -> None:
-    """Set the host gap a node holds: an op's (``busy.host_gap``), a piece's, or a new piece's."""
-    kind, index = holder
-    if kind == "op":
-        busy.host_gap[index] = gap
-    elif kind == "piece":
-        busy.pieces.host_gap[index] = gap
-    else:
-        added[index][3] = gap
 
 
 def _event_times(result) -> tuple[list[float], list[float]]:

@@ -103,8 +103,8 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
                 continue
             begin, own, child = ([column[i] for i in children] for column in (ends, owner, ops))
         after = list(map(bisect_left, repeat(starts), begin))  # the thread's next op starting then or later
-        _past_the_child(after, begin, child, ops, starts, parent_op)
         next_start = starts + [math.inf]
+        _past_the_child(after, begin, child, ops, next_start, parent_op)
         finish = list(map(min, map(next_start.__getitem__, after), map(ends_of.__getitem__, own)))
         length = list(map(sub, finish, begin))
         if not all(map(gt, length, repeat(0.0))):  # else (the usual case) every child ends a piece
@@ -148,19 +148,18 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     return deferred, pieces
 
 
-def _past_the_child(after: list[int], begin: list[float], child: list[int], ops: list[int], starts: list[float],
-                    parent_op: list[int]) -> None:
+def _past_the_child(after: list[int], begin: list[float], child: list[int], ops: list[int],
+                    next_start: list[float], parent_op: list[int]) -> None:
     """Move each ``after[k]`` (the first position of the thread starting at or after ``begin[k]``,
     child ``child[k]``'s end) past that child and the ops inside it starting exactly at its end: a
     child of no duration starts at its own end, and an op of no duration at the end of its parent
     (``aten::zero_`` closing ``aten::zeros``) is not the op the thread ran next either; taking
     them for it left the gap after the child on the parent's first part. Only positions whose op
     starts exactly at the child's end are looked at (few), each with an ancestor walk bounded by
-    the tree's depth. O(m) to find them."""
-    next_start = starts + [math.inf]
+    the tree's depth. ``next_start``: the thread's op starts, then inf. O(m) to find them."""
     for k in [k for k, (start, end) in enumerate(zip(map(next_start.__getitem__, after), begin)) if start == end]:
         position = after[k]
-        while position < len(ops) and starts[position] == begin[k] and (
+        while next_start[position] == begin[k] and (
                 ops[position] == child[k] or _inside(ops[position], child[k], parent_op)):
             position += 1
         after[k] = position
