@@ -30,7 +30,7 @@ from pathlib import Path
 
 from linker import __version__
 from linker.model.errors import TraceInputError
-from linker.sim.engine import match_communication
+from linker.sim.engine import match_communication, node_offsets
 from linker.batch.folder_lock import owned_folder
 from linker.batch.rank_start_et import node_head
 from linker.sim.graph import COLL, META, SimGraph
@@ -93,10 +93,8 @@ def job_collectives(graphs: list[SimGraph], comm_groups: dict[str, list[int]] | 
             if info.role == COLL:
                 out.append(Collective(info.comm_type, info.size, 2, graph.duration[u]))
         return out
-    offsets = [0]
-    for graph in graphs:
-        offsets.append(offsets[-1] + len(graph))
-    groups = match_communication(graphs, offsets[:-1], comm_groups)
+    offsets = node_offsets(graphs)
+    groups = match_communication(graphs, offsets, comm_groups)
     for g, members in enumerate(groups.members):
         infos = []
         for m in members:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from array import array
 from pathlib import Path
 
-from linker.sim.engine import match_communication
+from linker.sim.engine import match_communication, node_offsets
 from linker.sim.network import FittedNetwork, fit_job, format_rate
 
 
@@ -29,9 +29,7 @@ def fitted_networks(graphs: list, comm_groups: dict[str, list[int]] | None) -> l
     or when no collective carries bytes. O(c log c)."""
     if len(graphs) < 2:
         return []
-    offsets = [0]
-    for graph in graphs[:-1]:
-        offsets.append(offsets[-1] + len(graph))
+    offsets = node_offsets(graphs)
     groups = match_communication(graphs, offsets, comm_groups)
     duration = array("d")
     for graph in graphs:

@@ -213,6 +213,12 @@ def _units(graphs: list[SimGraph], model: str) -> tuple[array, list[tuple[int, s
     return unit_of, names
 
 
+def node_offsets(graphs: list[SimGraph]) -> list[int]:
+    """The global number of each graph's first node when the graphs' nodes are numbered one after
+    the other (rank position r's node u is ``offsets[r] + u``). O(ranks)."""
+    return list(accumulate((len(graph) for graph in graphs[:-1]), initial=0)) if graphs else []
+
+
 def _successors(graphs: list[SimGraph], offsets: list[int], total: int) -> tuple[array, array, array, bytearray]:
     """CSR of successors over global numbers, indegree (a missing dependency counts and is never
     satisfied), and the missing-dependency flag. O(n + e log e): the edges of each graph sorted by
@@ -330,9 +336,7 @@ def _group_collectives(graphs, collectives, comm_groups, position_of_rank, group
     holders: dict[str, set[int]] = {}  # pg -> rank positions holding collectives on it
     for r, pg in collectives:
         holders.setdefault(pg, set()).add(r)
-    offsets = [0]
-    for graph in graphs:
-        offsets.append(offsets[-1] + len(graph))
+    offsets = node_offsets(graphs)
     for pg in sorted(holders):
         positions = _group_positions(graphs, pg, holders[pg], comm_groups, position_of_rank, groups.notes)
         if len(positions) >= 2:
@@ -556,10 +560,8 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     writes. Their durations are left in ``Replay.duration``."""
     if model not in MODELS:
         raise OptionError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
-    offsets, total = [], 0
-    for graph in graphs:
-        offsets.append(total)
-        total += len(graph)
+    offsets = node_offsets(graphs)
+    total = sum(map(len, graphs))
     duration = array("d")
     priority: list[tuple[float, int]] = []
     for graph in graphs:
