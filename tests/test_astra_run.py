@@ -109,6 +109,30 @@ def test_job_ratios_per_rank_and_job_from_summary_json(job, tmp_path):
     assert report["log"] == str(log) and log.read_text().count("sys[") == 4
 
 
+def test_a_setup_of_some_ranks_names_each_npu_by_its_rank(tmp_path):
+    """Ranks 1 and 3 of the 4-rank job: ASTRA-sim's NPUs 0 and 1 (npu_ranks.json); each row is the
+    rank, set against that rank's measured span and start offset in summary.json, with its NPU's
+    cycles."""
+    from linker.batch import BatchConfig, run_batch
+
+    out = tmp_path / "linked"
+    run_batch(BatchConfig(str(DDP / "host.[13].json.gz"), str(DDP / "device.[13].json.gz"), out, fmt="et",
+                          workers=1), progress_stream=io.StringIO(), interactive=False)
+    assert json.loads((out / "astra" / "npu_ranks.json").read_text()) == [1, 3]
+    cycles = CYCLES[:2]
+    result = invoke("astra-run", out, "--bin", write_stub(tmp_path / "astra", cycles), "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    summary = json.loads((out / "summary.json").read_text())
+    offsets = summary["simulator"]["rank_start"]["offsets_us"]
+    spans = {row["rank"]: row["measured_span"] for row in summary["ranks"]}
+    assert [r["rank"] for r in report["ranks"]] == [1, 3] and report["measured_from"] == "summary.json"
+    for got, rank, npu_cycles in zip(report["ranks"], (1, 3), cycles):
+        assert got["finished_cycles"] == npu_cycles and got["start_us"] == offsets[str(rank)]
+        assert got["measured_us"] == pytest.approx(spans[rank][1] - spans[rank][0], abs=1e-9)
+        assert got["astra_sim_us"] == pytest.approx(npu_cycles / 1000 - offsets[str(rank)], abs=1e-9)
+
+
 def test_job_text_condenses_astra_sims_lines(job, tmp_path, monkeypatch):
     stub = write_stub(tmp_path / "astra", CYCLES)
     result = invoke("astra-run", job / "astra", env={"ASTRA_SIM_BIN": str(stub)})  # the binary from the env

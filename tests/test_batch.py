@@ -454,6 +454,51 @@ def test_param_dlrm_batch_matches_single_pair_runs(tmp_path):
         assert before and f"({before} launched before the trace)" in o.reason
 
 
+def read_astra_setup(astra: Path) -> tuple[int, dict[str, list[int]], dict[int, str], list | None]:
+    """What ASTRA-sim would read, parsed here from the files: npus_count (network.yml), the comm
+    groups, {NPU: the rank file its workload file links to}, npu_ranks.json (None when absent)."""
+    counts = re.findall(r"^npus_count:\s*\[\s*(\d+)\s*\]", (astra / "network.yml").read_text(), re.MULTILINE)
+    assert len(counts) == 1
+    workloads = {}
+    for path in astra.iterdir():
+        match = re.fullmatch(r"workload\.(\d+)\.et", path.name)
+        if match:
+            workloads[int(match.group(1))] = os.readlink(path) if path.is_symlink() else None
+    ranks_file = astra / "npu_ranks.json"
+    return (int(counts[0]), orjson.loads((astra / "comm_groups.json").read_bytes()), workloads,
+            orjson.loads(ranks_file.read_bytes()) if ranks_file.exists() else None)
+
+
+def test_a_subset_of_the_job_gets_an_astra_setup_of_the_ranks_linked(tmp_path):
+    """Some of param_dlrm's 8 ranks (1, 3, 6): the ASTRA-sim setup has one NPU per rank linked,
+    and every file agrees with that count: a workload file per NPU, numbered 0..n-1, NPU k for the
+    k-th rank (npu_ranks.json), comm groups naming NPUs below npus_count; the job's own
+    comm_groups.json beside the outputs keeps the job's global ranks. A later batch of ranks 0-1
+    into the same folder leaves no NPU of the earlier setup behind."""
+    if not DLRM.is_dir():
+        pytest.skip(shared_reason(DLRM))
+    out = tmp_path / "out"
+    summary = quiet_run(BatchConfig(str(DLRM / "rank[136].et.json.gz"), str(DLRM / "rank[136].kineto.json.gz"), out,
+                                    fmt="et", workers=1))
+    assert [r.rank for r in summary.ranks] == [1, 3, 6] and all(r.ok for r in summary.ranks)
+    npus, groups, workloads, npu_ranks = read_astra_setup(out / "astra")
+    assert npus == 3 and sorted(workloads) == [0, 1, 2]
+    assert npu_ranks == [1, 3, 6]
+    assert [workloads[npu] for npu in range(3)] == ["../rank.1.et", "../rank.3.et", "../rank.6.et"]
+    assert groups and all(0 <= npu < npus for members in groups.values() for npu in members)
+    assert groups == {"1": [0, 1, 2]}  # the world group, among the ranks linked
+    assert orjson.loads((out / "comm_groups.json").read_bytes()) == {"1": list(range(8))}  # the job's, unchanged
+    notes = orjson.loads((out / "summary.json").read_bytes())["simulator"]["astra_sim"]["notes"]
+    assert any(note.startswith("NPUs 0-2 are the 3 ranks linked (1,3,6)") and "npu_ranks.json" in note for note in notes)
+    # ranks 0-1 into the same folder: 2 NPUs, numbered as the ranks, nothing left of the 3-NPU setup
+    again = quiet_run(BatchConfig(str(DLRM / "rank[01].et.json.gz"), str(DLRM / "rank[01].kineto.json.gz"), out,
+                                  fmt="et", workers=1))
+    assert [r.rank for r in again.ranks] == [0, 1]
+    npus, groups, workloads, npu_ranks = read_astra_setup(out / "astra")
+    assert npus == 2 and workloads == {0: "../rank.0.et", 1: "../rank.1.et"} and npu_ranks is None
+    assert groups == {"1": [0, 1]}
+
+
 # --- Dask ---------------------------------------------------------------------------------------
 
 

@@ -211,6 +211,50 @@ def test_metadata_nodes_become_cpu_ops_in_the_astra_copy(tmp_path):
     assert nodes[0].SerializeToString() == list(read_et(source))[1].SerializeToString()
 
 
+def _point_to_point_rank(path: Path, sends: list[tuple[int, int, int]]) -> None:
+    """A hand-made rank file: a root, then per (node id, type, peer) a send or recv of 64 bytes on group 1."""
+    with EtWriter(path) as writer:
+        writer.write_metadata(pb.GlobalMetadata(version="0.0.4"))
+        writer.write_node(pb.Node(id=1, name="root", type=pb.COMP_NODE, duration_micros=5,
+                                  attr=[make_attr("is_cpu_op", True, "bool_val")]))
+        for node_id, kind, peer in sends:
+            side = "comm_dst" if kind == pb.COMM_SEND_NODE else "comm_src"
+            writer.write_node(pb.Node(id=node_id, name="nccl:send" if kind == pb.COMM_SEND_NODE else "nccl:recv",
+                                      type=kind, ctrl_deps=[1], duration_micros=7,
+                                      attr=[make_attr("is_cpu_op", False, "bool_val"),
+                                            make_attr("comm_size", 64, "int64_val"),
+                                            make_attr(side, peer, "int64_val"),
+                                            make_attr("pg_name", "1", "string_val")]))
+
+
+def test_a_setup_of_some_ranks_numbers_send_recv_peers_by_npu(tmp_path):
+    """Ranks 2 and 5 of an 8-rank job as NPUs 0 and 1: the workload copies' send/recv peers are
+    NPU ids (2 -> 0, 5 -> 1), the comm groups too; a send to rank 7, not linked, is left as it is
+    and said."""
+    job = tmp_path / "job"
+    job.mkdir()
+    _point_to_point_rank(job / "rank.2.et", [(2, pb.COMM_SEND_NODE, 5), (3, pb.COMM_SEND_NODE, 7)])
+    _point_to_point_rank(job / "rank.5.et", [(2, pb.COMM_RECV_NODE, 2)])
+    (job / "comm_groups.json").write_text(json.dumps({"1": list(range(8)), "2": [2, 3], "3": [6, 7]}))
+    result = CliRunner().invoke(app, ["astra-setup", str(job), "--astra-bandwidth", "100", "--astra-latency", "500"])
+    assert result.exit_code == 0, result.output
+    astra = job / "astra"
+    assert json.loads((astra / "npu_ranks.json").read_text()) == [2, 5]
+    assert json.loads((astra / "comm_groups.json").read_text()) == {"1": [0, 1], "2": [0]}
+    assert "npus_count: [ 2 ]" in (astra / "network.yml").read_text()
+
+    def peers(path):
+        return [(n.id, [(a.name, a.int64_val) for a in n.attr if a.name in ("comm_src", "comm_dst")])
+                for n in list(read_et(path))[1:] if n.type in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE)]
+
+    assert peers(astra / "workload.0.et") == [(2, [("comm_dst", 1)]), (3, [("comm_dst", 7)])]
+    assert peers(astra / "workload.1.et") == [(2, [("comm_src", 0)])]
+    assert "rank 2: send/recv with rank(s) 7 that are not linked here" in result.output
+    assert "NPUs 0-1 are the 2 ranks linked (2,5)" in result.output
+    assert "workload [0, 1]: copies whose send/recv peers are NPU ids" in result.output
+    assert "METADATA_NODE" not in result.output  # the files hold none: copied for their peers only
+
+
 def _simulate(paths, rank_start="measured") -> dict:
     text, finished = run_simulate(SimulateOptions(list(paths), json_output=True, rank_start=rank_start))
     assert finished

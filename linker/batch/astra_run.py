@@ -14,7 +14,8 @@ wrote (``astra_setup``), read what ASTRA-sim prints and set it beside the measur
 - The measured side: a batch's ``summary.json`` beside the setup (each rank's measured span, the
   rank start offsets; the job span is the latest end less the earliest start), else the workload
   files themselves (``sim.load``: their timed nodes' span and their delay node). A single pair's
-  setup runs one file as 2 NPUs: one row.
+  setup runs one file as 2 NPUs: one row. NPU i is rank i, or the rank ``npu_ranks.json`` gives it
+  (a setup of ranks that are not 0..n-1: ``astra_setup.npu_numbers``); rows name the rank.
 
 ``scripts/astra_check.py`` runs the real binary through ``run_setup`` and ``compare`` too. Cost: the
 simulator's run, then O(ranks) (O(nodes) per rank without ``summary.json``).
@@ -31,7 +32,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from linker.batch.astra_setup import SETUP_DIR, WORKLOAD_PREFIX
+from linker.batch.astra_setup import NPU_RANKS_FILE, SETUP_DIR, WORKLOAD_PREFIX
 from linker.model.errors import TraceInputError
 
 BIN_ENV = "ASTRA_SIM_BIN"
@@ -74,6 +75,7 @@ class RankRow:
     measured_us: float | None  # its measured step
     astra_end_us: float  # ASTRA-sim's "finished", from the job's start
     exposed_us: float | None = None
+    npu: int | None = None  # ASTRA-sim's NPU id when it is not ``rank`` (``npu_ranks.json``)
 
     @property
     def astra_us(self) -> float:
@@ -224,6 +226,18 @@ def _workload_files(setup: Path) -> dict[int, Path]:
     return out
 
 
+def _npu_ranks(setup: Path) -> dict[int, int]:
+    """{NPU: rank} from the setup's ``npu_ranks.json``; {} (NPU i is rank i) when there is none or
+    it is not a list of distinct ranks."""
+    try:
+        ranks = json.loads((setup / NPU_RANKS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(ranks, list) or not all(isinstance(r, int) for r in ranks) or len(set(ranks)) != len(ranks):
+        return {}
+    return dict(enumerate(ranks))
+
+
 def _single(files: dict[int, Path]) -> bool:
     """One file run as 2 NPUs (``astra_setup`` of a single pair): both workloads the same file."""
     if sorted(files) != [0, 1]:
@@ -279,8 +293,12 @@ def compare(setup: Path, output: AstraOutput) -> Comparison:
     finished = output.finished_ns
     notes = []
     found = _from_summary(setup.parent / "summary.json") if not single else None
+    rank_of = {} if single else _npu_ranks(setup)
     if found is not None:
         spans, offsets, rule = found
+        if rank_of:  # keyed by NPU, as the files and ASTRA-sim's lines are
+            spans = {npu: spans[rank] for npu, rank in rank_of.items() if rank in spans}
+            offsets = {npu: offsets[rank] for npu, rank in rank_of.items() if rank in offsets}
         measured_from = "summary.json"
     else:
         spans, offsets = _from_files({0: files[0]} if single else files)
@@ -295,9 +313,10 @@ def compare(setup: Path, output: AstraOutput) -> Comparison:
     rows = []
     for npu in npus:
         span = spans.get(npu)
-        rows.append(RankRow(npu, offsets.get(npu, 0.0), span[1] - span[0] if span else None,
+        rows.append(RankRow(rank_of.get(npu, npu), offsets.get(npu, 0.0), span[1] - span[0] if span else None,
                             finished[npu] / 1000.0,
-                            output.exposed_ns[npu] / 1000.0 if npu in output.exposed_ns else None))
+                            output.exposed_ns[npu] / 1000.0 if npu in output.exposed_ns else None,
+                            npu if npu in rank_of else None))
     measured_job = None
     if spans:
         used = [spans[n] for n in npus if n in spans]
@@ -347,12 +366,16 @@ def to_json(comparison: Comparison, output: AstraOutput, binary: Path) -> dict:
         "rank_start": c.rank_start,
         "ranks": [{"rank": r.rank, "start_us": r.start_us, "measured_us": r.measured_us, "astra_sim_us": r.astra_us,
                    "astra_sim_end_us": r.astra_end_us, "ratio": r.ratio,
-                   "finished_cycles": output.finished_ns[r.rank],
-                   "exposed_communication_cycles": output.exposed_ns.get(r.rank)} for r in c.ranks],
+                   "finished_cycles": output.finished_ns[_npu(r)],
+                   "exposed_communication_cycles": output.exposed_ns.get(_npu(r))} for r in c.ranks],
         "job": {"measured_us": c.measured_job_us, "astra_sim_us": c.astra_job_us, "ratio": c.ratio},
         "notes": c.notes, "other_lines": output.noise_summary(),
         "log": str(output.log) if output.log is not None else None,
     }
+
+
+def _npu(row: RankRow) -> int:
+    return row.rank if row.npu is None else row.npu
 
 
 def astra_run(path: str | os.PathLike, binary: str | None = None, json_output: bool = False) -> str:

@@ -10,8 +10,13 @@
   gets a copy instead, those nodes written as zero-duration CPU ``COMP_NODE``s: ASTRA-sim
   0ba29a2 aborts on the first metadata node it issues (``Statistics::get_operator_type`` has no
   case for it: "Invalid node_type ... Assertion `false' failed");
-- ``comm_groups.json``: the process groups (a copy of the job's; a single pair's groups are its
-  ``pg_name``s over both NPUs);
+- ``comm_groups.json``: the process groups as NPU ids (the job's, each group's members kept among
+  the ranks linked here; a single pair's groups are its ``pg_name``s over both NPUs);
+- ``npu_ranks.json`` (only when the ranks linked are not 0..n-1, e.g. ranks 4-7 of a job): the
+  rank of each NPU. NPU k is the k-th rank linked, so the NPU count is the ranks linked and every
+  file agrees with it: the workload files are numbered by NPU, the comm groups and the send/recv
+  peers in the workload copies are renumbered the same (``npu_numbers``), and ``astra_run`` reads
+  this file to set each NPU beside its rank's measured times;
 - ``run``: the exact command line, with the binary from ``$ASTRA_SIM_BIN``; extra arguments are
   passed on. Its paths are relative to its own folder, so the job's folder can move.
 
@@ -33,7 +38,7 @@ from linker.model.errors import TraceInputError
 from linker.sim.engine import match_communication, node_offsets
 from linker.batch.folder_lock import owned_folder
 from linker.batch.rank_start_et import node_head
-from linker.sim.graph import COLL, META, SimGraph
+from linker.sim.graph import COLL, META, RECV, SEND, SimGraph
 from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
 from linker.sim.network_fit import (ENDPOINT_DELAY_NS, LOCAL_MEM_BW_GBPS, Collective, NetworkFit, fit_network)
@@ -42,6 +47,7 @@ from linker.sim.network import format_rate
 
 SETUP_DIR = "astra"
 WORKLOAD_PREFIX = "workload"
+NPU_RANKS_FILE = "npu_ranks.json"  # [rank of NPU 0, rank of NPU 1, ...], written when they are not 0..n-1
 
 
 def system_config() -> dict:
@@ -131,46 +137,94 @@ def _script(files: list[tuple[Path, int]], setup: Path, groups: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def npu_numbers(ranks: list[int], comm_groups: dict[str, list[int]] | None
+                ) -> tuple[dict[int, int], dict[str, list[int]] | None, str | None]:
+    """The job's ranks as ASTRA-sim's NPUs when ``ranks`` (sorted) were linked: ({rank: NPU}, the
+    comm groups as NPU ids, a note or None). NPU k is the k-th rank linked (the identity for a whole
+    job or ranks 0..n-1), so NPU ids stay below the NPU count (the ranks linked); each group keeps
+    its members among the linked ranks, a group with none of them is left out. O(ranks + members)."""
+    npu_of = {rank: npu for npu, rank in enumerate(ranks)}
+    renumbered = ranks != list(range(len(ranks)))
+    if comm_groups is None:
+        groups, members = None, set()
+    else:
+        groups = {group: sorted(npu_of[rank] for rank in listed if rank in npu_of)
+                  for group, listed in comm_groups.items()}
+        groups = {group: listed for group, listed in groups.items() if listed} or None
+        members = set().union(*comm_groups.values())
+    outside = sorted(members - set(npu_of))
+    if not outside and not renumbered:
+        return npu_of, groups, None
+    from linker.batch.collectives import format_ranks  # here: its module's imports are heavy
+
+    what = []
+    if outside:
+        dropped = len(comm_groups) - len(groups or {})
+        what.append(f"comm_groups.json keeps each process group's members among them (ranks "
+                    f"{format_ranks(outside)} of the job are not linked here"
+                    + (f"; {dropped} group(s) with none of them left out)" if dropped else ")"))
+    if renumbered:
+        what.append(f"NPU k is the k-th of them ({NPU_RANKS_FILE}): workload files, comm groups and send/recv peers "
+                    "numbered by NPU")
+    return npu_of, groups, (f"NPUs 0-{len(ranks) - 1} are the {len(ranks)} ranks linked ({format_ranks(ranks)}): "
+                            + "; ".join(what))
+
+
 def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_groups: dict[str, list[int]] | None,
                 setup: Path, overrides: dict) -> dict:
-    """Write the setup for ``files`` ([(path, rank)], ranks 0..n-1) into ``setup``; return its
-    record (the fit, the notes, ``lines`` to print). Raises TraceInputError when it cannot write."""
+    """Write the setup for ``files`` ([(path, rank)], sorted by rank) into ``setup``, NPU k for the
+    k-th rank (``npu_numbers``); return its record (the fit, the notes, ``lines`` to print).
+    ``comm_groups``: the job's groups of global ranks. Raises TraceInputError when it cannot write."""
     single = len(files) == 1
     form = overrides.get("cpu_collectives", MEASURED_FORM)
     overrides = {name: value for name, value in overrides.items() if name != "cpu_collectives"}
     fit = fit_network(job_collectives(graphs, comm_groups), 2 if single else len(files), overrides)
     ranks = [rank for _, rank in files]
     notes = []
-    if ranks != list(range(len(ranks))):
-        notes.append(f"ranks {ranks} are not 0..{len(ranks) - 1}: ASTRA-sim needs a workload file per NPU")
-    workload = [(files[0][0], 0), (files[0][0], 1)] if single else files
+    npu_of, npu_groups = {}, None
     if single:
+        workload = [(files[0][0], 0), (files[0][0], 1)]
         groups = sorted({info.pg_name for info in graphs[0].comm.values()})
-        comm_groups = {pg: [0, 1] for pg in groups} if groups else None
+        comm_groups = npu_groups = {pg: [0, 1] for pg in groups} if groups else None
         notes.append("a single rank, run as 2 NPUs (both replay the same file)")
+    else:
+        npu_of, npu_groups, note = npu_numbers(ranks, comm_groups)
+        workload = [(path, npu_of[rank]) for path, rank in files]
+        if note:
+            notes.append(note)
+        notes += _unpaired_peers(graphs, npu_of)
+    renumbered = any(rank != npu for rank, npu in npu_of.items())
     try:
         setup.mkdir(parents=True, exist_ok=True)
-        copies, edited = [], []
+        copies, edited, metadata, renumbered_peers = [], [], [], []
         cpu = cpu_collective_edits(_as_written(files, graphs), comm_groups, form, overrides.get("topology"))
         edits = cpu.edits
         notes += cpu.notes
         if cpu.network is not None:
             fit = bus_network(cpu, overrides)
-        for (path, rank), graph, edit in zip(workload, graphs * 2 if single else graphs,
-                                             edits * 2 if single else edits):
-            link = setup / f"{WORKLOAD_PREFIX}.{rank}.et"
+        _remove_stale(setup, {f"{WORKLOAD_PREFIX}.{npu}.et" for _, npu in workload}, renumbered)
+        for (path, npu), graph, edit in zip(workload, graphs * 2 if single else graphs,
+                                            edits * 2 if single else edits):
+            link = setup / f"{WORKLOAD_PREFIX}.{npu}.et"
             if link.is_symlink() or link.exists():
                 link.unlink()
-            if META in graph.kind or edit:
-                copy_for_astra(path, link, edit)
-                copies.append(rank)
+            peers = npu_of if renumbered and any(info.role in (SEND, RECV) for info in graph.comm.values()) else None
+            if META in graph.kind or edit or peers:
+                copy_for_astra(path, link, edit, peers)
+                copies.append(npu)
                 if edit:
-                    edited.append(rank)
+                    edited.append(npu)
+                elif META in graph.kind:
+                    metadata.append(npu)
+                if peers:
+                    renumbered_peers.append(npu)
             elif not path.name.endswith(".gz"):
                 link.symlink_to(os.path.relpath(path.absolute(), setup.absolute()))
-        if set(copies) - set(edited):
-            notes.append(f"workload {sorted(set(copies) - set(edited))}: copies with METADATA_NODEs as CPU "
+        if metadata:
+            notes.append(f"workload {sorted(set(metadata))}: copies with METADATA_NODEs as CPU "
                          "COMP_NODEs (ASTRA-sim 0ba29a2 aborts on metadata nodes)")
+        if renumbered_peers:
+            notes.append(f"workload {renumbered_peers}: copies whose send/recv peers are NPU ids")
         if edited and cpu.network is None:
             count = sum(len(edit) for edit in edits)
             notes.append(f"{count} CPU collective node(s) are not fitted: the workload copies give them their "
@@ -187,17 +241,46 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
         _write_text(setup / "network.yml", network_yaml(fit))
         _write_text(setup / "system.json", json.dumps(system_config(), indent=4) + "\n")
         _write_text(setup / "memory.json", json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}, indent=4) + "\n")
-        if comm_groups:
-            _write_text(setup / "comm_groups.json", json.dumps(comm_groups) + "\n")
+        if npu_groups:
+            _write_text(setup / "comm_groups.json", json.dumps(npu_groups) + "\n")
+        if renumbered:
+            _write_text(setup / NPU_RANKS_FILE, json.dumps(ranks) + "\n")
         run = setup / "run"
         unpack = [(p.absolute(), r) for p, r in workload if r not in copies]
-        _write_text(run, _script(unpack, setup.absolute(), bool(comm_groups)))
+        _write_text(run, _script(unpack, setup.absolute(), bool(npu_groups)))
         run.chmod(0o755)
     except OSError as err:
         raise TraceInputError(setup, f"cannot write the ASTRA-sim setup ({err.strerror or err})") from None
     lines = fit.lines() + [f"  note: {note}" for note in notes]
     lines.append(f"ASTRA-sim setup: {setup}/run (set ASTRA_SIM_BIN; docs/astra-sim.md)")
     return {"dir": str(setup), "network": fit.to_json(), "notes": notes, "lines": lines}
+
+
+def _unpaired_peers(graphs: list[SimGraph], npu_of: dict[int, int]) -> list[str]:
+    """A note per rank whose send/recv nodes name a peer that is not linked here (their NPU
+    would not exist, or be another rank's): ASTRA-sim cannot pair them."""
+    from linker.batch.collectives import format_ranks
+
+    notes = []
+    for graph in graphs:
+        peers = {info.peer for info in graph.comm.values() if info.role in (SEND, RECV) and info.peer >= 0}
+        if peers - set(npu_of):
+            notes.append(f"rank {graph.rank}: send/recv with rank(s) {format_ranks(peers - set(npu_of))} "
+                         "that are not linked here: ASTRA-sim cannot pair them (link those ranks too)")
+    return notes
+
+
+def _remove_stale(setup: Path, written: set[str], renumbered: bool) -> None:
+    """Remove the workload files and NPU map an earlier setup left in ``setup`` that this one does
+    not write (e.g. the whole job's, before a setup of some of its ranks): ASTRA-sim and
+    ``astra_run`` would take them for NPUs of this one."""
+    stale = [path for path in setup.glob(f"{WORKLOAD_PREFIX}.*.et")
+             if path.name[len(WORKLOAD_PREFIX) + 1:-3].isdigit() and path.name not in written]
+    if not renumbered:
+        stale.append(setup / NPU_RANKS_FILE)
+    for path in stale:
+        if path.is_symlink() or path.exists():
+            path.unlink()
 
 
 def _as_written(files: list[tuple[Path, int]], graphs: list[SimGraph]) -> list[SimGraph]:
@@ -218,28 +301,35 @@ def copy_without_metadata(source: Path, target: Path) -> None:
     copy_for_astra(source, target, {})
 
 
-def copy_for_astra(source: Path, target: Path, edits: dict[int, NodeEdit]) -> None:
+def copy_for_astra(source: Path, target: Path, edits: dict[int, NodeEdit],
+                   peers: dict[int, int] | None = None) -> None:
     """``copy_without_metadata``, also writing the CPU collectives named in ``edits`` (node id ->
     ``NodeEdit``, ``batch.astra_collectives``): a 1-byte collective under the new id taking the
     node's dependencies (when ``sync_id`` is set), then, when ``carried`` is set, the collective of
     those bytes after it (``_carried``), then under the node's own id a ``COMP_NODE`` off the CPU
-    for ``timed_us``. Other nodes are copied as bytes. O(file)."""
+    for ``timed_us``. ``peers`` ({rank: NPU}, ``npu_numbers``): the ``comm_src`` / ``comm_dst`` of
+    send and recv nodes renumbered (a rank not in it is left as it is). Other nodes are copied as
+    bytes. O(file)."""
+    point_to_point = (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE) if peers else ()
     with EtWriter(target) as writer:
         for frame in iter_frames(source):
             if frame.index == 0:
                 writer.write_metadata(parse_metadata(frame, source))
                 continue
             head = node_head(frame.payload)
-            if head[3] != pb.METADATA_NODE and head[0] not in edits:
+            if head[3] != pb.METADATA_NODE and head[0] not in edits and head[3] not in point_to_point:
                 writer.write_frames_bytes(encode_varint(len(frame.payload)) + frame.payload, 1)
                 continue
             node = pb.Node.FromString(frame.payload)
+            if node.type in point_to_point:
+                _renumber_peers(node, peers)
             edit = edits.get(node.id)
-            if edit is None:  # a metadata node
-                node.type = pb.COMP_NODE
-                node.duration_micros = 0
-                if find_attr(node, "is_cpu_op") is None:
-                    node.attr.append(make_attr("is_cpu_op", True, "bool_val"))
+            if edit is None:  # a metadata node, or a send / recv
+                if node.type == pb.METADATA_NODE:
+                    node.type = pb.COMP_NODE
+                    node.duration_micros = 0
+                    if find_attr(node, "is_cpu_op") is None:
+                        node.attr.append(make_attr("is_cpu_op", True, "bool_val"))
                 writer.write_node(node)
                 continue
             timed = pb.Node(id=node.id, name=node.name, type=pb.COMP_NODE, duration_micros=edit.timed_us,
@@ -269,6 +359,15 @@ def copy_for_astra(source: Path, target: Path, edits: dict[int, NodeEdit]) -> No
                     writer.write_node(_carried(meeting, edit.sync_id, *edit.carried))
                     timed.data_deps.append(edit.carried[0])
             writer.write_node(timed)
+
+
+def _renumber_peers(node: pb.Node, peers: dict[int, int]) -> None:
+    """A send / recv node's ``comm_src`` and ``comm_dst`` as NPU ids (``peers``: {rank: NPU})."""
+    for name in ("comm_src", "comm_dst"):
+        attr = find_attr(node, name)
+        field_name = attr.WhichOneof("value") if attr is not None else None
+        if field_name and getattr(attr, field_name) in peers:
+            setattr(attr, field_name, peers[getattr(attr, field_name)])
 
 
 def _carried(meeting: pb.Node, after: int, node_id: int, comm_type: int, size: int) -> pb.Node:
