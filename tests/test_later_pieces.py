@@ -241,7 +241,9 @@ def test_launch_cuts_by_hand():
     left."""
     from linker.plan.later_pieces import cut_at_handoffs
 
-    owners, targets, begins, finishes = [1], [5], [200.0], [300.0]
+    import numpy as np
+
+    owners, targets, begins, finishes = np.array([1]), np.array([5]), np.array([200.0]), np.array([300.0])
     launches = [
         (0, 40.0, 42.0),   # began at 42 < 100: cut at 40, [40, 100) follows op 0 itself
         (0, 20.0, 45.0),   # began at 45, after its part (now 0-40) ended: no cut
@@ -250,7 +252,8 @@ def test_launch_cuts_by_hand():
         (1, 299.5, 300.0),  # began within 1 µs of the part's end: no cut
         (2, 10.0, 11.0),   # an op with no stretches known: nothing
     ]
-    cut_at_handoffs(owners, targets, begins, finishes, launches, {0: (0.0, 100.0)})
+    owners, targets, begins, finishes = (column.tolist() for column in cut_at_handoffs(
+        owners, targets, begins, finishes, launches, {0: (0.0, 100.0)}))
     added = sorted(zip(owners[1:], targets[1:], begins[1:], finishes[1:]))
     # op 0: the call at 60 is taken first (its kernel began at 101, after 100: no cut), then the
     # call at 40 (kernel at 42 < 100: cut), then the call at 20 (45 > 40: no cut)

@@ -52,7 +52,7 @@ def test_fast_paths_match_the_general_algorithms(name):
     assert (order, list(parent), summary.ctrl_deps_dropped) == _general_preorder(et)
     plan = chakra_deps.dependency_plan(et_plus)
     # The write order is the one Kahn's sort gives.
-    keys = chakra_deps._time_keys(et_plus, chakra_deps._gpu_placement(et_plus)) + plan.busy.pieces.begin
+    keys = chakra_deps._time_keys(et_plus, chakra_deps._gpu_placement(et_plus)) + plan.busy.pieces.begin.tolist()
     ids = et.ids + [node.id for node in et_plus.gpu_nodes] + plan.piece_ids
     kahn = _topological_order(plan.ctrl, plan.prev, keys, ids, plan.waits)
     fast, position = _write_order(plan.ctrl, plan.prev, keys, ids, plan.waits)

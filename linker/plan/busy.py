@@ -64,6 +64,8 @@ from itertools import accumulate, compress
 from operator import add, eq, gt, lt, sub
 from typing import NamedTuple
 
+import numpy as np
+
 from linker.link.intervals import TimePoint, cover_index, innermost_covering
 from linker.link.recipe import op_of_event
 from linker.plan.clocks import blocking_copies, clock_skew
@@ -399,8 +401,8 @@ def _gaps_after_pieces(busy: BusyTimes) -> None:
     that op to the last of those pieces (``Pieces.host_gap``), the node a replay runs just before
     the gap. O(p) in C, a step per gap."""
     pieces = busy.pieces
-    pieces.host_gap = [0.0] * len(pieces)
-    last_of = dict(zip(pieces.after, range(len(pieces))))  # the last piece after each op
+    pieces.host_gap = np.zeros(len(pieces))
+    last_of = dict(zip(pieces.after.tolist(), range(len(pieces))))  # the last piece after each op
     for after, trailing in busy.trailing_gap.items():
         j = last_of.get(after)
         gap = min(trailing, busy.host_gap[after])
@@ -443,7 +445,7 @@ def _split_gaps(busy: BusyTimes, timeline: Timeline, handoffs: list[tuple[float,
     position -> the wait's span) lying between them. O(h log m + p log p) for h hand-offs, m ops
     of the thread and p pieces, paid only where a hand-off lies in a gap."""
     pieces = busy.pieces
-    last_of = dict(zip(pieces.after, range(len(pieces))))  # the last piece after each op
+    last_of = dict(zip(pieces.after.tolist(), range(len(pieces))))  # the last piece after each op
     frontier = timeline.frontier()
     by_gap: dict[int, set[float]] = {}
     for t, launcher, call in handoffs:
@@ -476,10 +478,13 @@ def _split_gaps(busy: BusyTimes, timeline: Timeline, handoffs: list[tuple[float,
         added += [(holder.owner, op, t, gap) for (t, _), gap in zip(splits, gaps_after)]
     if not added:
         return
-    rows = list(zip(pieces.owner, pieces.after, pieces.begin, pieces.end, pieces.length, pieces.host_gap))
-    rows += [(owner, after, begin, begin, 0.0, gap) for owner, after, begin, gap in added]
-    rows.sort(key=lambda row: row[2])  # begin order, as ``Pieces`` keeps them (stable: ties as they were)
-    pieces.owner, pieces.after, pieces.begin, pieces.end, pieces.length, pieces.host_gap = map(list, zip(*rows))
+    owner, after, begin, gap = (np.array(column) for column in zip(*added))
+    more = {"owner": owner, "after": after, "begin": begin, "end": begin, "length": np.zeros(len(added)),
+            "host_gap": gap}
+    order = np.argsort(np.concatenate((pieces.begin, begin)), kind="stable")  # begin order, ties as they were
+    for name, rows in more.items():
+        column = getattr(pieces, name)
+        setattr(pieces, name, np.concatenate((column, rows.astype(column.dtype)))[order])
 
 
 class GapHolder(NamedTuple):
@@ -498,7 +503,7 @@ def _gap_holder(busy: BusyTimes, last_of: dict[int, int], op: int) -> GapHolder 
     j = last_of.get(op)
     pieces = busy.pieces
     if j is not None and pieces.host_gap[j] > 0:
-        return GapHolder(j, pieces.owner[j], pieces.begin[j], pieces.host_gap[j])
+        return GapHolder(j, int(pieces.owner[j]), float(pieces.begin[j]), float(pieces.host_gap[j]))
     if op in busy.trailing_gap and busy.host_gap[op] > 0:
         return GapHolder(None, op, -math.inf, busy.host_gap[op])
     return None
@@ -540,7 +545,7 @@ def _sim_times(busy: BusyTimes, exclusive_of_op: list[float], linked: list[bool]
     own = map(sub, map(sub, exclusive_of_op, blocked), busy.deferred)
     busy.sim = list(map(add, own, busy.host_gap))
     pieces = busy.pieces
-    pieces.sim = list(map(add, pieces.length, pieces.host_gap))  # host_gap: ``_gaps_after_pieces``
+    pieces.sim = pieces.length + pieces.host_gap  # host_gap: ``_gaps_after_pieces``
 
 
 def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes, skew=None) -> None:

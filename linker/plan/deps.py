@@ -29,6 +29,8 @@ from operator import countOf, eq, gt, le, lt, ne
 
 import msgspec
 
+import numpy as np
+
 from linker.plan.busy import compute_busy
 from linker.plan.comm import CommAttrs, CommResolver, is_comm_kernel
 from linker.plan.cpu_comm import cpu_collectives, hold_for_measured_duration, lost_issuers
@@ -416,8 +418,9 @@ class OpParts:
         if not count or not wanted:
             return parts
         parts.next_piece = dict(zip(prev[start:start + count], range(start, start + count)))
-        parts.piece_begin = dict(zip(range(start, start + count), pieces.begin))
-        owners, begins = pieces.owner, pieces.begin
+        begins = pieces.begin.tolist()
+        parts.piece_begin = dict(zip(range(start, start + count), begins))
+        owners = pieces.owner.tolist()
         for j in compress(range(count), map(wanted.__contains__, owners)):  # time order
             owner = owners[j]
             if owner not in parts.nodes:
@@ -473,14 +476,14 @@ def _settle_after_chain(pieces, prev: array, n: int, starts: list[float]) -> Non
         return
     next_of = dict(zip(prev[:n], range(n)))  # an op -> the ET node after it on its thread
     next_of.pop(NO_NODE, None)
-    after, begin = pieces.after, pieces.begin
+    after, begin = pieces.after.tolist(), pieces.begin.tolist()
     start_of = list(starts) + [math.inf]  # [-1]: no follower
     followers = map(next_of.get, after, repeat(NO_NODE))
     for j in compress(range(len(after)), map(lt, map(start_of.__getitem__, followers), begin)):  # the few
         a, follower = after[j], next_of.get(after[j], NO_NODE)
         while start_of[follower] < begin[j]:  # NaN (unlinked): stays after
             a, follower = follower, next_of.get(follower, NO_NODE)
-        after[j] = a
+        pieces.after[j] = a
 
 
 def _thread_pieces(ctrl: array, prev: array, pieces, n: int, start: int) -> None:
@@ -491,10 +494,10 @@ def _thread_pieces(ctrl: array, prev: array, pieces, n: int, start: int) -> None
     count = len(pieces)
     if not count:
         return
-    ctrl.extend(array("q", pieces.owner))
+    ctrl.frombytes(pieces.owner.astype(np.int64).tobytes())
     prev.extend(array("q", [NO_NODE]) * count)
     last_after: dict[int, int] = {}  # op a -> the last piece following it so far
-    for j, a in enumerate(pieces.after):  # in time order: a's pieces in the order they ran
+    for j, a in enumerate(pieces.after.tolist()):  # in time order: a's pieces in the order they ran
         u = start + j
         prev[u] = last_after.get(a, a)
         last_after[a] = u
@@ -565,7 +568,7 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommReso
     for source, target in cpu_comm_order:  # CPU collectives of a group, one at a time in issue order
         if source != prev[target] and source != ctrl[target]:
             extra.setdefault(target, []).append((source, COLLECTIVE_ORDER))
-    keys = _time_keys(et_plus, placement, starts) + pieces.begin
+    keys = _time_keys(et_plus, placement, starts) + pieces.begin.tolist()
     # The waits keep only the edges that go forward in the order: it is made first.
     plan.order, plan.position = _write_order(ctrl, prev, keys, ids, extra, by_id, preorder)
     add_wait_edges(et_plus, plan, placement, summary)

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import compress, repeat
-from operator import attrgetter, eq, gt, is_not, sub
+from operator import attrgetter, eq, gt, is_not
 
 import msgspec
+import numpy as np
 
 from linker.model import chakra_kinds as kinds
 from linker.plan.comm import WORLD_GROUP_ID
@@ -40,7 +41,7 @@ def pytorch_group_name(group_id: str) -> str:
     return str(int(group_id) - 1) if group_id.isdigit() else group_id
 
 
-SAMPLE = 32768  # values looked at to choose how a column is rounded (``us_at``)
+SAMPLE = 32768  # values looked at to choose how a column is made (``us_at``)
 PARENT_CAUSES, THREAD_ORDER_CAUSES = (PARENT,), (THREAD_ORDER,)  # one tuple each for every chain node
 
 
@@ -50,21 +51,54 @@ def _us(value: float) -> float | int:
     return as_number(round(value, 3))
 
 
-def us_at(values: list[float], at: list[int]) -> list[float | int]:
-    """``_us`` of ``values[i]`` for each i of ``at``, in C passes. A column whose first ``SAMPLE``
-    values are less than half distinct (the later-piece columns: a few thousand values over
-    hundreds of thousands of ops) has each distinct value rounded once; one of mostly distinct
-    values (``sim``) is rounded value by value, as hashing them would cost more than it saves.
-    Raises as ``_us`` does on a NaN or infinite value. O(len(at))."""
-    picked = list(map(values.__getitem__, at))
+def us_at(values, at) -> list[float | int]:
+    """``_us`` of ``values[i]`` for each i of ``at`` (a sequence or an array of floats), as Python
+    numbers for the writer: ``round(x, 3)``, an int where that is integral. A column whose first
+    ``SAMPLE`` values are less than half distinct (the later pieces' durations: a few thousand
+    values over hundreds of thousands of pieces) makes each distinct number once and shares it,
+    which keeps the plan's peak memory down. Raises ``ValueError`` on a NaN or infinite value, as
+    ``_us`` does. O(len(at)) in numpy passes (O(k log k) for k values in a column that repeats)."""
+    picked = np.asarray(values, dtype=np.float64)[np.asarray(at, dtype=np.intp)]
+    if not np.isfinite(picked).all():
+        raise ValueError("a time to write is NaN or infinite")
     sample = picked[:SAMPLE]
-    repeats = len(set(sample)) * 2 < len(sample)
-    distinct = list(dict.fromkeys(picked)) if repeats else picked
-    rounded: list[float | int] = list(map(round, distinct, repeat(3)))
-    whole = list(map(int, rounded))
-    for k in compress(range(len(rounded)), map(eq, rounded, whole)):  # 0.0 too: _us gives int 0
-        rounded[k] = whole[k]
-    return list(map(dict(zip(distinct, rounded)).__getitem__, picked)) if repeats else rounded
+    if len(np.unique(sample)) * 2 < len(sample):
+        distinct, inverse = np.unique(picked, return_inverse=True)
+        return np.array(as_numbers(round_3(distinct)), dtype=object)[inverse].tolist()
+    return as_numbers(round_3(picked))
+
+
+def round_3(x: np.ndarray) -> np.ndarray:
+    """``round(v, 3)`` of each finite value, exactly as Python rounds it: the double nearest
+    ``k / 1000``, k the integer nearest ``1000 v`` (ties to even) on v's exact binary value.
+
+    Worked in integers: v = N * 2^(e-53) with N an integer below 2^53 (``frexp``), so
+    1000 v = 125 N / 2^(50-e) and k is that quotient rounded. From 2^43 on a value is its own
+    rounding (its neighbours lie 2^-9 > 0.001 away: epoch µs timestamps); below 2^-13, 1000 v
+    rounds to 0. O(n)."""
+    mantissa, exponent = np.frexp(x)
+    numerator = np.ldexp(mantissa, 53).astype(np.int64) * 125  # |.| < 2^60
+    shift = np.clip(50 - exponent, 7, 62).astype(np.int64)  # 7 from 2^43 up, 62 below 2^-12
+    quotient = numerator >> shift  # floor division by 2^shift
+    remainder = numerator - (quotient << shift)
+    half = np.left_shift(1, shift - 1)
+    k = quotient + ((remainder > half) | ((remainder == half) & (quotient % 2 == 1)))
+    rounded = k / 1000.0  # |k| < 2^53: exact, and the division rounds once
+    rounded[np.abs(x) < 2.0 ** -13] = 0.0
+    own = np.abs(x) >= 2.0 ** 43
+    rounded[own] = x[own]
+    return rounded
+
+
+def as_numbers(rounded: np.ndarray) -> list[float | int]:
+    """The values as Python numbers, an int where integral (``link.etplus.as_number``). O(n)."""
+    whole = rounded == np.trunc(rounded)
+    fits = whole & (np.abs(rounded) < 2.0 ** 63)
+    numbers = rounded.astype(object)
+    numbers[fits] = rounded[fits].astype(np.int64).astype(object)
+    for k in np.flatnonzero(whole & ~fits):  # past int64: none in a real trace
+        numbers[k] = int(rounded[k])
+    return numbers.tolist()
 
 
 def _set_all(nodes, name: str, values) -> None:
@@ -102,10 +136,11 @@ def _piece_rows(et_plus: EtPlus, plan: DependencyPlan, id_of: list[int], dep_fie
     for j in [u - start for u in plan.waits if u >= start]:  # none as the rules stand
         deps[j], causes[j] = dep_fields(plan.data_deps(start + j))
     gaps = us_at(pieces.host_gap, every)
+    owners = pieces.owner.tolist()
     return PieceRows(
-        flat=et.layout == FLAT, ids=plan.piece_ids, names=list(map(et.names.__getitem__, pieces.owner)),
-        continues=list(map(et.ids.__getitem__, pieces.owner)), tids=list(map(et.tid.__getitem__, pieces.owner)),
-        ts=us_at(pieces.begin, every), dur=us_at(list(map(sub, pieces.end, pieces.begin)), every),
+        flat=et.layout == FLAT, ids=plan.piece_ids, names=list(map(et.names.__getitem__, owners)),
+        continues=list(map(et.ids.__getitem__, owners)), tids=list(map(et.tid.__getitem__, owners)),
+        ts=us_at(pieces.begin, every), dur=us_at(pieces.end - pieces.begin, every),
         host_gap=[gap or msgspec.UNSET for gap in gaps], sim=us_at(pieces.sim, every), data_deps=deps,
         data_dep_causes=causes)
 

@@ -12,10 +12,10 @@ docs/durations.md. ``busy.compute_busy`` calls ``later_pieces`` with its per-thr
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, field
-from itertools import compress, repeat
-from operator import gt, not_, sub
+from bisect import bisect_right
+from dataclasses import dataclass, field, fields
+
+import numpy as np
 
 
 # A hand-off whose work began less than this before its stretch of the handing op ended leaves
@@ -23,10 +23,10 @@ from operator import gt, not_, sub
 HANDOFF_CUT_MIN_US = 1.0
 
 
-@dataclass
+@dataclass(eq=False)
 class Pieces:
     """The later pieces of the ops, one entry each (index j), in ``begin`` order (ties, on
-    other threads: in the order found, thread by thread).
+    other threads: in the order found, thread by thread): columns, numpy arrays.
 
     ``owner[j]``: the ET index of the op whose exclusive time it is; ``after[j]``: the ET index of
     the op the thread ran just before it (the last op started before the piece began: the last of
@@ -36,16 +36,23 @@ class Pieces:
     host time between ops that follows the piece (``busy``), and ``sim[j]``: its busy time plus
     that gap, what a replay holds the CPU for (both set by ``busy``)."""
 
-    owner: list[int] = field(default_factory=list)
-    after: list[int] = field(default_factory=list)
-    begin: list[float] = field(default_factory=list)
-    end: list[float] = field(default_factory=list)
-    length: list[float] = field(default_factory=list)
-    host_gap: list[float] = field(default_factory=list)
-    sim: list[float] = field(default_factory=list)
+    owner: np.ndarray = field(default_factory=lambda: NO_OPS)
+    after: np.ndarray = field(default_factory=lambda: NO_OPS)
+    begin: np.ndarray = field(default_factory=lambda: NO_TIMES)
+    end: np.ndarray = field(default_factory=lambda: NO_TIMES)
+    length: np.ndarray = field(default_factory=lambda: NO_TIMES)
+    host_gap: np.ndarray = field(default_factory=lambda: NO_TIMES)
+    sim: np.ndarray = field(default_factory=lambda: NO_TIMES)
 
     def __len__(self) -> int:
         return len(self.owner)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Pieces) and all(
+            np.array_equal(getattr(self, column.name), getattr(other, column.name)) for column in fields(self))
+
+
+NO_OPS, NO_TIMES = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
 
 
 def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusive_of_op: list[float],
@@ -81,131 +88,132 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     ET node (µs taken out of an op: the sum of its pieces) and the ``Pieces``; per thread the
     total busy time is unchanged.
 
-    Cost: O(m log m) per thread of m ops in C passes (one bisect per op), a loop over the pieces
-    found, O(b) for b blocked stretches and O(h log h) for h hand-offs; O(n) floats. No scan per op.
+    Cost: O(m log m) per thread of m ops in numpy passes (one binary search per op), a step per
+    child ending where the next op starts, O(b) for b blocked stretches and O(h log h) for h
+    hand-offs; O(n) numbers. No scan per op.
     """
-    owners: list[int] = []
-    targets: list[int] = []
-    lengths: list[float] = []
-    starts_at: list[float] = []
-    finishes: list[float] = []
-    own_parts: dict[int, tuple[float, float]] = {}  # op -> its own part (start, first child's start or end)
-    for timeline in timelines:
-        if handoffs:
-            own_parts.update(_own_parts(timeline, parent_op, ends_of))
-        ops, starts, ends = timeline.ops, timeline.starts, timeline.ends
-        owner = list(map(parent_op.__getitem__, ops))
-        if min(owner, default=-1) >= 0:  # every op in some linked op (the usual case)
-            begin, own, child = ends, owner, ops  # a piece begins where a child ends; its op
-        else:
-            children = [i for i, parent in enumerate(owner) if parent >= 0]  # positions with a parent op
-            if not children:
-                continue
-            begin, own, child = ([column[i] for i in children] for column in (ends, owner, ops))
-        after = list(map(bisect_left, repeat(starts), begin))  # the thread's next op starting then or later
-        next_start = starts + [math.inf]
-        _past_the_child(after, begin, child, ops, next_start, parent_op)
-        finish = list(map(min, map(next_start.__getitem__, after), map(ends_of.__getitem__, own)))
-        length = list(map(sub, finish, begin))
-        if not all(map(gt, length, repeat(0.0))):  # else (the usual case) every child ends a piece
-            found = list(compress(range(len(length)), map(gt, length, repeat(0.0))))
-            after, own, length, begin, finish = (list(map(column.__getitem__, found))
-                                                 for column in (after, own, length, begin, finish))
-        # The op started last before the piece began: a piece of positive length ends at a start
-        # after its child's end, hence after the child's own start: ``after`` > the child, and
-        # ``ops[after - 1]`` is ``op_before[after]`` (``op_before[0]`` is never read).
-        op_before = [-1] + ops
-        owners += own
-        targets += map(op_before.__getitem__, after)
-        lengths += length
-        starts_at += begin
-        finishes += finish
+    parent = np.asarray(parent_op, dtype=np.int64)
+    op_end = np.asarray(ends_of, dtype=np.float64)
+    found = [_thread_pieces(timeline, parent, op_end) for timeline in timelines]
+    owners, targets, begins, finishes = (np.concatenate([piece[k] for piece in found] or [empty])
+                                         for k, empty in enumerate((NO_OPS, NO_OPS, NO_TIMES, NO_TIMES)))
     if skip:
-        kept = [j for j in compress(range(len(owners)), map(not_, map(skip.__contains__, owners)))
-                if targets[j] not in skip]
-        owners, targets, lengths, starts_at, finishes = ([column[j] for j in kept] for column in
-                                                         (owners, targets, lengths, starts_at, finishes))
+        skipped = np.fromiter(skip, dtype=np.int64, count=len(skip))
+        kept = ~(np.isin(owners, skipped) | np.isin(targets, skipped))
+        owners, targets, begins, finishes = owners[kept], targets[kept], begins[kept], finishes[kept]
+    handoffs = [h for h in handoffs if h[0] not in skip]
     if handoffs:
-        cut_at_handoffs(owners, targets, starts_at, finishes, [h for h in handoffs if h[0] not in skip], own_parts)
-        order = sorted(range(len(owners)), key=starts_at.__getitem__)
-        owners, targets, starts_at, finishes = ([column[j] for j in order] for column in
-                                                (owners, targets, starts_at, finishes))
-        lengths = [finish - begin for begin, finish in zip(starts_at, finishes)]
-    _leave_waits_in_place(owners, lengths, starts_at, blocked_at)
-    deferred = [0.0] * n
-    for owner, length in zip(owners, lengths):
-        deferred[owner] += length
-    over = set(compress(range(n), map(gt, deferred, map(sub, exclusive_of_op, blocked_of))))
-    if over:  # pieces holding unlinked Kineto children: an op's pieces take in time order what it has
-        for owner, pieces in _pieces_of(owners, over).items():
-            left = max(0.0, exclusive_of_op[owner] - blocked_of[owner])
-            for j in pieces:
-                lengths[j] = min(lengths[j], left)
-                left -= lengths[j]
-            deferred[owner] = sum(lengths[j] for j in pieces)
-    kept = sorted(compress(range(len(owners)), map(gt, lengths, repeat(0.0))), key=starts_at.__getitem__)
-    pieces = Pieces(*([column[j] for j in kept] for column in (owners, targets, starts_at, finishes, lengths)))
-    return deferred, pieces
+        owners, targets, begins, finishes = cut_at_handoffs(owners, targets, begins, finishes, handoffs,
+                                                            _own_parts(timelines, parent, op_end, handoffs))
+        order = np.argsort(begins, kind="stable")
+        owners, targets, begins, finishes = owners[order], targets[order], begins[order], finishes[order]
+    lengths = finishes - begins
+    _leave_waits_in_place(owners, lengths, begins, blocked_at)
+    deferred = np.bincount(owners, weights=lengths, minlength=n)  # adds in piece order, as a loop would
+    room = np.asarray(exclusive_of_op, dtype=np.float64) - np.asarray(blocked_of, dtype=np.float64)
+    held, runs = _pieces_of(owners, np.flatnonzero(deferred > room))
+    for owner, (first, last) in runs.items():
+        # pieces holding unlinked Kineto children: the op's pieces take in time order what it has
+        left = max(0.0, float(room[owner]))
+        pieces = held[first:last]
+        for j in pieces.tolist():
+            lengths[j] = min(lengths[j], left)
+            left -= lengths[j]
+        deferred[owner] = sum(lengths[pieces].tolist())
+    kept = np.flatnonzero(lengths > 0.0)
+    kept = kept[np.argsort(begins[kept], kind="stable")]
+    pieces = Pieces(*(column[kept] for column in (owners, targets, begins, finishes, lengths)))
+    return deferred.tolist(), pieces
 
 
-def _past_the_child(after: list[int], begin: list[float], child: list[int], ops: list[int],
-                    next_start: list[float], parent_op: list[int]) -> None:
-    """Move each ``after[k]`` (the first position of the thread starting at or after ``begin[k]``,
+def _thread_pieces(timeline, parent: np.ndarray, op_end: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The later pieces of one thread's ops, in the order of the children that begin them:
+    (owner, the op run just before, begin, finish) columns. A piece begins where a child of a
+    linked op ends and finishes where the thread's next op starts or its op ends, whichever is
+    first; empty ones are left out. O(m log m) for m ops."""
+    ops = np.asarray(timeline.ops, dtype=np.int64)
+    starts = np.asarray(timeline.starts, dtype=np.float64)
+    in_op = parent[ops] >= 0
+    child = ops[in_op]  # each child of a linked op ends a piece of it
+    owner = parent[child]
+    begin = np.asarray(timeline.ends, dtype=np.float64)[in_op]
+    next_op = np.searchsorted(starts, begin, side="left")  # the thread's next op starting then or later
+    next_start = np.append(starts, np.inf)
+    _past_the_child(next_op, begin, child, ops, next_start, parent)
+    finish = np.minimum(next_start[next_op], op_end[owner])
+    found = finish > begin
+    # The op started last before the piece began: a piece of positive length ends at a start after
+    # its child's end, hence after the child's own start, so ``next_op`` > the child's position.
+    return owner[found], ops[next_op[found] - 1], begin[found], finish[found]
+
+
+def _past_the_child(next_op: np.ndarray, begin: np.ndarray, child: np.ndarray, ops: np.ndarray,
+                    next_start: np.ndarray, parent: np.ndarray) -> None:
+    """Move each ``next_op[k]`` (the first position of the thread starting at or after ``begin[k]``,
     child ``child[k]``'s end) past that child and the ops inside it starting exactly at its end: a
     child of no duration starts at its own end, and an op of no duration at the end of its parent
     (``aten::zero_`` closing ``aten::zeros``) is not the op the thread ran next either; taking
     them for it left the gap after the child on the parent's first part. Only positions whose op
     starts exactly at the child's end are looked at (few), each with an ancestor walk bounded by
-    the tree's depth. ``next_start``: the thread's op starts, then inf. O(m) to find them."""
-    for k in [k for k, (start, end) in enumerate(zip(map(next_start.__getitem__, after), begin)) if start == end]:
-        position = after[k]
-        while next_start[position] == begin[k] and (
-                ops[position] == child[k] or _inside(ops[position], child[k], parent_op)):
+    the tree's depth. O(m) to find them."""
+    for k in np.flatnonzero(next_start[next_op] == begin).tolist():
+        position, end, ancestor = int(next_op[k]), begin[k], int(child[k])
+        while next_start[position] == end and (ops[position] == ancestor or _inside(int(ops[position]), ancestor, parent)):
             position += 1
-        after[k] = position
+        next_op[k] = position
 
 
-def _inside(op: int, ancestor: int, parent_op: list[int]) -> bool:
-    """Whether ``ancestor`` encloses ``op`` by the Kineto nesting (``parent_op``, -1 at the top)."""
-    op = parent_op[op]
+def _inside(op: int, ancestor: int, parent) -> bool:
+    """Whether ``ancestor`` encloses ``op`` by the Kineto nesting (``parent``, -1 at the top)."""
+    op = parent[op]
     while op >= 0:
         if op == ancestor:
             return True
-        op = parent_op[op]
+        op = parent[op]
     return False
 
 
-def _own_parts(timeline, parent_op: list[int], ends_of: list[float]) -> dict[int, tuple[float, float]]:
-    """Each op of a thread -> its own part: from its start to its first child's start (its end when
-    it has none). O(m) over the thread's m ops in start order."""
-    parts = {op: (start, ends_of[op]) for op, start in zip(timeline.ops, timeline.starts)}
-    seen: set[int] = set()
-    for op, start in zip(timeline.ops, timeline.starts):
-        parent = parent_op[op]
-        if parent >= 0 and parent not in seen and parent in parts:
-            seen.add(parent)
-            parts[parent] = (parts[parent][0], min(parts[parent][1], start))
+def _own_parts(timelines, parent: np.ndarray, op_end: np.ndarray,
+               handoffs: list[tuple[int, float, float]]) -> dict[int, tuple[float, float]]:
+    """Each op that handed work off -> its own part: from its start to its first child's start
+    (its end when it has none). O(m log m) over the threads' m ops in numpy passes."""
+    handing = _ops_of(handoffs)
+    parts: dict[int, tuple[float, float]] = {}
+    for timeline in timelines:
+        ops = np.asarray(timeline.ops, dtype=np.int64)
+        starts = np.asarray(timeline.starts, dtype=np.float64)
+        own_end = op_end[ops]
+        parents = parent[ops]
+        first_child = np.unique(parents, return_index=True)[1]  # each parent's first child, in start order
+        with_children = parents[first_child] >= 0
+        position_of = dict(zip(ops.tolist(), range(len(ops))))
+        for parent_op, child_at in zip(parents[first_child][with_children].tolist(),
+                                       first_child[with_children].tolist()):
+            at = position_of.get(parent_op)
+            if at is not None:
+                own_end[at] = min(own_end[at], starts[child_at])
+        wanted = np.flatnonzero(np.isin(ops, handing))
+        parts.update(zip(ops[wanted].tolist(), zip(starts[wanted].tolist(), own_end[wanted].tolist())))
     return parts
 
 
-def cut_at_handoffs(owners: list[int], targets: list[int], begins: list[float], finishes: list[float],
-                    handoffs: list[tuple[int, float, float]], own_parts: dict[int, tuple[float, float]]) -> None:
+def cut_at_handoffs(owners: np.ndarray, targets: np.ndarray, begins: np.ndarray, finishes: np.ndarray,
+                    handoffs: list[tuple[int, float, float]], own_parts: dict[int, tuple[float, float]]
+                    ) -> tuple[np.ndarray, ...]:
     """Cut the stretches of an op where it handed off work (a launch call, a fork) that began
     before the stretch ended (by more than ``HANDOFF_CUT_MIN_US``): the stretch is the op's own
     part (``own_parts``) or one of its pieces (index j of the columns); a cut where the hand-off
     began ends the stretch there and makes the rest, the call included, a piece of its own (same
     op; following what the stretch followed: the op itself for its own part, ``targets[j]`` for a
-    piece), appended to the columns. The edge to the work then comes from the part that ran up to
-    the hand-off (``deps.OpParts.before`` / ``ran_before``). The hand-offs of a stretch are taken
-    latest first, so each is checked against the part it ends up in. O(h log h + p) for h
-    hand-offs and p pieces."""
-    if not handoffs:
-        return
+    piece), appended to the columns, which are returned. The edge to the work then comes from the
+    part that ran up to the hand-off (``deps.OpParts.before`` / ``ran_before``). The hand-offs of a
+    stretch are taken latest first, so each is checked against the part it ends up in.
+    O(h log h + p) for h hand-offs and p pieces."""
     stretches: dict[int, list[tuple[float, float, int]]] = {}  # op -> (begin, end, piece j or -1)
     for op, (begin, end) in own_parts.items():
         stretches[op] = [(begin, end, -1)]
-    for j, op in enumerate(owners):
-        stretches.setdefault(op, []).append((begins[j], finishes[j], j))
+    for j in np.flatnonzero(np.isin(owners, _ops_of(handoffs))).tolist():
+        stretches.setdefault(int(owners[j]), []).append((float(begins[j]), float(finishes[j]), j))
     for op_stretches in stretches.values():
         op_stretches.sort()
     by_stretch: dict[tuple[int, int], list[tuple[float, float]]] = {}
@@ -217,49 +225,67 @@ def cut_at_handoffs(owners: list[int], targets: list[int], begins: list[float], 
         if k < 0 or not call < op_stretches[k][1]:
             continue  # the call begins outside the op's own time (in a child, or after the stretch)
         by_stretch.setdefault((op, k), []).append((call, work_start))
+    finishes = finishes.copy()
+    cut_owner: list[int] = []
+    cut_target: list[int] = []
+    cut_begin: list[float] = []
+    cut_finish: list[float] = []
     for (op, k), calls in by_stretch.items():
         begin, end, j = stretches[op][k]
-        follows = op if j < 0 else targets[j]
+        follows = op if j < 0 else int(targets[j])
         for call, work_start in sorted(calls, reverse=True):
             if call <= begin or end - work_start <= HANDOFF_CUT_MIN_US or call >= end:
                 continue
-            owners.append(op)
-            targets.append(follows)
-            begins.append(call)
-            finishes.append(end)
+            cut_owner.append(op)
+            cut_target.append(follows)
+            cut_begin.append(call)
+            cut_finish.append(end)
             end = call
         if j >= 0:
             finishes[j] = end
+    return (np.concatenate((owners, np.array(cut_owner, dtype=np.int64))),
+            np.concatenate((targets, np.array(cut_target, dtype=np.int64))),
+            np.concatenate((begins, np.array(cut_begin, dtype=np.float64))),
+            np.concatenate((finishes, np.array(cut_finish, dtype=np.float64))))
 
 
-def _pieces_of(owners: list[int], wanted: set[int]) -> dict[int, list[int]]:
-    """The pieces (indices into ``owners``) of each op in ``wanted``, in time order (a parent's
-    children end in order). One C pass over the pieces and a loop over those kept."""
-    pieces_of: dict[int, list[int]] = {}
-    for j in compress(range(len(owners)), map(wanted.__contains__, owners)):
-        pieces_of.setdefault(owners[j], []).append(j)
-    return pieces_of
+def _ops_of(rows: list[tuple]) -> np.ndarray:
+    """The distinct ops (first fields) of ``rows``, sorted. O(r log r)."""
+    return np.unique(np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows)))
 
 
-def _leave_waits_in_place(owners: list[int], lengths: list[float], starts_at: list[float],
+def _pieces_of(owners: np.ndarray, ops: np.ndarray) -> tuple[np.ndarray, dict[int, tuple[int, int]]]:
+    """The pieces of ``ops`` (sorted, distinct): their indices grouped by op, each op's in piece
+    order, and op -> (first, last) of its run in them (ops without pieces left out). O(p + k log k)
+    for p pieces, k of them of those ops."""
+    held = np.flatnonzero(np.isin(owners, ops))
+    held = held[np.argsort(owners[held], kind="stable")]
+    first = np.searchsorted(owners[held], ops, side="left")
+    last = np.searchsorted(owners[held], ops, side="right")
+    return held, {op: (a, b) for op, a, b in zip(ops.tolist(), first.tolist(), last.tolist()) if a < b}
+
+
+def _leave_waits_in_place(owners: np.ndarray, lengths: np.ndarray, begins: np.ndarray,
                           blocked_at: list[tuple[int, float, float]]) -> None:
-    """Shorten each piece by the blocked time of its op lying inside it (a wait is not busy time
-    wherever it lies): a blocked stretch takes its overlap out of every piece it spans (a wait cut
-    where the op resumed after several threads' ends spans the pieces between those ends).
-    O(p + b log p) for p pieces and b blocked stretches, plus the pieces a stretch spans."""
-    if not blocked_at or not owners:
+    """Shorten each piece (in ``lengths``, in place) by the blocked time of its op lying inside it
+    (a wait is not busy time wherever it lies): a blocked stretch takes its overlap out of every
+    piece it spans (a wait cut where the op resumed after several threads' ends spans the pieces
+    between those ends). O(p + b log p) for p pieces and b blocked stretches, plus the pieces a
+    stretch spans."""
+    if not blocked_at or not len(owners):
         return
-    pieces_of = _pieces_of(owners, {op for op, _, _ in blocked_at})
-    marks_of = {op: [starts_at[j] for j in pieces] for op, pieces in pieces_of.items()}
-    ends_of = {op: [starts_at[j] + lengths[j] for j in pieces] for op, pieces in pieces_of.items()}
+    held, runs = _pieces_of(owners, _ops_of(blocked_at))
+    marks = begins[held].tolist()
+    ends = (begins[held] + lengths[held]).tolist()
+    held = held.tolist()
     for op, where, length in blocked_at:
-        pieces = pieces_of.get(op)
-        if pieces is None:
+        if op not in runs:
             continue
-        marks, ends, until = marks_of[op], ends_of[op], where + length
-        k = max(0, bisect_right(marks, where) - 1)
-        while k < len(pieces) and marks[k] < until:
+        first, last = runs[op]
+        until = where + length
+        k = max(first, bisect_right(marks, where, first, last) - 1)
+        while k < last and marks[k] < until:
             overlap = min(ends[k], until) - max(marks[k], where)
             if overlap > 0:
-                lengths[pieces[k]] = max(0.0, lengths[pieces[k]] - overlap)
+                lengths[held[k]] = max(0.0, lengths[held[k]] - overlap)
             k += 1

@@ -313,7 +313,7 @@ class NodeFrames:
         if self._durations is None:
             busy, tid = self._plan.busy, self._et_plus.et.tid
             pieces = busy.pieces
-            self._durations = whole_microseconds(busy.sim + pieces.sim, tid, pieces.owner)
+            self._durations = whole_microseconds(busy.sim + pieces.sim.tolist(), tid, pieces.owner.tolist())
         return self._durations
 
     def _piece_payload(self, j: int) -> bytes:
