@@ -470,39 +470,45 @@ def _settle_after_chain(pieces, prev: array, n: int, starts: list[float]) -> Non
     """Each piece follows the op the thread ran last before it in start order; the thread chain
     is the ET's pre-order, which can place an op that started before the piece (a tie, or an op
     Kineto nests otherwise) after that op. Move ``after`` along the chain past such ops, so that
-    no chain edge runs against the measured starts. O(n) for the chain's inverse, then a step
-    per op passed (usually none)."""
+    no chain edge runs against the measured starts. O(n) numpy passes for the chain's inverse,
+    then a step per op passed (usually none)."""
     if not len(pieces):
         return
-    next_of = dict(zip(prev[:n], range(n)))  # an op -> the ET node after it on its thread
-    next_of.pop(NO_NODE, None)
-    after, begin = pieces.after.tolist(), pieces.begin.tolist()
-    start_of = list(starts) + [math.inf]  # [-1]: no follower
-    followers = map(next_of.get, after, repeat(NO_NODE))
-    for j in compress(range(len(after)), map(lt, map(start_of.__getitem__, followers), begin)):  # the few
-        a, follower = after[j], next_of.get(after[j], NO_NODE)
-        while start_of[follower] < begin[j]:  # NaN (unlinked): stays after
-            a, follower = follower, next_of.get(follower, NO_NODE)
+    chain = np.array(prev[:n], dtype=np.int64)
+    follower = np.full(n + 1, NO_NODE, dtype=np.int64)  # an op -> the ET node after it on its thread
+    on_chain = chain != NO_NODE
+    follower[chain[on_chain]] = np.flatnonzero(on_chain)
+    start_of = np.append(np.asarray(starts, dtype=np.float64), math.inf)  # [NO_NODE]: no follower
+    for j in np.flatnonzero(start_of[follower[pieces.after]] < pieces.begin).tolist():  # the few
+        a, begin = int(pieces.after[j]), pieces.begin[j]
+        while start_of[follower[a]] < begin:  # NaN (unlinked): stays after
+            a = int(follower[a])
         pieces.after[j] = a
 
 
 def _thread_pieces(ctrl: array, prev: array, pieces, n: int, start: int) -> None:
     """Put the later pieces (numbers ``start`` + j) into the thread chains: the pieces that follow
     op a, in time order, run after a and before the node that followed a (its ``prev`` is then
-    the last of them); each piece's ``ctrl`` is the op it continues. O(n) C passes and a loop over
-    the pieces."""
+    the last of them); each piece's ``ctrl`` is the op it continues. O(n + p log p) in numpy
+    passes for p pieces."""
     count = len(pieces)
     if not count:
         return
     ctrl.frombytes(pieces.owner.astype(np.int64).tobytes())
-    prev.extend(array("q", [NO_NODE]) * count)
-    last_after: dict[int, int] = {}  # op a -> the last piece following it so far
-    for j, a in enumerate(pieces.after.tolist()):  # in time order: a's pieces in the order they ran
-        u = start + j
-        prev[u] = last_after.get(a, a)
-        last_after[a] = u
-    for u in compress(range(n), map(last_after.__contains__, prev[:n])):
-        prev[u] = last_after[prev[u]]
+    order = np.argsort(pieces.after, kind="stable")  # the pieces following each op, in time order
+    after, node = pieces.after[order], start + order
+    first = np.ones(count, dtype=bool)
+    first[1:] = after[1:] != after[:-1]
+    piece_prev = np.empty(count, dtype=np.int64)
+    piece_prev[order] = np.where(first, after, np.roll(node, 1))  # a's first piece after a, each next after the last
+    last = np.append(first[1:], True)
+    ops, last_piece = after[last], node[last]  # each op a piece follows (sorted), and its last piece
+    chain = np.array(prev[:n], dtype=np.int64)
+    k = np.minimum(np.searchsorted(ops, chain), len(ops) - 1)
+    moved = ops[k] == chain  # the node that followed a now follows a's last piece
+    chain[moved] = last_piece[k[moved]]
+    prev[:n] = array("q", chain.tobytes())
+    prev.frombytes(piece_prev.tobytes())
 
 
 def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommResolver | None = None,
