@@ -161,7 +161,7 @@ def ops_table(result: "LinkResult", *, as_rows: bool = False):
 
     if not as_rows:
         require_pandas()  # before the plan's cost
-    blocked = dependency_plan(build_et_plus(result)).busy.blocked
+    blocked = dependency_plan(build_et_plus(result)).busy.blocked.tolist()
     return table(result, blocked, as_rows)
 
 

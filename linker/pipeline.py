@@ -193,9 +193,9 @@ def add_simulation_counts(report: LinkReport, et_plus) -> None:
     report.dependency_causes = dict(sorted(summary.dependency_causes.items()))
     report.dependencies = sum(summary.dependency_causes.values())
     report.simulation = {
-        "blocked_us": round(sum(busy.blocked), 3), "host_gap_us": round(sum(busy.host_gap), 3),
-        "deferred_us": round(sum(busy.deferred), 3),
-        "sim_busy_us": round(sum(busy.sim), 3), "main_thread": busy.main_tid,
+        "blocked_us": round(sum(busy.blocked.tolist()), 3), "host_gap_us": round(sum(busy.host_gap.tolist()), 3),
+        "deferred_us": round(sum(busy.deferred.tolist()), 3),
+        "sim_busy_us": round(sum(busy.sim.tolist()), 3), "main_thread": busy.main_tid,
         "fork_join_edges": len(busy.cross), "wait_edges": summary.wait_edges,
         "copy_wait_edges": summary.copy_wait_edges, "waits_skipped": dict(summary.waits_skipped),
         "blocking_copies": len(busy.blocking_copies), "clock_skew": busy.clock_skew,

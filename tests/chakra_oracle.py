@@ -139,7 +139,7 @@ def node_message(et_plus, plan, u: int, whole: list[int] | None = None) -> pb.No
         return plan.node_id(v, et.ids, et_plus.gpu_nodes)
 
     if whole is None:
-        whole = whole_micros(et, plan.busy.sim + plan.busy.pieces.sim.tolist(), plan.busy.pieces)
+        whole = whole_micros(et, plan.busy.sim.tolist() + plan.busy.pieces.sim.tolist(), plan.busy.pieces)
     if plan.is_piece(u):
         return piece_message(et_plus, plan, u - plan.piece_start, whole)
     deps = plan.data_deps(u)
@@ -172,7 +172,7 @@ def expected_et(et_plus) -> tuple[bytes, list[bytes], WriteSummary]:
     counts by node type, as the oracle makes them."""
     summary = WriteSummary("")
     plan = dependency_plan(et_plus, summary)
-    whole = whole_micros(et_plus.et, plan.busy.sim + plan.busy.pieces.sim.tolist(), plan.busy.pieces)
+    whole = whole_micros(et_plus.et, plan.busy.sim.tolist() + plan.busy.pieces.sim.tolist(), plan.busy.pieces)
     messages = [metadata_message(et_plus)] + [node_message(et_plus, plan, u, whole) for u in plan.order]
     summary.counts_by_type = Counter(pb.NodeType.Name(m.type) for m in messages[1:])
     frames = [m.SerializeToString() for m in messages]

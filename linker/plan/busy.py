@@ -59,9 +59,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from itertools import accumulate, compress
-from operator import add, eq, gt, lt, sub
+from operator import add, eq, gt, lt
 from typing import NamedTuple
 
 import numpy as np
@@ -88,7 +88,7 @@ SYNC_CALLS = frozenset(name for name, kind in WAIT_CALLS.items() if kind != STRE
 # Copies: synchronous ones, and asynchronous ones that blocked (``clocks``: the rule, with the skew).
 
 
-@dataclass
+@dataclass(eq=False)
 class BusyTimes:
     """Per ET node (index = position in ``et.nodes``): blocked, host gap and simulated busy µs.
 
@@ -99,9 +99,9 @@ class BusyTimes:
     thread waited for that GPU op (a ``sync`` edge).
     """
 
-    blocked: list[float]
-    host_gap: list[float]
-    sim: list[float]
+    blocked: np.ndarray  # columns (float64 µs), one entry per ET node
+    host_gap: np.ndarray
+    sim: np.ndarray
     cross: list[tuple[int, int, str]] = field(default_factory=list)
     main_tid: int | None = None
     blocking_copies: list[int] = field(default_factory=list)
@@ -109,12 +109,21 @@ class BusyTimes:
     consumed_at: dict[int, float] = field(default_factory=dict)  # CPU collective -> its consumer's start
     # ``later_pieces``: exclusive µs an op runs after its first child (taken out of it), and those
     # pieces as nodes of their own (``Pieces``), run where the thread ran them
-    deferred: list[float] = field(default_factory=list)
+    deferred: np.ndarray = field(default_factory=lambda: np.empty(0))
     pieces: Pieces = field(default_factory=Pieces)
     trailing_gap: dict[int, float] = field(default_factory=dict)  # op -> the host gap after it (``_host_gaps``)
     # join edges into the op the main thread waited in: (source, target) -> when the wait ended;
     # the op's stretch is cut there and the edge goes to the part after it (``deps``)
     resumed_at: dict[tuple[int, int], float] = field(default_factory=dict)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, BusyTimes):
+            return False
+        for name in (column.name for column in fields(self)):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if not (np.array_equal(mine, theirs) if isinstance(mine, np.ndarray) else mine == theirs):
+                return False
+        return True
 
 
 @dataclass
@@ -322,7 +331,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     n = len(et.nodes)
     starts, ends = et_plus.op_times if et_plus.op_times is not None else _event_times(result)
     linked = list(map(eq, starts, starts))  # not NaN
-    busy = BusyTimes([0.0] * n, [0.0] * n, [0.0] * n)
+    busy = BusyTimes(np.zeros(n), np.zeros(n), np.zeros(n))
     skew = clock_skew(et_plus.gpu_links) if et_plus.gpu_links else None
     busy.clock_skew = skew.summary() if skew is not None else {}
     busy.blocking_copies = blocking_copies(et_plus.gpu_links, skew) if skew is not None else []
@@ -534,16 +543,15 @@ def _event_times(result) -> tuple[list[float], list[float]]:
 
 
 def _sim_times(busy: BusyTimes, exclusive_of_op: list[float], linked: list[bool]) -> None:
-    """Blocked capped at the exclusive time (linked nodes that have some), then sim = exclusive -
-    blocked - deferred + host gap for every node, in C passes (an unlinked node's exclusive time
-    is 0 and nothing is deferred from it: sim = host gap; where all three are 0, sim is the
-    exclusive time itself). The deferred time is the op's pieces' (``busy.pieces``)."""
+    """Blocked capped at the exclusive time (linked nodes), then sim = exclusive - blocked -
+    deferred + host gap for every node, as array passes (an unlinked node's exclusive time is 0
+    and nothing is deferred from it: sim = host gap; where all three are 0, sim is the exclusive
+    time itself). The deferred time is the op's pieces' (``busy.pieces``). O(n)."""
+    exclusive = np.asarray(exclusive_of_op, dtype=np.float64)
     blocked = busy.blocked
-    for i in compress(range(len(linked)), blocked):
-        if linked[i]:
-            blocked[i] = min(blocked[i], exclusive_of_op[i])
-    own = map(sub, map(sub, exclusive_of_op, blocked), busy.deferred)
-    busy.sim = list(map(add, own, busy.host_gap))
+    over = np.asarray(linked, dtype=bool) & (blocked > exclusive)
+    blocked[over] = exclusive[over]
+    busy.sim = exclusive - blocked - busy.deferred + busy.host_gap
     pieces = busy.pieces
     pieces.sim = pieces.length + pieces.host_gap  # host_gap: ``_gaps_after_pieces``
 

@@ -180,24 +180,24 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
     _set_all(linked_nodes, "blocked_dur", repeat(0))
     _set_all(linked_nodes, "host_gap_dur", repeat(0))
     _set_all(linked_nodes, "sim_dur", us_at(busy.sim, linked))
-    at = list(compress(range(n), busy.blocked))
-    for i, value in zip(at, us_at(busy.blocked, at)):
+    at = np.flatnonzero(busy.blocked)
+    for i, value in zip(at.tolist(), us_at(busy.blocked, at)):
         if nodes[i].ts is not unset:
             nodes[i].blocked_dur = value
-    at = list(compress(range(n), map(gt, busy.host_gap, repeat(0.0))))
-    for i, value in zip(at, us_at(busy.host_gap, at)):
+    at = np.flatnonzero(busy.host_gap > 0)
+    for i, value in zip(at.tolist(), us_at(busy.host_gap, at)):
         node = nodes[i]
         node.host_gap_dur = value
         if node.ts is unset:  # a worker's thread root: the time before its first op
             node.sim_dur = value
-    at = list(compress(range(n), busy.deferred))  # a parent's exclusive time after its first child
-    _set_all(map(nodes.__getitem__, at), "deferred_dur", us_at(busy.deferred, at))
+    at = np.flatnonzero(busy.deferred)  # a parent's exclusive time after its first child
+    _set_all(map(nodes.__getitem__, at.tolist()), "deferred_dur", us_at(busy.deferred, at))
     et_plus.piece_rows = _piece_rows(et_plus, plan, id_of, dep_fields)
     for i, comm in plan.cpu_comm.items():  # CPU collectives: communication nodes on their measured thread
         node = et.nodes[i]
         node.comm_type, node.comm_size = kinds.collective_name(comm.comm_type), comm.comm_size
         node.pg_name, node.tid = pytorch_group_name(comm.pg_name or WORLD_GROUP_ID), et.tid[i]
-        node.sim_dur = _us(busy.sim[i])  # the part after the group's earlier collective (``cpu_comm``)
+        node.sim_dur = _us(float(busy.sim[i]))  # the part after the group's earlier collective (``cpu_comm``)
         if comm.seq is not None:
             node.comm_seq = comm.seq
     for k, node in enumerate(gpu_nodes):

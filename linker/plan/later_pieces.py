@@ -58,7 +58,7 @@ NO_OPS, NO_TIMES = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
 def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusive_of_op: list[float],
                  blocked_of: list[float], blocked_at: list[tuple[int, float, float]], n: int,
                  skip: frozenset = frozenset(), handoffs: list[tuple[int, float, float]] = ()
-                 ) -> tuple[list[float], Pieces]:
+                 ) -> tuple[np.ndarray, Pieces]:
     """Each op's exclusive time after its first child, as pieces a replay runs where they lay.
 
     A replay runs an op's busy time before its first child (which depends on it), but the measured
@@ -123,7 +123,7 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     kept = np.flatnonzero(lengths > 0.0)
     kept = kept[np.argsort(begins[kept], kind="stable")]
     pieces = Pieces(*(column[kept] for column in (owners, targets, begins, finishes, lengths)))
-    return deferred.tolist(), pieces
+    return deferred, pieces
 
 
 def _thread_pieces(timeline, parent: np.ndarray, op_end: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -167,17 +167,18 @@ class NodeFrames:
         self._ints = [_IntAttr(name) for name in TIME_SPLIT_ATTRS]
         self._causes: dict = {}  # the causes of a node's data dependencies -> their attribute
         self._durations: list[int] | None = None  # ``whole_microseconds`` of the busy times
+        self._busy: tuple[list[float], ...] | None = None  # blocked, host gap, deferred: ``_busy_lists``
         self._piece_threads: dict[int, bytes] = {}  # a thread -> a piece's ``is_cpu_op`` and ``tid``
         self._continues_head = int64_head("continues")
 
     def chunk(self, order) -> bytes:
         """The frames of the nodes in ``order``, joined."""
         et_plus, plan = self._et_plus, self._plan
-        et, busy = et_plus.et, plan.busy
+        et = et_plus.et
         nodes, ids, n, tids = et.nodes, et.ids, plan.cpu_count, et.tid
         gpu_nodes, gpu_links, comm_of, cpu_comm = et_plus.gpu_nodes, et_plus.gpu_links, plan.comm, plan.cpu_comm
         ctrl_of, data_deps, prev, waits = plan.ctrl, plan.data_deps, plan.prev, plan.waits
-        sim, blocked, host_gap = self._whole_us(), busy.blocked, busy.host_gap
+        sim, (blocked, host_gap, deferred) = self._whole_us(), self._busy_lists()
         parent_cause, order_cause = self._cause((PARENT,)), self._cause((THREAD_ORDER,))
         heads, causes_of, et_fields, attrs = self._heads, self._causes, self._et_fields, self.attrs
         flat, inputs, outputs, cpu_attrs = et.layout == FLAT, et_fields.inputs, et_fields.outputs, et_fields.cpu_attrs
@@ -189,7 +190,6 @@ class NodeFrames:
         else:
             fields_of = repeat(None)
         inclusive, exclusive, blocked_attr, gap_attr, deferred_attr = self._ints
-        deferred = busy.deferred
         inclusive_get, exclusive_get, blocked_get = inclusive.cache.get, exclusive.cache.get, blocked_attr.cache.get
         small, end, varint, pairs = SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, CONTINUED_PAIRS
         id_tag, ctrl_tag, data_tag, start_tag, duration_tag = _ID, _CTRL_DEPS, _DATA_DEPS, _START, _DURATION
@@ -313,8 +313,16 @@ class NodeFrames:
         if self._durations is None:
             busy, tid = self._plan.busy, self._et_plus.et.tid
             pieces = busy.pieces
-            self._durations = whole_microseconds(busy.sim + pieces.sim.tolist(), tid, pieces.owner.tolist())
+            self._durations = whole_microseconds(busy.sim.tolist() + pieces.sim.tolist(), tid, pieces.owner.tolist())
         return self._durations
+
+    def _busy_lists(self) -> tuple[list[float], ...]:
+        """The plan's blocked, host gap and deferred columns as lists (read a node at a time by
+        ``chunk``), made on first use."""
+        if self._busy is None:
+            busy = self._plan.busy
+            self._busy = busy.blocked.tolist(), busy.host_gap.tolist(), busy.deferred.tolist()
+        return self._busy
 
     def _piece_payload(self, j: int) -> bytes:
         """The ``Node`` of later piece j (``plan.later_pieces``): id, its op's name, ``COMP_NODE``,
