@@ -21,10 +21,6 @@ Cost: O(n + g + edges) after the plan.
 
 from __future__ import annotations
 
-from collections import deque
-from itertools import compress, repeat
-from operator import attrgetter, eq, gt, is_not
-
 import msgspec
 import numpy as np
 
@@ -101,53 +97,41 @@ def as_numbers(rounded: np.ndarray) -> list[float | int]:
     return numbers.tolist()
 
 
-def _set_all(nodes, name: str, values) -> None:
-    """Set attribute ``name`` of each node to its value (one C pass)."""
-    deque(map(setattr, nodes, repeat(name), values), maxlen=0)
-
-
-def _chain_deps(plan: DependencyPlan, id_of: list[int]) -> tuple[list[list[int]], list[tuple[str, ...]]]:
-    """``data_deps`` ids and causes of the CPU nodes from their thread chain alone (what
-    ``plan.data_deps`` gives a node without waits): the previous node, a parent or not. C passes
-    and a loop over the thread firsts; O(n)."""
-    n = plan.cpu_count
-    prev, ctrl = plan.prev[:n], plan.ctrl[:n]
-    ids = list(map(list, zip(map(id_of.__getitem__, prev))))  # [id], each a list of exactly one
-    causes = list(map((THREAD_ORDER_CAUSES, PARENT_CAUSES).__getitem__, map(eq, prev, ctrl)))
-    for i in compress(range(n), map(gt, repeat(0), prev)):  # a thread's first node: no previous
-        ids[i], causes[i] = [], ()
+def _chain_deps(prev, ctrl, id_of: list[int]) -> tuple[list[list[int]], list[tuple[str, ...]]]:
+    """``data_deps`` ids and causes of nodes from their thread chain alone (what ``plan.data_deps``
+    gives a node no other rule made wait): the node the thread ran before it, its parent or not;
+    nothing for a thread's first node. ``prev`` / ``ctrl``: the nodes' columns of the plan. O(n)."""
+    ids = [[id_of[p]] if p >= 0 else [] for p in prev]
+    causes = [() if p < 0 else PARENT_CAUSES if p == c else THREAD_ORDER_CAUSES for p, c in zip(prev, ctrl)]
     return ids, causes
 
 
 def _piece_rows(et_plus: EtPlus, plan: DependencyPlan, id_of: list[int], dep_fields) -> PieceRows | None:
-    """The later pieces as ET+ JSON rows (``link.etplus.PieceRows``), in the plan's piece order.
-    C passes over the columns; a piece's one dependency (the node the thread ran before it) is
-    read off the chain as ``_chain_deps`` reads the ops' (a piece another rule made wait: through
-    ``plan.data_deps``). O(pieces)."""
+    """The later pieces as ET+ JSON rows (``link.etplus.PieceRows``), in the plan's piece order: a
+    piece's one dependency is read off the chain as the ops' are (``_chain_deps``; a piece another
+    rule made wait: through ``plan.data_deps``). O(pieces)."""
     pieces = plan.busy.pieces
     count = len(pieces)
     if not count:
         return None
     et, start = et_plus.et, plan.piece_start
     every = range(count)
-    prev = plan.prev[start:]
-    deps = list(map(list, zip(map(id_of.__getitem__, prev))))
-    causes = list(map((THREAD_ORDER_CAUSES, PARENT_CAUSES).__getitem__, map(eq, prev, plan.ctrl[start:])))
+    deps, causes = _chain_deps(plan.prev[start:], plan.ctrl[start:], id_of)
     for j in [u - start for u in plan.waits if u >= start]:  # none as the rules stand
         deps[j], causes[j] = dep_fields(plan.data_deps(start + j))
-    gaps = us_at(pieces.host_gap, every)
     owners = pieces.owner.tolist()
     return PieceRows(
-        flat=et.layout == FLAT, ids=plan.piece_ids, names=list(map(et.names.__getitem__, owners)),
-        continues=list(map(et.ids.__getitem__, owners)), tids=list(map(et.tid.__getitem__, owners)),
+        flat=et.layout == FLAT, ids=plan.piece_ids, names=[et.names[i] for i in owners],
+        continues=[et.ids[i] for i in owners], tids=[et.tid[i] for i in owners],
         ts=us_at(pieces.begin, every), dur=us_at(pieces.end - pieces.begin, every),
-        host_gap=[gap or msgspec.UNSET for gap in gaps], sim=us_at(pieces.sim, every), data_deps=deps,
-        data_dep_causes=causes)
+        host_gap=[gap or msgspec.UNSET for gap in us_at(pieces.host_gap, every)], sim=us_at(pieces.sim, every),
+        data_deps=deps, data_dep_causes=causes)
 
 
 def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> DependencyPlan:
-    """Compute (or reuse) the plan and write the simulation fields onto the ET+ nodes. C passes
-    over the columns and the nodes; loops only over the nodes with waits, gaps or blocked time."""
+    """Compute (or reuse) the plan and write the simulation fields onto the ET+ nodes. A pass over
+    the nodes, array passes over the plan's columns, and loops over the nodes with waits, gaps,
+    blocked or deferred time. O(n + p + edges)."""
     plan = dependency_plan(et_plus, summary)
     et, busy, n = et_plus.et, plan.busy, plan.cpu_count
     gpu_nodes = et_plus.gpu_nodes
@@ -165,21 +149,20 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
             ids = [id_of[d] for d, _ in deps]
         return ids, shared_causes.setdefault(causes, causes)
 
-    dep_ids, dep_causes = _chain_deps(plan, id_of)
+    dep_ids, dep_causes = _chain_deps(plan.prev[:n], plan.ctrl[:n], id_of)
     for i in plan.waits:
         if i < n:
             dep_ids[i], dep_causes[i] = dep_fields(data_deps(i))
     nodes = et.nodes
-    _set_all(nodes, "data_deps", dep_ids)
-    _set_all(nodes, "data_dep_causes", dep_causes)
+    for node, ids, causes in zip(nodes, dep_ids, dep_causes):
+        node.data_deps, node.data_dep_causes = ids, causes
     # Linked nodes (a ``ts``) carry blocked_dur, host_gap_dur (0 when none) and sim_dur: sim is
     # exclusive where nothing is blocked, deferred, folded or a gap (its ``_us`` is then the
     # ``exclusive_dur`` the build wrote, as every other node's is its own ``_us``).
-    linked = list(compress(range(n), map(is_not, map(attrgetter("ts"), nodes), repeat(unset))))
-    linked_nodes = list(map(nodes.__getitem__, linked))
-    _set_all(linked_nodes, "blocked_dur", repeat(0))
-    _set_all(linked_nodes, "host_gap_dur", repeat(0))
-    _set_all(linked_nodes, "sim_dur", us_at(busy.sim, linked))
+    linked = [i for i, node in enumerate(nodes) if node.ts is not unset]
+    for i, sim in zip(linked, us_at(busy.sim, linked)):
+        node = nodes[i]
+        node.blocked_dur, node.host_gap_dur, node.sim_dur = 0, 0, sim
     at = np.flatnonzero(busy.blocked)
     for i, value in zip(at.tolist(), us_at(busy.blocked, at)):
         if nodes[i].ts is not unset:
@@ -191,7 +174,8 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
         if node.ts is unset:  # a worker's thread root: the time before its first op
             node.sim_dur = value
     at = np.flatnonzero(busy.deferred)  # a parent's exclusive time after its first child
-    _set_all(map(nodes.__getitem__, at.tolist()), "deferred_dur", us_at(busy.deferred, at))
+    for i, value in zip(at.tolist(), us_at(busy.deferred, at)):
+        nodes[i].deferred_dur = value
     et_plus.piece_rows = _piece_rows(et_plus, plan, id_of, dep_fields)
     for i, comm in plan.cpu_comm.items():  # CPU collectives: communication nodes on their measured thread
         node = et.nodes[i]

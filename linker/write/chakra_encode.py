@@ -32,9 +32,10 @@ chunk of output.
 
 from __future__ import annotations
 
-from itertools import accumulate, repeat
-from operator import sub
+from itertools import repeat
 from typing import Iterator
+
+import numpy as np
 
 from linker.model import et_def_pb2 as pb
 from linker.plan.comm import PROCESS_GROUP_INIT, WORLD_GROUP_ID, CommAttrs, is_int
@@ -100,7 +101,7 @@ def cpu_comm_attrs(tid: int, comm: CommAttrs) -> Iterator[AttrSpec]:
         yield "comm_seq", "int64_val", comm.seq
 
 
-def whole_microseconds(sim: list[float], tid: list[int], owners: list[int] = ()) -> list[int]:
+def whole_microseconds(sim, tid: list[int], owners=()) -> list[int]:
     """Each CPU node's busy time in whole µs, rounded as one running total over the nodes taken
     thread by thread (``tid``: threads by number, ET order within each), not one by one: a node's
     value is the rounded running total up to it less that up to the node before. ``sim`` holds the
@@ -108,25 +109,18 @@ def whole_microseconds(sim: list[float], tid: list[int], owners: list[int] = ())
     ``owners[j]``: each piece comes right after its op (its pieces in their order), so an op's
     nodes together are within 1 µs of its busy time too. Each value is within 1 µs of the node's
     own and never negative, and a thread's sum is within 1 µs of its total (rounding each node
-    alone can lose up to 0.5 µs a node, and many short ops lean one way). A stable sort by
-    thread, a running sum, a difference; O((n + p) log(n + p))."""
-    n = len(tid)
-    sequence: list[int] = list(range(n))
-    tids = tid
-    if owners:
-        tids = tid + [tid[owner] for owner in owners]
-        by_owner = sorted(range(len(owners)), key=owners.__getitem__)  # stable: each op's pieces in order
-        sequence = []
-        k = 0
-        for i in range(n):
-            sequence.append(i)
-            while k < len(by_owner) and owners[by_owner[k]] == i:
-                sequence.append(n + by_owner[k])
-                k += 1
-    order = sorted(sequence, key=tids.__getitem__)
-    running = list(map(round, accumulate(map(sim.__getitem__, order))))
-    whole = dict(zip(order, map(sub, running, [0] + running[:-1])))
-    return list(map(whole.__getitem__, range(len(sim))))
+    alone can lose up to 0.5 µs a node, and many short ops lean one way). Array passes: a sort
+    into that order, a running sum (added in order), rounding half to even as ``round`` does, a
+    difference; O((n + p) log(n + p))."""
+    n, p = len(tid), len(owners)
+    node = np.concatenate((np.arange(n), np.asarray(owners, dtype=np.int64)))  # the op of each value
+    is_piece = np.concatenate((np.zeros(n, dtype=np.int8), np.ones(p, dtype=np.int8)))
+    sequence = np.lexsort((is_piece, node))  # each op, then its pieces in their order
+    order = sequence[np.argsort(np.asarray(tid)[node][sequence], kind="stable")]
+    running = np.rint(np.cumsum(np.asarray(sim, dtype=np.float64)[order])).astype(np.int64)
+    whole = np.empty(n + p, dtype=np.int64)
+    whole[order] = np.diff(running, prepend=0)
+    return whole.tolist()
 
 
 class _IntAttr:
@@ -313,7 +307,7 @@ class NodeFrames:
         if self._durations is None:
             busy, tid = self._plan.busy, self._et_plus.et.tid
             pieces = busy.pieces
-            self._durations = whole_microseconds(busy.sim.tolist() + pieces.sim.tolist(), tid, pieces.owner.tolist())
+            self._durations = whole_microseconds(np.concatenate((busy.sim, pieces.sim)), tid, pieces.owner)
         return self._durations
 
     def _busy_lists(self) -> tuple[list[float], ...]:
