@@ -185,11 +185,11 @@ def _start_order(ops: list[int], starts: list[float], ends: list[float],
     """``ops`` sorted by (start, -end, id, index), and their starts: one sort by start, then each
     run of equal starts (integer-µs traces) by (-end, id, index). O(m log m); O(m) C passes for
     ops given in order of strictly increasing start (then left as they are)."""
-    at = list(map(starts.__getitem__, ops))
+    at = [starts[i] for i in ops]
     if all(map(lt, at, at[1:])):
         return list(ops), at
     ops = sorted(ops, key=starts.__getitem__)
-    at = list(map(starts.__getitem__, ops))
+    at = [starts[i] for i in ops]
     if all(map(lt, at, at[1:])):
         return ops, at
     run_start = run_end = None
@@ -217,11 +217,11 @@ def _timelines(et, starts: list[float], ends: list[float], linked: list[bool], r
     for i in roots:
         is_op[i] = False
     tid = et.tid
-    thread_order = list(dict.fromkeys(map(tid.__getitem__, compress(range(len(is_op)), is_op))))
+    thread_order = list(dict.fromkeys(tid[i] for i in compress(range(len(is_op)), is_op)))
     if near_start_order is None:
         ops = list(compress(range(len(is_op)), is_op))
     else:
-        ops = list(compress(near_start_order, map(is_op.__getitem__, near_start_order)))
+        ops = [i for i in near_start_order if is_op[i]]
     if len(thread_order) == 1:
         by_thread = {thread_order[0]: ops}
     else:
@@ -231,7 +231,7 @@ def _timelines(et, starts: list[float], ends: list[float], linked: list[bool], r
     timelines = {}
     for t, members in by_thread.items():
         members, member_starts = _start_order(members, starts, ends, et.ids)
-        timelines[t] = Timeline(members, member_starts, list(map(ends.__getitem__, members)))
+        timelines[t] = Timeline(members, member_starts, [ends[i] for i in members])
     return timelines
 
 
@@ -539,7 +539,7 @@ def _event_times(result) -> tuple[list[float], list[float]]:
     ts.append(math.nan)  # event -1: unlinked
     end.append(math.nan)
     event_of_op = result.match.event_of_op
-    return list(map(ts.__getitem__, event_of_op)), list(map(end.__getitem__, event_of_op))
+    return [ts[event] for event in event_of_op], [end[event] for event in event_of_op]
 
 
 def _sim_times(busy: BusyTimes, exclusive_of_op: list[float], linked: list[bool]) -> None:
@@ -776,4 +776,4 @@ def nesting_parent_ops(et_plus) -> list[int]:
     event_of_op = result.match.event_of_op
     op_of = _op_of_event(result) + [-1]  # [-1]: no event
     parent_event = list(result.parents) + [-1]
-    return list(map(op_of.__getitem__, map(parent_event.__getitem__, event_of_op)))
+    return [op_of[parent_event[event]] for event in event_of_op]

@@ -38,7 +38,6 @@ Cost: O(n) name checks plus one parse of the few collectives' inputs.
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import compress
 
 from linker.model import chakra_kinds as kinds
 from linker.plan.comm import (COLL, PARAM_COMMS_NAME, PYTORCH_WORLD_GROUP, CommAttrs, dtype_name, job_group_id,
@@ -160,8 +159,7 @@ def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
     collective_names = set(filter(is_cpu_collective_name, set(et.names)))  # a few hundred distinct names
     if not collective_names:
         return {}
-    named = compress(range(len(et.names)), map(collective_names.__contains__, et.names))
-    found = [i for i in named if match.event_of_op[i] >= 0]
+    found = [i for i, name in enumerate(et.names) if name in collective_names and match.event_of_op[i] >= 0]
     if not found:
         return {}
     groups = read_process_groups(et_plus)

@@ -24,8 +24,8 @@ from array import array
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass
-from itertools import accumulate, compress, islice, repeat
-from operator import countOf, eq, gt, le, lt, ne
+from itertools import compress, islice
+from operator import countOf, eq, lt
 
 import msgspec
 
@@ -72,7 +72,7 @@ def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary,
     the same answer)."""
     n = len(et.nodes)
     parents = _parent_indices(et, index_of_id)
-    for i in compress(range(n), map(NO_NODE.__eq__, parents)):
+    for i in np.flatnonzero(np.asarray(parents) == NO_NODE).tolist():
         if index_of_id.get(et.parent[i], NO_NODE) < 0 and et.names[i] not in PROCESS_ROOT_NAMES:
             summary.ctrl_deps_dropped += 1
     by_id = by_id if by_id is not None else id_order(et.ids)
@@ -133,16 +133,17 @@ def tree_order(et) -> TreeOrder:
 
 def _thread_chains(order: list[int], tid: list[int], total: int) -> array:
     """``prev`` of the CPU nodes: the previous node of the same thread in ``order`` (-1 for a
-    thread's first), for ``total`` nodes (the rest -1). A stable sort by thread, then one scatter."""
-    chains = sorted(order, key=tid.__getitem__)
-    previous = [NO_NODE] + chains[:-1]
-    counts = Counter(map(tid.__getitem__, order))
-    for start in accumulate([counts[t] for t in sorted(counts)][:-1], initial=0):
-        previous[start] = NO_NODE
-    prev = array("q", [NO_NODE]) * total
-    for u, p in zip(chains, previous):
-        prev[u] = p
-    return prev
+    thread's first), for ``total`` nodes (the rest -1). A stable sort by thread, then one scatter;
+    O(n log n)."""
+    nodes = np.asarray(order, dtype=np.int64)
+    threads = np.asarray(tid)[nodes]
+    by_thread = np.argsort(threads, kind="stable")
+    chains, threads = nodes[by_thread], threads[by_thread]
+    previous = np.concatenate(([NO_NODE], chains[:-1]))
+    previous[np.flatnonzero(threads[1:] != threads[:-1]) + 1] = NO_NODE  # each thread's first
+    prev = np.full(total, NO_NODE, dtype=np.int64)
+    prev[chains] = previous
+    return array("q", prev.tobytes())
 
 
 def _gpu_placement(et_plus: EtPlus) -> GpuPlacement:
@@ -161,9 +162,8 @@ def _time_keys(et_plus: EtPlus, placement: GpuPlacement, starts: list[float] | N
     nodes' start column the build gathered (``EtPlus.op_times``, NaN when unlinked), the same
     numbers as their ``ts`` (which has integral values as int) without a pass over the nodes."""
     if starts is not None:
-        keys = list(starts)
-        for i in compress(range(len(keys)), map(ne, keys, keys)):  # NaN: unlinked
-            keys[i] = -math.inf
+        keys = np.asarray(starts, dtype=np.float64)
+        keys = np.where(np.isnan(keys), -math.inf, keys).tolist()  # NaN: unlinked
     else:
         keys = [node.ts if node.ts is not msgspec.UNSET else -math.inf for node in et_plus.et.nodes]
     keys += placement.issue_ts
@@ -286,11 +286,12 @@ def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
     first = 0  # nodes from here on get their ctrl / prev edges checked
     if preorder is not None and _keeps_preorder(order, preorder):
         first = len(preorder)
-    late = set(compress(range(first, total), map(gt, map(at.__getitem__, ctrl[first:]), position[first:])))
-    late.update(compress(range(first, total), map(gt, map(at.__getitem__, prev[first:]), position[first:])))
+    place = np.append(np.asarray(position), NO_NODE)  # place[NO_NODE]: no edge
+    here = place[first:total]
+    late = set((first + np.flatnonzero((place[np.asarray(ctrl)[first:]] > here)
+                                       | (place[np.asarray(prev)[first:]] > here))).tolist())
     late.update(u for u, sources in extra.items() if any(position[d] > position[u] for d, _ in sources))
-    late.update(u for u in compress(range(first), map(le, repeat(first), prev[:first]))  # prev: a later piece
-                if position[prev[u]] > position[u])
+    late.update(u for u in range(first) if prev[u] >= first and position[prev[u]] > position[u])  # prev: a later piece
     if not late:
         return order, position
     order = _late_walk(order, at, late, ctrl, prev, keys, ids, extra)
@@ -308,7 +309,7 @@ def _late_walk(order: list[int], at: list[int], late: set[int], ctrl: array, pre
     held and none late are taken whole. O(n) C work plus Python work per late or held node and
     per node passed while some are held; raises RuntimeError on a cycle, as Kahn's does."""
     total = len(order)
-    stops = sorted(map(at.__getitem__, late))
+    stops = sorted(at[u] for u in late)
     out: list[int] = []
     held: set[int] = set()  # reached, not yet taken
     waiting: dict[int, list[int]] = {}  # node -> held nodes waiting for it
@@ -358,7 +359,7 @@ def _take(u: int, out: list[int], held: set[int], waiting: dict[int, list[int]],
 def _exclusive_of_ops(et_plus: EtPlus) -> list[float]:
     """Exclusive µs of each ET node (0 for unlinked nodes)."""
     exclusive = et_plus.result.exclusive + [0.0]  # event -1: unlinked
-    return list(map(exclusive.__getitem__, et_plus.result.match.event_of_op))
+    return [exclusive[event] for event in et_plus.result.match.event_of_op]
 
 
 def _comm_attrs(et_plus: EtPlus, resolver: CommResolver | None, summary: WriteSummary) -> list[CommAttrs | None]:
@@ -421,7 +422,7 @@ class OpParts:
         begins = pieces.begin.tolist()
         parts.piece_begin = dict(zip(range(start, start + count), begins))
         owners = pieces.owner.tolist()
-        for j in compress(range(count), map(wanted.__contains__, owners)):  # time order
+        for j in np.flatnonzero(np.isin(pieces.owner, list(wanted))).tolist():  # time order
             owner = owners[j]
             if owner not in parts.nodes:
                 parts.nodes[owner], parts.begins[owner] = [owner], [-math.inf]
@@ -589,10 +590,9 @@ def _count_causes(plan: DependencyPlan, counts: Counter) -> None:
     causes: list[str] = []
     for u in waits:
         causes.extend([cause for _, cause in plan.data_deps(u)])
-    cpu_prev, cpu_ctrl = prev[:n], ctrl[:n]
-    chained = n - cpu_prev.count(NO_NODE)
-    parents = countOf(map(eq, cpu_prev, cpu_ctrl), True)  # also counts prev == ctrl == -1
-    parents -= countOf(map(cpu_ctrl.__getitem__, compress(range(n), map(NO_NODE.__eq__, cpu_prev))), NO_NODE)
+    cpu_prev, cpu_ctrl = np.asarray(prev[:n]), np.asarray(ctrl[:n])
+    chained = int(np.count_nonzero(cpu_prev != NO_NODE))
+    parents = int(np.count_nonzero((cpu_prev == cpu_ctrl) & (cpu_prev != NO_NODE)))
     for u in waits:
         if u < n and prev[u] >= 0:
             chained -= 1

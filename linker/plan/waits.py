@@ -54,7 +54,7 @@ def _wait_context(et_plus: EtPlus, placement: GpuPlacement) -> WaitContext:
     for tid, ops in linked.items():
         ops.sort(key=et.ids.__getitem__)
         ops.sort(key=ts.__getitem__)  # stable: by (start, id), as ops came by index
-        starts[tid] = list(map(ts.__getitem__, ops))
+        starts[tid] = [ts[i] for i in ops]
     return WaitContext(
         placement,
         IssueIndex.build(placement.stream_key, placement.issue_ts),
