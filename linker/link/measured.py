@@ -31,8 +31,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from linker.read.et import FLAT
-
 SLACK_US = 1.0  # timestamps are rounded to the µs or ns: a child may seem to overhang its parent by that
 NO_NODE = -1
 
@@ -151,13 +149,5 @@ def apply_placement(et, placement: Placement) -> None:
     for i, t in placement.tid.items():
         et.tid[i] = t
         et.nodes[i].tid = t  # the ET+ JSON says where it ran (a nested node gets a flat ``tid``)
-    flat = et.layout == FLAT
     for i, p in placement.parent.items():
-        parent_id = et.ids[p]
-        et.parent[i] = parent_id
-        node = et.nodes[i]
-        if flat:
-            node.parent = parent_id
-        else:
-            node.ctrl_deps = parent_id
-    et._parent_index = None
+        et.set_parent(i, et.ids[p])

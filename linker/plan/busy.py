@@ -330,7 +330,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     et, result = et_plus.et, et_plus.result
     n = len(et.nodes)
     starts, ends = et_plus.op_times if et_plus.op_times is not None else _event_times(result)
-    linked = list(map(eq, starts, starts))  # not NaN
+    linked = (~np.isnan(np.asarray(starts, dtype=np.float64))).tolist()  # a measured start
     busy = BusyTimes(np.zeros(n), np.zeros(n), np.zeros(n))
     skew = clock_skew(et_plus.gpu_links) if et_plus.gpu_links else None
     busy.clock_skew = skew.summary() if skew is not None else {}

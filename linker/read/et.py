@@ -226,6 +226,17 @@ class ExecutionTrace:
             self._parent_index = parent_positions(self.parent, self.index_of_id())
         return self._parent_index
 
+    def set_parent(self, i: int, parent_id: int) -> None:
+        """Make node ``parent_id`` the parent of node i: the column, the node's own field (``parent``
+        in the flat layout, ``ctrl_deps`` in the nested one) and the cached parent index. O(1);
+        the index is made again on next use."""
+        self.parent[i] = parent_id
+        if self.layout == FLAT:
+            self.nodes[i].parent = parent_id
+        else:
+            self.nodes[i].ctrl_deps = parent_id
+        self._parent_index = None
+
     def threads(self) -> dict[int, list[int]]:
         """ET thread number -> op indices on that thread in start order (sorted by id). O(n log n)."""
         by_thread: dict[int, list[int]] = {}

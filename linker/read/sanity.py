@@ -86,15 +86,6 @@ def check_ids(et: ExecutionTrace) -> None:
                 raise TraceInputError(et.path, f"node {et.ids[i]}: {name} {value} does not fit in 64 bits")
 
 
-def _set_parent(et: ExecutionTrace, i: int, parent_id: int) -> None:
-    et.parent[i] = parent_id
-    node = et.nodes[i]
-    if et.layout == FLAT:
-        node.parent = parent_id
-    else:
-        node.ctrl_deps = parent_id
-
-
 def repair_parents(et: ExecutionTrace) -> ParentRepairs:
     """Re-attach nodes whose parent is unusable (self, missing, later id / cycle). O(nodes).
 
@@ -115,7 +106,7 @@ def repair_parents(et: ExecutionTrace) -> ParentRepairs:
         if i == process_root:
             if parent != node_id:
                 repairs.missing_parent.append(node_id)
-                _set_parent(et, i, node_id)
+                et.set_parent(i, node_id)
             continue
         kind = (repairs.self_parent if parent == node_id else
                 repairs.later_parent if parent in index else repairs.missing_parent)
@@ -128,9 +119,7 @@ def repair_parents(et: ExecutionTrace) -> ParentRepairs:
         if replacement is None:
             raise TraceInputError(et.path, f"node {node_id}: parent {parent} is unusable "
                                   "(itself, absent or a later node) and the ET has no process root to attach it to")
-        _set_parent(et, i, et.ids[replacement])
-    if repairs.total() and hasattr(et, "_parent_index"):
-        et._parent_index = None  # the cached parent index was built from the old parents
+        et.set_parent(i, et.ids[replacement])
     return repairs
 
 
