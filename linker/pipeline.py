@@ -89,7 +89,7 @@ def read_pair(et_path, kineto_path, schedule: Schedule | None = None):
     under any ``schedule`` (default ``Schedule.serial()``)."""
     inputs = read_inputs(et_path, kineto_path, schedule or Schedule.serial())
     try:
-        inputs.kineto.cpu_events  # taken from a child before it goes
+        inputs.kineto.decode_cpu_events()  # taken from the child before it goes
     finally:
         _cancel(inputs.child)
     return inputs[:3]

@@ -184,6 +184,11 @@ class KinetoTrace:
         """False while the CPU events are pending (given encoded, not read since)."""
         return isinstance(self.__dict__["_cpu_events"], list)
 
+    def decode_cpu_events(self) -> None:
+        """Decode pending CPU events now (``PendingCpuEvents``: held by a child process that is
+        about to go), so that ``cpu_events`` no longer needs it. O(n) once; nothing afterwards."""
+        _get_cpu_events(self)
+
     def has_record_function_ids(self) -> bool:
         """True when some CPU event has a non-zero ``Record function id`` (0 means unknown)."""
         return any(self.cpu_columns().rf_id)
