@@ -98,6 +98,14 @@ class WriteSummary:
     seconds: float = 0.0
 
 
+def chain_cause(prev: int, ctrl: int) -> str:
+    """The cause of a CPU node's (or later piece's) dependency on ``prev``, the node its thread ran
+    just before it: ``parent`` when that is its parent (``ctrl``), else ``thread_order``. The one
+    statement of the rule: ``DependencyPlan.data_deps``, the ET+ JSON's fields and the ``.et``
+    encoder all read it here."""
+    return PARENT if prev == ctrl else THREAD_ORDER
+
+
 @dataclass
 class DependencyPlan:
     """Dependencies of every node in one numbering: ET node i is i, GPU node k is n + k, later
@@ -140,7 +148,7 @@ class DependencyPlan:
         """(source node, cause) of every data dependency of u, in the order written."""
         p = self.prev[u]
         if u < self.cpu_count or self.is_piece(u):
-            deps = [(p, PARENT if p == self.ctrl[u] else THREAD_ORDER)] if p >= 0 else []
+            deps = [(p, chain_cause(p, self.ctrl[u]))] if p >= 0 else []
         else:
             deps = [(self.ctrl[u], LAUNCH)] if self.ctrl[u] >= 0 and u not in self.launchless else []
             if p >= 0:

@@ -27,7 +27,7 @@ import numpy as np
 from linker.model import chakra_kinds as kinds
 from linker.plan.comm import WORLD_GROUP_ID
 from linker.read.et import FLAT
-from linker.plan.dependency_plan import PARENT, THREAD_ORDER, DependencyPlan, WriteSummary
+from linker.plan.dependency_plan import PARENT, THREAD_ORDER, DependencyPlan, WriteSummary, chain_cause
 from linker.plan.deps import dependency_plan
 from linker.link.etplus import EtPlus, PieceRows, as_number
 
@@ -38,7 +38,7 @@ def pytorch_group_name(group_id: str) -> str:
 
 
 SAMPLE = 32768  # values looked at to choose how a column is made (``us_at``)
-PARENT_CAUSES, THREAD_ORDER_CAUSES = (PARENT,), (THREAD_ORDER,)  # one tuple each for every chain node
+CHAIN_CAUSES = {PARENT: (PARENT,), THREAD_ORDER: (THREAD_ORDER,)}  # one tuple each for every chain node
 
 
 def _us(value: float) -> float | int:
@@ -102,7 +102,7 @@ def _chain_deps(prev, ctrl, id_of: list[int]) -> tuple[list[list[int]], list[tup
     gives a node no other rule made wait): the node the thread ran before it, its parent or not;
     nothing for a thread's first node. ``prev`` / ``ctrl``: the nodes' columns of the plan. O(n)."""
     ids = [[id_of[p]] if p >= 0 else [] for p in prev]
-    causes = [() if p < 0 else PARENT_CAUSES if p == c else THREAD_ORDER_CAUSES for p, c in zip(prev, ctrl)]
+    causes = [CHAIN_CAUSES[chain_cause(p, c)] if p >= 0 else () for p, c in zip(prev, ctrl)]
     return ids, causes
 
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from linker.model import et_def_pb2 as pb
 from linker.plan.comm import PROCESS_GROUP_INIT, WORLD_GROUP_ID, CommAttrs, is_int
-from linker.plan.dependency_plan import PARENT, THREAD_ORDER
+from linker.plan.dependency_plan import PARENT, THREAD_ORDER, chain_cause
 from linker.read.et import FLAT, UNSET
 from linker.write.chakra_attrs import MAX_CACHED_VALUES, AttrEncoder, AttrSpec, int64_attr, int64_head
 from linker.write.chakra_fields import EtOnlyFields
@@ -173,7 +173,7 @@ class NodeFrames:
         gpu_nodes, gpu_links, comm_of, cpu_comm = et_plus.gpu_nodes, et_plus.gpu_links, plan.comm, plan.cpu_comm
         ctrl_of, data_deps, prev, waits = plan.ctrl, plan.data_deps, plan.prev, plan.waits
         sim, (blocked, host_gap, deferred) = self._whole_us(), self._busy_lists()
-        parent_cause, order_cause = self._cause((PARENT,)), self._cause((THREAD_ORDER,))
+        chain_causes = {cause: self._cause((cause,)) for cause in (PARENT, THREAD_ORDER)}
         heads, causes_of, et_fields, attrs = self._heads, self._causes, self._et_fields, self.attrs
         flat, inputs, outputs, cpu_attrs = et.layout == FLAT, et_fields.inputs, et_fields.outputs, et_fields.cpu_attrs
         plain_attrs = attrs.cpu_attr_bytes
@@ -235,7 +235,7 @@ class NodeFrames:
             # data_deps and their causes (written last)
             d = prev[u]
             if et_op and u not in waits:  # the thread's previous op or none: ``plan.data_deps`` inlined
-                causes = (parent_cause if d == p else order_cause) if d >= 0 else b""
+                causes = chain_causes[chain_cause(d, p)] if d >= 0 else b""
             else:
                 deps = data_deps(u)
                 d = deps[0][0] if len(deps) == 1 else -1
@@ -339,7 +339,7 @@ class NodeFrames:
         else:  # the node the thread ran before it
             d = plan.prev[u]
             data = varint(plan.node_id(d, et.ids, self._et_plus.gpu_nodes))
-            causes = (PARENT,) if d == plan.ctrl[u] else (THREAD_ORDER,)
+            causes = (chain_cause(d, plan.ctrl[u]),)
         parts += (_DATA_DEPS, varint(len(data)), data)
         begin = round(pieces.begin[j])
         if begin > 0:
