@@ -162,6 +162,7 @@ class NodeFrames:
         self._causes: dict = {}  # the causes of a node's data dependencies -> their attribute
         self._durations: list[int] | None = None  # ``whole_microseconds`` of the busy times
         self._busy: tuple[list[float], ...] | None = None  # blocked, host gap, deferred: ``_busy_lists``
+        self._pieces: tuple[list[int], ...] | None = None  # ``_piece_micros``
         self._piece_threads: dict[int, bytes] = {}  # a thread -> a piece's ``is_cpu_op`` and ``tid``
         self._continues_head = int64_head("continues")
 
@@ -318,6 +319,17 @@ class NodeFrames:
             self._busy = busy.blocked.tolist(), busy.host_gap.tolist(), busy.deferred.tolist()
         return self._busy
 
+    def _piece_micros(self) -> tuple[list[int], ...]:
+        """The later pieces' op, and their start, span and following host gap in whole µs (rounded
+        half to even, as ``round``; -1: no gap), as lists read a piece at a time, made on first
+        use."""
+        if self._pieces is None:
+            pieces = self._plan.busy.pieces
+            gap = np.where(pieces.host_gap > 0, np.rint(pieces.host_gap), -1)
+            self._pieces = tuple(column.astype(np.int64).tolist() for column in (
+                pieces.owner, np.rint(pieces.begin), np.rint(pieces.end - pieces.begin), gap))
+        return self._pieces
+
     def _piece_payload(self, j: int) -> bytes:
         """The ``Node`` of later piece j (``plan.later_pieces``): id, its op's name, ``COMP_NODE``,
         the op as ``ctrl_deps``, its dependency, its measured start, its busy time, then
@@ -325,8 +337,9 @@ class NodeFrames:
         ``inclusive_dur_micros`` (where it lay), ``host_gap_micros`` when a host gap follows it,
         and the dependency's cause (cached)."""
         plan, et = self._plan, self._et_plus.et
-        pieces, u = plan.busy.pieces, plan.piece_start + j
-        owner = pieces.owner[j]
+        u = plan.piece_start + j
+        owners, begins, spans, gaps = self._piece_micros()
+        owner = owners[j]
         name, owner_id, tid = et.names[owner], et.ids[owner], et.tid[owner]
         head = self._heads.get(name) or self._head(name, cpu_node_type_of(name))
         varint = encode_varint
@@ -341,7 +354,7 @@ class NodeFrames:
             data = varint(plan.node_id(d, et.ids, self._et_plus.gpu_nodes))
             causes = (chain_cause(d, plan.ctrl[u]),)
         parts += (_DATA_DEPS, varint(len(data)), data)
-        begin = round(pieces.begin[j])
+        begin = begins[j]
         if begin > 0:
             parts += (_START, varint(begin))
         duration = self._whole_us()[len(et.ids) + j]
@@ -352,11 +365,10 @@ class NodeFrames:
             thread = self._piece_threads[tid] = self.attrs.encode_all((("is_cpu_op", "bool_val", True),
                                                                          ("tid", "int64_val", tid)))
         inclusive = self._ints[0]
-        t = round(pieces.end[j] - pieces.begin[j])
+        t = spans[j]
         parts += (thread, int64_attr(self._continues_head, owner_id), inclusive.cache.get(t) or inclusive.miss(t))
-        gap = pieces.host_gap[j]
-        if gap > 0:
-            t = round(gap)
+        t = gaps[j]
+        if t >= 0:
             gap_attr = self._ints[3]
             parts.append(gap_attr.cache.get(t) or gap_attr.miss(t))
         parts.append(self._causes.get(causes) or self._cause(causes))
