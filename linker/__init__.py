@@ -85,7 +85,7 @@ def write_et_plus(result: "LinkResult", output: str | os.PathLike,
     as wait nodes, as ``et-link`` writes it) or "explained" (left out). Returns the
     ``PairOutcome`` (``.report``, ``.output``). Write a result once."""
     from linker.pipeline import write_linked
-    from linker.sim.engine import check_waits
+    from linker.model.waits import check_waits
     from linker.sim.file_waits import add_file_waits
 
     check_waits(waits)

@@ -293,7 +293,7 @@ def main_command(
 
 
 def _check_waits(waits: str) -> None:
-    from linker.sim.engine import check_waits
+    from linker.model.waits import check_waits
 
     try:
         check_waits(waits)
@@ -302,11 +302,16 @@ def _check_waits(waits: str) -> None:
 
 
 def _write_file_waits(outcome, waits: str, schedule: Schedule) -> int:
-    """The output's measured waits written into it (``sim.file_waits``); a failure in one line."""
-    from linker.sim.file_waits import add_file_waits
+    """The output's measured waits written into it (``sim.file_waits``, imported only when the
+    output needs them); a failure in one line."""
+    from linker.model.waits import wants_file_waits
+
+    if not wants_file_waits(outcome, waits):
+        return 0
+    from linker.sim.file_waits import write_file_waits
 
     try:
-        return add_file_waits(outcome, waits, schedule)
+        return write_file_waits(outcome.output, schedule)
     except EtLinkError as err:
         fail(f"{err} (the output was written without its measured waits)", EXIT_INPUT)
 

@@ -41,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 import linker  # noqa: E402
 from linker.link.recipe import LinkOptions  # noqa: E402
 from linker.pipeline import link_pair  # noqa: E402
-from linker.sim.engine import ASTRA_SIM, LANES, MEASURED_WAITS  # noqa: E402
+from linker.model.waits import MEASURED_WAITS  # noqa: E402
+from linker.sim.engine import ASTRA_SIM, LANES  # noqa: E402
 from linker.sim.file_waits import add_file_waits  # noqa: E402
 
 BOUNDS = {ASTRA_SIM: (0.95, 1.05), LANES: (0.97, 1.03)}

@@ -16,8 +16,9 @@ import orjson
 from linker.model.errors import OptionError, TraceInputError
 from linker.plan.rank_start import MEASURED, RANK_STARTS, delay_positions
 from linker.schedule import Schedule
-from linker.sim.engine import (MEASURED_WAITS, MODELS, Scale, check_waits, file_wait_nodes, measured_holds,
-                               measured_release, replay, what_if_holds)
+from linker.model.waits import MEASURED_WAITS, check_waits
+from linker.sim.engine import (MODELS, Scale, file_wait_nodes, measured_holds, measured_release, replay,
+                               what_if_holds)
 from linker.sim.graph import SimGraph
 from linker.sim.hints import lanes_hints
 from linker.sim.job import JobInputs, read_comm_groups, resolve_inputs

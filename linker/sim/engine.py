@@ -64,18 +64,7 @@ from linker.sim.unheld import gpu_waits, host_waits
 
 ASTRA_SIM, LANES = "astra-sim", "lanes"
 MODELS = (ASTRA_SIM, LANES)
-# ``et-link simulate --waits``: replay the measured waits no dependency explains (``measured_holds``)
-# or leave them out (the graph's own prediction).
-MEASURED_WAITS, EXPLAINED_WAITS = "measured", "explained"
-WAITS = (MEASURED_WAITS, EXPLAINED_WAITS)
 
-
-def check_waits(value: str) -> str:
-    """``value`` when it is a known ``--waits`` rule (``simulate``'s, and the link's and batch's:
-    ``file_waits``); raises OptionError otherwise."""
-    if value not in WAITS:
-        raise OptionError(f"unknown --waits {value!r}; choose one of {', '.join(WAITS)}")
-    return value
 
 # Why a node's start is what it is (``Replay.cause_kind``).
 CAUSE_NONE, CAUSE_DEPENDENCY, CAUSE_UNIT, CAUSE_PEER = 0, 1, 2, 3

@@ -28,7 +28,8 @@ from bisect import bisect_left
 from itertools import accumulate
 
 from linker.schedule import Schedule
-from linker.sim.engine import ASTRA_SIM, MEASURED_WAITS, Scale, check_waits, measured_holds, replay
+from linker.model.waits import wants_file_waits
+from linker.sim.engine import ASTRA_SIM, Scale, measured_holds, replay
 from linker.sim.graph import CPU, GPU, NO_TIME, SimGraph
 from linker.sim.load import load_graph
 from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes
@@ -124,6 +125,6 @@ def add_file_waits(outcome, waits: str, schedule: Schedule | None = None) -> int
     """After a link (``pipeline.PairOutcome``, its ``et_plus`` still held): write the output's
     measured waits into it when ``waits`` is "measured" and the output has GPU or communication
     ops (module docstring); returns the wait nodes written. ``schedule``: ``write_file_waits``'."""
-    if check_waits(waits) != MEASURED_WAITS or outcome.et_plus is None or not outcome.et_plus.gpu_nodes:
+    if not wants_file_waits(outcome, waits):
         return 0
     return write_file_waits(outcome.output, schedule)
