@@ -36,13 +36,13 @@ class Pieces:
     host time between ops that follows the piece (``busy``), and ``sim[j]``: its busy time plus
     that gap, what a replay holds the CPU for (both set by ``busy``)."""
 
-    owner: np.ndarray = field(default_factory=lambda: NO_OPS)
-    after: np.ndarray = field(default_factory=lambda: NO_OPS)
-    begin: np.ndarray = field(default_factory=lambda: NO_TIMES)
-    end: np.ndarray = field(default_factory=lambda: NO_TIMES)
-    length: np.ndarray = field(default_factory=lambda: NO_TIMES)
-    host_gap: np.ndarray = field(default_factory=lambda: NO_TIMES)
-    sim: np.ndarray = field(default_factory=lambda: NO_TIMES)
+    owner: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    after: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    begin: np.ndarray = field(default_factory=lambda: np.empty(0))
+    end: np.ndarray = field(default_factory=lambda: np.empty(0))
+    length: np.ndarray = field(default_factory=lambda: np.empty(0))
+    host_gap: np.ndarray = field(default_factory=lambda: np.empty(0))
+    sim: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     def __len__(self) -> int:
         return len(self.owner)
