@@ -370,18 +370,8 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
         _host_gaps(busy, timeline, gap_waits if tid == busy.main_tid else None, burst_firsts)
     launches = [(link.et_index, link.launch.ts, link.event.ts) for link in et_plus.gpu_links
                 if link.launch is not None and link.et_index >= 0]
-    handoffs = list(launches)
     parent_op = nesting_parent_ops(et_plus)
-    forked_in_gaps: list[float] = []
-    for source, target, cause in busy.cross:  # forks: the main thread's stretch running at the burst's start
-        if cause == FORK and linked[target]:
-            running = _running_at(source, starts[target], parent_op, starts, ends)
-            if running >= 0:
-                handoffs.append((running, starts[target], starts[target]))
-            else:
-                forked_in_gaps.append(starts[target])
-    for (_, waiter), resumed in busy.resumed_at.items():  # joins: cut the waiting op where it resumed
-        handoffs.append((waiter, resumed, resumed))
+    handoffs, forked_in_gaps = _handoffs(busy, launches, parent_op, starts, ends, linked)
     busy.deferred, busy.pieces = later_pieces(timelines.values(), parent_op, ends,
                                               exclusive_of_op, busy.blocked, blocked_at, n,
                                               frozenset(collectives or ()), handoffs)
@@ -392,6 +382,28 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     _split_gaps_at_late_launches(busy, timelines, launches, ends)
     _sim_times(busy, exclusive_of_op, linked)
     return busy
+
+
+def _handoffs(busy: BusyTimes, launches: list[tuple[int, float, float]], parent_op: list[int],
+              starts: list[float], ends: list[float], linked: list[bool]
+              ) -> tuple[list[tuple[int, float, float]], list[float]]:
+    """Where each op handed work off (``later_pieces``' ``handoffs``: op, where, where the work
+    began): its launches; for a fork, the main thread's stretch running at the burst's start
+    (``_running_at``); for a join into the op the main thread waited in, that op where it resumed.
+    Also the starts of the bursts forked in a host gap (no op running then). O(launches + cross
+    edges x depth)."""
+    handoffs = list(launches)
+    forked_in_gaps: list[float] = []
+    for source, target, cause in busy.cross:
+        if cause == FORK and linked[target]:
+            running = _running_at(source, starts[target], parent_op, starts, ends)
+            if running >= 0:
+                handoffs.append((running, starts[target], starts[target]))
+            else:
+                forked_in_gaps.append(starts[target])
+    for (_, waiter), resumed in busy.resumed_at.items():
+        handoffs.append((waiter, resumed, resumed))
+    return handoffs, forked_in_gaps
 
 
 def _running_at(op: int, t: float, parent_op: list[int], starts: list[float], ends: list[float]) -> int:

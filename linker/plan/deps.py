@@ -31,7 +31,7 @@ import msgspec
 
 import numpy as np
 
-from linker.plan.busy import compute_busy
+from linker.plan.busy import BusyTimes, compute_busy
 from linker.plan.comm import CommAttrs, CommResolver, is_comm_kernel
 from linker.plan.cpu_comm import cpu_collectives, hold_for_measured_duration, lost_issuers
 from linker.plan.dependency_plan import (COLLECTIVE_ORDER, LAUNCH, NO_NODE, PARENT, STREAM_ORDER, THREAD_ORDER,
@@ -512,6 +512,30 @@ def _thread_pieces(ctrl: array, prev: array, pieces, n: int, start: int) -> None
     prev.frombytes(piece_prev.tobytes())
 
 
+def _handoff_edges(et_plus: EtPlus, busy: BusyTimes, parts: OpParts, ctrl: array, prev: array,
+                   op_starts: list[float]) -> dict[int, list[tuple[int, str]]]:
+    """The dependencies that cross threads or come from a later piece, by target: each fork or
+    join from what its source's thread had run by then (``OpParts.ran_before``; a join into the
+    op the main thread waited in goes to its part after the wait), unless the chain already holds
+    it; a GPU op launched from a later piece of its op depends on that piece (``launch``).
+    O(cross edges + GPU ops), a bisect each."""
+    n = len(et_plus.et.nodes)
+    extra: dict[int, list[tuple[int, str]]] = {}
+    for source, target, cause in busy.cross:
+        resumed = busy.resumed_at.get((source, target))
+        source = parts.ran_before(source, op_starts[target] if resumed is None else resumed)
+        if resumed is not None:
+            target = parts.after(target, resumed)
+        if source != target and source != prev[target] and source != ctrl[target]:
+            extra.setdefault(target, []).append((source, cause))
+    for k, link in enumerate(et_plus.gpu_links if parts else ()):
+        if link.launch is not None:
+            part = parts.before(link.et_index, link.launch.ts)
+            if part != link.et_index:
+                extra.setdefault(n + k, []).append((part, LAUNCH))
+    return extra
+
+
 def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommResolver | None = None,
                       tree: TreeOrder | None = None) -> DependencyPlan:
     """ctrl / thread-chain / launcher / stream / fork-join / collective dependencies, the write
@@ -549,19 +573,7 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommReso
     launchers = {link.et_index for link in et_plus.gpu_links if link.launch is not None}
     parts = OpParts.of(pieces, n + g, prev, launchers | {source for source, _, _ in busy.cross}
                        | {waiter for _, waiter in busy.resumed_at})
-    extra: dict[int, list[tuple[int, str]]] = {}
-    for source, target, cause in busy.cross:
-        resumed = busy.resumed_at.get((source, target))
-        source = parts.ran_before(source, op_starts[target] if resumed is None else resumed)  # what it had run by then
-        if resumed is not None:  # a join into the op the main thread waited in: its part after the wait
-            target = parts.after(target, resumed)
-        if source != target and source != prev[target] and source != ctrl[target]:
-            extra.setdefault(target, []).append((source, cause))
-    for k, link in enumerate(et_plus.gpu_links if parts else ()):  # a launch in a later piece: from there
-        if link.launch is not None:
-            part = parts.before(link.et_index, link.launch.ts)
-            if part != link.et_index:
-                extra.setdefault(n + k, []).append((part, LAUNCH))
+    extra = _handoff_edges(et_plus, busy, parts, ctrl, prev, op_starts)
     plan = DependencyPlan(n, ctrl, prev, extra, busy, _comm_attrs(et_plus, resolver, summary),
                           frozenset(n + k for k, link in enumerate(et_plus.gpu_links) if link.before_trace),
                           cpu_comm)

@@ -133,10 +133,10 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
     the nodes, array passes over the plan's columns, and loops over the nodes with waits, gaps,
     blocked or deferred time. O(n + p + edges)."""
     plan = dependency_plan(et_plus, summary)
-    et, busy, n = et_plus.et, plan.busy, plan.cpu_count
+    et, n = et_plus.et, plan.cpu_count
     gpu_nodes = et_plus.gpu_nodes
     id_of = et.ids + [node.id for node in gpu_nodes] + plan.piece_ids  # node id of each plan index
-    data_deps, unset = plan.data_deps, msgspec.UNSET
+    data_deps = plan.data_deps
     shared_causes: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     def dep_fields(deps: list[tuple[int, str]]) -> tuple[list[int], tuple[str, ...]]:
@@ -153,12 +153,25 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
     for i in plan.waits:
         if i < n:
             dep_ids[i], dep_causes[i] = dep_fields(data_deps(i))
-    nodes = et.nodes
-    for node, ids, causes in zip(nodes, dep_ids, dep_causes):
+    for node, ids, causes in zip(et.nodes, dep_ids, dep_causes):
         node.data_deps, node.data_dep_causes = ids, causes
-    # Linked nodes (a ``ts``) carry blocked_dur, host_gap_dur (0 when none) and sim_dur: sim is
-    # exclusive where nothing is blocked, deferred, folded or a gap (its ``_us`` is then the
-    # ``exclusive_dur`` the build wrote, as every other node's is its own ``_us``).
+    _busy_fields(et.nodes, plan.busy)
+    et_plus.piece_rows = _piece_rows(et_plus, plan, id_of, dep_fields)
+    _cpu_comm_fields(et, plan)
+    for k, node in enumerate(gpu_nodes):
+        node.sim_dur = node.dur
+        node.data_deps, node.data_dep_causes = dep_fields(data_deps(n + k))
+        _gpu_comm_fields(node, plan.comm[k] if plan.comm else None)
+    return plan
+
+
+def _busy_fields(nodes, busy) -> None:
+    """Linked nodes (a ``ts``) carry blocked_dur, host_gap_dur (0 when none) and sim_dur: sim is
+    exclusive where nothing is blocked, deferred, folded or a gap (its ``_us`` is then the
+    ``exclusive_dur`` the build wrote, as every other node's is its own ``_us``); deferred_dur
+    where > 0; an unlinked node with a host gap (a worker's thread root: the time before its first
+    op) carries it as its sim_dur. A pass over the nodes, then over those with each time."""
+    unset = msgspec.UNSET
     linked = [i for i, node in enumerate(nodes) if node.ts is not unset]
     for i, sim in zip(linked, us_at(busy.sim, linked)):
         node = nodes[i]
@@ -171,32 +184,36 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
     for i, value in zip(at.tolist(), us_at(busy.host_gap, at)):
         node = nodes[i]
         node.host_gap_dur = value
-        if node.ts is unset:  # a worker's thread root: the time before its first op
+        if node.ts is unset:
             node.sim_dur = value
     at = np.flatnonzero(busy.deferred)  # a parent's exclusive time after its first child
     for i, value in zip(at.tolist(), us_at(busy.deferred, at)):
         nodes[i].deferred_dur = value
-    et_plus.piece_rows = _piece_rows(et_plus, plan, id_of, dep_fields)
-    for i, comm in plan.cpu_comm.items():  # CPU collectives: communication nodes on their measured thread
+
+
+def _cpu_comm_fields(et, plan: DependencyPlan) -> None:
+    """CPU collectives: communication nodes on their measured thread, their sim_dur the part after
+    the group's earlier collective (``cpu_comm``)."""
+    for i, comm in plan.cpu_comm.items():
         node = et.nodes[i]
         node.comm_type, node.comm_size = kinds.collective_name(comm.comm_type), comm.comm_size
         node.pg_name, node.tid = pytorch_group_name(comm.pg_name or WORLD_GROUP_ID), et.tid[i]
-        node.sim_dur = _us(float(busy.sim[i]))  # the part after the group's earlier collective (``cpu_comm``)
+        node.sim_dur = _us(float(plan.busy.sim[i]))
         if comm.seq is not None:
             node.comm_seq = comm.seq
-    for k, node in enumerate(gpu_nodes):
-        node.sim_dur = node.dur
-        node.data_deps, node.data_dep_causes = dep_fields(data_deps(n + k))
-        comm = plan.comm[k] if plan.comm else None
-        if comm is None or comm.node_type == kinds.COMP_NODE:
-            continue
-        if comm.comm_type is not None:
-            node.comm_type = kinds.collective_name(comm.comm_type)
-        node.comm_size = comm.comm_size
-        if node.pg_name is msgspec.UNSET:  # PyTorch's name, as Kineto's "Process Group Name"
-            node.pg_name = pytorch_group_name(comm.pg_name or WORLD_GROUP_ID)
-        if comm.comm_src is not None:
-            node.comm_src = comm.comm_src
-        if comm.comm_dst is not None:
-            node.comm_dst = comm.comm_dst
-    return plan
+
+
+def _gpu_comm_fields(node, comm) -> None:
+    """A resolved communication kernel's fields (``comm``: its ``CommAttrs``; None or a compute
+    node: nothing)."""
+    if comm is None or comm.node_type == kinds.COMP_NODE:
+        return
+    if comm.comm_type is not None:
+        node.comm_type = kinds.collective_name(comm.comm_type)
+    node.comm_size = comm.comm_size
+    if node.pg_name is msgspec.UNSET:  # PyTorch's name, as Kineto's "Process Group Name"
+        node.pg_name = pytorch_group_name(comm.pg_name or WORLD_GROUP_ID)
+    if comm.comm_src is not None:
+        node.comm_src = comm.comm_src
+    if comm.comm_dst is not None:
+        node.comm_dst = comm.comm_dst
