@@ -25,6 +25,7 @@ import msgspec
 import numpy as np
 
 from linker.model import chakra_kinds as kinds
+from linker.model.rounding import round_3
 from linker.plan.comm import WORLD_GROUP_ID
 from linker.read.et import FLAT
 from linker.plan.dependency_plan import PARENT, THREAD_ORDER, DependencyPlan, WriteSummary, chain_cause
@@ -62,28 +63,6 @@ def us_at(values, at) -> list[float | int]:
         distinct, inverse = np.unique(picked, return_inverse=True)
         return np.array(as_numbers(round_3(distinct)), dtype=object)[inverse].tolist()
     return as_numbers(round_3(picked))
-
-
-def round_3(x: np.ndarray) -> np.ndarray:
-    """``round(v, 3)`` of each finite value, exactly as Python rounds it: the double nearest
-    ``k / 1000``, k the integer nearest ``1000 v`` (ties to even) on v's exact binary value.
-
-    Worked in integers: v = N * 2^(e-53) with N an integer below 2^53 (``frexp``), so
-    1000 v = 125 N / 2^(50-e) and k is that quotient rounded. From 2^43 on a value is its own
-    rounding (its neighbours lie 2^-9 > 0.001 away: epoch µs timestamps); below 2^-13, 1000 v
-    rounds to 0. O(n)."""
-    mantissa, exponent = np.frexp(x)
-    numerator = np.ldexp(mantissa, 53).astype(np.int64) * 125  # |.| < 2^60
-    shift = np.clip(50 - exponent, 7, 62).astype(np.int64)  # 7 from 2^43 up, 62 below 2^-12
-    quotient = numerator >> shift  # floor division by 2^shift
-    remainder = numerator - (quotient << shift)
-    half = np.left_shift(1, shift - 1)
-    k = quotient + ((remainder > half) | ((remainder == half) & (quotient % 2 == 1)))
-    rounded = k / 1000.0  # |k| < 2^53: exact, and the division rounds once
-    rounded[np.abs(x) < 2.0 ** -13] = 0.0
-    own = np.abs(x) >= 2.0 ** 43
-    rounded[own] = x[own]
-    return rounded
 
 
 def as_numbers(rounded: np.ndarray) -> list[float | int]:
