@@ -39,3 +39,19 @@ def test_only_an_et_output_loads_protobuf(tmp_path, pair, suffix, loads):
               "print('google.protobuf' in sys.modules)")
     shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT)
     assert shown.stdout.strip() == str(loads)
+
+
+def test_a_cpu_only_json_link_by_the_command_loads_no_replay_protobuf_or_numpy_ma(tmp_path):
+    """The command's own steps around the link (checking ``--waits``, the wait step, which has no
+    work on a CPU-only output) load neither the replay, nor the protobuf reader, nor ``numpy.ma``
+    (which ``np.unique`` without index outputs pulls in): the command run in a fresh process
+    under ``-X importtime``, which names every module imported (the command ends the process
+    itself, so nothing after it could print them)."""
+    pair = ROOT / "tests" / "fixtures" / "ddp_gloo"
+    args = ["--et-file", str(pair / "host.0.json.gz"), "--kineto-file", str(pair / "device.0.json.gz"),
+            "-o", str(tmp_path / "out.json"), "--quiet"]
+    run = subprocess.run([sys.executable, "-X", "importtime", "-c", "from linker.cli import main; main()", *args],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert (tmp_path / "out.json").stat().st_size > 0 and "linker.plan.deps" in imported
+    assert not {"google.protobuf", "linker.sim.engine", "linker.sim.load", "numpy.ma"} & imported

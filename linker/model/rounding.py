@@ -30,5 +30,5 @@ def round_3(x: np.ndarray) -> np.ndarray:
     k = quotient + ((remainder > half) | ((remainder == half) & (quotient % 2 == 1)))
     near = k / 1000.0  # |k| < 2^53: exact, and the division rounds once
     near[np.abs(values) < 2.0 ** -13] = 0.0
-    rounded[small] = near
+    rounded[small] = np.copysign(near, values)  # a negative value rounding to 0 gives -0.0, as round does
     return rounded
