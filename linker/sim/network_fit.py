@@ -178,8 +178,8 @@ class NetworkFit:
             found.append(f"the fitted network misses the measured collectives by {100 * self.aggregate_error:+.1f}% "
                          f"in aggregate, {100 * self.mean_abs_error:.1f}% on average")
         if found:
-            found.append("for one rank of a multi-rank job, link every rank with et-link batch --format et: the "
-                         "fit then sees the whole job; or give --astra-bandwidth / --astra-latency")
+            found.append("where the files hold one or some of a job's ranks, link every rank with et-link batch "
+                         "--format et (the fit then sees the whole job); or give --astra-bandwidth / --astra-latency")
         return found
 
 
