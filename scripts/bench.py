@@ -390,7 +390,8 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=48)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=1, help="rounds of measurements (medians are printed)")
-    parser.add_argument("--forms", default="plain,gzip", help="input forms to measure: plain, gzip or both")
+    parser.add_argument("--forms", default="plain,gzip", help="input forms to measure: plain, gzip, or plain,gzip "
+                        "(the default: both)")
     parser.add_argument("--tricks", action="store_true", help="measure each speed decision (paired runs)")
     parser.add_argument("--methods", default="", help="also check these linking methods' accuracy, "
                         "e.g. exact,approximate")
@@ -404,6 +405,8 @@ def main() -> int:
         args.et, args.kineto = capture(args.capture, args.torch_python, args.layers, args.steps)
     if not (args.et and args.kineto):
         parser.error("give --et and --kineto, or --capture DIR")
+    if not {"plain", "gzip"} & set(args.forms.split(",")):
+        parser.error(f"--forms {args.forms!r}: name plain, gzip or both (plain,gzip)")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="et-link-bench."))
     work.mkdir(parents=True, exist_ok=True)
     try:
