@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from itertools import accumulate, compress
-from operator import attrgetter, not_
+from itertools import accumulate
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +169,7 @@ def _splice_json(data, heads: list[_JsonNodeHead], offset_us: int) -> list | boo
     caller then decodes the document. O(bytes): two C decodes (the nodes' heads, their raw texts),
     C passes over the nodes, a Python step per node that changes."""
     ids_column = list(map(_ID, heads))
-    if not all(map(int.__instancecheck__, ids_column)):
+    if not all(isinstance(node_id, int) for node_id in ids_column):
         return None
     old = [k for k, h in enumerate(heads) if h.name == DELAY_NODE_NAME]
     if (heads[old[0]].sim_dur if old else 0) == offset_us:
@@ -179,7 +179,7 @@ def _splice_json(data, heads: list[_JsonNodeHead], offset_us: int) -> list | boo
     if opening < 0 or len(raws) != len(heads):
         return None
     first = opening + len(_NODES_OPEN)  # the first node's first byte
-    starts = list(accumulate(map((1).__add__, map(len, raws)), initial=first))  # node k at starts[k]
+    starts = list(accumulate((len(raw) + 1 for raw in raws), initial=first))  # node k at starts[k] (a "," after each)
     closing = starts[-1] - 1  # the list's "]", when nothing lies between its items
     view = memoryview(data)
     if bytes(view[closing:closing + 1]) != b"]" or view[first:first + len(raws[0])] != memoryview(raws[0]):
@@ -192,8 +192,8 @@ def _splice_json(data, heads: list[_JsonNodeHead], offset_us: int) -> list | boo
         if k not in edited and isinstance(deps, list) and delay_id in deps:
             edited[k] = node = orjson.loads(bytes(raws[k]))
             _drop_delay_edge(node, delay_id)
-    roots = [k for k in compress(range(len(heads)), map(not_, map(_DATA_DEPS, heads)))
-             if k not in edited and _is_root(getattr(heads[k], parent_key), heads[k].id, ids)]
+    roots = [k for k, head in enumerate(heads)
+             if not head.data_deps and k not in edited and _is_root(getattr(head, parent_key), head.id, ids)]
     roots = sorted(roots + [k for k, node in edited.items() if node is not None and not node.get("data_deps")
                             and _is_root(node.get(parent_key), node["id"], ids)])
     items: list = []  # the new list's items: the delay node, runs of nodes kept as written, changed nodes

@@ -199,9 +199,10 @@ def _encoded(events: list[KinetoEvent], chunk_events: int) -> Iterator[bytes]:
         chunk = events[start:start + chunk_events]
         args = list(map(_ARGS, chunk))
         positions = [i for i, d in enumerate(map(_INPUT_DIMS, args)) if d is not _NO_DIMS]
-        carried = list(map(args.__getitem__, positions))
+        carried = [args[i] for i in positions]
         dims = b"[" + b",".join(map(_INPUT_DIMS, carried)) + b"]"
-        deque(map(force_setattr, carried, repeat("input_dims"), repeat(_NO_DIMS)), maxlen=0)
+        for event_args in carried:
+            force_setattr(event_args, "input_dims", _NO_DIMS)
         yield encode(_Chunk(chunk, positions, dims))
 
 
@@ -329,7 +330,7 @@ def nesting_from_wire(n: int, data) -> CpuNesting:
     # The parents as ``nest_cpu_events`` makes them, one int object per parent, not one per event.
     ints = list(range(n))
     ints.append(-1)  # ints[-1]: the top level's -1
-    parents = list(map(ints.__getitem__, parents))
+    parents = [ints[p] for p in parents]
     del ints
     return CpuNesting(parents, exclusive.tolist(), ends, rounded.tolist())
 

@@ -212,7 +212,7 @@ class GraphBuilder:
                              (self.start, start), (self.measured_dur, measured_dur), (self.dep_ids, dep_ids))
         for column, more in taken_as_they_are:
             column.extend(more)
-        self.lane.extend(array("q", map(renumber.__getitem__, lane)))
+        self.lane.extend(array("q", [renumber[k] for k in lane]))
         self.dep_causes.update((u + offset, causes) for u, causes in dep_causes.items())
         self.comm.update((u + offset, info) for u, info in comm.items())
         self.host_gap.update((u + offset, us) for u, us in gaps.items())
