@@ -40,9 +40,7 @@ import contextlib
 import operator
 import os
 from array import array
-from collections import deque
 from collections.abc import Iterator
-from itertools import repeat
 from typing import NamedTuple
 
 import msgspec
@@ -242,9 +240,10 @@ def _events(part) -> list[KinetoEvent]:
     """The events of an encoded ``_Chunk``, their ``Input Dims`` put back (views into its JSON
     array of dims, split by one decode)."""
     chunk = _CHUNK.decode(part)
-    args = map(_ARGS, map(chunk.events.__getitem__, chunk.dims_at))
-    deque(map(force_setattr, args, repeat("input_dims"), _RAW_LIST.decode(chunk.dims)), maxlen=0)
-    return chunk.events
+    events = chunk.events
+    for k, dims in zip(chunk.dims_at, _RAW_LIST.decode(chunk.dims)):
+        force_setattr(events[k].args, "input_dims", dims)
+    return events
 
 
 class PendingEvents:
