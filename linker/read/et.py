@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import eq, not_
+from operator import eq
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -180,12 +180,11 @@ class ExecutionTrace:
 
     def op_indices(self) -> list[int]:
         """Indices of all nodes that are ops (everything but the process and thread roots).
-        Computed once (O(n), C passes); do not modify the returned list."""
+        Computed once (O(n)); do not modify the returned list."""
         if self._op_indices is None:
             roots = self.root_positions()
             if len(roots) > 64:
-                is_op = map(not_, map(ROOT_NAMES.__contains__, self.names))
-                self._op_indices = list(compress(range(len(self.names)), is_op))
+                self._op_indices = [i for i, name in enumerate(self.names) if name not in ROOT_NAMES]
             else:  # the usual few roots: taken out of all indices
                 self._op_indices = list(range(len(self.names)))
                 for root in reversed(roots):
@@ -193,10 +192,10 @@ class ExecutionTrace:
         return self._op_indices
 
     def root_positions(self) -> list[int]:
-        """Indices of the process and thread roots, in node order. Computed once (O(n), C passes);
-        do not modify the returned list."""
+        """Indices of the process and thread roots, in node order. Computed once (O(n)); do not
+        modify the returned list."""
         if self._root_positions is None:
-            self._root_positions = list(compress(range(len(self.names)), map(ROOT_NAMES.__contains__, self.names)))
+            self._root_positions = [i for i, name in enumerate(self.names) if name in ROOT_NAMES]
         return self._root_positions
 
     def process_root(self) -> int:
