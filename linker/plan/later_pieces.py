@@ -181,19 +181,15 @@ def _own_parts(timelines, parent: np.ndarray, op_end: np.ndarray,
     parts: dict[int, tuple[float, float]] = {}
     for timeline in timelines:
         ops = np.asarray(timeline.ops, dtype=np.int64)
-        starts = np.asarray(timeline.starts, dtype=np.float64)
-        own_end = op_end[ops]
-        parents = parent[ops]
-        first_child = np.unique(parents, return_index=True)[1]  # each parent's first child, in start order
-        with_children = parents[first_child] >= 0
-        position_of = dict(zip(ops.tolist(), range(len(ops))))
-        for parent_op, child_at in zip(parents[first_child][with_children].tolist(),
-                                       first_child[with_children].tolist()):
-            at = position_of.get(parent_op)
-            if at is not None:
-                own_end[at] = min(own_end[at], starts[child_at])
         wanted = np.flatnonzero(np.isin(ops, handing))
-        parts.update(zip(ops[wanted].tolist(), zip(starts[wanted].tolist(), own_end[wanted].tolist())))
+        if not len(wanted):
+            continue
+        starts = np.asarray(timeline.starts, dtype=np.float64)
+        parents, first_child = np.unique(parent[ops], return_index=True)  # each parent's first child here
+        handed = ops[wanted]
+        k = np.minimum(np.searchsorted(parents, handed), len(parents) - 1)
+        own_end = np.where(parents[k] == handed, np.minimum(op_end[handed], starts[first_child[k]]), op_end[handed])
+        parts.update(zip(handed.tolist(), zip(starts[wanted].tolist(), own_end.tolist())))
     return parts
 
 
