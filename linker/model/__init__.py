@@ -7,6 +7,8 @@
 | ``columns`` | small operations over plain columns (lists of a million entries), with their loops in C |
 | ``output`` | ``Output``: an ET+ output's path, format and compression, decided once |
 | ``units`` | times and counts in words people read |
+| ``rounding`` | ``round_3``: Python's ``round(x, 3)`` over a numpy column, value for value (the ET+ JSON's ns rounding) |
+| ``waits`` | the ``--waits`` choice (measured / explained) and whether an output needs the wait step, light to import |
 | ``machine`` | what the machine has: the memory still available |
 | ``progress`` | ``StageProgress``: the stages of one long command on stderr |
 | ``chakra_kinds`` | Chakra's node types and collective kinds as plain ints (a JSON run loads no protobuf) |
