@@ -23,6 +23,7 @@ from linker import __version__
 
 from linker.schedule import Schedule, process_exit
 from linker.model.errors import EtLinkError, MismatchedPairError, OptionError, TraceInputError
+from linker.model.waits import MEASURED_WAITS, WAITS, check_waits, wants_file_waits
 from linker.model.exit_status import (
     EXIT_BELOW_MIN_LINKED,
     EXIT_BROKEN_PIPE,
@@ -63,7 +64,7 @@ MaxInflatedOption = Annotated[Optional[str], typer.Option(
     "--max-inflated", metavar="SIZE", help="Refuse a gzip input that inflates past SIZE (e.g. 8G; default: half "
     "of the memory available), before memory runs out.")]
 FileWaitsOption = Annotated[str, typer.Option(
-    "--waits", metavar=_choices(("measured", "explained")),
+    "--waits", metavar=_choices(WAITS),
     help="measured: an output with GPU ops carries, as wait nodes with their cause, the measured waits no "
     "dependency explains (an op that started after everything it depends on had finished), so that "
     "ASTRA-sim and et-link simulate replay the step as measured (docs/fidelity.md); explained: the graph's "
@@ -258,7 +259,7 @@ def main_command(
     min_linked: Optional[float] = typer.Option(
         None, "--min-linked", metavar="PCT", help="Exit with status 6 when less than PCT % of the ET ops "
         "are linked (the outputs are still written)."),
-    waits: FileWaitsOption = "measured",
+    waits: FileWaitsOption = MEASURED_WAITS,
     max_inflated: MaxInflatedOption = None,
     log_level: LogLevelOption = "WARNING",
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary and no progress bar on stderr."),
@@ -293,8 +294,6 @@ def main_command(
 
 
 def _check_waits(waits: str) -> None:
-    from linker.model.waits import check_waits
-
     try:
         check_waits(waits)
     except OptionError as err:
@@ -304,8 +303,6 @@ def _check_waits(waits: str) -> None:
 def _write_file_waits(outcome, waits: str, schedule: Schedule) -> int:
     """The output's measured waits written into it (``sim.file_waits``, imported only when the
     output needs them); a failure in one line."""
-    from linker.model.waits import wants_file_waits
-
     if not wants_file_waits(outcome, waits):
         return 0
     from linker.sim.file_waits import write_file_waits
@@ -441,7 +438,7 @@ def batch_command(
     pid_ranks: Optional[str] = typer.Option(None, "--pid-ranks", metavar="PID:RANK,...", help="One Nsight "
                                             "Systems file holding every rank: the rank of each process, e.g. "
                                             "4242:0,4243:1 (default: pid order)."),
-    waits: FileWaitsOption = "measured",
+    waits: FileWaitsOption = MEASURED_WAITS,
     network: str = typer.Option("", "--network", metavar="bandwidth=RATE[,latency=TIME][,medium=bus|links]",
                                 help="A what-if link answered in summary.json, as et-link simulate DIR --network "
                                 "answers it (docs/whatif.md); the job's fitted network is there anyway (--format et)."),

@@ -282,7 +282,6 @@ def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
     order = _id_order(ids, cpu_by_id)
     order.sort(key=keys.__getitem__)
     position = _inverse(order)
-    at = position.tolist() + [NO_NODE]  # at[-1]: no edge
     first = 0  # nodes from here on get their ctrl / prev edges checked
     if preorder is not None and _keeps_preorder(order, preorder):
         first = len(preorder)
@@ -294,7 +293,7 @@ def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
     late.update(u for u in range(first) if prev[u] >= first and position[prev[u]] > position[u])  # prev: a later piece
     if not late:
         return order, position
-    order = _late_walk(order, at, late, ctrl, prev, keys, ids, extra)
+    order = _late_walk(order, place.tolist(), late, ctrl, prev, keys, ids, extra)
     return order, _inverse(order)
 
 
