@@ -79,3 +79,30 @@ def linked_once(tmp_path_factory):
         return _LINKED[key]
 
     return link
+
+
+_DLRM_BATCHES: dict[str, tuple] = {}
+
+
+@pytest.fixture(scope="session")
+def dlrm_batch(tmp_path_factory):
+    """``batch(rank_start="measured")``: the 8-rank param_dlrm job linked by ``run_batch`` to JSON
+    (default options) once per test process; returns (its summary, its output folder). Tests read
+    the folder and never change it (each such batch costs seconds); skips without the traces."""
+    import io
+
+    from linker.batch import BatchConfig, run_batch
+
+    def batch(rank_start: str = "measured"):
+        source = SHARED_TRACES / "param_dlrm"
+        if not source.is_dir():
+            pytest.skip(shared_reason(source))
+        if rank_start not in _DLRM_BATCHES:
+            out = tmp_path_factory.mktemp("dlrm_batch") / "out"
+            summary = run_batch(BatchConfig(str(source / "rank*.et.json.gz"), str(source / "rank*.kineto.json.gz"),
+                                            out, rank_start=rank_start), progress_stream=io.StringIO(),
+                                interactive=False)
+            _DLRM_BATCHES[rank_start] = (summary, out)
+        return _DLRM_BATCHES[rank_start]
+
+    return batch

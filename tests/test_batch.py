@@ -409,21 +409,17 @@ def test_small_helpers(tmp_path):
 # --- the real job (param_dlrm, 8 ranks) ---------------------------------------------------------
 
 
-def test_param_dlrm_batch_matches_single_pair_runs(tmp_path):
+def test_param_dlrm_batch_matches_single_pair_runs(tmp_path, dlrm_batch):
     """The job linked by ``batch`` is its single pairs linked by ``et-link``: with ``--rank-start
     zero`` byte for byte; with the measured start, the same plus a delay node before the process
     root of each rank that began after the first. Three ranks are also linked alone (the first to
     start, the last, and one between); the other five are held to the zero-start batch."""
-    if not DLRM.is_dir():
-        pytest.skip(shared_reason(DLRM))
-    out = tmp_path / "out"
-    summary = quiet_run(BatchConfig(str(DLRM / "rank*.et.json.gz"), str(DLRM / "rank*.kineto.json.gz"), out))
+    summary, out = dlrm_batch()
     assert [r.rank for r in summary.ranks] == list(range(8))
     assert all(r.status == "linked" for r in summary.ranks)
-    zero = quiet_run(BatchConfig(str(DLRM / "rank*.et.json.gz"), str(DLRM / "rank*.kineto.json.gz"), tmp_path / "zero",
-                                 rank_start="zero"))
+    zero, zero_out = dlrm_batch("zero")
     assert all(r.status == "linked" for r in zero.ranks)
-    zero_bytes = {rank: (tmp_path / "zero" / f"rank{rank}_plus.json").read_bytes() for rank in range(8)}
+    zero_bytes = {rank: (zero_out / f"rank{rank}_plus.json").read_bytes() for rank in range(8)}
     for rank in (1, 3, 7):  # --rank-start zero: byte for byte the single pair's output, its measured waits written in
         single = link_pair(DLRM / f"rank{rank}.et.json.gz", DLRM / f"rank{rank}.kineto.json.gz", tmp_path / "s.json")
         assert add_file_waits(single, "measured") > 0

@@ -3,6 +3,7 @@ memory far below its inflated size (``read.files.inflate_limit``; ``--max-inflat
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import subprocess
@@ -21,15 +22,22 @@ INFLATED = 256 << 20  # what each bomb inflates to
 LIMIT = 8 << 20
 
 
-def bomb(path: Path, members: int = 1) -> Path:
-    """``INFLATED`` bytes of a JSON-looking text in ``members`` gzip members (several members: the
-    trailer gives the last one's size only, so no size is known before inflating)."""
+@functools.cache
+def _bomb_bytes(members: int) -> bytes:
+    """The bytes of ``bomb``: made once per member count in a test process (each is seconds of
+    deflating)."""
     piece = b" " * (INFLATED // members // 16)
     out = bytearray()
     for _ in range(members):
         deflate = zlib.compressobj(9, zlib.DEFLATED, 31)
         out += b"".join(deflate.compress(piece) for _ in range(16)) + deflate.flush()
-    path.write_bytes(bytes(out))
+    return bytes(out)
+
+
+def bomb(path: Path, members: int = 1) -> Path:
+    """``INFLATED`` bytes of a JSON-looking text in ``members`` gzip members (several members: the
+    trailer gives the last one's size only, so no size is known before inflating)."""
+    path.write_bytes(_bomb_bytes(members))
     assert path.stat().st_size < INFLATED // 500
     return path
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, SHARED_TRACES, shared_reason
+from conftest import FIXTURES, SHARED_TRACES
 from linker.batch import BatchConfig, run_batch
 from linker.plan.rank_start import measured_offsets
 
@@ -143,26 +143,18 @@ def test_ddp_gloo_batch_delay_nodes_by_value(tmp_path):
     assert sorted(expected) == [0, 1, 2, 3]
 
 
-def test_param_dlrm_batch_delay_nodes_by_value(tmp_path):
-    source = SHARED_TRACES / "param_dlrm"
-    if not (source / "rank0.kineto.json.gz").is_file():
-        pytest.skip(shared_reason(source))
-    traces = tmp_path / "in"
-    traces.mkdir()
-    for path in sorted(source.glob("rank*.json.gz")):
-        shutil.copyfile(path, traces / path.name)
-    summary = run_batch(BatchConfig(str(traces / "rank*.et.json.gz"), str(traces / "rank*.kineto.json.gz"),
-                                    tmp_path / "out", workers=2, fmt="json"),
-                        progress_stream=io.StringIO(), interactive=False)
+def test_param_dlrm_batch_delay_nodes_by_value(dlrm_batch):
+    summary, out = dlrm_batch()
     expected = _check_delay_nodes(summary)
     assert sorted(expected) == list(range(8))
     # the ranks start up to ~7.5 ms apart (docs/rank-start.md): the latest rank's offset is that
     assert 7000 <= max(expected.values()) <= 8000
     # each rank's earliest ET+ ts is a measured time of its own Kineto file
+    source = SHARED_TRACES / "param_dlrm"
     for rank in range(8):
-        kineto = json.loads(gzip.decompress((traces / f"rank{rank}.kineto.json.gz").read_bytes()))
+        kineto = json.loads(gzip.decompress((source / f"rank{rank}.kineto.json.gz").read_bytes()))
         starts = {float(e["ts"]) for e in kineto["traceEvents"] if e.get("ph") == "X" and "ts" in e}
-        first = _span(_nodes(tmp_path / "out" / f"rank{rank}_plus.json"))[0]
+        first = _span(_nodes(out / f"rank{rank}_plus.json"))[0]
         assert first in starts, f"rank {rank}"
 
 
