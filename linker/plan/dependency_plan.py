@@ -34,11 +34,15 @@ CAUSES = (THREAD_ORDER, PARENT, LAUNCH, STREAM_ORDER, EVENT_WAIT, SYNC, FORK, JO
 
 @dataclass
 class GpuPlacement:
-    """Per GPU node k: its (device, stream), issue (launch) time and issuing Kineto thread."""
+    """Per GPU node k: its (device, stream), issue (launch) time and issuing Kineto thread.
+    ``before_trace``: the GPU nodes launched before the trace began (no launch event: their issue
+    time here is their own start, which orders them on their stream; they were issued before any
+    call of the trace)."""
 
     stream_key: list[tuple]
     issue_ts: list[float]
     issue_thread: list[tuple | None]
+    before_trace: frozenset[int] = frozenset()
 
 
 @dataclass

@@ -147,13 +147,15 @@ def _thread_chains(order: list[int], tid: list[int], total: int) -> array:
 
 
 def _gpu_placement(et_plus: EtPlus) -> GpuPlacement:
-    stream_key, issue_ts, issue_thread = [], [], []
-    for node, link in zip(et_plus.gpu_nodes, et_plus.gpu_links):
+    stream_key, issue_ts, issue_thread, before_trace = [], [], [], []
+    for k, (node, link) in enumerate(zip(et_plus.gpu_nodes, et_plus.gpu_links)):
         stream_key.append((node.device, node.stream))
         launch = link.launch
         issue_ts.append(launch.ts if launch is not None else link.event.ts)
         issue_thread.append((launch.pid, launch.tid) if launch is not None else None)
-    return GpuPlacement(stream_key, issue_ts, issue_thread)
+        if link.before_trace:
+            before_trace.append(k)
+    return GpuPlacement(stream_key, issue_ts, issue_thread, frozenset(before_trace))
 
 
 def _time_keys(et_plus: EtPlus, placement: GpuPlacement, starts: list[float] | None = None) -> list[float]:
@@ -574,7 +576,7 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommReso
                        | {waiter for _, waiter in busy.resumed_at})
     extra = _handoff_edges(et_plus, busy, parts, ctrl, prev, op_starts)
     plan = DependencyPlan(n, ctrl, prev, extra, busy, _comm_attrs(et_plus, resolver, summary),
-                          frozenset(n + k for k, link in enumerate(et_plus.gpu_links) if link.before_trace),
+                          frozenset(n + k for k in placement.before_trace),
                           cpu_comm)
     ids = et.ids + [node.id for node in gpu_nodes] if g else list(et.ids)
     if len(pieces):

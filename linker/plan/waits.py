@@ -33,11 +33,12 @@ class WaitContext:
     by_thread: IssueIndex
     by_thread_stream: IssueIndex
     thread_streams: dict[tuple, list[tuple]]
+    issue_ts: list[float]  # per GPU node: its issue time, -inf when launched before the trace
     linked_starts: dict[int, list[float]]  # ET tid -> linked op start times, sorted
     linked_ops: dict[int, list[int]]  # ET tid -> linked ET indices in that order
 
 
-def _wait_context(et_plus: EtPlus, placement: GpuPlacement) -> WaitContext:
+def _wait_context(et_plus: EtPlus, placement: GpuPlacement, first_call: float) -> WaitContext:
     et = et_plus.et
     threads = placement.issue_thread
     pairs = [(t, s) if t is not None else None for t, s in zip(threads, placement.stream_key)]
@@ -55,13 +56,32 @@ def _wait_context(et_plus: EtPlus, placement: GpuPlacement) -> WaitContext:
         ops.sort(key=et.ids.__getitem__)
         ops.sort(key=ts.__getitem__)  # stable: by (start, id), as ops came by index
         starts[tid] = [ts[i] for i in ops]
+    issue_ts = _issued_in_trace_order(placement, first_call)
     return WaitContext(
         placement,
-        IssueIndex.build(placement.stream_key, placement.issue_ts),
-        IssueIndex.build(list(threads), placement.issue_ts),
-        IssueIndex.build(pairs, placement.issue_ts),
-        thread_streams, starts, linked,
+        IssueIndex.build(placement.stream_key, issue_ts),
+        IssueIndex.build(list(threads), issue_ts),
+        IssueIndex.build(pairs, issue_ts),
+        thread_streams, issue_ts, starts, linked,
     )
+
+
+def _issued_in_trace_order(placement: GpuPlacement, first_call: float) -> list[float]:
+    """Issue times for the wait lookups: an op launched before the trace was issued before every
+    call in it, so a synchronize waits for it too (its placement time, its own start, can lie long
+    after the call began: a device synchronize at the start of a step waits for the previous
+    step's kernels still running). Such ops move back together, in their order, to before both
+    ``first_call`` (the earliest wait call) and the first op launched in the trace. O(g)."""
+    issue_ts = list(placement.issue_ts)
+    early = placement.before_trace
+    if not early:
+        return issue_ts
+    first = min(min((t for k, t in enumerate(issue_ts) if k not in early), default=first_call), first_call)
+    shift = max(issue_ts[k] for k in early) - first + 1.0
+    if shift > 0:
+        for k in early:
+            issue_ts[k] -= shift
+    return issue_ts
 
 
 def _waited_on(call, kind: str, ctx: WaitContext) -> list[int]:
@@ -85,8 +105,8 @@ def _waited_on(call, kind: str, ctx: WaitContext) -> list[int]:
         if stream == waiting:
             continue
         k = ctx.by_thread_stream.last_before((thread, stream), t)
-        if k >= 0 and ctx.placement.issue_ts[k] > latest:
-            latest, source_stream = ctx.placement.issue_ts[k], stream
+        if k >= 0 and ctx.issue_ts[k] > latest:
+            latest, source_stream = ctx.issue_ts[k], stream
     k = ctx.by_stream.last_before(source_stream, t) if source_stream is not None else NO_NODE
     return [k] if k >= 0 else []
 
@@ -167,7 +187,7 @@ def _recorded_before(et_plus: EtPlus, ctx: WaitContext, k: int, j: int) -> int:
         return k
     key = ctx.placement.stream_key[k]
     members = ctx.by_stream.nodes[key]
-    position = bisect_right(ctx.by_stream.times[key], ctx.placement.issue_ts[k]) - 1
+    position = bisect_right(ctx.by_stream.times[key], ctx.issue_ts[k]) - 1
     while position >= 0 and members[position] != k:
         position -= 1
     position -= 1
@@ -190,7 +210,7 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
         if calls:
             summary.waits_skipped["no GPU op to wait on"] += len(calls)
         return
-    ctx = _wait_context(et_plus, placement)
+    ctx = _wait_context(et_plus, placement, min((call.ts for call in calls), default=math.inf))
     n, et = plan.cpu_count, et_plus.et
     for call, waiter in zip(calls, ops_covering(et_plus, calls)):
         summary.wait_calls[call.name] += 1
