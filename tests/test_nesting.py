@@ -22,17 +22,21 @@ from linker.link.report import nesting_violations
 
 
 def exclusive_durations(events: list[KinetoEvent], parents: list[int]) -> list[float]:
-    """Per event: ``dur`` less the union of its children's time inside it (>= 0), for any
-    ``parents`` (children in start order). One pass, O(n)."""
-    exclusive = [e.dur for e in events]
+    """Per event: its time up to its end or its parent's (clipped) end, whichever comes first,
+    less the union of its children's time inside it (>= 0), for any ``parents`` (parents before
+    children, children in start order). One pass, O(n)."""
+    ends = [e.ts + e.dur for e in events]
+    for i, p in enumerate(parents):
+        if p >= 0 and ends[i] > ends[p]:
+            ends[i] = ends[p]
+    exclusive = [e.dur if ends[i] == e.ts + e.dur else ends[i] - e.ts for i, e in enumerate(events)]
     covered_until = [e.ts for e in events]  # per parent: end of the children's union so far
     for i, event in enumerate(events):
         p = parents[i]
         if p < 0:
             continue
-        parent = events[p]
         start = max(event.ts, covered_until[p])
-        end = min(event.ts + event.dur, parent.ts + parent.dur)
+        end = ends[i]
         if end > start:
             exclusive[p] -= end - start
             covered_until[p] = end
@@ -64,9 +68,25 @@ def test_touching_ends_and_clipped_children():
     events = [KinetoEvent(name=n, pid=1, tid=1, ts=ts, dur=dur) for n, ts, dur in [
         ("parent", 0.0, 10.0), ("a", 2.0, 3.0), ("b", 5.0, 0.0), ("c", 5.0, 7.0), ("d", 12.0, 1.0)]]
     nesting = nest_cpu_events(events)
-    # b (zero-length, at a's end) is a's child; c starts at a's end: a's sibling, clipped at 10.
+    # b (zero-length, at a's end) is a's child; c starts at a's end: a's sibling, clipped at 10,
+    # for its parent's exclusive time and its own.
     assert nesting.parents == [-1, 0, 1, 0, -1]
-    assert nesting.exclusive == [10.0 - 3.0 - 5.0, 3.0, 0.0, 7.0, 1.0]
+    assert nesting.exclusive == [10.0 - 3.0 - 5.0, 3.0, 0.0, 5.0, 1.0]
+
+
+def test_an_event_that_outlasts_its_parent_encloses_nothing_after_the_parent_returned():
+    """The shape of a public MTIA trace: an asynchronous collective's record (``hccl:all_to_all``)
+    starts inside the call that issued it and ends 2.5 s later, when the work completed; the
+    thread meanwhile returned from the call and ran the forward pass. The forward is the step's
+    child, not the collective's, and the collective's own time ends with its caller's."""
+    events = [KinetoEvent(name=n, pid=1, tid=1, ts=ts, dur=dur) for n, ts, dur in [
+        ("step", 0.0, 1000.0), ("alltoall_base", 10.0, 40.0), ("hccl:all_to_all", 30.0, 900.0),
+        ("record", 35.0, 5.0), ("forward", 60.0, 800.0), ("mm", 70.0, 100.0), ("backward", 930.0, 60.0)]]
+    nesting = nest_cpu_events(events)
+    assert nesting.parents == [-1, 0, 1, 2, 0, 4, 0] == nesting_parents(events)
+    # step: 1000 less its children alltoall_base (40), forward (800) and backward (60)
+    assert nesting.exclusive == [100.0, 40.0 - 20.0, 20.0 - 5.0, 5.0, 800.0 - 100.0, 100.0, 60.0]
+    assert nesting.end.tolist() == [1000.0, 50.0, 930.0, 40.0, 860.0, 170.0, 990.0]  # the measured ends
 
 
 class _Et:

@@ -1,7 +1,11 @@
 """Exclusive durations of Kineto CPU events, and the nesting they rest on, in one sweep.
 
-``exclusive_dur`` = ``dur`` minus the union of the direct children's intervals (clipped to the
-parent), never negative. Children arrive in start order, so the union is merged on the fly.
+``exclusive_dur`` = ``dur`` minus the union of the direct children's intervals, never negative.
+An event that outlasts its parent (an asynchronous collective's record that ends when the work
+completes, long after the call that started it returned) is clipped to its parent's end, for its
+own exclusive time and as a parent: the thread left it when its parent returned, and what the
+thread ran next belongs to the ops enclosing that. Children arrive in start order, so the union is
+merged on the fly.
 
 ``nest_cpu_events`` finds the nesting parents (the rule of ``intervals.nesting_parents``) and the
 exclusive durations together, reading each event's fields once: on a large trace the attribute
@@ -74,10 +78,13 @@ def nest_cpu_events(events: Sequence[KinetoEvent]) -> CpuNesting:
         while top_end < start or (top_end == start and dur > 0 and stack):
             top, top_end = pop()
         add_parent(top)
-        add_exclusive(dur)
         add_end(end)
+        if end > top_end:  # it outlasts its parent: the thread left it when the parent returned
+            end = top_end
+            dur = end - start
+        add_exclusive(dur)
         if top >= 0:
-            inside = (end if end < top_end else top_end) - start  # the child's time in its parent
+            inside = end - start  # the child's time in its parent
             if inside > 0:
                 exclusive[top] -= inside
         push((top, top_end))

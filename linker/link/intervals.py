@@ -32,10 +32,11 @@ def group_by_thread(events: Sequence[KinetoEvent]) -> dict[ThreadKey, list[int]]
 
 def nesting_parents(events: Sequence[KinetoEvent], skip: Sequence[bool] | None = None) -> list[int]:
     """Parent of each event: the innermost earlier event on the same thread still running at its
-    start (a zero-length event at a parent's end included); -1 for a top-level event. Events with ``skip[i]`` true are neither parents nor given
+    start (a zero-length event at a parent's end included), an event that outlasts its own parent
+    counting as ended with it (``durations``); -1 for a top-level event. Events with ``skip[i]`` true are neither parents nor given
     one (-1). One stack sweep per thread: O(n)."""
     parents = [-1] * len(events)
-    stack: list[int] = []
+    stack: list[tuple[int, float]] = []  # (event, its end clipped to its parent's)
     key = None
     for i, event in enumerate(events):
         if (event.pid, event.tid) != key:
@@ -45,16 +46,18 @@ def nesting_parents(events: Sequence[KinetoEvent], skip: Sequence[bool] | None =
             continue
         start = event.ts
         while stack:
-            end = events[stack[-1]].ts + events[stack[-1]].dur
+            end = stack[-1][1]
             # Touching ends: with integer-µs timestamps a zero-length event at its parent's last
             # microsecond reads ts == parent end; it is a child. A longer one there is a sibling.
             if end < start or (end == start and event.dur > 0):
                 stack.pop()
             else:
                 break
+        end = start + event.dur
         if stack:
-            parents[i] = stack[-1]
-        stack.append(i)
+            parents[i] = stack[-1][0]
+            end = min(end, stack[-1][1])  # an event that outlasts its parent encloses nothing after it
+        stack.append((i, end))
     return parents
 
 
