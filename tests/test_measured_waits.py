@@ -54,6 +54,24 @@ def test_hand_graph_both_ratios_and_causes(hand, model):
     assert "wait" not in explained.critical_path_us_by_kind
 
 
+def test_a_stream_held_past_the_event_it_was_told_to_wait_for_names_the_untraced_event(tmp_path):
+    """Kernel 4's stream was told to wait for an event (its ``event_wait`` edge ties the event to
+    kernel 2, which ended at 15); kernel 4 was launched by cpu 3, ended at 20, yet ran at 60: the
+    event was recorded by work the trace does not show. Its 40 µs wait is ``untraced_event``;
+    kernel 6, launched by cpu 5 (ended 30) and run at 50 on a stream of its own, waited for
+    nothing the graph names: ``unexplained_gpu_idle``."""
+    from linker.write.chakra_wire import make_attr
+
+    kernel4 = gpu(4, 5, deps=[3, 2], stream=9, start=160)
+    kernel4.attrs.append(make_attr("data_dep_causes", ["launch", "event_wait"]))
+    path = write_et(tmp_path / "event.et", [cpu(1, 10, start=100), gpu(2, 5, deps=[1], start=110),
+                                            cpu(3, 10, deps=[1], start=110), kernel4,
+                                            cpu(5, 10, deps=[3], start=120), gpu(6, 5, deps=[5], stream=11, start=150)])
+    report = linker.simulate(path, model="lanes").report
+    assert report.waits.by_cause == {"untraced_event": 40.0, "unexplained_gpu_idle": 20.0}
+    assert report.ratio == 1.0
+
+
 def test_scaling_leaves_the_measured_waits_as_they_are(hand):
     report = linker.simulate(hand, model="lanes", scale="gpu=0.5").report
     # cpu 0-10; kernel 2 ready 10, held 30: 40-42.5; kernel 3 42.5-45; kernel 5 20-21

@@ -82,9 +82,14 @@ def graph_clock_skew(graph: SimGraph) -> ClockSkew:
 
 
 # Why a GPU op waited, as far as the graph tells (``gpu_waits``): it has no timed host op among its
-# dependencies (launched before the trace began, or by a call the trace did not record), or
-# everything it depends on had finished and its stream sat idle all the same.
+# dependencies (launched before the trace began, or by a call the trace did not record); its stream
+# had been told to wait for an event (an ``event_wait`` edge, ``plan.waits``) and the op started
+# long after the op the graph ties that event to had ended: the event was recorded by work the trace
+# does not show (another process's stream, work before the trace); or everything it depends on
+# had finished and its stream sat idle all the same.
 LAUNCHED_BEFORE_TRACE, UNEXPLAINED_GPU_IDLE = "launched_before_trace", "unexplained_gpu_idle"
+UNTRACED_EVENT = "untraced_event"
+_EVENT_WAIT = "event_wait"  # the plan's cause for a stream's wait on an event (``plan.dependency_plan``)
 # A host op that started after everything it depends on had finished in the replay's terms: the
 # thread was held by something the graph does not hold (a blocking call that waited for GPU work
 # outside the trace, another thread holding the interpreter).
@@ -93,7 +98,7 @@ UNEXPLAINED_HOST_WAIT = "unexplained_host_wait"
 # end (start and duration each rounded) and an op's start can disagree by up to 1.5 µs where there
 # was no wait at all; replayed as waits, such crumbs add up along a chain (2-3% on CPU traces).
 HOLD_MIN_US = 2.0
-WAIT_CAUSES = (LAUNCHED_BEFORE_TRACE, UNEXPLAINED_GPU_IDLE, UNEXPLAINED_HOST_WAIT)
+WAIT_CAUSES = (LAUNCHED_BEFORE_TRACE, UNTRACED_EVENT, UNEXPLAINED_GPU_IDLE, UNEXPLAINED_HOST_WAIT)
 
 
 def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: bool = False
@@ -112,7 +117,7 @@ def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: 
     for u in range(len(graph)):
         if kind[u] not in (GPU, COMM) or start[u] != start[u] or graph.lane_keys[graph.lane[u]][0] == "cpu":
             continue  # a CPU collective's pickup is replayed (``engine._cpu_pickups``)
-        ready, launched, known = first, False, True
+        ready, launched, known, after_event = first, False, True, False
         for d in graph.deps_of(u):
             if d in graph.wait_nodes:  # its wait is in the file already
                 if through_wait_nodes:
@@ -125,6 +130,8 @@ def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: 
                 if kind[d] not in (GPU, COMM):  # a host time: read on the GPU's clock
                     end += skew.at(s)
                     launched = True
+                elif graph.edge_cause(u, d) == _EVENT_WAIT:
+                    after_event = True
                 ready = max(ready, end)
             elif len(graph.deps_of(d)):  # an untimed node after others: when it ended is not known
                 known = False
@@ -133,8 +140,14 @@ def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: 
             continue
         wait = start[u] - ready
         if wait >= min_us:
-            found.append((u, wait, UNEXPLAINED_GPU_IDLE if launched else LAUNCHED_BEFORE_TRACE))
+            found.append((u, wait, _gpu_cause(launched, after_event)))
     return found
+
+
+def _gpu_cause(launched: bool, after_event: bool) -> str:
+    if not launched:
+        return LAUNCHED_BEFORE_TRACE
+    return UNTRACED_EVENT if after_event else UNEXPLAINED_GPU_IDLE
 
 
 def host_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: bool = False
