@@ -102,12 +102,17 @@ class WriteSummary:
     seconds: float = 0.0
 
 
+def chain_is_parent(prev, ctrl):
+    """Whether a CPU node's (or later piece's) dependency on ``prev``, the node its thread ran just
+    before it, is on its parent (``ctrl``): the one statement of the rule, on two node numbers or
+    on two columns of them alike (numpy arrays: a column of booleans)."""
+    return prev == ctrl
+
+
 def chain_cause(prev: int, ctrl: int) -> str:
-    """The cause of a CPU node's (or later piece's) dependency on ``prev``, the node its thread ran
-    just before it: ``parent`` when that is its parent (``ctrl``), else ``thread_order``. The one
-    statement of the rule: ``DependencyPlan.data_deps``, the ET+ JSON's fields and the ``.et``
-    encoder all read it here."""
-    return PARENT if prev == ctrl else THREAD_ORDER
+    """The cause of that dependency: ``parent`` when ``chain_is_parent``, else ``thread_order``.
+    ``DependencyPlan.data_deps``, the ET+ JSON's fields and the ``.et`` encoder all read it here."""
+    return PARENT if chain_is_parent(prev, ctrl) else THREAD_ORDER
 
 
 @dataclass

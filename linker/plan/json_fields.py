@@ -28,7 +28,7 @@ from linker.model import chakra_kinds as kinds
 from linker.model.rounding import round_3
 from linker.plan.comm import WORLD_GROUP_ID
 from linker.read.et import FLAT
-from linker.plan.dependency_plan import PARENT, THREAD_ORDER, DependencyPlan, WriteSummary, chain_cause
+from linker.plan.dependency_plan import PARENT, THREAD_ORDER, DependencyPlan, WriteSummary, chain_is_parent
 from linker.plan.deps import dependency_plan
 from linker.link.etplus import EtPlus, PieceRows, as_number
 
@@ -78,11 +78,16 @@ def as_numbers(rounded: np.ndarray) -> list[float | int]:
 
 def _chain_deps(prev, ctrl, id_of: list[int]) -> tuple[list[list[int]], list[tuple[str, ...]]]:
     """``data_deps`` ids and causes of nodes from their thread chain alone (what ``plan.data_deps``
-    gives a node no other rule made wait): the node the thread ran before it, its parent or not;
-    nothing for a thread's first node. ``prev`` / ``ctrl``: the nodes' columns of the plan. O(n)."""
-    ids = [[id_of[p]] if p >= 0 else [] for p in prev]
-    causes = [CHAIN_CAUSES[chain_cause(p, c)] if p >= 0 else () for p, c in zip(prev, ctrl)]
-    return ids, causes
+    gives a node no other rule made wait): the node the thread ran before it, its parent or not
+    (``chain_is_parent``); nothing for a thread's first node. ``prev`` / ``ctrl``: the nodes'
+    columns of the plan; ``id_of``: the written id of each plan node (the lists share its ints).
+    The causes in numpy passes, then one list per node for the writer. O(n)."""
+    chained = np.asarray(prev, dtype=np.int64)
+    kinds = np.where(chained >= 0, np.where(chain_is_parent(chained, np.asarray(ctrl, dtype=np.int64)), 1, 2), 0)
+    table = ((), CHAIN_CAUSES[PARENT], CHAIN_CAUSES[THREAD_ORDER])
+    kinds = kinds.tolist()
+    ids = [[id_of[p]] if kind else [] for p, kind in zip(prev, kinds)]
+    return ids, [table[kind] for kind in kinds]
 
 
 def _piece_rows(et_plus: EtPlus, plan: DependencyPlan, id_of: list[int], dep_fields) -> PieceRows | None:
@@ -94,7 +99,7 @@ def _piece_rows(et_plus: EtPlus, plan: DependencyPlan, id_of: list[int], dep_fie
     if not count:
         return None
     et, start = et_plus.et, plan.piece_start
-    every = range(count)
+    every = np.arange(count)
     deps, causes = _chain_deps(plan.prev[start:], plan.ctrl[start:], id_of)
     for j in [u - start for u in plan.waits if u >= start]:  # none as the rules stand
         deps[j], causes[j] = dep_fields(plan.data_deps(start + j))
@@ -134,7 +139,7 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
             dep_ids[i], dep_causes[i] = dep_fields(data_deps(i))
     for node, ids, causes in zip(et.nodes, dep_ids, dep_causes):
         node.data_deps, node.data_dep_causes = ids, causes
-    _busy_fields(et.nodes, plan.busy)
+    _busy_fields(et.nodes, plan.busy, et_plus.op_times[0] if et_plus.op_times is not None else None)
     et_plus.piece_rows = _piece_rows(et_plus, plan, id_of, dep_fields)
     _cpu_comm_fields(et, plan)
     for k, node in enumerate(gpu_nodes):
@@ -144,15 +149,20 @@ def annotate_et_plus(et_plus: EtPlus, summary: WriteSummary | None = None) -> De
     return plan
 
 
-def _busy_fields(nodes, busy) -> None:
+def _busy_fields(nodes, busy, starts=None) -> None:
     """Linked nodes (a ``ts``) carry blocked_dur, host_gap_dur (0 when none) and sim_dur: sim is
     exclusive where nothing is blocked, deferred, folded or a gap (its ``_us`` is then the
     ``exclusive_dur`` the build wrote, as every other node's is its own ``_us``); deferred_dur
     where > 0; an unlinked node with a host gap (a worker's thread root: the time before its first
-    op) carries it as its sim_dur. A pass over the nodes, then over those with each time."""
+    op) carries it as its sim_dur. ``starts``: the nodes' start column the build gathered
+    (``EtPlus.op_times``, NaN when unlinked), else the nodes are asked. A pass over the nodes
+    (or the column), then over those with each time."""
     unset = msgspec.UNSET
-    linked = [i for i, node in enumerate(nodes) if node.ts is not unset]
-    for i, sim in zip(linked, us_at(busy.sim, linked)):
+    if starts is not None:
+        linked = np.flatnonzero(~np.isnan(np.asarray(starts, dtype=np.float64)))
+    else:
+        linked = np.array([i for i, node in enumerate(nodes) if node.ts is not unset], dtype=np.intp)
+    for i, sim in zip(linked.tolist(), us_at(busy.sim, linked)):
         node = nodes[i]
         node.blocked_dur, node.host_gap_dur, node.sim_dur = 0, 0, sim
     at = np.flatnonzero(busy.blocked)
