@@ -247,9 +247,16 @@ def test_a_setup_of_some_ranks_numbers_send_recv_peers_by_npu(tmp_path):
         return [(n.id, [(a.name, a.int64_val) for a in n.attr if a.name in ("comm_src", "comm_dst")])
                 for n in list(read_et(path))[1:] if n.type in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE)]
 
-    assert peers(astra / "workload.0.et") == [(2, [("comm_dst", 1)]), (3, [("comm_dst", 7)])]
+    assert peers(astra / "workload.0.et") == [(2, [("comm_dst", 1)])]
     assert peers(astra / "workload.1.et") == [(2, [("comm_src", 0)])]
+    # the send to rank 7, whose NPU does not exist: a GPU compute node of its time, its deps kept
+    unpaired = next(n for n in list(read_et(astra / "workload.0.et"))[1:] if n.id == 3)
+    assert unpaired.type == pb.COMP_NODE and unpaired.duration_micros == 7 and list(unpaired.ctrl_deps) == [1]
+    assert [(a.name, a.bool_val or a.int64_val) for a in unpaired.attr if a.name in ("is_cpu_op", "unpaired_peer",
+                                                                               "comm_dst")] == [
+        ("is_cpu_op", False), ("unpaired_peer", 7)]
     assert "rank 2: send/recv with rank(s) 7 that are not linked here" in result.output
+    assert "workload [0]: copies whose send/recv nodes with a peer not linked here are GPU COMP_NODEs" in result.output
     assert "NPUs 0-1 are the 2 ranks linked (2,5)" in result.output
     assert "workload [0, 1]: copies whose send/recv peers are NPU ids" in result.output
     assert "METADATA_NODE" not in result.output  # the files hold none: copied for their peers only
@@ -330,6 +337,23 @@ def test_dlrm_batch_et_delay_nodes_simulate_and_astra_setup(tmp_path):
               interactive=False)
     for rank in range(8):
         assert (tmp_path / "m" / f"rank.{rank}.et").read_bytes() == (tmp_path / "z" / f"rank.{rank}.et").read_bytes()
+
+
+def test_a_single_rank_with_send_recv_runs_them_as_compute_on_its_two_npus(tmp_path):
+    """One rank of a pipeline job (a send to rank 5, a receive from it) set up alone: ASTRA-sim runs
+    it as two NPUs, where rank 5 does not exist and would never answer (the real ASTRA-sim ends with
+    the nodes unreleased). Both workload copies carry the two as GPU compute nodes of their time."""
+    _point_to_point_rank(tmp_path / "rank.2.et", [(2, pb.COMM_SEND_NODE, 5), (3, pb.COMM_RECV_NODE, 5)])
+    result = CliRunner().invoke(app, ["astra-setup", str(tmp_path / "rank.2.et"), "--astra-bandwidth", "100"])
+    assert result.exit_code == 0, result.output
+    assert "workload [0, 1]: copies whose send/recv nodes with a peer not linked here are GPU COMP_NODEs" in result.output
+    for npu in (0, 1):
+        path = tmp_path / "astra" / f"workload.{npu}.et"
+        assert not path.is_symlink()
+        nodes = list(read_et(path))[1:]
+        assert [(n.id, n.type, n.duration_micros) for n in nodes] == [
+            (1, pb.COMP_NODE, 5), (2, pb.COMP_NODE, 7), (3, pb.COMP_NODE, 7)]
+        assert [[a.int64_val for a in n.attr if a.name == "unpaired_peer"] for n in nodes] == [[], [5], [5]]
 
 
 def test_single_pair_astra_setup_runs_as_two_npus(tmp_path):

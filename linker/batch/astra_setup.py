@@ -196,7 +196,7 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
     renumbered = any(rank != npu for rank, npu in npu_of.items())
     try:
         setup.mkdir(parents=True, exist_ok=True)
-        copies, edited, metadata, renumbered_peers = [], [], [], []
+        copies, edited, metadata, renumbered_peers, computed_peers = [], [], [], [], []
         cpu = cpu_collective_edits(_as_written(files, graphs), comm_groups, form, overrides.get("topology"))
         edits = cpu.edits
         notes += cpu.notes
@@ -208,16 +208,20 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
             link = setup / f"{WORKLOAD_PREFIX}.{npu}.et"
             if link.is_symlink() or link.exists():
                 link.unlink()
-            peers = npu_of if renumbered and any(info.role in (SEND, RECV) for info in graph.comm.values()) else None
-            if META in graph.kind or edit or peers:
+            point_to_point = {info.peer for info in graph.comm.values() if info.role in (SEND, RECV)}
+            unpaired = len(point_to_point - set(npu_of))
+            peers = npu_of if point_to_point and (renumbered or unpaired) else None
+            if META in graph.kind or edit or peers is not None:
                 copy_for_astra(path, link, edit, peers)
                 copies.append(npu)
                 if edit:
                     edited.append(npu)
                 elif META in graph.kind:
                     metadata.append(npu)
-                if peers:
+                if peers is not None and renumbered:
                     renumbered_peers.append(npu)
+                if unpaired:
+                    computed_peers.append(npu)
             elif not path.name.endswith(".gz"):
                 link.symlink_to(os.path.relpath(path.absolute(), setup.absolute()))
         if metadata:
@@ -225,6 +229,9 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
                          "COMP_NODEs (ASTRA-sim 0ba29a2 aborts on metadata nodes)")
         if renumbered_peers:
             notes.append(f"workload {renumbered_peers}: copies whose send/recv peers are NPU ids")
+        if computed_peers:
+            notes.append(f"workload {computed_peers}: copies whose send/recv nodes with a peer not linked here are "
+                         "GPU COMP_NODEs of their measured time (ASTRA-sim would wait for that peer forever)")
         if edited and cpu.network is None:
             count = sum(len(edit) for edit in edits)
             notes.append(f"{count} CPU collective node(s) are not fitted: the workload copies give them their "
@@ -266,7 +273,8 @@ def _unpaired_peers(graphs: list[SimGraph], npu_of: dict[int, int]) -> list[str]
         peers = {info.peer for info in graph.comm.values() if info.role in (SEND, RECV) and info.peer >= 0}
         if peers - set(npu_of):
             notes.append(f"rank {graph.rank}: send/recv with rank(s) {format_ranks(peers - set(npu_of))} "
-                         "that are not linked here: ASTRA-sim cannot pair them (link those ranks too)")
+                         "that are not linked here: ASTRA-sim cannot pair them, so they run as compute of their "
+                         "measured time (link those ranks too)")
     return notes
 
 
@@ -307,10 +315,12 @@ def copy_for_astra(source: Path, target: Path, edits: dict[int, NodeEdit],
     ``NodeEdit``, ``batch.astra_collectives``): a 1-byte collective under the new id taking the
     node's dependencies (when ``sync_id`` is set), then, when ``carried`` is set, the collective of
     those bytes after it (``_carried``), then under the node's own id a ``COMP_NODE`` off the CPU
-    for ``timed_us``. ``peers`` ({rank: NPU}, ``npu_numbers``): the ``comm_src`` / ``comm_dst`` of
-    send and recv nodes renumbered (a rank not in it is left as it is). Other nodes are copied as
-    bytes. O(file)."""
-    point_to_point = (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE) if peers else ()
+    for ``timed_us``. ``peers`` ({rank: NPU}, ``npu_numbers``; empty for a single rank run as two
+    NPUs): the ``comm_src`` / ``comm_dst`` of send and recv nodes renumbered; a send or recv whose
+    peer is not in it becomes a GPU ``COMP_NODE`` of its duration (``unpaired_peer``: the rank it
+    named), with its dependencies: ASTRA-sim would wait for that peer forever, leaving the node
+    unreleased and the run unfinished. Other nodes are copied as bytes. O(file)."""
+    point_to_point = (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE) if peers is not None else ()
     with EtWriter(target) as writer:
         for frame in iter_frames(source):
             if frame.index == 0:
@@ -322,7 +332,7 @@ def copy_for_astra(source: Path, target: Path, edits: dict[int, NodeEdit],
                 continue
             node = pb.Node.FromString(frame.payload)
             if node.type in point_to_point:
-                _renumber_peers(node, peers)
+                _pair_or_compute(node, peers)
             edit = edits.get(node.id)
             if edit is None:  # a metadata node, or a send / recv
                 if node.type == pb.METADATA_NODE:
@@ -361,13 +371,23 @@ def copy_for_astra(source: Path, target: Path, edits: dict[int, NodeEdit],
             writer.write_node(timed)
 
 
-def _renumber_peers(node: pb.Node, peers: dict[int, int]) -> None:
-    """A send / recv node's ``comm_src`` and ``comm_dst`` as NPU ids (``peers``: {rank: NPU})."""
-    for name in ("comm_src", "comm_dst"):
-        attr = find_attr(node, name)
-        field_name = attr.WhichOneof("value") if attr is not None else None
-        if field_name and getattr(attr, field_name) in peers:
-            setattr(attr, field_name, peers[getattr(attr, field_name)])
+def _pair_or_compute(node: pb.Node, peers: dict[int, int]) -> None:
+    """A send / recv node's peer (``comm_dst`` of a send, ``comm_src`` of a recv) as its NPU id
+    (``peers``: {rank: NPU}); a node whose peer is not there becomes a GPU ``COMP_NODE`` of its
+    duration, its peer kept as ``unpaired_peer``."""
+    name = "comm_dst" if node.type == pb.COMM_SEND_NODE else "comm_src"
+    attr = find_attr(node, name)
+    field_name = attr.WhichOneof("value") if attr is not None else None
+    peer = getattr(attr, field_name) if field_name else None
+    if peer in peers:
+        setattr(attr, field_name, peers[peer])
+        return
+    node.type = pb.COMP_NODE
+    for attr in [attr for attr in node.attr if attr.name in ("comm_src", "comm_dst", "is_cpu_op")]:
+        node.attr.remove(attr)
+    node.attr.append(make_attr("is_cpu_op", False, "bool_val"))
+    if peer is not None:
+        node.attr.append(make_attr("unpaired_peer", peer, "int64_val"))
 
 
 def _carried(meeting: pb.Node, after: int, node_id: int, comm_type: int, size: int) -> pb.Node:
