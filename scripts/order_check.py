@@ -6,9 +6,10 @@ ET+ gives it. It is *contradicted* when m's measured busy start plus that busy t
 passes n's measured busy start by more than ``--slack`` µs (50 by default: more than the clock
 skew of the traces at hand). A node's measured busy start is its ``ts``, except for a collective on
 a CPU thread (a ``comm_type`` and no ``stream``: gloo, MPI, UCC), whose record runs from its issue
-and whose busy time is the part after the group's previous collective ended (docs/fidelity.md,
-"CPU collectives"): ``ts + dur - sim_dur``. Only edges between timed nodes count; the
-``rank_start`` delay node is not timed.
+and whose busy time is the part after the group's previous collective ended, up to the earlier of
+its recorded end and the start of the op that reads its result (its ``join`` target)
+(docs/fidelity.md, "CPU collectives"): that end less ``sim_dur``. Only edges between timed nodes
+count; the ``rank_start`` delay node is not timed.
 
 Prints, per file and per cause, the edges checked, the contradicted ones and the worst overshoot;
 ``--examples N`` names the worst edges. Exit status 1 when any edge is contradicted.
@@ -26,11 +27,24 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def busy_start(node: dict) -> float:
-    """Where the node's busy time begins on the measured timeline (the module's rule)."""
+def busy_start(node: dict, read_at: dict[int, float]) -> float:
+    """Where the node's busy time begins on the measured timeline (the module's rule);
+    ``read_at``: node id -> the earliest start of a ``join`` target of it."""
     if "comm_type" in node and "stream" not in node and "sim_dur" in node and "dur" in node:
-        return node["ts"] + node["dur"] - node["sim_dur"]
+        return min(node["ts"] + node["dur"], read_at.get(node["id"], float("inf"))) - node["sim_dur"]
     return node["ts"]
+
+
+def joins_read_at(nodes: list[dict], by_id: dict[int, dict]) -> dict[int, float]:
+    """Per node that is a ``join`` source: the earliest measured start among its join targets."""
+    read_at: dict[int, float] = {}
+    for node in nodes:
+        if "ts" not in node:
+            continue
+        for source_id, cause in zip(node.get("data_deps") or [], node.get("data_dep_causes") or []):
+            if cause == "join" and source_id in by_id:
+                read_at[source_id] = min(read_at.get(source_id, float("inf")), node["ts"])
+    return read_at
 
 
 def check(path: Path, slack: float, examples: int) -> dict:
@@ -39,6 +53,7 @@ def check(path: Path, slack: float, examples: int) -> dict:
     by_id = {node["id"]: node for node in nodes}
     checked: dict[str, int] = defaultdict(int)
     broken: dict[str, list] = defaultdict(list)
+    read_at = joins_read_at(nodes, by_id)
     for node in nodes:
         if "ts" not in node:
             continue
@@ -48,7 +63,7 @@ def check(path: Path, slack: float, examples: int) -> dict:
             if source is None or "ts" not in source:
                 continue
             checked[cause] += 1
-            over = busy_start(source) + source.get("sim_dur", source.get("dur", 0)) - busy_start(node)
+            over = busy_start(source, read_at) + source.get("sim_dur", source.get("dur", 0)) - busy_start(node, read_at)
             if over > slack:
                 broken[cause].append((over, source_id, node["id"]))
     rows = {}
