@@ -24,7 +24,7 @@ from array import array
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass
-from itertools import compress, islice
+from itertools import islice
 from operator import countOf, eq, lt
 
 import msgspec
@@ -260,7 +260,8 @@ def _id_order(ids: list[int], cpu_by_id: list[int] | None) -> list[int]:
 
 def _keeps_preorder(order: list[int], preorder: list[int]) -> bool:
     """True when the CPU nodes (numbers below len(preorder)) come in ``order`` as in ``preorder``."""
-    return order == preorder or preorder == list(compress(order, map(len(preorder).__gt__, order)))
+    n = len(preorder)
+    return order == preorder or preorder == [u for u in order if u < n]
 
 
 def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],

@@ -33,7 +33,6 @@ from __future__ import annotations
 import bisect
 import struct
 from collections import Counter, defaultdict
-from itertools import compress
 from operator import attrgetter
 
 import msgspec
@@ -52,7 +51,7 @@ COMM_INITS = ("ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitRankSca
 BYTE_DTYPE = "Byte"  # PyTorch's name of uint8: a size in bytes as elements
 NCCL_KERNEL_PREFIX = "nccl"
 
-_CORRELATION, _NAME = attrgetter("args.correlation"), attrgetter("name")
+_NAME = attrgetter("name")
 
 
 class Payloads:
@@ -211,15 +210,15 @@ def add_nccl_sizes(conn, tables: dict, pids: list[int], us: str, runtime: list, 
     nccl_names = {name for name in names if name.startswith(NCCL_KERNEL_PREFIX)}
     if not nccl_names:
         return []
-    kernels = list(compress(gpu, map(nccl_names.__contains__, map(_NAME, gpu))))
+    kernels = [event for event in gpu if event.name in nccl_names]
     sql = nccl_ranges_sql(tables, ", ".join(map(str, pids)), us) if other_domains else None
     rows = [r for r in conn.execute(sql) if isinstance(r[4], str) and r[4].startswith("nccl")] if sql else []
     if not rows:
         return [f"{len(kernels)} NCCL kernels and no NCCL NVTX ranges in the capture: their message size "
                 f"comes only from an ET ({_counted(k.name.split('(')[0] for k in kernels)})"]
     owners = _owners(rows, Payloads(conn, tables))
-    wanted = set(map(_CORRELATION, kernels))
-    launches = {r.args.correlation: r for r in compress(runtime, map(wanted.__contains__, map(_CORRELATION, runtime)))}
+    wanted = {kernel.args.correlation for kernel in kernels}
+    launches = {r.args.correlation: r for r in runtime if r.args.correlation in wanted}
     placed: dict[int, list] = defaultdict(list)  # id(owner) -> its kernels
     by_id, unplaced = {}, 0
     for kernel in kernels:

@@ -266,8 +266,8 @@ _CORRELATION = attrgetter("args.correlation")
 
 def unlaunched_count(runtime: list, gpu: list) -> int:
     """How many of the ``gpu`` events have no ``runtime`` event with their correlation. O(n + g)."""
-    launches = set(map(_CORRELATION, runtime))
-    return len(gpu) - sum(map(launches.__contains__, map(_CORRELATION, gpu)))
+    launches = {event.args.correlation for event in runtime}
+    return sum(1 for event in gpu if event.args.correlation not in launches)
 
 
 def read_in_order(conn, sql: str, order: str, build):

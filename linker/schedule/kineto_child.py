@@ -274,10 +274,12 @@ class PendingEvents:
         self._ts.frombytes(columns.ts)
         self._dur.frombytes(columns.dur)
         self._rf_id += columns.rf_id
-        self._names += map(columns.names.__getitem__, at)
+        names = columns.names
+        self._names += [names[k] for k in at]
         at = array("i")
         at.frombytes(columns.tid_at)
-        self._tids += map(columns.tids.__getitem__, at)
+        tids = columns.tids
+        self._tids += [tids[k] for k in at]
         self.taken += size
         lengths = {len(self._ts), len(self._dur), len(self._rf_id), len(self._names), len(self._tids)}
         if lengths != {self.taken}:
