@@ -57,3 +57,32 @@ def test_the_order_script_counts_what_the_rule_removed(tmp_path):
     row = json.loads(proc.stdout)
     assert row["by_cause"]["event_wait"]["edges"] >= 10 and row["by_cause"]["event_wait"]["contradicted"] == 0
     assert row["contradicted"] <= 2
+
+
+def test_the_order_script_reads_a_cpu_collective_as_busy_after_the_one_before(tmp_path):
+    """Two gloo all-reduces of one group, recorded from their issue: the second issued at 105
+    while the first ran until 140, so the second's busy part (sim_dur 10) is 140-150, its consumer
+    starting at 148 (the plan ends it at the consumer's start: 138-148). Edges first -> second
+    (collective_order) and second -> consumer (join) agree with that timeline. A consumer that
+    began at 48 caps the second's busy part at 38-48, before the first ended: then the
+    collective_order edge is the one the timeline contradicts. Times worked out by hand; no
+    et-link code runs."""
+    def nodes(consumer_ts):
+        return {"nodes": [
+            {"id": 1, "name": "gloo:all_reduce", "ts": 100.0, "dur": 40.0, "sim_dur": 40.0, "comm_type": "ALL_REDUCE"},
+            {"id": 2, "name": "gloo:all_reduce", "ts": 105.0, "dur": 45.0, "sim_dur": 10.0, "comm_type": "ALL_REDUCE",
+             "data_deps": [1], "data_dep_causes": ["collective_order"]},
+            {"id": 3, "name": "aten::div_", "ts": consumer_ts, "dur": 5.0, "sim_dur": 5.0,
+             "data_deps": [2], "data_dep_causes": ["join"]}]}
+
+    def run(doc):
+        path = tmp_path / "out.json"
+        path.write_text(json.dumps(doc))
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "order_check.py"), "--json", str(path)],
+                              capture_output=True, text=True)
+        return json.loads(proc.stdout)
+
+    assert run(nodes(148.0))["contradicted"] == 0
+    late = run(nodes(48.0))
+    assert late["by_cause"]["collective_order"]["contradicted"] == 1 and late["by_cause"]["join"]["contradicted"] == 0
+    assert late["by_cause"]["collective_order"]["worst_us"] == 140.0 - 38.0
