@@ -12,6 +12,7 @@ from collections import defaultdict
 import orjson
 import pytest
 
+import linker
 from conftest import dlrm_pair, shared_trace
 from linker.pipeline import link_pair
 from linker.sim.engine import LANES, replay
@@ -161,7 +162,5 @@ def test_a_synchronize_waits_for_the_work_launched_before_the_trace(linked_once)
     target = next(n for n in nodes if n.get("ts") == after["ts"] and n["name"] == after["name"])
     waited = [d for d, c in zip(target["data_deps"], target["data_dep_causes"]) if c == "sync"]
     assert waited == [node_of[_key(last_pre)]["id"]]
-    import linker
-
     explained = linker.simulate(out, waits="explained").report
     assert 0.95 <= explained.ratio <= 1.05

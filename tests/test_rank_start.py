@@ -211,19 +211,23 @@ def test_metadata_nodes_become_cpu_ops_in_the_astra_copy(tmp_path):
     assert nodes[0].SerializeToString() == list(read_et(source))[1].SerializeToString()
 
 
-def _point_to_point_rank(path: Path, sends: list[tuple[int, int, int]]) -> None:
-    """A hand-made rank file: a root, then per (node id, type, peer) a send or recv of 64 bytes on group 1."""
+def _point_to_point_rank(path: Path, sends: list[tuple[int, int, int]], rank: int | None = None) -> None:
+    """A hand-made rank file: a root, then per (node id, type, peer) a send or recv of 64 bytes on group 1.
+    ``rank``: the file's own rank, written on the other side (``comm_src`` of a send, ``comm_dst`` of
+    a recv) as et-link's writer does; None: the peer alone."""
     with EtWriter(path) as writer:
         writer.write_metadata(pb.GlobalMetadata(version="0.0.4"))
         writer.write_node(pb.Node(id=1, name="root", type=pb.COMP_NODE, duration_micros=5,
                                   attr=[make_attr("is_cpu_op", True, "bool_val")]))
         for node_id, kind, peer in sends:
-            side = "comm_dst" if kind == pb.COMM_SEND_NODE else "comm_src"
-            writer.write_node(pb.Node(id=node_id, name="nccl:send" if kind == pb.COMM_SEND_NODE else "nccl:recv",
+            send = kind == pb.COMM_SEND_NODE
+            src, dst = (rank, peer) if send else (peer, rank)
+            ends = [make_attr(name, value, "int64_val") for name, value in (("comm_src", src), ("comm_dst", dst))
+                    if value is not None]
+            writer.write_node(pb.Node(id=node_id, name="nccl:send" if send else "nccl:recv",
                                       type=kind, ctrl_deps=[1], duration_micros=7,
                                       attr=[make_attr("is_cpu_op", False, "bool_val"),
-                                            make_attr("comm_size", 64, "int64_val"),
-                                            make_attr(side, peer, "int64_val"),
+                                            make_attr("comm_size", 64, "int64_val"), *ends,
                                             make_attr("pg_name", "1", "string_val")]))
 
 
@@ -233,8 +237,8 @@ def test_a_setup_of_some_ranks_numbers_send_recv_peers_by_npu(tmp_path):
     and said."""
     job = tmp_path / "job"
     job.mkdir()
-    _point_to_point_rank(job / "rank.2.et", [(2, pb.COMM_SEND_NODE, 5), (3, pb.COMM_SEND_NODE, 7)])
-    _point_to_point_rank(job / "rank.5.et", [(2, pb.COMM_RECV_NODE, 2)])
+    _point_to_point_rank(job / "rank.2.et", [(2, pb.COMM_SEND_NODE, 5), (3, pb.COMM_SEND_NODE, 7)], rank=2)
+    _point_to_point_rank(job / "rank.5.et", [(2, pb.COMM_RECV_NODE, 2)], rank=5)
     (job / "comm_groups.json").write_text(json.dumps({"1": list(range(8)), "2": [2, 3], "3": [6, 7]}))
     result = CliRunner().invoke(app, ["astra-setup", str(job), "--astra-bandwidth", "100", "--astra-latency", "500"])
     assert result.exit_code == 0, result.output
@@ -247,8 +251,9 @@ def test_a_setup_of_some_ranks_numbers_send_recv_peers_by_npu(tmp_path):
         return [(n.id, [(a.name, a.int64_val) for a in n.attr if a.name in ("comm_src", "comm_dst")])
                 for n in list(read_et(path))[1:] if n.type in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE)]
 
-    assert peers(astra / "workload.0.et") == [(2, [("comm_dst", 1)])]
-    assert peers(astra / "workload.1.et") == [(2, [("comm_src", 0)])]
+    # both ends of each as NPU ids: the rank's own (2 -> 0, 5 -> 1) and its peer's
+    assert peers(astra / "workload.0.et") == [(2, [("comm_src", 0), ("comm_dst", 1)])]
+    assert peers(astra / "workload.1.et") == [(2, [("comm_src", 0), ("comm_dst", 1)])]
     # the send to rank 7, whose NPU does not exist: a GPU compute node of its time, its deps kept
     unpaired = next(n for n in list(read_et(astra / "workload.0.et"))[1:] if n.id == 3)
     assert unpaired.type == pb.COMP_NODE and unpaired.duration_micros == 7 and list(unpaired.ctrl_deps) == [1]

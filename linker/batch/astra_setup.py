@@ -208,7 +208,7 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
             link = setup / f"{WORKLOAD_PREFIX}.{npu}.et"
             if link.is_symlink() or link.exists():
                 link.unlink()
-            point_to_point = {info.peer for info in graph.comm.values() if info.role in (SEND, RECV)}
+            point_to_point = _point_to_point_peers(graph)
             unpaired = len(point_to_point - set(npu_of))
             peers = npu_of if point_to_point and (renumbered or unpaired) else None
             if META in graph.kind or edit or peers is not None:
@@ -263,6 +263,11 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
     return {"dir": str(setup), "network": fit.to_json(), "notes": notes, "lines": lines}
 
 
+def _point_to_point_peers(graph: SimGraph) -> set[int]:
+    """The ranks the graph's send and recv nodes name as their peers (-1: not known)."""
+    return {info.peer for info in graph.comm.values() if info.role in (SEND, RECV)}
+
+
 def _unpaired_peers(graphs: list[SimGraph], npu_of: dict[int, int]) -> list[str]:
     """A note per rank whose send/recv nodes name a peer that is not linked here (their NPU
     would not exist, or be another rank's): ASTRA-sim cannot pair them."""
@@ -270,7 +275,7 @@ def _unpaired_peers(graphs: list[SimGraph], npu_of: dict[int, int]) -> list[str]
 
     notes = []
     for graph in graphs:
-        peers = {info.peer for info in graph.comm.values() if info.role in (SEND, RECV) and info.peer >= 0}
+        peers = {peer for peer in _point_to_point_peers(graph) if peer >= 0}
         if peers - set(npu_of):
             notes.append(f"rank {graph.rank}: send/recv with rank(s) {format_ranks(peers - set(npu_of))} "
                          "that are not linked here: ASTRA-sim cannot pair them, so they run as compute of their "
@@ -372,15 +377,21 @@ def copy_for_astra(source: Path, target: Path, edits: dict[int, NodeEdit],
 
 
 def _pair_or_compute(node: pb.Node, peers: dict[int, int]) -> None:
-    """A send / recv node's peer (``comm_dst`` of a send, ``comm_src`` of a recv) as its NPU id
-    (``peers``: {rank: NPU}); a node whose peer is not there becomes a GPU ``COMP_NODE`` of its
-    duration, its peer kept as ``unpaired_peer``."""
-    name = "comm_dst" if node.type == pb.COMM_SEND_NODE else "comm_src"
-    attr = find_attr(node, name)
-    field_name = attr.WhichOneof("value") if attr is not None else None
-    peer = getattr(attr, field_name) if field_name else None
+    """A send / recv node's ``comm_src`` and ``comm_dst`` as NPU ids (``peers``: {rank: NPU}; the
+    node's own rank is one of the two) when its peer (``comm_dst`` of a send, ``comm_src`` of a
+    recv) is there; else the node becomes a GPU ``COMP_NODE`` of its duration, its peer kept as
+    ``unpaired_peer``."""
+    ranks = {}
+    for name in ("comm_src", "comm_dst"):
+        attr = find_attr(node, name)
+        field_name = attr.WhichOneof("value") if attr is not None else None
+        if field_name:
+            ranks[name] = (attr, field_name, getattr(attr, field_name))
+    peer = ranks.get("comm_dst" if node.type == pb.COMM_SEND_NODE else "comm_src", (None, None, None))[2]
     if peer in peers:
-        setattr(attr, field_name, peers[peer])
+        for attr, field_name, rank in ranks.values():
+            if rank in peers:
+                setattr(attr, field_name, peers[rank])
         return
     node.type = pb.COMP_NODE
     for attr in [attr for attr in node.attr if attr.name in ("comm_src", "comm_dst", "is_cpu_op")]:

@@ -33,7 +33,7 @@ class WaitContext:
     by_thread: IssueIndex
     by_thread_stream: IssueIndex
     thread_streams: dict[tuple, list[tuple]]
-    issue_ts: list[float]  # per GPU node: its issue time, -inf when launched before the trace
+    issue_ts: list[float]  # per GPU node: its issue time for the lookups (``_issued_in_trace_order``)
     linked_starts: dict[int, list[float]]  # ET tid -> linked op start times, sorted
     linked_ops: dict[int, list[int]]  # ET tid -> linked ET indices in that order
 
@@ -76,7 +76,7 @@ def _issued_in_trace_order(placement: GpuPlacement, first_call: float) -> list[f
     early = placement.before_trace
     if not early:
         return issue_ts
-    first = min(min((t for k, t in enumerate(issue_ts) if k not in early), default=first_call), first_call)
+    first = min([first_call] + [t for k, t in enumerate(issue_ts) if k not in early])
     shift = max(issue_ts[k] for k in early) - first + 1.0
     if shift > 0:
         for k in early:

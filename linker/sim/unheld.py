@@ -83,9 +83,9 @@ def graph_clock_skew(graph: SimGraph) -> ClockSkew:
 
 # Why a GPU op waited, as far as the graph tells (``gpu_waits``): it has no timed host op among its
 # dependencies (launched before the trace began, or by a call the trace did not record); its stream
-# had been told to wait for an event (an ``event_wait`` edge, ``plan.waits``) and the op started
-# long after the op the graph ties that event to had ended: the event was recorded by work the trace
-# does not show (another process's stream, work before the trace); or everything it depends on
+# had been told to wait for an event (an ``event_wait`` edge, ``plan.waits``) and the op still
+# started after the op the graph ties that event to had ended: the event was recorded by work the
+# trace does not show (another process's stream, work before the trace); or everything it depends on
 # had finished and its stream sat idle all the same.
 LAUNCHED_BEFORE_TRACE, UNEXPLAINED_GPU_IDLE = "launched_before_trace", "unexplained_gpu_idle"
 UNTRACED_EVENT = "untraced_event"
