@@ -139,7 +139,8 @@ def _gloo_consumers(rank: int) -> dict[int, tuple[int, float, float, float]]:
 def test_the_wait_for_each_gloo_collective_is_a_join_to_the_op_that_reads_its_bucket(ddp_job):
     """DDP's main thread waits for each bucket's all-reduce (``work.wait()``, no op of its own)
     and then copies the bucket to the gradients: that copy's first op joins the collective, and
-    where the thread was woken after the collective's end, the delay runs in that op."""
+    where the thread was woken after the collective's end, the delay runs before that op, in a
+    node of its own that the collective joins and the op follows (its thread-order predecessor)."""
     out, _ = ddp_job
     for rank in RANKS:
         consumers = _gloo_consumers(rank)
@@ -149,12 +150,17 @@ def test_the_wait_for_each_gloo_collective_is_a_join_to_the_op_that_reads_its_bu
         woken_late = 0
         for collective, (consumer, consumer_ts, collective_end, idle_since) in consumers.items():
             u = local[consumer]
-            joins = {graph.ids[graph.dep_nodes[k]] for k in range(graph.dep_offsets[u], graph.dep_offsets[u + 1])
-                     if graph.edge_cause(u, graph.dep_nodes[k]) == "join"}
-            assert collective in joins, (rank, collective, consumer)
+
+            def deps(v, cause):
+                return [graph.dep_nodes[k] for k in range(graph.dep_offsets[v], graph.dep_offsets[v + 1])
+                        if graph.edge_cause(v, graph.dep_nodes[k]) == cause]
+
+            before = deps(u, "thread_order")
+            joined = [v for v in [u] + before if collective in {graph.ids[w] for w in deps(v, "join")}]
+            assert joined, (rank, collective, consumer)
             if idle_since < collective_end < consumer_ts:  # waiting when it ended, woken later
                 woken_late += 1
-                assert graph.duration[u] >= consumer_ts - collective_end - 1.0
+                assert joined == before and graph.duration[before[0]] >= consumer_ts - collective_end - 1.0
         assert woken_late > 0
 
 
@@ -444,6 +450,37 @@ def test_an_op_outside_its_et_parent_takes_the_op_that_encloses_it_in_kineto(tmp
     for node_id, innermost in contradicted:
         if innermost is not None:
             assert parent_of[node_id] == innermost, node_id
+
+
+def test_an_op_whose_et_parent_is_unusable_takes_the_op_that_encloses_it_in_kineto(tmp_path):
+    """The same rule where the ET names a parent with a later id (an async gloo record function
+    still open when the op began: whatif 1gbit rank 0 lists ``ReluBackward0`` under the
+    ``gloo:all_reduce`` recorded after it). The reader re-attaches such an op to its thread's root;
+    Kineto shows it inside an op of that thread (the backward's ``evaluate_function``), so the ET+
+    gives it that op, found here from the Kineto file by record-function id: innermost joined event
+    on the same thread enclosing it. Before, the op stayed at the root: its node ran after the whole
+    step (17.6 ms after it began, as measured) and the step's exclusive time counted it again."""
+    folder = FIXTURES / "whatif" / "1gbit"
+    et = json.loads(gzip.decompress((folder / "host.0.json.gz").read_bytes()))
+    kineto = json.loads(gzip.decompress((folder / "device.0.json.gz").read_bytes()))
+    rf = {n["id"]: next(a["value"] for a in n["attrs"] if a["name"] == "rf_id") for n in et["nodes"]}
+    events = {e["args"]["Record function id"]: e for e in kineto["traceEvents"]
+              if e.get("cat") in ("cpu_op", "user_annotation") and "Record function id" in e.get("args", {})}
+    node_of_rf = {value: node_id for node_id, value in rf.items() if value in events}
+    expected = {}
+    for node in et["nodes"]:
+        own = events.get(rf[node["id"]])
+        if node["ctrl_deps"] <= node["id"] or own is None:
+            continue  # a usable parent
+        enclosing = [(e["ts"], -e["dur"], node_of_rf[r]) for r, e in events.items()
+                     if r in node_of_rf and node_of_rf[r] != node["id"] and e["tid"] == own["tid"]
+                     and e["ts"] <= own["ts"] and own["ts"] + own["dur"] <= e["ts"] + e["dur"]]
+        if enclosing:
+            expected[node["id"]] = max(enclosing)[2]
+    assert expected  # the capture has one: ReluBackward0 under a later gloo:all_reduce
+    link_pair(folder / "host.0.json.gz", folder / "device.0.json.gz", tmp_path / "r.json", LinkOptions(), None)
+    parent_of = {n["id"]: n["ctrl_deps"] for n in orjson.loads((tmp_path / "r.json").read_bytes())["nodes"]}
+    assert {node_id: parent_of[node_id] for node_id in expected} == expected
 
 
 # --- CPU collectives in the ASTRA-sim workload copies ---------------------------------------------

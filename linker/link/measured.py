@@ -16,8 +16,11 @@ threads first, so a link across threads there is a wrong link, not a wrong tree)
   home (a worker the ET never named) gets a new number after the ET's largest. An op whose ET
   thread differs from its event's measured thread is *moved*;
 - its *measured parent*: the innermost joined op whose Kineto event encloses the op's event on the
-  same thread, else the root of its measured thread (the process root for a new thread). It replaces the ET's parent for moved ops, and for ops whose
-  ET parent is joined but does not enclose them in time (by more than ``SLACK_US``).
+  same thread, else the root of its measured thread (the process root for a new thread). It
+  replaces the ET's parent for moved ops, for ops whose ET parent is joined but does not enclose
+  them in time (by more than ``SLACK_US``), and for ops the ET puts at the top of their thread
+  (a root: the reader re-attaches there an op whose parent has a later id, such as one begun
+  while an asynchronous gloo record function was still open) that Kineto shows inside a joined op.
 
 ``apply_placement`` writes the answer into the ET's columns (``tid``, ``parent``) and the nodes'
 parent and ``tid`` fields, so the plan (thread chains, busy times, ctrl edges) and the writers follow
@@ -130,10 +133,12 @@ def measured_placement(result, nesting_violations: int | None = None) -> Placeme
         p, pe = parent_index[i], parent_events[position]
         encloses = pe >= 0 and kineto_tid[pe] == k and ts[pe] - SLACK_US <= ts[e] and \
             ts[e] + dur[e] <= ts[pe] + dur[pe] + SLACK_US
-        if moved or (pe >= 0 and not encloses):
+        if moved or not encloses:
             q = parents[e]
             while q >= 0 and op_of[q] < 0:
                 q = parents[q]
+            if pe < 0 and q < 0 and not moved:  # a top-level op, top-level as measured too
+                continue
             measured_parent = op_of[q] if q >= 0 else thread_root.get(measured_tid, root)
             if measured_parent != p and measured_parent >= 0 and index_of_id.get(et.ids[measured_parent]) == measured_parent:
                 placement.parent[i] = measured_parent

@@ -24,7 +24,9 @@ writes it) still counts time the op sat blocked. This module computes, per ET no
   worker thread's first op, when it began while its spawning op still ran, is folded into the
   worker's ET thread root (``spawn``; see below). When GPU work launched before the trace (no
   launch event) started before the main thread's first op, that lead is folded into the main
-  thread's root (``pre_trace_lead``): the host was busy with untraced work meanwhile.
+  thread's root (``pre_trace_lead``): the host was busy with untraced work meanwhile. The host
+  time between the end of a wait for a CPU collective and the op that reads its result lay
+  before that op: a piece of no busy time holds it there (``_resume_pieces``).
 - ``deferred`` / ``pieces`` (``plan.later_pieces``): a replay runs an op's busy time before its
   first child, so the op's node keeps only the part of its exclusive time before that child; each
   later piece (between children, after the last) becomes a node of its own, the same op's time,
@@ -115,6 +117,11 @@ class BusyTimes:
     # join edges into the op the main thread waited in: (source, target) -> when the wait ended;
     # the op's stretch is cut there and the edge goes to the part after it (``deps``)
     resumed_at: dict[tuple[int, int], float] = field(default_factory=dict)
+    # a consumer whose thread waited for a collective before it -> (the main-thread position of the
+    # op before it, the op it waited in or -1, where the host time before it began, that host
+    # time): ``_resume_pieces``
+    resumes: dict[int, tuple[int, int, float, float]] = field(default_factory=dict)
+    resume_joins: set[tuple[int, int]] = field(default_factory=set)  # (collective, consumer)
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, BusyTimes):
@@ -380,6 +387,8 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
         wait_spans = {position: (lo, hi) for waiter, position, lo, hi in waits.values() if waiter < 0}
         _split_gaps(busy, timelines[busy.main_tid], [(t, -1, -math.inf) for t in forked_in_gaps], wait_spans)
     _split_gaps_at_late_launches(busy, timelines, launches, ends)
+    if busy.resumes:
+        _resume_pieces(busy, timelines[busy.main_tid])
     _sim_times(busy, exclusive_of_op, linked)
     return busy
 
@@ -451,6 +460,63 @@ def _split_gaps_at_late_launches(busy: BusyTimes, timelines: dict, launches: lis
         _split_gaps(busy, timelines[tid], handoffs, {})
 
 
+def _resume_after(busy: BusyTimes, consumer: int, segment: IdleSegment, begin: float, host: float) -> None:
+    """Note that the main thread, idle in ``segment`` waiting for a collective, ran ``host`` µs of
+    host time from ``begin`` up to ``consumer`` (``_resume_pieces`` makes the node of it). Two
+    notes for one consumer end at its start: the earlier begin holds both."""
+    held = busy.resumes.get(consumer)
+    if held is None or host > held[3]:
+        busy.resumes[consumer] = (segment.position, segment.waiter, begin, host)
+
+
+def _resume_pieces(busy: BusyTimes, timeline: Timeline) -> None:
+    """The host time between the end of a wait for a collective and the op that read its result
+    (``resumes``) lay before that op: a piece of no busy time holds it (``length`` 0,
+    ``host_gap`` that time), run right before the consumer, of the op the thread waited in, else
+    of the op whose node held the thread's time before the gap (the last piece after the op before
+    it, or that op). The joins of the collectives it waited for go to that piece (``resumed_at``):
+    a replay resumes the thread when they end, runs the host time, then the consumer, as measured,
+    and the consumer's node holds its own time alone. Before, the consumer's node held that time
+    as its ``host_gap``, which reads as time after the op. O(r log p) for r such waits."""
+    pieces = busy.pieces
+    last_of = dict(zip(pieces.after.tolist(), range(len(pieces))))  # the last piece after each op
+    owners = pieces.owner.tolist()
+    added: list[tuple[int, int, float, float]] = []
+    piece_of: dict[int, tuple[int, float]] = {}  # consumer -> (the piece's op, its begin)
+    for consumer, (position, waiter, begin, host) in busy.resumes.items():
+        if position < 0 or host <= 0:
+            continue
+        after = timeline.ops[position]
+        j = last_of.get(after)
+        owner = waiter if waiter >= 0 else (owners[j] if j is not None else after)
+        added.append((owner, after, begin, host))
+        piece_of[consumer] = (owner, begin)
+    _add_pieces(busy, added)
+    cross = []
+    for source, target, cause in busy.cross:
+        if cause == JOIN and target in piece_of and (source, target) in busy.resume_joins:
+            owner, begin = piece_of[target]
+            busy.resumed_at[(source, owner)] = begin
+            target = owner
+        cross.append((source, target, cause))
+    busy.cross = cross
+
+
+def _add_pieces(busy: BusyTimes, added: list[tuple[int, int, float, float]]) -> None:
+    """Add pieces of no busy time, (owner, after, begin, host gap) each, to ``busy.pieces`` in
+    begin order (ties: the pieces there first). O(p log p)."""
+    if not added:
+        return
+    pieces = busy.pieces
+    owner, after, begin, gap = (np.array(column) for column in zip(*added))
+    more = {"owner": owner, "after": after, "begin": begin, "end": begin, "length": np.zeros(len(added)),
+            "host_gap": gap}
+    order = np.argsort(np.concatenate((pieces.begin, begin)), kind="stable")  # begin order, ties as they were
+    for name, rows in more.items():
+        column = getattr(pieces, name)
+        setattr(pieces, name, np.concatenate((column, rows.astype(column.dtype)))[order])
+
+
 def _split_gaps(busy: BusyTimes, timeline: Timeline, handoffs: list[tuple[float, int, float]],
                 gap_waits: dict[int, tuple[float, float]]) -> None:
     """Work handed off by a thread (a worker's burst it forked, a GPU op it launched) that began
@@ -497,15 +563,7 @@ def _split_gaps(busy: BusyTimes, timeline: Timeline, handoffs: list[tuple[float,
         _set_held(busy, holder, splits[0][1])  # the holder keeps the host time up to the first split
         gaps_after = [keep for _, keep in splits[1:]] + [left]  # each new piece: up to the next split
         added += [(holder.owner, op, t, gap) for (t, _), gap in zip(splits, gaps_after)]
-    if not added:
-        return
-    owner, after, begin, gap = (np.array(column) for column in zip(*added))
-    more = {"owner": owner, "after": after, "begin": begin, "end": begin, "length": np.zeros(len(added)),
-            "host_gap": gap}
-    order = np.argsort(np.concatenate((pieces.begin, begin)), kind="stable")  # begin order, ties as they were
-    for name, rows in more.items():
-        column = getattr(pieces, name)
-        setattr(pieces, name, np.concatenate((column, rows.astype(column.dtype)))[order])
+    _add_pieces(busy, added)
 
 
 class GapHolder(NamedTuple):
@@ -611,8 +669,9 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
     collective had not ended before that stretch. The
     thread was woken when the last collective it waited for ended: the latest end (each capped
     at its consumer's start) of the collectives that ended during the stretch. What follows that
-    end (on a loaded host, milliseconds) is folded into the consumer (``host_gap``), so a replay
-    resumes the thread that long after that end, as measured, instead of running it before.
+    end (on a loaded host, milliseconds) is host time before the consumer (``_resume_after``: a
+    piece of its own, which the joins release), so a replay resumes the thread that long after
+    that end, as measured, instead of running it before.
     Returns the collectives whose record function ended after their consumer began (their
     bursts get no join from the worker's end: it is not when the result was there). O(m) parses
     for the main-thread ops swept, O(c log c) for c collectives."""
@@ -640,8 +699,9 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
             _add_wait(waits, segment, lo, at)
             idle_from = max(segment.start, last_end)
             woken = done_at[bisect_right(done_at, at) - 1]  # the latest end at or before the consumer
+            busy.resume_joins.add((collective, consumer))
             if woken > idle_from:
-                busy.host_gap[consumer] = max(busy.host_gap[consumer], at - woken)
+                _resume_after(busy, consumer, segment, woken, at - woken)
     return {i for i, consumer in found.items() if ends[i] > starts[consumer]}
 
 
@@ -664,8 +724,9 @@ def _lost_collective_waits(et, collectives: dict, lost: list[int], main: MainThr
     """The main thread's waits for collectives the ET lost (their issuing calls ``lost``): no
     node holds such a wait, so the idle stretch before the op that reads the call's tensors (its
     consumer, found as ``cpu_comm.consumers`` finds one, from the call's end) is taken out of the
-    op (or gap) it sat in and folded into the consumer (``host_gap``): the replay runs it where it
-    occurred, at the end of the step, instead of before the step's children. Only the part after
+    op (or gap) it sat in and held before the consumer (``_resume_after``: a piece of no busy
+    time): the replay runs it where it occurred, at the end of the step, instead of before the
+    step's children. Only the part after
     the last recorded collective that ended in that stretch: until then the thread waited for that
     one too (its join holds it). O(m) parses for the main-thread ops swept."""
     from linker.plan.cpu_comm import consumers
@@ -685,7 +746,7 @@ def _lost_collective_waits(et, collectives: dict, lost: list[int], main: MainThr
         lo = max(segment.start, last_end, ends[call], done_at[p] if p >= 0 else -math.inf)
         if at > lo:
             _add_wait(waits, segment, lo, at)
-            busy.host_gap[consumer] += at - lo
+            _resume_after(busy, consumer, segment, lo, at - lo)
 
 
 def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
