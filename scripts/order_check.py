@@ -7,8 +7,8 @@ passes n's measured busy start by more than ``--slack`` µs (50 by default: more
 skew of the traces at hand). A node's measured busy start is its ``ts``, except for a collective on
 a CPU thread (a ``comm_type`` and no ``stream``: gloo, MPI, UCC), whose record runs from its issue
 and whose busy time is the part after the group's previous collective ended, up to the earlier of
-its recorded end and the start of the op that reads its result (its ``join`` target)
-(docs/fidelity.md, "CPU collectives"): that end less ``sim_dur``. Only edges between timed nodes
+its recorded end and the start of its ``join`` target (the op that reads its result, or the node
+of host time before that op) (docs/fidelity.md, "CPU collectives"): that end less ``sim_dur``. Only edges between timed nodes
 count; the ``rank_start`` delay node is not timed.
 
 Prints, per file and per cause, the edges checked, the contradicted ones and the worst overshoot;

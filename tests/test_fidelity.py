@@ -417,33 +417,42 @@ def test_the_json_job_replays_as_the_chakra_job(ddp_job, tmp_path):
     assert reports[1].ratio == pytest.approx(reports[0].ratio, abs=2e-3)
 
 
+def _joined_events(et: dict, kineto: dict) -> tuple[dict, dict, dict]:
+    """From the files alone: each ET node's rf_id, the Kineto CPU events by record-function id,
+    and the ET node of each rf_id."""
+    rf = {n["id"]: next(a["value"] for a in n["attrs"] if a["name"] == "rf_id") for n in et["nodes"]}
+    events = {e["args"]["Record function id"]: e for e in kineto["traceEvents"]
+              if e.get("cat") in ("cpu_op", "user_annotation") and "Record function id" in e.get("args", {})}
+    return rf, events, {value: node_id for node_id, value in rf.items()}
+
+
+def _innermost_joined(events: dict, node_of_rf: dict, own: dict, node_id: int) -> int | None:
+    """The ET node of the innermost event (the latest start, then the shortest) of ``own``'s
+    thread that encloses ``own`` and is joined to an ET node other than ``node_id``; None if none."""
+    enclosing = [(e["ts"], -e["dur"], node_of_rf[r]) for r, e in events.items()
+                 if r in node_of_rf and node_of_rf[r] != node_id and e["tid"] == own["tid"]
+                 and e["ts"] <= own["ts"] and own["ts"] + own["dur"] <= e["ts"] + e["dur"]]
+    return max(enclosing)[2] if enclosing else None
+
+
 def test_an_op_outside_its_et_parent_takes_the_op_that_encloses_it_in_kineto(tmp_path):
     """Shape 3: the ET (PyTorch 2.13) lists a backward op under an op that had ended before it
     started. The ET+ gives it the innermost op whose Kineto event encloses its own (found here from
     the Kineto file by record-function id), on the same thread."""
     rank = 0
-    et, kineto = _et(rank), _kineto(rank)
-    rf = {n["id"]: next(a["value"] for a in n["attrs"] if a["name"] == "rf_id") for n in et["nodes"]}
-    events = {e["args"]["Record function id"]: e for e in kineto["traceEvents"]
-              if e.get("cat") in ("cpu_op", "user_annotation") and "Record function id" in e.get("args", {})}
-    node_of_rf = {value: node_id for node_id, value in rf.items()}
-
-    def interval(node_id):
-        e = events.get(rf[node_id])
-        return (e["tid"], e["ts"], e["ts"] + e["dur"]) if e else None
+    et = _et(rank)
+    rf, events, node_of_rf = _joined_events(et, _kineto(rank))
 
     def encloses(outer, inner):
-        return outer[0] == inner[0] and outer[1] <= inner[1] and inner[2] <= outer[2]
+        return outer["tid"] == inner["tid"] and outer["ts"] <= inner["ts"] and \
+            inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"]
 
     contradicted = []
     for node in et["nodes"]:
-        own, parent = interval(node["id"]), interval(node["ctrl_deps"]) if node["ctrl_deps"] in rf else None
+        own = events.get(rf[node["id"]])
+        parent = events.get(rf[node["ctrl_deps"]]) if node["ctrl_deps"] in rf else None
         if own and parent and not encloses(parent, own) and node["name"] != "gloo:all_reduce":
-            # innermost: the latest start, then the shortest
-            enclosing = [(e["ts"], -e["dur"], node_of_rf[r]) for r, e in events.items()
-                         if e["tid"] == own[0] and r in node_of_rf and node_of_rf[r] != node["id"]
-                         and encloses(interval(node_of_rf[r]), own)]
-            contradicted.append((node["id"], max(enclosing)[2] if enclosing else None))
+            contradicted.append((node["id"], _innermost_joined(events, node_of_rf, own, node["id"])))
     assert contradicted  # the capture has them
     link_pair(DDP / f"host.{rank}.json.gz", DDP / f"device.{rank}.json.gz", tmp_path / "r.json", LinkOptions(), None)
     parent_of = {n["id"]: n["ctrl_deps"] for n in orjson.loads((tmp_path / "r.json").read_bytes())["nodes"]}
@@ -462,21 +471,15 @@ def test_an_op_whose_et_parent_is_unusable_takes_the_op_that_encloses_it_in_kine
     step (17.6 ms after it began, as measured) and the step's exclusive time counted it again."""
     folder = FIXTURES / "whatif" / "1gbit"
     et = json.loads(gzip.decompress((folder / "host.0.json.gz").read_bytes()))
-    kineto = json.loads(gzip.decompress((folder / "device.0.json.gz").read_bytes()))
-    rf = {n["id"]: next(a["value"] for a in n["attrs"] if a["name"] == "rf_id") for n in et["nodes"]}
-    events = {e["args"]["Record function id"]: e for e in kineto["traceEvents"]
-              if e.get("cat") in ("cpu_op", "user_annotation") and "Record function id" in e.get("args", {})}
-    node_of_rf = {value: node_id for node_id, value in rf.items() if value in events}
+    rf, events, node_of_rf = _joined_events(et, json.loads(gzip.decompress((folder / "device.0.json.gz").read_bytes())))
     expected = {}
     for node in et["nodes"]:
         own = events.get(rf[node["id"]])
         if node["ctrl_deps"] <= node["id"] or own is None:
             continue  # a usable parent
-        enclosing = [(e["ts"], -e["dur"], node_of_rf[r]) for r, e in events.items()
-                     if r in node_of_rf and node_of_rf[r] != node["id"] and e["tid"] == own["tid"]
-                     and e["ts"] <= own["ts"] and own["ts"] + own["dur"] <= e["ts"] + e["dur"]]
-        if enclosing:
-            expected[node["id"]] = max(enclosing)[2]
+        innermost = _innermost_joined(events, node_of_rf, own, node["id"])
+        if innermost is not None:
+            expected[node["id"]] = innermost
     assert expected  # the capture has one: ReluBackward0 under a later gloo:all_reduce
     link_pair(folder / "host.0.json.gz", folder / "device.0.json.gz", tmp_path / "r.json", LinkOptions(), None)
     parent_of = {n["id"]: n["ctrl_deps"] for n in orjson.loads((tmp_path / "r.json").read_bytes())["nodes"]}

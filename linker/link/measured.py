@@ -123,6 +123,7 @@ def measured_placement(result, nesting_violations: int | None = None) -> Placeme
     for i, e in zip(ops, events):
         op_of[e] = i
     thread_root = {et.tid[r]: r for r in et.root_positions() if r != root}
+    tops = set(thread_root.values()) | {root, NO_NODE}  # a parent that puts an op at its thread's top
     index_of_id = et.index_of_id()
     for position in sorted(suspects):
         i, e, k = ops[position], events[position], threads[position]
@@ -133,11 +134,12 @@ def measured_placement(result, nesting_violations: int | None = None) -> Placeme
         p, pe = parent_index[i], parent_events[position]
         encloses = pe >= 0 and kineto_tid[pe] == k and ts[pe] - SLACK_US <= ts[e] and \
             ts[e] + dur[e] <= ts[pe] + dur[pe] + SLACK_US
-        if moved or not encloses:
+        top = p in tops  # never timed: an unlinked op's place is the ET's, a root's the measurement's
+        if moved or (not encloses and (pe >= 0 or top)):
             q = parents[e]
             while q >= 0 and op_of[q] < 0:
                 q = parents[q]
-            if pe < 0 and q < 0 and not moved:  # a top-level op, top-level as measured too
+            if top and q < 0 and not moved:  # a top-level op, top-level as measured too
                 continue
             measured_parent = op_of[q] if q >= 0 else thread_root.get(measured_tid, root)
             if measured_parent != p and measured_parent >= 0 and index_of_id.get(et.ids[measured_parent]) == measured_parent:

@@ -464,6 +464,8 @@ def _resume_after(busy: BusyTimes, consumer: int, segment: IdleSegment, begin: f
     """Note that the main thread, idle in ``segment`` waiting for a collective, ran ``host`` µs of
     host time from ``begin`` up to ``consumer`` (``_resume_pieces`` makes the node of it). Two
     notes for one consumer end at its start: the earlier begin holds both."""
+    if host <= 0:
+        return
     held = busy.resumes.get(consumer)
     if held is None or host > held[3]:
         busy.resumes[consumer] = (segment.position, segment.waiter, begin, host)
@@ -484,8 +486,6 @@ def _resume_pieces(busy: BusyTimes, timeline: Timeline) -> None:
     added: list[tuple[int, int, float, float]] = []
     piece_of: dict[int, tuple[int, float]] = {}  # consumer -> (the piece's op, its begin)
     for consumer, (position, waiter, begin, host) in busy.resumes.items():
-        if position < 0 or host <= 0:
-            continue
         after = timeline.ops[position]
         j = last_of.get(after)
         owner = waiter if waiter >= 0 else (owners[j] if j is not None else after)
