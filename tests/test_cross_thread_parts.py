@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+import linker
 from conftest import FIXTURES, shared_trace
 from linker.pipeline import link_pair
 
@@ -63,6 +64,36 @@ def test_fork_from_the_part_before_the_burst_and_join_into_the_part_after_the_wa
     causes = dict(zip(pieces[1]["data_deps"], pieces[1]["data_dep_causes"]))
     assert causes[b["id"]] == "join"
     assert not _contradicted(nodes, slack=0.0)
+
+
+def test_an_op_that_waited_for_a_burst_it_issued_runs_its_own_time_after_the_burst(tmp_path):
+    """``c10d::broadcast_`` (60-460 µs, no children) issues a burst on a worker (``aten::b``,
+    80-200), waits for it, then runs 260 µs of its own before returning (a DDP buffer broadcast
+    on a loaded host). Its own time lies before the burst (60-80) and after it (200-460): the
+    part after is a piece that the burst's end releases (``join``), not time run before the wait
+    (the replay then ran it at 60 and the wait not at all: the step 120 µs short, 380 of 500,
+    with the graph alone)."""
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 500,
+         "args": {"Record function id": 1, "External id": 1}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::a", "pid": 1, "tid": 1, "ts": 10, "dur": 40,
+         "args": {"Record function id": 2, "External id": 2}},
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::broadcast_", "pid": 1, "tid": 1, "ts": 60, "dur": 400,
+         "args": {"Record function id": 3, "External id": 3}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::b", "pid": 1, "tid": 2, "ts": 80, "dur": 120,
+         "args": {"Record function id": 4, "External id": 4}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::c", "pid": 1, "tid": 1, "ts": 470, "dur": 20,
+         "args": {"Record function id": 5, "External id": 5}},
+    ]
+    nodes = _linked_alone(tmp_path, events)
+    op = next(n for n in nodes if n["name"] == "c10d::broadcast_" and "continues" not in n)
+    b = next(n for n in nodes if n["name"] == "aten::b")
+    pieces = [n for n in nodes if n.get("continues") == op["id"]]
+    assert (op["sim_dur"], op["blocked_dur"]) == (20, 120)
+    assert [(p["ts"], p["sim_dur"]) for p in pieces] == [(200, 260)]
+    assert dict(zip(pieces[0]["data_deps"], pieces[0]["data_dep_causes"]))[b["id"]] == "join"
+    assert not _contradicted(nodes, slack=0.0)
+    assert linker.simulate(tmp_path / "out.json", waits="explained").report.simulated_us == pytest.approx(500)
 
 
 def test_join_threads_waits_for_each_worker_in_its_part_after_the_wait(tmp_path):

@@ -176,9 +176,11 @@ def test_dlrm_main_thread_waits_for_the_autograd_thread_by_fork_and_join():
     assert forks and joins
     assert all(et.tid[s] == main and et.tid[t] != main for s, t in forks)
     assert all(et.tid[s] != main and et.tid[t] == main for s, t in joins)
-    # the optimizer waits for the end of the backward pass
-    optimizer = et.names.index("## optimizer ##")
-    assert any(t == optimizer for _, t in joins)
+    # the main thread resumes when the backward pass ends: its engine's last op releases the part
+    # of ``## backward ##`` after the wait (what the op ran after it; ``## optimizer ##`` follows)
+    last = max(engine_ops, key=lambda i: et.nodes[i].ts + et.nodes[i].dur)
+    assert (last, backward) in joins
+    assert busy.resumed_at[(last, backward)] == et.nodes[last].ts + et.nodes[last].dur
 
 
 def test_ratios_are_simulated_over_measured_as_read_from_the_file(tmp_path):

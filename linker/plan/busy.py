@@ -45,9 +45,11 @@ thread's ops are cut into *bursts*, a burst being the maximal run of that thread
   root, whose ``host_gap`` is the burst's offset into S; for a later burst it comes from the last
   main op that had ended by then (S and its enclosing ops had not: waiting for them would delay
   the burst past its measured start).
-- ``join`` burst's last op → the first main op starting after the burst ends (or the waiting op
-  itself when none does), when the burst ended while the main thread was idle (in an op's
-  exclusive time, or between ops). Blocked: the union, per idle segment, of the bursts' overlap.
+- ``join`` burst's last op → the part of the op W the main thread waited in that ran after the
+  burst, when W's own time went on after it (W's stretch is cut where the burst ended:
+  ``resumed_at``), else the first main op starting after the burst ends (W itself when none
+  does), when the burst ended while the main thread was idle (in an op's exclusive time, or
+  between ops). Blocked: the union, per idle segment, of the bursts' overlap.
 - ``join`` (hand-back): when the main thread waited in an op W's exclusive time from the burst's
   start until W's next child began while the burst still ran (the autograd engine hands CPU work
   back to the calling thread), the wait up to that child is blocked and the burst's op that
@@ -71,7 +73,7 @@ import numpy as np
 from linker.link.intervals import TimePoint, cover_index, innermost_covering
 from linker.link.recipe import op_of_event
 from linker.plan.clocks import blocking_copies, clock_skew
-from linker.plan.later_pieces import Pieces, later_pieces
+from linker.plan.later_pieces import HANDOFF_CUT_MIN_US, Pieces, later_pieces
 
 FORK, JOIN = "fork", "join"
 
@@ -765,8 +767,9 @@ def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
         if at_end is not None and end > at_end.start:
             _add_wait(waits, at_end, max(start, at_end.start), end)
             target = at_end.resume
-            if target < 0 and at_end.waiter >= 0 and (source < 0 or at_end.waiter != tl.ops[source]):
-                target = at_end.waiter
+            if at_end.waiter >= 0 and (at_end.end - end > HANDOFF_CUT_MIN_US or (
+                    target < 0 and (source < 0 or at_end.waiter != tl.ops[source]))):
+                target = at_end.waiter  # the thread resumed the op it waited in
             if target >= 0:
                 busy.cross.append((last_op, target, JOIN))
                 if target == at_end.waiter:  # it waited inside that op: what of it ran after the burst

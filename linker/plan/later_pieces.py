@@ -98,8 +98,8 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     owners, targets, begins, finishes = (np.concatenate([piece[k] for piece in found] or [empty])
                                          for k, empty in enumerate((NO_OPS, NO_OPS, NO_TIMES, NO_TIMES)))
     if skip:
-        skipped = np.fromiter(skip, dtype=np.int64, count=len(skip))
-        kept = ~(np.isin(owners, skipped) | np.isin(targets, skipped))
+        skipped = np.sort(np.fromiter(skip, dtype=np.int64, count=len(skip)))
+        kept = ~(_among(owners, skipped) | _among(targets, skipped))
         owners, targets, begins, finishes = owners[kept], targets[kept], begins[kept], finishes[kept]
     handoffs = [h for h in handoffs if h[0] not in skip]
     if handoffs:
@@ -181,7 +181,7 @@ def _own_parts(timelines, parent: np.ndarray, op_end: np.ndarray,
     parts: dict[int, tuple[float, float]] = {}
     for timeline in timelines:
         ops = np.asarray(timeline.ops, dtype=np.int64)
-        wanted = np.flatnonzero(np.isin(ops, handing))
+        wanted = np.flatnonzero(_among(ops, handing))
         if not len(wanted):
             continue
         starts = np.asarray(timeline.starts, dtype=np.float64)
@@ -208,7 +208,7 @@ def cut_at_handoffs(owners: np.ndarray, targets: np.ndarray, begins: np.ndarray,
     stretches: dict[int, list[tuple[float, float, int]]] = {}  # op -> (begin, end, piece j or -1)
     for op, (begin, end) in own_parts.items():
         stretches[op] = [(begin, end, -1)]
-    for j in np.flatnonzero(np.isin(owners, _ops_of(handoffs))).tolist():
+    for j in np.flatnonzero(_among(owners, _ops_of(handoffs))).tolist():
         stretches.setdefault(int(owners[j]), []).append((float(begins[j]), float(finishes[j]), j))
     for op_stretches in stretches.values():
         op_stretches.sort()
@@ -251,11 +251,21 @@ def _ops_of(rows: list[tuple]) -> np.ndarray:
     return ops[np.append(True, ops[1:] != ops[:-1])] if len(ops) else ops  # np.unique imports numpy.ma: 20 ms
 
 
+def _among(values: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """Whether each of ``values`` is one of ``members`` (sorted, distinct): ``np.isin`` without the
+    sort it falls back to for many members (``np.unique``, which imports numpy.ma: 20 ms).
+    O(v log m)."""
+    if not len(members):
+        return np.zeros(len(values), dtype=bool)
+    k = np.minimum(np.searchsorted(members, values), len(members) - 1)
+    return members[k] == values
+
+
 def _pieces_of(owners: np.ndarray, ops: np.ndarray) -> tuple[np.ndarray, dict[int, tuple[int, int]]]:
     """The pieces of ``ops`` (sorted, distinct): their indices grouped by op, each op's in piece
     order, and op -> (first, last) of its run in them (ops without pieces left out). O(p + k log k)
     for p pieces, k of them of those ops."""
-    held = np.flatnonzero(np.isin(owners, ops))
+    held = np.flatnonzero(_among(owners, ops))
     held = held[np.argsort(owners[held], kind="stable")]
     first = np.searchsorted(owners[held], ops, side="left")
     last = np.searchsorted(owners[held], ops, side="right")
