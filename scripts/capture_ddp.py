@@ -4,14 +4,20 @@
 Usage (with a venv holding the CPU torch wheel; torch is never a dependency of et-link):
 
     python scripts/capture_ddp.py --out DIR [--ranks 4] [--layers 4] [--width 256] [--bucket-mb 0.6]
+                                  [--model mlp|conv] [--intra-op-threads 1] [--warmup 5] [--active 5]
 
 Runs ``torchrun --nproc_per_node=RANKS`` on this file; every rank trains a small MLP wrapped in
 ``DistributedDataParallel`` over gloo, profiled with Chakra's recipe: an ``ExecutionTraceObserver``
 handed to ``torch.profiler.profile(..., execution_trace_observer=...)`` with
-``schedule(wait=0, warmup=5, active=5)``, so both files cover the same 5 active steps. Each rank
-writes ``host.<rank>.json`` (the ET) and ``device.<rank>.json`` (the Kineto trace), plain JSON.
-``bucket_cap_mb`` is chosen so that the gradients fall into two all-reduce buckets per step (the
-summary line counts them per rank from the Kineto trace).
+``schedule(wait=0, warmup=5, active=5)`` (``--warmup``, ``--active``), so both files cover the
+same 5 active steps. Each rank writes ``host.<rank>.json`` (the ET) and ``device.<rank>.json``
+(the Kineto trace), plain JSON. ``bucket_cap_mb`` is chosen so that the gradients fall into two
+all-reduce buckets per step (the summary line counts them per rank from the Kineto trace).
+
+``--model conv`` trains a small convolutional net with BatchNorm instead (two Conv2d+BatchNorm2d+ReLU
+blocks, a pooled two-layer head, cross-entropy, AdamW, ``bucket_cap_mb=0.25``): DDP then also
+broadcasts the BatchNorm buffers from rank 0 before every forward (``gloo:broadcast``).
+``--intra-op-threads`` above 1 lets the ops run OpenMP threads beside the gloo workers.
 
 The job is written into a temporary directory beside DIR and moved into place only when every
 rank's files exist, so a reader never sees half a job. Prints one JSON summary line.
@@ -29,9 +35,6 @@ import tempfile
 import warnings
 from pathlib import Path
 
-WARMUP_STEPS = 5
-ACTIVE_STEPS = 5
-
 
 def _rank_main(args: argparse.Namespace) -> None:
     """One rank's body (run by torchrun): DDP over gloo under Chakra's profiler recipe."""
@@ -44,15 +47,28 @@ def _rank_main(args: argparse.Namespace) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(args.seed)
-    torch.set_num_threads(1)
-    layers = []
-    for _ in range(args.layers):
-        layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
-    model = DistributedDataParallel(torch.nn.Sequential(*layers), bucket_cap_mb=args.bucket_mb)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    torch.set_num_threads(args.intra_op_threads)
     generator = torch.Generator().manual_seed(args.seed + rank)
-    inputs = torch.randn(args.batch, args.width, generator=generator)
-    targets = torch.randn(args.batch, args.width, generator=generator)
+    if args.model == "conv":
+        net = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+            torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(4), torch.nn.Flatten(), torch.nn.Linear(512, 256), torch.nn.GELU(),
+            torch.nn.Linear(256, 10))
+        model = DistributedDataParallel(net, bucket_cap_mb=args.bucket_mb)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        inputs = torch.randn(args.batch, 3, 24, 24, generator=generator)
+        targets = torch.randint(0, 10, (args.batch,), generator=generator)
+        loss_of = torch.nn.functional.cross_entropy
+    else:
+        layers = []
+        for _ in range(args.layers):
+            layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
+        model = DistributedDataParallel(torch.nn.Sequential(*layers), bucket_cap_mb=args.bucket_mb)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        inputs = torch.randn(args.batch, args.width, generator=generator)
+        targets = torch.randn(args.batch, args.width, generator=generator)
+        loss_of = torch.nn.functional.mse_loss
     out = Path(args.out)
     observer = ExecutionTraceObserver()
     observer.register_callback(str(out / f"host.{rank}.json"))
@@ -60,11 +76,11 @@ def _rank_main(args: argparse.Namespace) -> None:
     def trace_ready(prof) -> None:
         prof.export_chrome_trace(str(out / f"device.{rank}.json"))
 
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=WARMUP_STEPS, active=ACTIVE_STEPS),
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=args.warmup, active=args.active),
                  on_trace_ready=trace_ready, execution_trace_observer=observer) as prof:
-        for _ in range(WARMUP_STEPS + ACTIVE_STEPS):
+        for _ in range(args.warmup + args.active):
             optimizer.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(inputs), targets)
+            loss = loss_of(model(inputs), targets)
             loss.backward()
             optimizer.step()
             prof.step()
@@ -73,7 +89,7 @@ def _rank_main(args: argparse.Namespace) -> None:
 
 
 def _collectives_per_rank(job: Path, ranks: int) -> dict[str, int]:
-    """Kineto ``gloo:all_reduce`` events per rank (two buckets x five steps expected)."""
+    """Kineto ``gloo:all_reduce`` events per rank (two buckets x five steps expected with the defaults)."""
     counts = {}
     for rank in range(ranks):
         events = json.loads((job / f"device.{rank}.json").read_bytes())["traceEvents"]
@@ -89,8 +105,9 @@ def _launch(args: argparse.Namespace) -> dict:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ranks}",
                __file__, "--rank-body", "--out", str(staging), "--layers", str(args.layers),
                "--width", str(args.width), "--batch", str(args.batch), "--bucket-mb", str(args.bucket_mb),
-               "--seed", str(args.seed)]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+               "--seed", str(args.seed), "--model", args.model, "--intra-op-threads", str(args.intra_op_threads),
+               "--warmup", str(args.warmup), "--active", str(args.active)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.intra_op_threads))
     completed = subprocess.run(command, env=env, stdout=sys.stderr)
     expected = [staging / f"{kind}.{rank}.json" for rank in range(args.ranks) for kind in ("host", "device")]
     if completed.returncode != 0 or not all(path.exists() for path in expected):
@@ -112,10 +129,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=4, help="Linear+ReLU pairs")
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--bucket-mb", type=float, default=0.6, help="DDP bucket_cap_mb")
+    parser.add_argument("--bucket-mb", type=float, default=None,
+                        help="DDP bucket_cap_mb (default: 0.6 for mlp, 0.25 for conv)")
+    parser.add_argument("--model", choices=("mlp", "conv"), default="mlp")
+    parser.add_argument("--intra-op-threads", type=int, default=1, help="torch.set_num_threads and OMP_NUM_THREADS")
+    parser.add_argument("--warmup", type=int, default=5, help="profiler warm-up steps")
+    parser.add_argument("--active", type=int, default=5, help="profiled steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rank-body", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.bucket_mb is None:
+        args.bucket_mb = 0.25 if args.model == "conv" else 0.6
     if args.rank_body:
         _rank_main(args)
         return 0

@@ -49,11 +49,13 @@ thread's ops are cut into *bursts*, a burst being the maximal run of that thread
   burst, when W's own time went on after it (W's stretch is cut where the burst ended:
   ``resumed_at``), else the first main op starting after the burst ends (W itself when none
   does), when the burst ended while the main thread was idle (in an op's exclusive time, or
-  between ops). Blocked: the union, per idle segment, of the bursts' overlap.
+  between ops). Blocked: the union, per idle segment, of the bursts' overlap. A burst holding a
+  CPU collective is joined so only when the main thread sat in the call that issued it (its wait
+  is otherwise at the op that reads its result: ``_collective_waits``).
 - ``join`` (hand-back): when the main thread waited in an op W's exclusive time from the burst's
   start until W's next child began while the burst still ran (the autograd engine hands CPU work
   back to the calling thread), the wait up to that child is blocked and the burst's op that
-  finished last before it gets an edge to it.
+  finished last before it gets an edge to it (not for a collective's worker).
 
 Cost: O(n log n) for n ET nodes (sorting per thread, bisects for the main-thread lookups, ancestor
 walks bounded by tree depth; ``later_pieces`` one bisect per op in C passes), O(n) floats of memory.
@@ -361,12 +363,12 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
         busy.main_tid = main_tid
         main = MainThread(timelines[main_tid], et.parent_index(), linked)
         thread_roots = _thread_roots(et, roots)
-        awaited = _collective_waits(et_plus, collectives, main, starts, ends, waits, busy) if collectives else {}
+        waiters = _collective_waits(et_plus, collectives, main, starts, ends, waits, busy) if collectives else {}
         if lost:
             _lost_collective_waits(et, collectives, lost, main, starts, ends, waits, busy)
         for tid, timeline in timelines.items():
             if tid != main_tid:
-                _cross_thread(main, timeline, thread_roots.get(tid, -1), waits, busy, burst_firsts, awaited)
+                _cross_thread(main, timeline, thread_roots.get(tid, -1), waits, busy, burst_firsts, waiters)
         lead_skew = clock_skew(et_plus.gpu_links, unqueued=True) if et_plus.gpu_links else None
         _pre_trace_lead(et_plus, timelines[main_tid].starts[0], thread_roots.get(main_tid, -1), busy, lead_skew)
     for waiter, position, lo, hi in waits.values():
@@ -674,9 +676,12 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
     end (on a loaded host, milliseconds) is host time before the consumer (``_resume_after``: a
     piece of its own, which the joins release), so a replay resumes the thread that long after
     that end, as measured, instead of running it before.
-    Returns the collectives whose record function ended after their consumer began (their
-    bursts get no join from the worker's end: it is not when the result was there). O(m) parses
-    for the main-thread ops swept, O(c log c) for c collectives."""
+    Returns, per collective, the op in which the thread may have waited for it when its worker's
+    burst ended (``_cross_thread``): the call that issued it (a call that returns only when the
+    collective is done holds the wait in its own time), or None for a collective whose record
+    function ended after its consumer began (no join from the worker's end: it is not when the
+    result was there); a collective with neither is absent. O(m) parses for the main-thread ops
+    swept, O(c log c) for c collectives."""
     from linker.plan.cpu_comm import consumers, issuing_calls  # a sibling idea of the plan wing
 
     et = et_plus.et
@@ -704,7 +709,9 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
             busy.resume_joins.add((collective, consumer))
             if woken > idle_from:
                 _resume_after(busy, consumer, segment, woken, at - woken)
-    return {i for i, consumer in found.items() if ends[i] > starts[consumer]}
+    waiters: dict[int, int | None] = dict(issued)
+    waiters.update((i, None) for i, consumer in found.items() if ends[i] > starts[consumer])
+    return waiters
 
 
 def _idle_before(main: MainThread, consumer: int, at: float):
@@ -752,18 +759,25 @@ def _lost_collective_waits(et, collectives: dict, lost: list[int], main: MainThr
 
 
 def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
-                  busy: BusyTimes, burst_firsts: set[int], awaited: set[int] = frozenset()) -> None:
+                  busy: BusyTimes, burst_firsts: set[int], waiters: dict[int, int | None] | None = None) -> None:
     """Fork and join edges for one non-main thread's bursts; the main thread's waits go to
     ``waits`` (segment key -> [waiter, gap position, union start, union end]). A burst holding a
-    collective in ``awaited`` (it ended after its consumer began) gets no join here."""
+    CPU collective of ``waiters`` (``_collective_waits``) gets a join here only when the main
+    thread sat, as it ended, in the call that issued it, and never the hand-back below (a
+    collective's worker hands the thread no work): elsewhere the thread did not wait for it
+    there (DDP's backward computes on while a bucket's all-reduce runs); its wait, if any, is the
+    consumer's."""
     tl = main.timeline
     for number, (first, last, start, end, source) in enumerate(_bursts(timeline, main)):
         first_op, last_op = timeline.ops[first], timeline.ops[last]
         burst_firsts.add(first_op)
         at_start, at_end = main.idle_segment(start), main.idle_segment(end)
         joined_in = None
-        if awaited and any(op in awaited for op in timeline.ops[first:last + 1]):
-            at_end = None
+        held = [waiters[op] for op in timeline.ops[first:last + 1] if op in waiters] if waiters else []
+        if held:
+            at_start = None
+            if at_end is not None and at_end.waiter not in held:
+                at_end = None
         if at_end is not None and end > at_end.start:
             _add_wait(waits, at_end, max(start, at_end.start), end)
             target = at_end.resume
