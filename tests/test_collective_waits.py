@@ -16,10 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 import linker
-from linker.cli import app
 from linker.pipeline import link_pair
 from linker.sim.engine import ASTRA_SIM, LANES
 
@@ -103,13 +100,10 @@ def test_a_compute_op_running_when_a_collective_ended_did_not_wait_for_it(linked
 
 @pytest.mark.parametrize("model", [ASTRA_SIM, LANES])
 def test_the_buffers_job_replays_as_measured(tmp_path, model):
-    """The job through ``et-link batch --format et``, replayed: job and ranks within 1% of the
+    """The job linked as ``et-link batch --format et`` links it, replayed: job and ranks within 1% of the
     measured spans (0.977 before the two rules above)."""
     out = tmp_path / "job"
-    result = CliRunner().invoke(app, ["batch", "--et", str(JOB / "host.*.json.gz"), "--kineto",
-                                      str(JOB / "device.*.json.gz"), "--output-dir", str(out), "--format", "et",
-                                      "--workers", "1", "-q"])
-    assert result.exit_code == 0, result.output
+    linker.link_job(str(JOB / "device.*.json.gz"), out, str(JOB / "host.*.json.gz"), fmt="et", workers=1)
     report = linker.simulate([out / f"rank.{rank}.et" for rank in RANKS], model=model).report
     assert 0.99 <= report.ratio <= 1.01, report.ratio
     for r in report.ranks:

@@ -73,18 +73,11 @@ def test_an_op_that_waited_for_a_burst_it_issued_runs_its_own_time_after_the_bur
     part after is a piece that the burst's end releases (``join``), not time run before the wait
     (the replay then ran it at 60 and the wait not at all: the step 120 µs short, 380 of 500,
     with the graph alone)."""
-    events = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 500,
-         "args": {"Record function id": 1, "External id": 1}},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::a", "pid": 1, "tid": 1, "ts": 10, "dur": 40,
-         "args": {"Record function id": 2, "External id": 2}},
-        {"ph": "X", "cat": "cpu_op", "name": "c10d::broadcast_", "pid": 1, "tid": 1, "ts": 60, "dur": 400,
-         "args": {"Record function id": 3, "External id": 3}},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::b", "pid": 1, "tid": 2, "ts": 80, "dur": 120,
-         "args": {"Record function id": 4, "External id": 4}},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::c", "pid": 1, "tid": 1, "ts": 470, "dur": 20,
-         "args": {"Record function id": 5, "External id": 5}},
-    ]
+    ops = [("ProfilerStep#1", 1, 0, 500), ("aten::a", 1, 10, 40), ("c10d::broadcast_", 1, 60, 400),
+           ("aten::b", 2, 80, 120), ("aten::c", 1, 470, 20)]  # name, thread, start, duration
+    events = [{"ph": "X", "cat": "user_annotation" if name.startswith("ProfilerStep") else "cpu_op", "name": name,
+               "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": {"Record function id": k, "External id": k}}
+              for k, (name, tid, ts, dur) in enumerate(ops, start=1)]
     nodes = _linked_alone(tmp_path, events)
     op = next(n for n in nodes if n["name"] == "c10d::broadcast_" and "continues" not in n)
     b = next(n for n in nodes if n["name"] == "aten::b")
