@@ -99,16 +99,7 @@ def measured_placement(result, nesting_violations: int | None = None) -> Placeme
     events = [event_of_op[i] for i in ops]
     threads = [kineto_tid[e] for e in events]
     op_tids = [et.tid[i] for i in ops]
-    kineto_threads, et_threads = set(threads), set(op_tids)
-    if len(kineto_threads) == 1 and len(et_threads) == 1:  # one thread each (most traces): nothing moved
-        counts = Counter({(op_tids[0], threads[0]): len(ops)}) if ops else Counter()
-    else:
-        counts = Counter(zip(op_tids, threads))
-    home = _homes(counts)
-    next_tid = max(et.tid, default=0) + 1
-    for k in sorted({k for _, k in counts if k not in home}, key=str):
-        home[k] = placement.new_threads[k] = next_tid
-        next_tid += 1
+    counts, home = _thread_homes(et, placement, op_tids, threads)
     parents, root = result.parents, et.process_root()
     parent_index = et.parent_index()
     events_of = event_of_op + [NO_NODE]  # position -1 (no parent): no event
@@ -145,6 +136,22 @@ def measured_placement(result, nesting_violations: int | None = None) -> Placeme
             if measured_parent != p and measured_parent >= 0 and index_of_id.get(et.ids[measured_parent]) == measured_parent:
                 placement.parent[i] = measured_parent
     return placement
+
+
+def _thread_homes(et, placement: Placement, op_tids: list[int], threads: list) -> tuple[Counter, dict]:
+    """(ET thread, Kineto thread) -> linked ops, and each Kineto thread's ET thread (``_homes``);
+    a Kineto thread no ET thread holds most of gets a new number (``placement.new_threads``).
+    O(ops)."""
+    if len(set(threads)) == 1 and len(set(op_tids)) == 1:  # one thread each (most traces): nothing moved
+        counts = Counter({(op_tids[0], threads[0]): len(op_tids)})
+    else:
+        counts = Counter(zip(op_tids, threads))
+    home = _homes(counts)
+    next_tid = max(et.tid, default=0) + 1
+    for k in sorted({k for _, k in counts if k not in home}, key=str):
+        home[k] = placement.new_threads[k] = next_tid
+        next_tid += 1
+    return counts, home
 
 
 def apply_placement(et, placement: Placement) -> None:

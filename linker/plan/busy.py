@@ -343,34 +343,13 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     starts, ends = et_plus.op_times if et_plus.op_times is not None else _event_times(result)
     linked = (~np.isnan(np.asarray(starts, dtype=np.float64))).tolist()  # a measured start
     busy = BusyTimes(np.zeros(n), np.zeros(n), np.zeros(n))
-    skew = clock_skew(et_plus.gpu_links) if et_plus.gpu_links else None
-    busy.clock_skew = skew.summary() if skew is not None else {}
-    busy.blocking_copies = blocking_copies(et_plus.gpu_links, skew) if skew is not None else []
-    calls = blocking_calls(et_plus, busy.blocking_copies)
-    blocked_at: list[tuple[int, float, float]] = []  # (op, where, µs) of every blocked stretch
-    for call, op in zip(calls, ops_covering(et_plus, calls)):
-        if op >= 0:
-            busy.blocked[op] += call.dur
-            blocked_at.append((op, call.ts, call.dur))
-
-    roots = et.root_positions()
-    timelines = _timelines(et, starts, ends, linked, roots, near_start_order)
+    blocked_at = _blocking_call_waits(et_plus, busy)  # (op, where, µs) of every blocked stretch
+    timelines = _timelines(et, starts, ends, linked, et.root_positions(), near_start_order)
     waits: dict[tuple, list] = {}  # main-thread idle segment -> [waiter, position, lo, hi]
     gap_waits: dict[int, float] = {}  # main-thread position p -> join wait inside the gap after p
     burst_firsts: set[int] = set()
     if timelines:
-        main_tid = min(timelines, key=lambda tid: (timelines[tid].starts[0], tid))
-        busy.main_tid = main_tid
-        main = MainThread(timelines[main_tid], et.parent_index(), linked)
-        thread_roots = _thread_roots(et, roots)
-        waiters = _collective_waits(et_plus, collectives, main, starts, ends, waits, busy) if collectives else {}
-        if lost:
-            _lost_collective_waits(et, collectives, lost, main, starts, ends, waits, busy)
-        for tid, timeline in timelines.items():
-            if tid != main_tid:
-                _cross_thread(main, timeline, thread_roots.get(tid, -1), waits, busy, burst_firsts, waiters)
-        lead_skew = clock_skew(et_plus.gpu_links, unqueued=True) if et_plus.gpu_links else None
-        _pre_trace_lead(et_plus, timelines[main_tid].starts[0], thread_roots.get(main_tid, -1), busy, lead_skew)
+        _thread_waits(et_plus, busy, timelines, (starts, ends, linked), collectives, lost, waits, burst_firsts)
     for waiter, position, lo, hi in waits.values():
         if waiter >= 0:
             busy.blocked[waiter] += hi - lo
@@ -395,6 +374,45 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
         _resume_pieces(busy, timelines[busy.main_tid])
     _sim_times(busy, exclusive_of_op, linked)
     return busy
+
+
+def _blocking_call_waits(et_plus, busy: BusyTimes) -> list[tuple[int, float, float]]:
+    """The blocking runtime calls' waits (module docstring): each call's time is blocked time of
+    the innermost linked op covering it (``busy.blocked``); also sets ``busy``'s clock skew and
+    blocking copies. Returns (op, where, µs) of each. O(calls log n)."""
+    skew = clock_skew(et_plus.gpu_links) if et_plus.gpu_links else None
+    busy.clock_skew = skew.summary() if skew is not None else {}
+    busy.blocking_copies = blocking_copies(et_plus.gpu_links, skew) if skew is not None else []
+    calls = blocking_calls(et_plus, busy.blocking_copies)
+    blocked_at = []
+    for call, op in zip(calls, ops_covering(et_plus, calls)):
+        if op >= 0:
+            busy.blocked[op] += call.dur
+            blocked_at.append((op, call.ts, call.dur))
+    return blocked_at
+
+
+def _thread_waits(et_plus, busy: BusyTimes, timelines: dict, times: tuple, collectives: dict | None,
+                  lost: list[int] | None, waits: dict, burst_firsts: set[int]) -> None:
+    """The main thread (the one holding the earliest linked op: ``busy.main_tid``) and its waits
+    for the other threads: for CPU collectives (``_collective_waits``, ``_lost_collective_waits``),
+    for the other threads' bursts (``_cross_thread``; their fork and join edges), and the lead of
+    GPU work launched before the trace (``_pre_trace_lead``). ``times``: (starts, ends, linked)
+    per ET node. Fills ``waits`` and ``burst_firsts``."""
+    et = et_plus.et
+    starts, ends, linked = times
+    main_tid = min(timelines, key=lambda tid: (timelines[tid].starts[0], tid))
+    busy.main_tid = main_tid
+    main = MainThread(timelines[main_tid], et.parent_index(), linked)
+    thread_roots = _thread_roots(et, et.root_positions())
+    waiters = _collective_waits(et_plus, collectives, main, starts, ends, waits, busy) if collectives else {}
+    if lost:
+        _lost_collective_waits(et, collectives, lost, main, starts, ends, waits, busy)
+    for tid, timeline in timelines.items():
+        if tid != main_tid:
+            _cross_thread(main, timeline, thread_roots.get(tid, -1), waits, busy, burst_firsts, waiters)
+    lead_skew = clock_skew(et_plus.gpu_links, unqueued=True) if et_plus.gpu_links else None
+    _pre_trace_lead(et_plus, timelines[main_tid].starts[0], thread_roots.get(main_tid, -1), busy, lead_skew)
 
 
 def _handoffs(busy: BusyTimes, launches: list[tuple[int, float, float]], parent_op: list[int],

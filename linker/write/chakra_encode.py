@@ -167,7 +167,12 @@ class NodeFrames:
         self._continues_head = int64_head("continues")
 
     def chunk(self, order) -> bytes:
-        """The frames of the nodes in ``order``, joined."""
+        """The frames of the nodes in ``order``, joined.
+
+        Long on purpose: one loop over the nodes with the fields' encoding written out, because it
+        runs once per node of a ``.et`` output (720k on the large pair) and a helper per field
+        would be a call per field per node. It gets shorter when the writer is fed from columns
+        (issue "A columnar core"; docs/performance.md)."""
         et_plus, plan = self._et_plus, self._plan
         et = et_plus.et
         nodes, ids, n, tids = et.nodes, et.ids, plan.cpu_count, et.tid
