@@ -1,7 +1,8 @@
 """Edges between threads come from the part of an op that ran by then, and go to the part that ran
 after: a fork from the stretch of the main thread running when the worker's burst began (cut
 there), a join into the op the main thread waited in goes to its part after the wait (cut where
-it resumed), and a child of no duration ending where it starts is not the op the thread ran next.
+it resumed), as does a synchronize's edge into the op that called it, and a child of no duration
+ending where it starts is not the op the thread ran next.
 Checked on a hand-made trace with times worked by hand, and on real traces with plain code over
 the ET+ JSON (an edge m -> n is contradicted when m's measured start plus the busy time the ET+
 gives m passes n's measured start)."""
@@ -87,6 +88,39 @@ def test_an_op_that_waited_for_a_burst_it_issued_runs_its_own_time_after_the_bur
     assert dict(zip(pieces[0]["data_deps"], pieces[0]["data_dep_causes"]))[b["id"]] == "join"
     assert not _contradicted(nodes, slack=0.0)
     assert linker.simulate(tmp_path / "out.json", waits="explained").report.simulated_us == pytest.approx(500)
+
+
+def test_an_op_that_synchronized_runs_its_own_time_after_the_synchronize(tmp_path):
+    """``aten::_local_scalar_dense`` (40-150 µs) waits in a ``cudaStreamSynchronize`` (50-110) for
+    a kernel (25-105, launched at 15 by ``aten::mul``), then runs 40 µs of its own: that time is a
+    piece beginning where the call returned, released by the kernel (``sync``). Replayed with the
+    graph alone, by hand: ``ProfilerStep#1`` 10, ``aten::mul`` up to its launch 5 (0-15), the
+    kernel from the launch at 15 for 80 (to 95), the op's 40 after it (95-135), then the step's
+    10, ``aten::add``'s 20 and the step's last 20: 185 (the measured 200 less the kernel's 10 µs
+    of launch latency and the 5 µs the call took to return after the kernel: waits the graph does
+    not hold). Before, the op's 40 µs ran before the wait and the replay gave 140."""
+    def cpu(name, ts, dur, k, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                "args": {"Record function id": k, "External id": k}}
+
+    def runtime(name, ts, dur, correlation):
+        return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                "args": {"correlation": correlation, "External id": correlation}}
+
+    events = [cpu("ProfilerStep#1", 0, 200, 1, "user_annotation"), cpu("aten::mul", 10, 20, 2),
+              runtime("cudaLaunchKernel", 15, 5, 101), cpu("aten::_local_scalar_dense", 40, 110, 3),
+              runtime("cudaStreamSynchronize", 50, 60, 102), cpu("aten::add", 160, 20, 4),
+              {"ph": "X", "cat": "kernel", "name": "mul_kernel", "pid": 0, "tid": 7, "ts": 25, "dur": 80,
+               "args": {"device": 0, "stream": 7, "correlation": 101, "External id": 101}}]
+    nodes = _linked_alone(tmp_path, events)
+    op = next(n for n in nodes if n["name"] == "aten::_local_scalar_dense" and "continues" not in n)
+    kernel = next(n for n in nodes if n["name"] == "mul_kernel")
+    (after,) = [n for n in nodes if n.get("continues") == op["id"]]
+    assert (op["sim_dur"], op["blocked_dur"]) == (10, 60)
+    assert (after["ts"], after["sim_dur"]) == (110, 40)
+    assert dict(zip(after["data_deps"], after["data_dep_causes"]))[kernel["id"]] == "sync"
+    assert not _contradicted(nodes, slack=0.0)
+    assert linker.simulate(tmp_path / "out.json", waits="explained").report.simulated_us == pytest.approx(185)
 
 
 def test_join_threads_waits_for_each_worker_in_its_part_after_the_wait(tmp_path):

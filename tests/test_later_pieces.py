@@ -20,7 +20,8 @@ So, worked out here by hand, the nodes' busy times are step 10, a 5, a_inner 10,
 and the pieces 5, 20, 30 + 5 (sum 115 = 215 − 100); per op, step 10 + 20 + 30 = 60 and a 5 + 5 =
 10: every op holds its own exclusive time. A replay starts every node at its measured time. The
 second case adds a 8 µs ``cudaDeviceSynchronize`` at 135–143 inside step's piece 130–150:
-blocked time, which stays out of the piece (20 − 8 = 12).
+blocked time, which stays out of the piece, and the piece is cut where the call returned (what
+the thread ran after a synchronize waits for it): 130–143 holds 13 − 8 = 5, 143–150 holds 7.
 """
 
 from __future__ import annotations
@@ -93,18 +94,19 @@ def _et_durations(path: Path) -> dict[int, tuple[int, dict]]:
 EXPECTED = ({3: (10, 50), 4: (5, 5), 5: (10, 0), 6: (20, 0), 7: (10, 0)},
             [(4, 125, 5, 0), (3, 130, 20, 0), (3, 170, 35, 5)])
 EXPECTED_WITH_WAIT = ({3: (10, 42), 4: (5, 5), 5: (10, 0), 6: (20, 0), 7: (10, 0)},
-                      [(4, 125, 5, 0), (3, 130, 12, 0), (3, 170, 35, 5)])
+                      [(4, 125, 5, 0), (3, 130, 5, 0), (3, 143, 7, 0), (3, 170, 35, 5)])
 # the thread chain a replay follows, by hand: each piece right after the op the thread ran before it
 CHAIN = [3, 4, 5, (4, 125), (3, 130), 6, (3, 170), 7]
+CHAIN_WITH_WAIT = [3, 4, 5, (4, 125), (3, 130), (3, 143), 6, (3, 170), 7]
 
 
 def _key(node: dict):
     return (node["continues"], round(node["ts"] - T0)) if "continues" in node else node["id"]
 
 
-@pytest.mark.parametrize("sync, expected", [(None, EXPECTED), ((135, 8), EXPECTED_WITH_WAIT)],
+@pytest.mark.parametrize("sync, expected, chain", [(None, EXPECTED, CHAIN), ((135, 8), EXPECTED_WITH_WAIT, CHAIN_WITH_WAIT)],
                          ids=["plain", "wait_in_a_piece"])
-def test_each_later_piece_is_a_node_of_its_op(tmp_path, sync, expected):
+def test_each_later_piece_is_a_node_of_its_op(tmp_path, sync, expected, chain):
     ops, pieces = expected
     et, kineto = _pair(tmp_path, sync)
     link_pair(et, kineto, tmp_path / "out.json", LinkOptions(), None)
@@ -133,7 +135,7 @@ def test_each_later_piece_is_a_node_of_its_op(tmp_path, sync, expected):
         assert held == pytest.approx(node["exclusive_dur"] - node["blocked_dur"])
     # the chain: each node's thread predecessor, as worked out above
     by_key = {_key(n): n for n in nodes.values() if "ts" in n}
-    for before, after in zip(CHAIN, CHAIN[1:]):
+    for before, after in zip(chain, chain[1:]):
         deps = dict(zip(by_key[after]["data_deps"], by_key[after]["data_dep_causes"]))
         assert by_key[before]["id"] in deps, (before, after)
     assert nodes[3]["blocked_dur"] == (8 if sync else 0)  # the wait stays the step's, and a wait

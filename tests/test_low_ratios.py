@@ -143,9 +143,11 @@ def test_no_note_when_the_replay_is_not_short(tmp_path):
 def test_a_synchronize_waits_for_the_work_launched_before_the_trace(linked_once):
     """A public MI300 trace (TraceLens test data) begins with a ``hipDeviceSynchronize`` that lasts
     13 ms: the GPU is still running the previous step's kernels, launched before the trace began.
-    The op after the call waits (``sync``) for the last of them, not for a traced op or an earlier
-    one; with the graph alone the step then replays within 5% (it replayed at 0.915 when the wait
-    was tied to the last op started before the call began). Expected nodes from the raw events."""
+    What the thread ran after the call waits (``sync``) for the last of them, not for a traced op
+    or an earlier one: the op around the call (``ProfilerStep#6``) goes on after it returns, so
+    that part of it; with the graph alone the step then replays within 5% (it replayed at 0.915
+    when the wait was tied to the last op started before the call began). Expected nodes from the
+    raw events."""
     path = shared_trace("sweep", "tl__mi300__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
     events = [e for e in load_trace(path)["traceEvents"] if e.get("ph") == "X"]
     runtime = [e for e in events if e.get("cat") in RUNTIME_CATS]
@@ -154,12 +156,16 @@ def test_a_synchronize_waits_for_the_work_launched_before_the_trace(linked_once)
     pre = [e for e in events if e.get("cat") in GPU_CATS and e["args"]["correlation"] < first_call]
     last_pre = max(pre, key=lambda e: e["ts"])
     assert last_pre["ts"] + last_pre["dur"] > sync["ts"] + 10_000  # it ran 10 ms and more past the call's start
-    after = min((e for e in events if e.get("cat") == "cpu_op" and e["tid"] == sync["tid"]
-                 and e["ts"] >= sync["ts"] + sync["dur"]), key=lambda e: e["ts"])
+    returned = sync["ts"] + sync["dur"]
+    host = [e for e in events if e.get("cat") in ("cpu_op", "user_annotation") and e["tid"] == sync["tid"]]
+    around = min((e for e in host if e["ts"] <= sync["ts"] and returned <= e["ts"] + e["dur"]), key=lambda e: e["dur"])
+    after = min((e for e in host if e["ts"] >= returned), key=lambda e: e["ts"])
+    assert around["name"].startswith("ProfilerStep") and after["ts"] > returned + 1  # its own time goes on
     out, _, _ = linked_once(None, path)
     nodes = orjson.loads(out.read_bytes())["nodes"]
     node_of = {(n.get("correlation"), n.get("ts"), n["name"]): n for n in nodes if n.get("cat") in GPU_CATS}
-    target = next(n for n in nodes if n.get("ts") == after["ts"] and n["name"] == after["name"])
+    op = next(n for n in nodes if n.get("ts") == around["ts"] and n["name"] == around["name"] and "continues" not in n)
+    target = next(n for n in nodes if n.get("continues") == op["id"] and n["ts"] == returned)
     waited = [d for d, c in zip(target["data_deps"], target["data_dep_causes"]) if c == "sync"]
     assert waited == [node_of[_key(last_pre)]["id"]]
     explained = linker.simulate(out, waits="explained").report

@@ -325,6 +325,7 @@ def test_gpu_fixture(tmp_path, name, schedule):
 # ---------------------------------------------------------------------------------------------
 
 PID, TID = 4242, 4242
+T0 = 1_700_000_000_000_000  # the synthetic Kineto trace's first µs
 SEND_TENSOR = [100, 101, 0, 10, 4, "cuda:0"]  # 10 floats: 40 bytes
 RECV_TENSOR = [102, 103, 0, 6, 8, "cuda:0"]  # 6 longs: 48 bytes
 PG_CONFIG = json.dumps([
@@ -398,7 +399,7 @@ SENDRECV = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
 
 
 def synthetic_kineto() -> dict:
-    t0 = 1_700_000_000_000_000
+    t0 = T0
     events = [
         _cpu("## process_group:init ##", t0 + 10, 1, 1, "user_annotation"),
         _cpu("c10d::send_", t0 + 20, 30, 2), _cpu("record_param_comms", t0 + 22, 26, 3),
@@ -458,9 +459,12 @@ def test_point_to_point_and_process_groups(tmp_path, synthetic_pair):
     assert (send["comm_src"], send["comm_dst"], send["comm_tag"], send["comm_size"], send["pg_name"]) == (2, 3, 7, 40, "2")
     assert (recv["comm_src"], recv["comm_dst"], recv["comm_tag"], recv["comm_size"], recv["pg_name"]) == (3, 2, 9, 48, "2")
     assert "comm_type" not in send
-    pieces = [n for n in nodes if "continues" in attr_dict(n)]  # later pieces: of ops that have children
+    # later pieces: of ops that have children (a launched kernel too), and "## sync ##"'s time
+    # after its cudaDeviceSynchronize returned
+    pieces = [n for n in nodes if "continues" in attr_dict(n)]
     assert pieces and all(any(m.ctrl_deps and m.ctrl_deps[0] == attr_dict(p)["continues"] and "continues" not in
-                              attr_dict(m) for m in nodes) for p in pieces)
+                              attr_dict(m) for m in nodes) or by_id[attr_dict(p)["continues"]].name == "## sync ##"
+                          for p in pieces)
     assert summary.counts_by_type == {"COMP_NODE": 18 + len(pieces), "METADATA_NODE": 1, "COMM_SEND_NODE": 1,
                                       "COMM_RECV_NODE": 1}
     assert not summary.comm_unresolved
@@ -476,12 +480,13 @@ def test_synchronisations_become_data_dependencies(tmp_path, synthetic_pair):
     last_copy = next(n for n in gpu.values() if by_id[n.ctrl_deps[0]].name == "aten::copy_")
     recv_kernel = next(n for n in gpu.values() if by_id[n.ctrl_deps[0]].name == "nccl:recv")
     mul_kernel = next(n for n in gpu.values() if by_id[n.ctrl_deps[0]].name == "aten::mul")
-    # aten::item launched the copy and synchronised inside itself: an edge to it would be a
-    # cycle, so the op after the call (aten::add) waits for the copy.
+    # aten::item (60-100 µs) launched the copy (call 62-65) and synchronised inside itself (66-96):
+    # it is cut where the call began and where the synchronize returned; the part after the call
+    # (its 4 µs and the 10 µs of host time before aten::add) waits for the copy, as aten::add follows it
     assert first_copy.id not in by_id[7].data_deps
-    assert first_copy.id in by_id[8].data_deps
-    # cudaDeviceSynchronize in "## sync ##": the op after the call (aten::copy_) waits for the last
-    # op issued on each stream; "## sync ##" itself keeps only its thread order and busy time
+    item_parts = sorted((n for n in nodes if attr_dict(n).get("continues") == 7), key=lambda n: n.start_time_micros)
+    assert [(n.start_time_micros - T0, n.duration_micros) for n in item_parts] == [(62, 4), (96, 4 + 10)]
+    assert first_copy.id in item_parts[1].data_deps and list(by_id[8].data_deps) == [item_parts[1].id]
     # aten::mul (170-180 µs) launched mul_kernel (call 172-176), which began at 175, before the
     # op ended: the op is cut where the call began, its last 8 µs and the 10 µs of host time
     # after it a piece of its own that "## sync ##" follows on the thread; the kernel waits for
@@ -489,26 +494,27 @@ def test_synchronisations_become_data_dependencies(tmp_path, synthetic_pair):
     (mul_rest,) = [n for n in nodes if attr_dict(n).get("continues") == 12]
     assert (by_id[12].duration_micros, mul_rest.duration_micros) == (2, 8 + 10)
     assert list(by_id[13].data_deps) == [mul_rest.id]
-    assert set(by_id[14].data_deps) == {13, recv_kernel.id, mul_kernel.id}
-    assert attr_dict(by_id[14])["data_dep_causes"] == ["thread_order", "sync", "sync"]
-    # the blocked call is not busy time: 50 µs op, 45 µs in cudaDeviceSynchronize; the 10 µs
-    # before aten::copy_ that no op covers is a host gap folded into it
-    assert attr_dict(by_id[13])["blocked_micros"] == 45 and attr_dict(by_id[13])["host_gap_micros"] == 10
-    assert by_id[13].duration_micros == 50 - 45 + 10
-    assert attr_dict(by_id[13])["inclusive_dur_micros"] == 50
-    # aten::copy_ synchronises on its own copy with no op after it: skipped, never a cycle
-    assert not any(last_copy.id in n.data_deps for n in nodes)
-    assert summary.wait_edges == 3 and summary.wait_edges_redirected == 3
-    assert summary.waits_skipped == {"no later op to carry the wait": 1}
+    # cudaDeviceSynchronize (192-237) in "## sync ##" (190-240): the part of it after the call (3
+    # µs, and the 10 µs of host time before aten::copy_ that no op covers) waits for the last op
+    # issued on each stream; the call itself is blocked, not busy time
+    (sync_rest,) = [n for n in nodes if attr_dict(n).get("continues") == 13]
+    assert (sync_rest.start_time_micros - T0, sync_rest.duration_micros) == (237, 3 + 10)
+    assert set(sync_rest.data_deps) == {13, recv_kernel.id, mul_kernel.id}
+    assert attr_dict(sync_rest)["data_dep_causes"] == ["parent", "sync", "sync"]
+    assert attr_dict(by_id[13])["blocked_micros"] == 45 and attr_dict(sync_rest)["host_gap_micros"] == 10
+    assert by_id[13].duration_micros == 50 - 45 - 3 and attr_dict(by_id[13])["inclusive_dur_micros"] == 50
+    assert list(by_id[14].data_deps) == [sync_rest.id]
+    # aten::copy_ (250-280 µs) is cut where its copy's call began (call 252-254, copy at 254) and
+    # where its synchronize on that copy returned (255-275): 3 µs between them (23 less the 20
+    # blocked), 5 after, which wait for the copy; the unlinked op follows the last part
+    copy_parts = sorted((n for n in nodes if attr_dict(n).get("continues") == 14), key=lambda n: n.start_time_micros)
+    assert [(n.start_time_micros - T0, n.duration_micros) for n in copy_parts] == [(252, 3), (275, 5)]
+    assert last_copy.id in copy_parts[1].data_deps
+    assert list(by_id[15].data_deps) == [copy_parts[1].id] and by_id[15].duration_micros == 0
+    assert summary.wait_edges == 4 and summary.wait_edges_redirected == 4 and not summary.waits_skipped
     assert summary.wait_calls == {"cudaStreamSynchronize": 2, "cudaDeviceSynchronize": 1}
     # GPU ops: after their launching op and after the previous op on the same stream
     assert list(mul_kernel.data_deps) == [12, next(n.id for n in gpu.values() if by_id[n.ctrl_deps[0]].name == "aten::add")]
-    # the unlinked op still sits in its thread's chain, after the last linked op's last part:
-    # aten::copy_ (250-280 µs) is cut where its copy's call began (call 252-254, copy at 254); its
-    # rest, 28 µs less the 20 µs blocked in cudaStreamSynchronize, is a piece of 8 µs
-    (copy_rest,) = [n for n in nodes if attr_dict(n).get("continues") == 14]
-    assert copy_rest.duration_micros == 28 - 20
-    assert list(by_id[15].data_deps) == [copy_rest.id] and by_id[15].duration_micros == 0
     assert validate_file(out).ok
 
 

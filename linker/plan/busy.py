@@ -10,7 +10,8 @@ writes it) still counts time the op sat blocked. This module computes, per ET no
     ``cudaDeviceSynchronize`` / ``cudaStreamSynchronize`` / ``cudaEventSynchronize`` (cu*, hip*),
     synchronous ``cudaMemcpy`` / ``hipMemcpy``, and a ``cudaMemcpyAsync`` whose copy finished
     before the call returned, allowing for the CPU/GPU clock skew the trace shows (a pageable-memory
-    copy: synchronous in effect; ``clocks``). The whole call counts.
+    copy: synchronous in effect; ``clocks``). The whole call counts; the op's own time after the
+    call is cut off as a piece (``_handoffs``), which the synchronize's edge releases.
   * waits for another thread (``join``): the main thread sits in an op's exclusive time (e.g.
     ``## backward ##`` while the autograd engine thread runs, ``join_workers`` while workers run)
     or in a gap between its ops (Python's ``loss.backward()`` is no op), while a burst of another
@@ -343,7 +344,8 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     starts, ends = et_plus.op_times if et_plus.op_times is not None else _event_times(result)
     linked = (~np.isnan(np.asarray(starts, dtype=np.float64))).tolist()  # a measured start
     busy = BusyTimes(np.zeros(n), np.zeros(n), np.zeros(n))
-    blocked_at = _blocking_call_waits(et_plus, busy)  # (op, where, µs) of every blocked stretch
+    call_waits = _blocking_call_waits(et_plus, busy)
+    blocked_at = list(call_waits)  # (op, where, µs) of every blocked stretch
     timelines = _timelines(et, starts, ends, linked, et.root_positions(), near_start_order)
     waits: dict[tuple, list] = {}  # main-thread idle segment -> [waiter, position, lo, hi]
     gap_waits: dict[int, float] = {}  # main-thread position p -> join wait inside the gap after p
@@ -361,7 +363,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     launches = [(link.et_index, link.launch.ts, link.event.ts) for link in et_plus.gpu_links
                 if link.launch is not None and link.et_index >= 0]
     parent_op = nesting_parent_ops(et_plus)
-    handoffs, forked_in_gaps = _handoffs(busy, launches, parent_op, starts, ends, linked)
+    handoffs, forked_in_gaps = _handoffs(busy, launches, call_waits, parent_op, starts, ends, linked)
     busy.deferred, busy.pieces = later_pieces(timelines.values(), parent_op, ends,
                                               exclusive_of_op, busy.blocked, blocked_at, n,
                                               frozenset(collectives or ()), handoffs)
@@ -415,15 +417,18 @@ def _thread_waits(et_plus, busy: BusyTimes, timelines: dict, times: tuple, colle
     _pre_trace_lead(et_plus, timelines[main_tid].starts[0], thread_roots.get(main_tid, -1), busy, lead_skew)
 
 
-def _handoffs(busy: BusyTimes, launches: list[tuple[int, float, float]], parent_op: list[int],
-              starts: list[float], ends: list[float], linked: list[bool]
+def _handoffs(busy: BusyTimes, launches: list[tuple[int, float, float]], call_waits: list[tuple[int, float, float]],
+              parent_op: list[int], starts: list[float], ends: list[float], linked: list[bool]
               ) -> tuple[list[tuple[int, float, float]], list[float]]:
-    """Where each op handed work off (``later_pieces``' ``handoffs``: op, where, where the work
+    """Where each op's stretch is cut (``later_pieces``' ``handoffs``: op, where, where the work
     began): its launches; for a fork, the main thread's stretch running at the burst's start
-    (``_running_at``); for a join into the op the main thread waited in, that op where it resumed.
-    Also the starts of the bursts forked in a host gap (no op running then). O(launches + cross
-    edges x depth)."""
+    (``_running_at``); for a join into the op the main thread waited in, that op where it resumed;
+    for a blocking call (``call_waits``: op, call start, µs), where the call returned (the op's
+    time after it is a piece the synchronize's edge releases: ``plan.waits``). Also the starts of
+    the bursts forked in a host gap (no op running then). O(launches + calls + cross edges x
+    depth)."""
     handoffs = list(launches)
+    handoffs += [(op, where + length, where + length) for op, where, length in call_waits]
     forked_in_gaps: list[float] = []
     for source, target, cause in busy.cross:
         if cause == FORK and linked[target]:

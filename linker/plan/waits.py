@@ -196,6 +196,17 @@ def _recorded_before(et_plus: EtPlus, ctx: WaitContext, k: int, j: int) -> int:
     return members[position] if position >= 0 else NO_NODE
 
 
+def _parts_after_calls(plan: DependencyPlan) -> dict[tuple[int, float], int]:
+    """(op, where a piece of it begins) -> that piece's node: a blocking call cuts its op's
+    stretch where it returned (``busy._handoffs``), and the op's time after the call waits for
+    what the call waited for. O(p)."""
+    pieces = plan.busy.pieces if plan.busy is not None else None
+    if pieces is None or not len(pieces):
+        return {}
+    return {(owner, begin): plan.piece_start + j
+            for j, (owner, begin) in enumerate(zip(pieces.owner.tolist(), pieces.begin.tolist()))}
+
+
 def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacement, summary: WriteSummary) -> None:
     """Add the wait edges to ``plan.waits``; only edges that go forward in ``plan.order`` are
     kept, so the order stays topological and the graph acyclic. An event wait needs no covering CPU
@@ -212,6 +223,8 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
         return
     ctx = _wait_context(et_plus, placement, min((call.ts for call in calls), default=math.inf))
     n, et = plan.cpu_count, et_plus.et
+    copies = plan.busy.blocking_copies if plan.busy is not None else []
+    resumed = _parts_after_calls(plan) if calls or copies else {}
     for call, waiter in zip(calls, ops_covering(et_plus, calls)):
         summary.wait_calls[call.name] += 1
         kind = WAIT_CALLS[call.name]
@@ -223,7 +236,8 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
             summary.waits_skipped["no GPU op to wait on"] += 1
             continue
         cause = EVENT_WAIT if kind == STREAM_WAIT_EVENT else SYNC
-        target = _wait_target(call, kind, waiter, ctx, et, n)  # the same for every source
+        target = _wait_target(call, kind, waiter, ctx, et, n) if kind == STREAM_WAIT_EVENT else \
+            resumed.get((waiter, call.ts + call.dur)) or _wait_target(call, kind, waiter, ctx, et, n)
         for k in sources:
             if kind == STREAM_WAIT_EVENT:
                 k = _recorded_before(et_plus, ctx, k, target - n)
@@ -237,11 +251,10 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
             elif outcome == ADDED:
                 summary.wait_edges += 1
                 summary.wait_edges_redirected += target != waiter
-    copies = plan.busy.blocking_copies if plan.busy is not None else []
     launches = [et_plus.gpu_links[k].launch for k in copies]
     for k, launch, waiter in zip(copies, launches, ops_covering(et_plus, launches)):
         if waiter < 0:
             continue
-        target = _op_after(et.tid[waiter], launch.ts + launch.dur, ctx)
+        target = resumed.get((waiter, launch.ts + launch.dur)) or _op_after(et.tid[waiter], launch.ts + launch.dur, ctx)
         if _add_wait(plan, n + k, target, SYNC) == ADDED:
             summary.copy_wait_edges += 1
