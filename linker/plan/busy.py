@@ -459,7 +459,7 @@ def _gaps_after_pieces(busy: BusyTimes) -> None:
     the gap. O(p) in C, a step per gap."""
     pieces = busy.pieces
     pieces.host_gap = np.zeros(len(pieces))
-    last_of = dict(zip(pieces.after.tolist(), range(len(pieces))))  # the last piece after each op
+    last_of = pieces.last_after()
     for after, trailing in busy.trailing_gap.items():
         j = last_of.get(after)
         gap = min(trailing, busy.host_gap[after])
@@ -508,7 +508,7 @@ def _resume_pieces(busy: BusyTimes, timeline: Timeline) -> None:
     and the consumer's node holds its own time alone. Before, the consumer's node held that time
     as its ``host_gap``, which reads as time after the op. O(r log p) for r such waits."""
     pieces = busy.pieces
-    last_of = dict(zip(pieces.after.tolist(), range(len(pieces))))  # the last piece after each op
+    last_of = pieces.last_after()
     owners = pieces.owner.tolist()
     added: list[tuple[int, int, float, float]] = []
     piece_of: dict[int, tuple[int, float]] = {}  # consumer -> (the piece's op, its begin)
@@ -559,7 +559,7 @@ def _split_gaps(busy: BusyTimes, timeline: Timeline, handoffs: list[tuple[float,
     position -> the wait's span) lying between them. O(h log m + p log p) for h hand-offs, m ops
     of the thread and p pieces, paid only where a hand-off lies in a gap."""
     pieces = busy.pieces
-    last_of = dict(zip(pieces.after.tolist(), range(len(pieces))))  # the last piece after each op
+    last_of = pieces.last_after()
     frontier = timeline.frontier()
     by_gap: dict[int, set[float]] = {}
     for t, launcher, call in handoffs:

@@ -47,6 +47,19 @@ class Pieces:
     def __len__(self) -> int:
         return len(self.owner)
 
+    def last_after(self) -> dict[int, int]:
+        """Op -> index of the last piece run after it (the pieces are in begin order). O(p)."""
+        return dict(zip(self.after.tolist(), range(len(self))))
+
+    def at(self, op: int, begin: float) -> int:
+        """Index of ``op``'s piece beginning at ``begin`` (-1 if none). O(log p + ties)."""
+        j = int(np.searchsorted(self.begin, begin, side="left"))
+        while j < len(self) and self.begin[j] == begin:
+            if self.owner[j] == op:
+                return j
+            j += 1
+        return -1
+
     def __eq__(self, other) -> bool:
         return isinstance(other, Pieces) and all(
             np.array_equal(getattr(self, column.name), getattr(other, column.name)) for column in fields(self))

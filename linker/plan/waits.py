@@ -131,16 +131,24 @@ def _op_after(thread_tid: int, t: float, ctx: WaitContext) -> int:
     return ctx.linked_ops[thread_tid][position] if position < len(starts) else NO_NODE
 
 
-def _wait_target(call, kind: str, waiter: int, ctx: WaitContext, et, n: int) -> int:
-    """Where a wait edge goes. A blocking synchronize: the first linked op of the waiter's thread
-    starting at or after the call returns (the thread went on only then); failing that, the
-    waiter. cudaStreamWaitEvent (the CPU does not block): the next GPU op the calling thread
-    issued, on the stream that waited."""
+def _wait_target(call, kind: str, waiter: int, ctx: WaitContext, et, plan: DependencyPlan) -> int:
+    """Where a wait edge goes. A blocking synchronize: what the thread ran once the call returned
+    (``_resumed_after``); failing that, the waiter. cudaStreamWaitEvent (the CPU does not block):
+    the next GPU op the calling thread issued, on the stream that waited."""
     if kind == STREAM_WAIT_EVENT:
         k = ctx.by_thread.first_after((call.pid, call.tid), call.ts)
-        return n + k if k >= 0 else NO_NODE
-    after = _op_after(et.tid[waiter], call.ts + call.dur, ctx)
+        return plan.cpu_count + k if k >= 0 else NO_NODE
+    after = _resumed_after(waiter, call.ts + call.dur, ctx, et, plan)
     return after if after >= 0 else waiter
+
+
+def _resumed_after(waiter: int, t: float, ctx: WaitContext, et, plan: DependencyPlan) -> int:
+    """What the thread of ``waiter`` ran once a blocking call inside it returned at ``t``: the part
+    of ``waiter`` that began then, when its own time went on after the call (``busy._handoffs``
+    cut it there), else the first linked op of its thread starting at or after ``t`` (-1 if
+    none). O(log p + log n)."""
+    j = plan.busy.pieces.at(waiter, t) if plan.busy is not None else -1
+    return plan.piece_start + j if j >= 0 else _op_after(et.tid[waiter], t, ctx)
 
 
 def _wait_calls(et_plus: EtPlus) -> list:
@@ -196,17 +204,6 @@ def _recorded_before(et_plus: EtPlus, ctx: WaitContext, k: int, j: int) -> int:
     return members[position] if position >= 0 else NO_NODE
 
 
-def _parts_after_calls(plan: DependencyPlan) -> dict[tuple[int, float], int]:
-    """(op, where a piece of it begins) -> that piece's node: a blocking call cuts its op's
-    stretch where it returned (``busy._handoffs``), and the op's time after the call waits for
-    what the call waited for. O(p)."""
-    pieces = plan.busy.pieces if plan.busy is not None else None
-    if pieces is None or not len(pieces):
-        return {}
-    return {(owner, begin): plan.piece_start + j
-            for j, (owner, begin) in enumerate(zip(pieces.owner.tolist(), pieces.begin.tolist()))}
-
-
 def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacement, summary: WriteSummary) -> None:
     """Add the wait edges to ``plan.waits``; only edges that go forward in ``plan.order`` are
     kept, so the order stays topological and the graph acyclic. An event wait needs no covering CPU
@@ -223,8 +220,6 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
         return
     ctx = _wait_context(et_plus, placement, min((call.ts for call in calls), default=math.inf))
     n, et = plan.cpu_count, et_plus.et
-    copies = plan.busy.blocking_copies if plan.busy is not None else []
-    resumed = _parts_after_calls(plan) if calls or copies else {}
     for call, waiter in zip(calls, ops_covering(et_plus, calls)):
         summary.wait_calls[call.name] += 1
         kind = WAIT_CALLS[call.name]
@@ -236,8 +231,7 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
             summary.waits_skipped["no GPU op to wait on"] += 1
             continue
         cause = EVENT_WAIT if kind == STREAM_WAIT_EVENT else SYNC
-        target = _wait_target(call, kind, waiter, ctx, et, n) if kind == STREAM_WAIT_EVENT else \
-            resumed.get((waiter, call.ts + call.dur)) or _wait_target(call, kind, waiter, ctx, et, n)
+        target = _wait_target(call, kind, waiter, ctx, et, plan)  # the same for every source
         for k in sources:
             if kind == STREAM_WAIT_EVENT:
                 k = _recorded_before(et_plus, ctx, k, target - n)
@@ -251,10 +245,11 @@ def add_wait_edges(et_plus: EtPlus, plan: DependencyPlan, placement: GpuPlacemen
             elif outcome == ADDED:
                 summary.wait_edges += 1
                 summary.wait_edges_redirected += target != waiter
+    copies = plan.busy.blocking_copies if plan.busy is not None else []
     launches = [et_plus.gpu_links[k].launch for k in copies]
     for k, launch, waiter in zip(copies, launches, ops_covering(et_plus, launches)):
         if waiter < 0:
             continue
-        target = resumed.get((waiter, launch.ts + launch.dur)) or _op_after(et.tid[waiter], launch.ts + launch.dur, ctx)
+        target = _resumed_after(waiter, launch.ts + launch.dur, ctx, et, plan)
         if _add_wait(plan, n + k, target, SYNC) == ADDED:
             summary.copy_wait_edges += 1
