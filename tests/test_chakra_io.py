@@ -750,3 +750,22 @@ def test_decode_varint_reads_what_protobuf_writes():
         decode_varint(b"\x08\x96", 1)
     with pytest.raises(ValueError):  # eleven bytes: longer than any 64-bit value
         decode_varint(b"\x80" * 10 + b"\x01", 0)
+
+
+def test_varint_columns_are_what_protobuf_writes():
+    """``varint_rows`` (a column of varints, the ``.et`` encoder's) gives for each value the bytes
+    protobuf writes for it: a ``Node`` whose only field is that ``id`` is its tag and the varint."""
+    import numpy as np
+
+    from linker.write.protobuf_wire import tag, varint_rows
+
+    edges = [v for k in range(1, 10) for v in ((1 << 7 * k) - 1, 1 << 7 * k)]
+    values = [1, 5, 300, 1_700_000_000_123_456, (1 << 63) - 1] + [v for v in edges if v < 1 << 63]
+    values += np.random.default_rng(7).integers(1, 1 << 62, 200).tolist()
+    rows, lengths = varint_rows(np.array(values, dtype=np.int64))
+    id_tag = tag(pb.Node, "id")
+    for value, row, length in zip(values, rows, lengths.tolist()):
+        assert id_tag + bytes(row[:length]) == pb.Node(id=value).SerializeToString(), value
+        assert not row[length:].any()
+    with pytest.raises(ValueError, match="negative"):
+        varint_rows(np.array([3, -1], dtype=np.int64))

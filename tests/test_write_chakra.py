@@ -17,7 +17,7 @@ from linker.plan import comm as chakra_comm
 from linker.write import chakra as write_chakra
 from linker.write.chakra_wire import attr_dict, message_to_dict, read_et
 from linker.model.errors import TraceInputError
-from linker.read.et import read_execution_trace
+from linker.read.et import UNSET, read_execution_trace
 from linker.link.etplus import build_et_plus
 from linker.read.kineto import read_kineto_trace
 from linker.link.recipe import LinkOptions, link
@@ -787,11 +787,18 @@ def test_cached_attrs_stay_equal_when_their_caches_fill():
         assert got is not None and got == AttrEncoder().cpu_attr_bytes(node, False)
 
 
-def test_time_split_attribute_of_a_negative_value_is_zero():
-    """``_IntAttr`` caches a rounded value as it comes; a negative one is written as 0."""
-    from linker.write.chakra_attrs import int64_attr, int64_head
-    from linker.write.chakra_encode import _IntAttr
+def test_time_split_attribute_of_a_negative_value_is_zero(tmp_path):
+    """A negative time-split value (a blocked time below 0 from rounding noise) is written as 0."""
+    from linker.plan.deps import dependency_plan
 
-    attr = _IntAttr("blocked_micros")
-    assert attr.miss(-2) == attr.cache[-2] == int64_attr(int64_head("blocked_micros"), 0)
-    assert attr.miss(5) == int64_attr(int64_head("blocked_micros"), 5)
+    et_plus = _link(*fixture_pair("cpu", "threads"))
+    plan = dependency_plan(et_plus)
+    timed = [i for i, node in enumerate(et_plus.et.nodes) if node.ts is not UNSET and node.ts is not None]
+    first, second = timed[1], timed[2]
+    plan.busy.blocked[first], plan.busy.blocked[second] = -2.4, 5.2
+    out = tmp_path / "negative.et"
+    write_chakra_trace(et_plus, out)
+    _, nodes = read_chakra(out)
+    by_id = {node.id: node for node in nodes}
+    assert attr_dict(by_id[et_plus.et.ids[first]])["blocked_micros"] == 0
+    assert attr_dict(by_id[et_plus.et.ids[second]])["blocked_micros"] == 5

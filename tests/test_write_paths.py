@@ -46,12 +46,12 @@ PAIRS = [lambda: fixture_pair("cpu", "threads"), lambda: fixture_pair("gpu", "gp
 
 @pytest.mark.parametrize("pair", PAIRS, ids=["cpu-threads", "gpu-v111", "dlrm-rank3", "gpu-v101-flat"])
 def test_chunked_et_write_equals_protobuf_messages(pair, tmp_path):
-    """The writer's chunked encoder (``NodeFrames``: caches, inlined fields) gives the bytes and
+    """The writer's chunked encoder (``NodeFrames``: columns, cached fields) gives the bytes and
     counts protobuf gives for the same messages built one at a time (``chakra_oracle``)."""
     et_plus = _et_plus(*pair())
     expected, frames, expected_summary = _expected_et(et_plus)
     assert expected_summary.counts_by_type["COMP_NODE"] > 0
-    for chunk_nodes in (write_chakra.CHUNK_NODES, 7, 1):
+    for chunk_nodes in (write_chakra.CHUNK_NODES, 61):
         summary = write_chakra.write_chakra_trace(et_plus, tmp_path / f"chunks{chunk_nodes}.et", chunk_nodes=chunk_nodes)
         assert (tmp_path / f"chunks{chunk_nodes}.et").read_bytes() == expected
         assert summary.nodes == len(frames) - 1 == len(list(read_et(tmp_path / f"chunks{chunk_nodes}.et"))) - 1
@@ -73,13 +73,13 @@ class _AllFields:
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=["cpu-threads", "gpu-v111", "dlrm-rank3", "gpu-v101-flat"])
-def test_et_only_fields_equal_what_the_encoder_inlines(pair, tmp_path):
-    """``NodeFrames.chunk`` inlines ``EtOnlyFields`` for nested-layout ops: the fields it takes
-    from ``EtOnlyFields`` (as from the child) give the same file, for both layouts."""
+def test_et_only_fields_given_by_a_child_give_the_same_file(pair, tmp_path):
+    """The ET's own fields of every op given ready-made (as ``fields_child`` gives them) or
+    encoded by ``NodeFrames`` itself: the same file, for both layouts."""
     et_plus = _et_plus(*pair())
-    write_chakra.write_chakra_trace(et_plus, tmp_path / "inlined.et")
+    write_chakra.write_chakra_trace(et_plus, tmp_path / "own.et")
     write_chakra.write_chakra_trace(et_plus, tmp_path / "given.et", pre_encoded=_AllFields(et_plus.et))
-    assert (tmp_path / "given.et").read_bytes() == (tmp_path / "inlined.et").read_bytes() == _expected_et(et_plus)[0]
+    assert (tmp_path / "given.et").read_bytes() == (tmp_path / "own.et").read_bytes() == _expected_et(et_plus)[0]
 
 
 def test_json_in_pieces_equals_one_encode(tmp_path):
@@ -98,8 +98,8 @@ def test_json_in_pieces_equals_one_encode(tmp_path):
 
 
 def test_chunked_et_write_of_odd_start_times_equals_protobuf_messages(tmp_path):
-    """Start times of every size and sign (the chunked encoder keeps the high bits of the last
-    large one: crossing 2**14 and 2**28 boundaries, going back, negative and tiny ones)."""
+    """Start times of every size and sign (varints of one to nine bytes side by side in a chunk:
+    crossing 2**14 and 2**28 boundaries, going back, negative and tiny ones)."""
     et_plus = _et_plus(*fixture_pair("cpu", "threads"))
     odd = [-20000.4, -1.0, 0.2, 3.0, 16383.0, 16384.0, (1 << 28) - 1, 1 << 28, (1 << 28) + 16383, (1 << 28) + 16384,
            1_700_000_000_123_456.0, 1_700_000_000_123_456.0 + 16384, 1_700_000_000_000_000.0, (1 << 56) + 5.0]
@@ -107,7 +107,7 @@ def test_chunked_et_write_of_odd_start_times_equals_protobuf_messages(tmp_path):
     for k, node in enumerate(timed):
         node.ts = odd[k % len(odd)]
     expected = _expected_et(et_plus)[0]
-    for chunk_nodes in (write_chakra.CHUNK_NODES, 1):  # 1: each op first of its chunk
+    for chunk_nodes in (write_chakra.CHUNK_NODES, 7):
         write_chakra.write_chakra_trace(et_plus, tmp_path / f"odd{chunk_nodes}.et", chunk_nodes=chunk_nodes)
         assert (tmp_path / f"odd{chunk_nodes}.et").read_bytes() == expected
 

@@ -18,32 +18,39 @@ descriptors, ``protobuf_wire.tags``): ``id``, ``name``, ``type``, ``ctrl_deps``,
   split as a CPU op's;
 - a GPU op: type from its communication attributes (``plan.comm``), duration = its own; its
   inputs/outputs, then ``gpu_attrs``;
-- both: last, ``data_dep_causes`` (one cause per data dependency, same order).
+- all: last, ``data_dep_causes`` (one cause per data dependency, same order).
 Proto3 defaults are left out, strings are UTF-8: the bytes are those protobuf serialises for the
 same message (the tests build every message with protobuf and compare).
-A new ``Node`` field is one more entry in ``NodeFrames.chunk``, in its place by field number.
 
-What repeats is encoded once and kept as bytes: per op name (and type) its ``name``/``type``
-fields; the ET's fields as ``chakra_fields`` caches them; the time-split attributes by value;
-the dependency causes by their tuple.
-Cost: O(output bytes) plus O(1) dict look-ups per op; memory: the caches, each bounded, and one
-chunk of output.
+How: the fields every node has (id, name and type, parent, dependencies, times, time split,
+causes) are columns over the plan's node numbers, made once per output; a chunk of the write
+order takes its rows of each and writes them a field at a time (``_Rows``: a field is a block of
+bytes a node, the message its fields side by side). A new ``Node`` field is one more line in
+``NodeFrames._leading_fields`` or ``_trailing_fields``, in its place by field number. The fields
+of any size that only some nodes have (the ET's inputs, outputs and attributes; a GPU op's or a
+collective's attributes) are encoded op by op, what repeats once (``chakra_fields``' caches).
+Cost: O(nodes) array passes for the columns; per chunk, array passes over its nodes' fixed
+fields, one Python step per node for its own fields and the join; memory: the columns (a few
+int64 entries a node) and one chunk of output.
 """
 
 from __future__ import annotations
 
+from array import array
+from dataclasses import dataclass
 from itertools import repeat
+from operator import attrgetter
 from typing import Iterator
 
 import numpy as np
 
 from linker.model import et_def_pb2 as pb
 from linker.plan.comm import PROCESS_GROUP_INIT, WORLD_GROUP_ID, CommAttrs, is_int
-from linker.plan.dependency_plan import PARENT, THREAD_ORDER, chain_cause
+from linker.plan.dependency_plan import LAUNCH, PARENT, STREAM_ORDER, THREAD_ORDER, chain_is_parent
 from linker.read.et import FLAT, UNSET
-from linker.write.chakra_attrs import MAX_CACHED_VALUES, AttrEncoder, AttrSpec, int64_attr, int64_head
+from linker.write.chakra_attrs import ATTR, AttrEncoder, AttrSpec, int64_head
 from linker.write.chakra_fields import EtOnlyFields
-from linker.write.protobuf_wire import CONTINUED_PAIRS, SMALL_VARINTS, SMALL_VARINTS_END, delimited, encode_varint, tags
+from linker.write.protobuf_wire import delimited, encode_varint, packed, tags, varint_rows
 
 # AttrEncoder and EtOnlyFields: what a child encoding the ET's fields ahead needs (``schedule.fields_child``).
 __all__ = ["AttrEncoder", "EtOnlyFields", "NodeFrames", "TYPE_NAMES", "cpu_comm_attrs", "cpu_node_type_of",
@@ -52,8 +59,10 @@ __all__ = ["AttrEncoder", "EtOnlyFields", "NodeFrames", "TYPE_NAMES", "cpu_comm_
 _ID, _NAME, _TYPE, _CTRL_DEPS, _DATA_DEPS, _START, _DURATION = tags(
     pb.Node, "id", "name", "type", "ctrl_deps", "data_deps", "start_time_micros", "duration_micros")
 TYPE_NAMES = {value: pb.NodeType.Name(value) for value in pb.NodeType.values()}
-TIME_SPLIT_ATTRS = ("inclusive_dur_micros", "exclusive_dur_micros", "blocked_micros", "host_gap_micros",
-                    "deferred_micros")
+# A later piece's ``continues``, then a CPU op's time split (a piece has the span it lay over and
+# its host gap), written in this order.
+TIME_SPLIT = ("continues", "inclusive_dur_micros", "exclusive_dur_micros", "blocked_micros", "host_gap_micros",
+            "deferred_micros")
 
 
 def cpu_node_type_of(name: str) -> int:
@@ -123,291 +132,366 @@ def whole_microseconds(sim, tid: list[int], owners=()) -> list[int]:
     return whole.tolist()
 
 
-class _IntAttr:
-    """One int64 attribute's ``Node.attr`` bytes, cached by value (small values repeat)."""
+def _whole(nodes, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Field ``name`` of each node in whole µs (rounded half to even, as ``round``; 0 where it is
+    unset or null), and whether it is set (null counts as set). O(nodes)."""
+    values = list(map(attrgetter(name), nodes))
+    numbers = np.array([0.0 if value is UNSET or value is None else value for value in values], dtype=np.float64)
+    return np.rint(numbers).astype(np.int64), np.array([value is not UNSET for value in values], dtype=bool)
 
-    def __init__(self, name: str):
-        self._head = int64_head(name)
-        self.cache: dict[int, bytes] = {}
 
-    def miss(self, value: int) -> bytes:
-        """The attribute of ``value`` (0 for a negative one), cached under ``value``."""
-        encoded = int64_attr(self._head, value if value > 0 else 0)
-        if len(self.cache) < MAX_CACHED_VALUES:
-            self.cache[value] = encoded
-        return encoded
+def _column(numbers: array) -> np.ndarray:
+    """A plan column (``array("q")``) as an int64 array (a copy: the plan keeps its own)."""
+    return np.array(numbers, dtype=np.int64)
+
+
+class _Rows:
+    """Fields of a chunk's nodes side by side: each field a block of rows (a uint8 matrix, row i
+    node i's bytes of the field from the row's start) with each row's length (0: the node leaves
+    the field out). ``cut`` joins each node's fields in the order added, node after node: the
+    fields of a message in field-number order. Array passes, O(nodes * the blocks' widths)."""
+
+    def __init__(self, count: int):
+        self.count = count
+        self._blocks: list[np.ndarray] = []
+        self._lengths: list[np.ndarray] = []
+
+    def add(self, block: np.ndarray, lengths: np.ndarray) -> None:
+        if lengths.any():
+            self._blocks.append(block)
+            self._lengths.append(lengths)
+
+    def extend(self, other: "_Rows") -> None:
+        """``other``'s fields after these."""
+        self._blocks += other._blocks
+        self._lengths += other._lengths
+
+    def constant(self, data: bytes, present: np.ndarray) -> None:
+        """``data`` (a tag, an attribute's name) in the rows where ``present``."""
+        row = np.frombuffer(data, dtype=np.uint8)
+        self.add(np.broadcast_to(row, (self.count, len(row))), np.where(present, len(row), 0))
+
+    def varints(self, values: np.ndarray, present: np.ndarray) -> None:
+        """The varints of ``values`` in the rows where ``present``."""
+        block, lengths = varint_rows(np.where(present, values, 0))
+        self.add(block, np.where(present, lengths, 0))
+
+    def entries(self, codes: np.ndarray, table: list[bytes]) -> None:
+        """Entry ``codes[i]`` of ``table`` in row i (a field that repeats over many nodes)."""
+        used, taken = np.unique(codes, return_inverse=True)
+        block, lengths = _block([table[code] for code in used.tolist()])
+        self.add(block[taken.ravel()], lengths[taken.ravel()])
+
+    def some(self, rows: list[int], fields: list[bytes]) -> None:
+        """``fields[k]`` in row ``rows[k]``; nothing in the other rows."""
+        block, lengths = _block(fields)
+        full = np.zeros((self.count, block.shape[1]), dtype=np.uint8)
+        sizes = np.zeros(self.count, dtype=np.int64)
+        full[rows], sizes[rows] = block, lengths
+        self.add(full, sizes)
+
+    def sizes(self) -> np.ndarray:
+        """Each row's bytes."""
+        return sum(self._lengths, np.zeros(self.count, dtype=np.int64))
+
+    def cut(self) -> tuple[bytes, list[int]]:
+        """The rows' bytes joined, and where each row ends in them."""
+        if not self._blocks:
+            return b"", [0] * self.count
+        matrix = np.hstack(self._blocks)
+        kept = np.hstack([np.arange(block.shape[1]) < lengths[:, None]
+                          for block, lengths in zip(self._blocks, self._lengths)])
+        return matrix[kept].tobytes(), np.cumsum(self.sizes()).tolist()
+
+
+def _block(fields: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """Byte strings as the rows of a uint8 matrix (each from its row's start), and their lengths."""
+    lengths = np.array([len(field) for field in fields], dtype=np.int64)
+    block = np.zeros((len(fields), int(lengths.max()) if len(fields) else 0), dtype=np.uint8)
+    for k, field in enumerate(fields):
+        block[k, :len(field)] = np.frombuffer(field, dtype=np.uint8)
+    return block, lengths
+
+
+def _packed(rows: _Rows, field_tag: bytes, values: np.ndarray) -> None:
+    """A packed repeated uint64 field of up to ``values.shape[1]`` values a row (-1: none), left
+    out where a row has none."""
+    present = values >= 0
+    encoded = [varint_rows(np.where(present[:, k], values[:, k], 0)) for k in range(values.shape[1])]
+    sizes = [np.where(present[:, k], lengths, 0) for k, (_, lengths) in enumerate(encoded)]
+    total = sum(sizes)
+    rows.constant(field_tag, total > 0)
+    rows.varints(total, total > 0)
+    for (block, _), size in zip(encoded, sizes):
+        rows.add(block, size)
+
+
+@dataclass
+class _NodeColumns:
+    """What ``NodeFrames`` writes of every node, as columns over the plan's node numbers (ET ops,
+    GPU ops, later pieces). -1 marks a field left out (times and ids: written when > 0, != 0)."""
+
+    id: np.ndarray
+    head: np.ndarray  # code into ``NodeFrames`` heads: the name and type fields
+    node_type: np.ndarray
+    ctrl: np.ndarray  # the parent's id
+    deps: np.ndarray  # (nodes, 2): the ids of up to two data dependencies
+    listed: dict[int, bytes]  # node with waits of its own -> its whole ``data_deps`` field
+    cause: np.ndarray  # code into ``NodeFrames`` causes: the ``data_dep_causes`` attribute
+    start: np.ndarray  # whole µs
+    duration: np.ndarray
+    time_split: list[np.ndarray]  # ``TIME_SPLIT``'s values
 
 
 class NodeFrames:
-    """Framed ``Node`` bytes (varint length + message) of ET ops and GPU ops, a chunk of the write
-    order at a time; counts the node types written into ``summary.counts_by_type``, and the ops
-    whose ET-only fields ``pre_encoded`` gave into ``summary.et_fields_from_child``.
+    """Framed ``Node`` bytes (varint length + message) of ET ops, GPU ops and later pieces, a chunk
+    of the write order at a time; counts the node types written into ``summary.counts_by_type``,
+    and the ops whose ET-only fields ``pre_encoded`` gave into ``summary.et_fields_from_child``.
 
-    A nested-layout op's ``EtOnlyFields`` come from ``pre_encoded.chunk(order)`` when given
+    What every node has (id, name and type, parent, dependencies, times, time split, causes) is
+    read from columns made once for the output (``_columns``) and written a field at a time over
+    the chunk (``_Rows``): a new ``Node`` field is one more line there, in its place by field
+    number. What some nodes have, of any size (the ET's inputs, outputs and attributes, a GPU
+    op's or a collective's attributes), is encoded op by op (``_own_fields``); a nested-layout
+    op's ``EtOnlyFields`` come from ``pre_encoded.chunk(order)`` when given
     (``fields_child.PreEncoded``: encoded by a child while the parent linked; None where they are
-    not there yet), else from this encoder's own ``EtOnlyFields``, whose three steps ``chunk``
-    inlines for the nested layout (a call and two joins less per op, on the serial path's
-    hottest loop); a test checks both give the same bytes.
-    ``chunk`` is one loop over CPU and GPU ops alike, a field at a time in field-number order:
-    a new ``Node`` field goes in there, once. (About 150 lines: that loop is kept whole, so the
-    message's layout reads top to bottom in one place.)"""
+    not there yet), else from this encoder's own."""
 
     def __init__(self, et_plus, plan, summary, pre_encoded=None):
         self._et_plus, self._plan, self._summary = et_plus, plan, summary
         self.attrs = AttrEncoder()
         self._et_fields = EtOnlyFields(self.attrs, et_plus.et.layout == FLAT)
         self._pre_encoded = pre_encoded
-        self._heads: dict = {}  # op name (GPU: name and type) -> its name and type fields
-        self._ints = [_IntAttr(name) for name in TIME_SPLIT_ATTRS]
-        self._causes: dict = {}  # the causes of a node's data dependencies -> their attribute
-        self._durations: list[int] | None = None  # ``whole_microseconds`` of the busy times
-        self._busy: tuple[list[float], ...] | None = None  # blocked, host gap, deferred: ``_busy_lists``
-        self._pieces: tuple[list[int], ...] | None = None  # ``_piece_micros``
+        self._head_codes: dict[tuple[str, int], int] = {}  # (name, node type) -> code
+        self._heads: list[bytes] = []
+        self._cause_codes: dict[tuple[str, ...], int] = {(): 0}  # no dependency: no attribute
+        self._causes: list[bytes] = [b""]
+        self._time_split_heads = [int64_head(name) for name in TIME_SPLIT]
         self._piece_threads: dict[int, bytes] = {}  # a thread -> a piece's ``is_cpu_op`` and ``tid``
-        self._continues_head = int64_head("continues")
+        self._nodes: _NodeColumns | None = None
 
     def chunk(self, order) -> bytes:
-        """The frames of the nodes in ``order``, joined.
-
-        Long on purpose: one loop over the nodes with the fields' encoding written out, because it
-        runs once per node of a ``.et`` output (720k on the large pair) and a helper per field
-        would be a call per field per node. It gets shorter when the writer is fed from columns
-        (issue "A columnar core"; docs/performance.md)."""
-        et_plus, plan = self._et_plus, self._plan
-        et = et_plus.et
-        nodes, ids, n, tids = et.nodes, et.ids, plan.cpu_count, et.tid
-        gpu_nodes, gpu_links, comm_of, cpu_comm = et_plus.gpu_nodes, et_plus.gpu_links, plan.comm, plan.cpu_comm
-        ctrl_of, data_deps, prev, waits = plan.ctrl, plan.data_deps, plan.prev, plan.waits
-        sim, (blocked, host_gap, deferred) = self._whole_us(), self._busy_lists()
-        chain_causes = {cause: self._cause((cause,)) for cause in (PARENT, THREAD_ORDER)}
-        heads, causes_of, et_fields, attrs = self._heads, self._causes, self._et_fields, self.attrs
-        flat, inputs, outputs, cpu_attrs = et.layout == FLAT, et_fields.inputs, et_fields.outputs, et_fields.cpu_attrs
-        plain_attrs = attrs.cpu_attr_bytes
-        # The ET's own fields of each op of the chunk, from the child where it has encoded them.
-        if self._pre_encoded is not None:
-            fields_of = self._pre_encoded.chunk(order)
-            self._summary.et_fields_from_child += len(fields_of) - fields_of.count(None)
-        else:
-            fields_of = repeat(None)
-        inclusive, exclusive, blocked_attr, gap_attr, deferred_attr = self._ints
-        inclusive_get, exclusive_get, blocked_get = inclusive.cache.get, exclusive.cache.get, blocked_attr.cache.get
-        small, end, varint, pairs = SMALL_VARINTS, SMALL_VARINTS_END, encode_varint, CONTINUED_PAIRS
-        id_tag, ctrl_tag, data_tag, start_tag, duration_tag = _ID, _CTRL_DEPS, _DATA_DEPS, _START, _DURATION
-        gpu_types = self._summary.counts_by_type
-        # Ids and other varints are inlined below 2**28 (see ``protobuf_wire.CONTINUED_PAIRS``).
-        # Start times (µs since the epoch, >= 2**28): the varint of the bits above the low 14 kept
-        # from the last op (the same for 16 ms), as ``encode_varint`` would write them.
-        ts_high, ts_tail = None, b""
-        out: list[bytes] = []
-        append = out.append
-        piece_start = plan.piece_start if plan.piece_start >= 0 else len(plan.prev)
-        for u, fields in zip(order, fields_of):
-            if u >= piece_start:  # a later piece of an op: a few fields, framed apart
-                payload = self._piece_payload(u - piece_start)
-                append(small[len(payload)] if len(payload) < end else varint(len(payload)))
-                append(payload)
-                continue
-            et_op = u < n
-            if et_op:
-                node = nodes[u]
-                comm = cpu_comm.get(u) if cpu_comm else None
-                if comm is None:
-                    head = heads.get(node.name) or self._head(node.name, cpu_node_type_of(node.name))
-                else:  # a CPU collective: counted here, as GPU ops are
-                    head = heads.get((node.name, comm.node_type)) or self._head((node.name, comm.node_type),
-                                                                                comm.node_type)
-                    gpu_types[TYPE_NAMES[comm.node_type]] += 1
-                duration = sim[u]
-            else:  # a GPU op
-                k = u - n
-                node, comm = gpu_nodes[k], comm_of[k]
-                node_type = gpu_node_type_of(comm)
-                head = heads.get((node.name, node_type)) or self._head((node.name, node_type), node_type)
-                duration = node.dur if node.dur is not UNSET and node.dur is not None else 0
-                gpu_types[TYPE_NAMES[node_type]] += 1
-            # id, name, type
-            i = node.id
-            if i:
-                i = small[i] if 0 <= i < end else pairs[i & 0x3FFF] + small[i >> 14] if 0 < i < 1 << 28 else varint(i)
-                parts = [id_tag, i, head]
-            else:
-                parts = [head]
-            # ctrl_deps: the parent (a GPU op's: its launching op, an ET op too)
-            p = ctrl_of[u]
-            if p >= 0:
-                c = ids[p]
-                c = small[c] if 0 <= c < end else pairs[c & 0x3FFF] + small[c >> 14] if 0 < c < 1 << 28 else varint(c)
-                parts += (ctrl_tag, small[len(c)], c)
-            # data_deps and their causes (written last)
-            d = prev[u]
-            if et_op and u not in waits:  # the thread's previous op or none: ``plan.data_deps`` inlined
-                causes = chain_causes[chain_cause(d, p)] if d >= 0 else b""
-            else:
-                deps = data_deps(u)
-                d = deps[0][0] if len(deps) == 1 else -1
-                if d >= 0:
-                    causes = causes_of.get((deps[0][1],)) or self._cause((deps[0][1],))
-                else:
-                    causes = self._many_deps(deps, parts) if deps else b""
-            if d >= 0:
-                d = ids[d] if d < n else gpu_nodes[d - n].id if d < piece_start else plan.piece_ids[d - piece_start]
-                d = small[d] if 0 <= d < end else pairs[d & 0x3FFF] + small[d >> 14] if 0 < d < 1 << 28 else varint(d)
-                parts += (data_tag, small[len(d)], d)
-            # start_time_micros, duration_micros
-            ts = node.ts
-            if ts is not UNSET and ts is not None:
-                t = round(ts)
-                if t >> 14 == ts_high:  # the usual start time: the same high bits as the last one
-                    parts += (start_tag, pairs[t & 0x3FFF] + ts_tail)
-                elif t > 0:
-                    parts += (start_tag, small[t] if t < end else varint(t))
-                    if t >= 1 << 28:
-                        ts_high = t >> 14
-                        ts_tail = pairs[ts_high & 0x3FFF] + varint(t >> 28)
-            t = round(duration)
-            if t > 0:
-                parts += (duration_tag, small[t] if t < end else varint(t))
-            # inputs, outputs, attr
-            if et_op:
-                if comm is not None:
-                    parts += (et_fields.io(node), attrs.encode_all(cpu_comm_attrs(tids[u], comm)))
-                elif fields is not None:
-                    parts.append(fields)
-                elif flat:
-                    parts.append(et_fields(node))
-                else:  # ``EtOnlyFields`` inlined (a call and two joins less per op)
-                    if node.inputs is not UNSET and node.inputs is not None:
-                        parts.append(inputs(node.inputs))
-                    if node.outputs is not UNSET and node.outputs is not None:
-                        parts.append(outputs(node.outputs))
-                    parts.append((node.attrs is not UNSET and cpu_attrs(node.attrs)) or plain_attrs(node, False))
-                if ts is not UNSET:  # the caches hold negative values too (written as 0)
-                    t, e, b = round(node.dur), round(node.exclusive_dur), round(blocked[u])
-                    parts += (inclusive_get(t) or inclusive.miss(t), exclusive_get(e) or exclusive.miss(e),
-                              blocked_get(b) or blocked_attr.miss(b))
-                gap = host_gap[u]
-                if gap > 0:
-                    t = round(gap)
-                    parts.append(gap_attr.cache.get(t) or gap_attr.miss(t))
-                moved = deferred[u]
-                if moved > 0:
-                    t = round(moved)
-                    parts.append(deferred_attr.cache.get(t) or deferred_attr.miss(t))
-            else:
-                parts += (et_fields.io(node), attrs.encode_all(gpu_attrs(node, tids[gpu_links[k].et_index], comm)))
-            parts.append(causes)
-            payload = b"".join(parts)
-            size = len(payload)
-            if not size:
-                raise ValueError("empty Node (every field default): readers would take it for end-of-file")
-            append(small[size] if size < end else varint(size))
-            append(payload)
-        _count_et_ops(self._summary.counts_by_type, order, nodes, n, PROCESS_GROUP_INIT in heads, cpu_comm)
-        if piece_start < len(plan.prev):  # later pieces: CPU compute nodes
-            self._summary.counts_by_type[TYPE_NAMES[pb.COMP_NODE]] += sum(u >= piece_start for u in order)
-        return b"".join(out)
-
-    def _whole_us(self) -> list[int]:
-        """``whole_microseconds`` of the plan's busy times, the ET nodes' (index i) then the later
-        pieces' (index n + j: rounded on their op's thread, after its ops), computed on first use."""
-        if self._durations is None:
-            busy, tid = self._plan.busy, self._et_plus.et.tid
-            pieces = busy.pieces
-            self._durations = whole_microseconds(np.concatenate((busy.sim, pieces.sim)), tid, pieces.owner)
-        return self._durations
-
-    def _busy_lists(self) -> tuple[list[float], ...]:
-        """The plan's blocked, host gap and deferred columns as lists (read a node at a time by
-        ``chunk``), made on first use."""
-        if self._busy is None:
-            busy = self._plan.busy
-            self._busy = busy.blocked.tolist(), busy.host_gap.tolist(), busy.deferred.tolist()
-        return self._busy
-
-    def _piece_micros(self) -> tuple[list[int], ...]:
-        """The later pieces' op, and their start, span and following host gap in whole µs (rounded
-        half to even, as ``round``; -1: no gap), as lists read a piece at a time, made on first
-        use."""
-        if self._pieces is None:
-            pieces = self._plan.busy.pieces
-            gap = np.where(pieces.host_gap > 0, np.rint(pieces.host_gap), -1)
-            self._pieces = tuple(column.astype(np.int64).tolist() for column in (
-                pieces.owner, np.rint(pieces.begin), np.rint(pieces.end - pieces.begin), gap))
-        return self._pieces
-
-    def _piece_payload(self, j: int) -> bytes:
-        """The ``Node`` of later piece j (``plan.later_pieces``): id, its op's name, ``COMP_NODE``,
-        the op as ``ctrl_deps``, its dependency, its measured start, its busy time, then
-        ``is_cpu_op`` and ``tid`` (cached per thread), ``continues`` (the op's id),
-        ``inclusive_dur_micros`` (where it lay), ``host_gap_micros`` when a host gap follows it,
-        and the dependency's cause (cached)."""
-        plan, et = self._plan, self._et_plus.et
-        u = plan.piece_start + j
-        owners, begins, spans, gaps = self._piece_micros()
-        owner = owners[j]
-        name, owner_id, tid = et.names[owner], et.ids[owner], et.tid[owner]
-        head = self._heads.get(name) or self._head(name, cpu_node_type_of(name))
-        varint = encode_varint
-        parent = varint(owner_id)
-        parts = [_ID, varint(plan.piece_ids[j]), head, _CTRL_DEPS, varint(len(parent)), parent]
-        if u in plan.waits:  # none as the rules stand: the general path
-            deps = plan.data_deps(u)
-            data = b"".join([varint(plan.node_id(d, et.ids, self._et_plus.gpu_nodes)) for d, _ in deps])
-            causes = tuple(cause for _, cause in deps)
-        else:  # the node the thread ran before it
-            d = plan.prev[u]
-            data = varint(plan.node_id(d, et.ids, self._et_plus.gpu_nodes))
-            causes = (chain_cause(d, plan.ctrl[u]),)
-        parts += (_DATA_DEPS, varint(len(data)), data)
-        begin = begins[j]
-        if begin > 0:
-            parts += (_START, varint(begin))
-        duration = self._whole_us()[len(et.ids) + j]
-        if duration > 0:
-            parts += (_DURATION, varint(duration))
-        thread = self._piece_threads.get(tid)
-        if thread is None:
-            thread = self._piece_threads[tid] = self.attrs.encode_all((("is_cpu_op", "bool_val", True),
-                                                                         ("tid", "int64_val", tid)))
-        inclusive = self._ints[0]
-        t = spans[j]
-        parts += (thread, int64_attr(self._continues_head, owner_id), inclusive.cache.get(t) or inclusive.miss(t))
-        t = gaps[j]
-        if t >= 0:
-            gap_attr = self._ints[3]
-            parts.append(gap_attr.cache.get(t) or gap_attr.miss(t))
-        parts.append(self._causes.get(causes) or self._cause(causes))
+        """The frames of the nodes in ``order``, joined."""
+        columns = self._columns()
+        nodes = np.asarray(order, dtype=np.int64)
+        own = self._own_fields(order)
+        leading, trailing = _Rows(len(nodes)), _Rows(len(nodes))
+        self._leading_fields(leading, nodes, columns)
+        self._trailing_fields(trailing, nodes, columns)
+        size = leading.sizes() + np.array([len(fields) for fields in own], dtype=np.int64) + trailing.sizes()
+        if len(size) and not size.min():
+            raise ValueError("empty Node (every field default): readers would take it for end-of-file")
+        framed = _Rows(len(nodes))
+        framed.varints(size, size > 0)
+        framed.extend(leading)
+        head, head_ends = framed.cut()
+        tail, tail_ends = trailing.cut()
+        parts = []
+        head_at = tail_at = 0
+        for head_end, fields, tail_end in zip(head_ends, own, tail_ends):
+            parts += (head[head_at:head_end], fields, tail[tail_at:tail_end])
+            head_at, tail_at = head_end, tail_end
+        counts = np.bincount(columns.node_type[nodes])
+        for node_type in np.flatnonzero(counts).tolist():
+            self._summary.counts_by_type[TYPE_NAMES[node_type]] += int(counts[node_type])
         return b"".join(parts)
 
-    def _head(self, key, node_type: int) -> bytes:
-        """The ``name`` and ``type`` fields of the ops of ``key`` (a name, or a GPU op's name and type)."""
-        name = key if isinstance(key, str) else key[0]
-        encoded = name.encode("utf-8")
-        head = ((delimited(_NAME, encoded) if encoded else b"")
-                + (_TYPE + encode_varint(node_type) if node_type else b""))
-        self._heads[key] = head
-        return head
+    def _leading_fields(self, rows: _Rows, nodes: np.ndarray, columns: _NodeColumns) -> None:
+        """``id``, ``name``, ``type``, ``ctrl_deps``, ``data_deps`` (packed), ``start_time_micros``,
+        ``duration_micros``; proto3 leaves 0 out."""
+        node_id = columns.id[nodes]
+        rows.constant(_ID, node_id != 0)
+        rows.varints(node_id, node_id != 0)
+        rows.entries(columns.head[nodes], self._heads)
+        _packed(rows, _CTRL_DEPS, columns.ctrl[nodes][:, None])
+        deps = columns.deps[nodes]
+        listed = [k for k, u in enumerate(nodes.tolist()) if u in columns.listed] if columns.listed else []
+        deps[listed] = -1
+        _packed(rows, _DATA_DEPS, deps)
+        if listed:
+            rows.some(listed, [columns.listed[u] for u in nodes[listed].tolist()])
+        for field_tag, values in ((_START, columns.start[nodes]), (_DURATION, columns.duration[nodes])):
+            rows.constant(field_tag, values > 0)
+            rows.varints(values, values > 0)
 
-    def _cause(self, causes: tuple[str, ...]) -> bytes:
-        """The ``data_dep_causes`` attribute of these causes, cached."""
-        encoded = self._causes[causes] = self.attrs.encode(("data_dep_causes", "string_list", causes))
-        return encoded
+    def _trailing_fields(self, rows: _Rows, nodes: np.ndarray, columns: _NodeColumns) -> None:
+        """The time split (``TIME_SPLIT``, int64 attributes: ``chakra_attrs.int64_attr``), then
+        ``data_dep_causes``."""
+        for head, values in zip(self._time_split_heads, columns.time_split):
+            values = values[nodes]
+            present = values >= 0
+            if not present.any():
+                continue
+            value, value_size = varint_rows(np.where(present, values, 0))
+            rows.constant(ATTR, present)
+            rows.varints(len(head) + value_size, present)
+            rows.constant(head, present)
+            rows.add(value, np.where(present, value_size, 0))
+        rows.entries(columns.cause[nodes], self._causes)
 
-    def _many_deps(self, deps: list[tuple[int, str]], parts: list) -> bytes:
-        """Appends a ``data_deps`` field of several ids to ``parts``; returns their causes attribute."""
+    def _own_fields(self, order) -> list[bytes]:
+        """The fields only some nodes have, between their times and their time split: a CPU op's
+        ``EtOnlyFields``; a CPU collective's inputs, outputs and ``cpu_comm_attrs``; a GPU op's
+        inputs, outputs and ``gpu_attrs``; a later piece's ``is_cpu_op`` and ``tid``."""
+        et_plus, plan = self._et_plus, self._plan
+        et = et_plus.et
+        nodes, n, tids, cpu_comm = et.nodes, plan.cpu_count, et.tid, plan.cpu_comm
+        piece_start = plan.piece_start if plan.piece_start >= 0 else len(plan.prev)
+        et_fields, encode_all = self._et_fields, self.attrs.encode_all
+        if self._pre_encoded is not None:
+            given = self._pre_encoded.chunk(order)
+            self._summary.et_fields_from_child += len(given) - given.count(None)
+        else:
+            given = repeat(None)
+        out = []
+        for u, fields in zip(order, given):
+            if u >= piece_start:
+                fields = self._piece_thread(tids[plan.busy.pieces.owner[u - piece_start]])
+            elif u >= n:
+                k = u - n
+                node = et_plus.gpu_nodes[k]
+                launcher = tids[et_plus.gpu_links[k].et_index]
+                fields = et_fields.io(node) + encode_all(gpu_attrs(node, launcher, plan.comm[k]))
+            elif u in cpu_comm:
+                fields = et_fields.io(nodes[u]) + encode_all(cpu_comm_attrs(tids[u], cpu_comm[u]))
+            elif fields is None:
+                fields = et_fields(nodes[u])
+            out.append(fields)
+        return out
+
+    def _piece_thread(self, tid: int) -> bytes:
+        """A later piece's ``is_cpu_op`` (true) and ``tid``, cached per thread."""
+        fields = self._piece_threads.get(tid)
+        if fields is None:
+            fields = self._piece_threads[tid] = self.attrs.encode_all((("is_cpu_op", "bool_val", True),
+                                                                        ("tid", "int64_val", tid)))
+        return fields
+
+    def _columns(self) -> _NodeColumns:
+        """The columns of every node, made on first use (``_node_columns``)."""
+        if self._nodes is None:
+            self._nodes = self._node_columns()
+        return self._nodes
+
+    def _node_columns(self) -> _NodeColumns:
+        """Array passes over the plan's columns and the nodes' times, one ``data_deps`` call per
+        node with waits of its own: O(nodes)."""
+        et_plus, plan = self._et_plus, self._plan
+        et, gpu_nodes, busy = et_plus.et, et_plus.gpu_nodes, plan.busy
+        pieces = busy.pieces
+        n, g = plan.cpu_count, len(gpu_nodes)
+        owner = pieces.owner.astype(np.int64)
+        ids = np.array(et.ids + [node.id for node in gpu_nodes] + list(plan.piece_ids), dtype=np.int64)
+        if len(ids) and ids.min() < 0:
+            raise ValueError(f"varint of a negative value: node id {int(ids.min())}")
+        ctrl, prev = _column(plan.ctrl), _column(plan.prev)
+        first, second, cause = self._dependencies(ctrl, prev)
+        deps = np.stack((first, second), axis=1)
+        deps = np.where(deps >= 0, ids[np.maximum(deps, 0)], -1)
+        listed = {}
+        for u, waits in plan.waits.items():
+            if waits:
+                listed[u], cause[u] = self._listed_deps(u)
+        start, timed = _whole(et.nodes, "ts")
+        whole = np.asarray(whole_microseconds(np.concatenate((busy.sim, pieces.sim)), et.tid, pieces.owner),
+                           dtype=np.int64)
+        head, node_type = self._heads_and_types(owner)
+        return _NodeColumns(
+            id=ids, head=head, node_type=node_type,
+            ctrl=np.concatenate((np.where(ctrl[:n + g] >= 0, ids[np.maximum(ctrl[:n + g], 0)], -1), ids[owner])),
+            deps=deps, listed=listed, cause=cause,
+            start=np.concatenate((start, _whole(gpu_nodes, "ts")[0], np.rint(pieces.begin).astype(np.int64))),
+            duration=np.concatenate((whole[:n], _whole(gpu_nodes, "dur")[0], whole[n:])),
+            time_split=self._time_split(ids[owner], timed))
+
+    def _dependencies(self, ctrl: np.ndarray, prev: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The data dependencies (node numbers, -1 none) and their causes' codes of the nodes
+        without waits of their own, as ``DependencyPlan.data_deps`` gives them: a CPU op's or a
+        piece's, the node its thread ran before it (``chain_cause``); a GPU op's, its launch and
+        the previous op of its stream."""
+        n, plan = self._plan.cpu_count, self._plan
+        gpu = slice(n, n + len(self._et_plus.gpu_nodes))
+        first, second = prev.copy(), np.full(len(prev), -1, dtype=np.int64)
+        launch = ctrl[gpu].copy()
+        if plan.launchless:
+            launch[np.array(sorted(plan.launchless), dtype=np.int64) - n] = -1
+        stream = prev[gpu]
+        first[gpu] = np.where(launch >= 0, launch, stream)
+        second[gpu] = np.where(launch >= 0, stream, -1)
+        cause = np.zeros(len(prev), dtype=np.int64)
+        chained = np.flatnonzero(prev >= 0)
+        chained = chained[(chained < gpu.start) | (chained >= gpu.stop)]
+        cause[chained] = np.where(chain_is_parent(prev[chained], ctrl[chained]), self._cause_code((PARENT,)),
+                                  self._cause_code((THREAD_ORDER,)))
+        gpu_causes = np.array([self._cause_code(causes) for causes in ((), (STREAM_ORDER,), (LAUNCH,),
+                                                                       (LAUNCH, STREAM_ORDER))])
+        cause[gpu] = gpu_causes[(launch >= 0) * 2 + (stream >= 0)]
+        return first, second, cause
+
+    def _listed_deps(self, u: int) -> tuple[bytes, int]:
+        """The ``data_deps`` field of a node with waits of its own, and its causes' code."""
+        plan, et_plus = self._plan, self._et_plus
+        deps = plan.data_deps(u)
+        ids = [plan.node_id(d, et_plus.et.ids, et_plus.gpu_nodes) for d, _ in deps]
+        return packed(_DATA_DEPS, ids), self._cause_code(tuple(cause for _, cause in deps))
+
+    def _time_split(self, continued: np.ndarray, timed: np.ndarray) -> list[np.ndarray]:
+        """``TIME_SPLIT``'s columns (-1: left out; negative values written as 0): a linked op's
+        (``timed``) inclusive, exclusive and blocked time, and its host gap and deferred time when
+        > 0; a piece's op (``continues``), the span it lay over and its host gap when > 0."""
+        et, busy = self._et_plus.et, self._plan.busy
+        pieces = busy.pieces
+        n, g, p = len(et.nodes), len(self._et_plus.gpu_nodes), len(pieces)
+
+        def column(et_values=None, present=None, piece_values=None) -> np.ndarray:
+            ops = np.full(n, -1, dtype=np.int64) if et_values is None else np.where(present, np.maximum(et_values, 0), -1)
+            return np.concatenate((ops, np.full(g, -1, dtype=np.int64),
+                                   np.full(p, -1, dtype=np.int64) if piece_values is None else piece_values))
+
+        def whole(values: np.ndarray) -> np.ndarray:
+            return np.rint(values).astype(np.int64)
+
+        piece_gap = np.where(pieces.host_gap > 0, whole(pieces.host_gap), -1)
+        return [
+            column(piece_values=continued),
+            column(_whole(et.nodes, "dur")[0], timed, np.maximum(whole(pieces.end - pieces.begin), 0)),
+            column(_whole(et.nodes, "exclusive_dur")[0], timed),
+            column(whole(busy.blocked), timed),
+            column(whole(busy.host_gap), busy.host_gap > 0, piece_gap),
+            column(whole(busy.deferred), busy.deferred > 0),
+        ]
+
+    def _heads_and_types(self, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each node's code of its ``name`` and ``type`` fields, and its node type: an ET op's
+        from its name (a CPU collective's from its communication kind), a GPU op's from its
+        communication attributes, a piece's its op's name, a compute node."""
         et, plan = self._et_plus.et, self._plan
-        ids = [plan.node_id(d, et.ids, self._et_plus.gpu_nodes) for d, _ in deps]
-        data = b"".join([encode_varint(i) for i in ids])
-        parts += (_DATA_DEPS, encode_varint(len(data)), data)
-        return self.attrs.encode(("data_dep_causes", "string_list", tuple(cause for _, cause in deps)))
+        cpu_types = [cpu_node_type_of(name) for name in et.names]
+        cpu_heads = np.array([self._head_code(key) for key in zip(et.names, cpu_types)], dtype=np.int64)
+        heads, types = cpu_heads.copy(), np.array(cpu_types, dtype=np.int64)
+        for i, comm in plan.cpu_comm.items():
+            heads[i], types[i] = self._head_code((et.names[i], comm.node_type)), comm.node_type
+        gpu_keys = [(node.name, gpu_node_type_of(comm)) for node, comm in zip(self._et_plus.gpu_nodes, plan.comm)]
+        return (np.concatenate((heads, np.array([self._head_code(key) for key in gpu_keys], dtype=np.int64),
+                                cpu_heads[owner])),
+                np.concatenate((types, np.array([node_type for _, node_type in gpu_keys], dtype=np.int64),
+                                np.full(len(owner), pb.COMP_NODE, dtype=np.int64))))
 
+    def _head_code(self, key: tuple[str, int]) -> int:
+        """The code of the ``name`` and ``type`` fields of (name, node type), encoded once."""
+        code = self._head_codes.get(key)
+        if code is None:
+            name, node_type = key
+            encoded = name.encode("utf-8")
+            code = self._head_codes[key] = len(self._heads)
+            self._heads.append((delimited(_NAME, encoded) if encoded else b"")
+                               + (_TYPE + encode_varint(node_type) if node_type else b""))
+        return code
 
-def _count_et_ops(counts, order, nodes, n: int, with_metadata: bool, cpu_comm) -> None:
-    """Counts the chunk's ET ops by type (GPU ops and CPU collectives are counted as they are
-    encoded); a ``METADATA_NODE`` is looked for only ``with_metadata`` (its name was seen).
-    O(len(order))."""
-    cpu = [u for u in order if u < n and u not in cpu_comm] if cpu_comm else [u for u in order if u < n]
-    metadata = sum(1 for u in cpu if nodes[u].name == PROCESS_GROUP_INIT) if with_metadata else 0
-    counts[TYPE_NAMES[pb.COMP_NODE]] += len(cpu) - metadata
-    if metadata:
-        counts[TYPE_NAMES[pb.METADATA_NODE]] += metadata
+    def _cause_code(self, causes: tuple[str, ...]) -> int:
+        """The code of the ``data_dep_causes`` attribute of these causes, encoded once."""
+        code = self._cause_codes.get(causes)
+        if code is None:
+            code = self._cause_codes[causes] = len(self._causes)
+            self._causes.append(self.attrs.encode(("data_dep_causes", "string_list", causes)))
+        return code
