@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from itertools import repeat
 from operator import attrgetter
 from typing import Iterator
 
@@ -171,10 +170,14 @@ class _Rows:
         row = np.frombuffer(data, dtype=np.uint8)
         self.add(np.broadcast_to(row, (self.count, len(row))), np.where(present, len(row), 0))
 
-    def varints(self, values: np.ndarray, present: np.ndarray) -> None:
-        """The varints of ``values`` in the rows where ``present``."""
+    def varints(self, values: np.ndarray, present: np.ndarray, before: bytes = b"") -> None:
+        """The varints of ``values`` in the rows where ``present``, each after ``before`` (a
+        field's tag, an attribute's head)."""
         block, lengths = varint_rows(np.where(present, values, 0))
-        self.add(block, np.where(present, lengths, 0))
+        if before:
+            head = np.frombuffer(before, dtype=np.uint8)
+            block = np.hstack((np.broadcast_to(head, (self.count, len(head))), block))
+        self.add(block, np.where(present, lengths + len(before), 0))
 
     def entries(self, codes: np.ndarray, table: list[bytes]) -> None:
         """Entry ``codes[i]`` of ``table`` in row i (a field that repeats over many nodes)."""
@@ -238,6 +241,7 @@ class _NodeColumns:
     deps: np.ndarray  # (nodes, 2): the ids of up to two data dependencies
     listed: dict[int, bytes]  # node with waits of its own -> its whole ``data_deps`` field
     cause: np.ndarray  # code into ``NodeFrames`` causes: the ``data_dep_causes`` attribute
+    thread: np.ndarray  # a later piece's code into ``NodeFrames`` piece threads; 0 (none) for the others
     start: np.ndarray  # whole µs
     duration: np.ndarray
     time_split: list[np.ndarray]  # ``TIME_SPLIT``'s values
@@ -267,14 +271,14 @@ class NodeFrames:
         self._cause_codes: dict[tuple[str, ...], int] = {(): 0}  # no dependency: no attribute
         self._causes: list[bytes] = [b""]
         self._time_split_heads = [int64_head(name) for name in TIME_SPLIT]
-        self._piece_threads: dict[int, bytes] = {}  # a thread -> a piece's ``is_cpu_op`` and ``tid``
+        self._piece_threads: list[bytes] = [b""]  # a later piece's ``is_cpu_op`` and ``tid``, by thread
         self._nodes: _NodeColumns | None = None
 
     def chunk(self, order) -> bytes:
         """The frames of the nodes in ``order``, joined."""
         columns = self._columns()
         nodes = np.asarray(order, dtype=np.int64)
-        own = self._own_fields(order)
+        own = self._own_fields(order, nodes)
         leading, trailing = _Rows(len(nodes)), _Rows(len(nodes))
         self._leading_fields(leading, nodes, columns)
         self._trailing_fields(trailing, nodes, columns)
@@ -300,8 +304,7 @@ class NodeFrames:
         """``id``, ``name``, ``type``, ``ctrl_deps``, ``data_deps`` (packed), ``start_time_micros``,
         ``duration_micros``; proto3 leaves 0 out."""
         node_id = columns.id[nodes]
-        rows.constant(_ID, node_id != 0)
-        rows.varints(node_id, node_id != 0)
+        rows.varints(node_id, node_id != 0, _ID)
         rows.entries(columns.head[nodes], self._heads)
         _packed(rows, _CTRL_DEPS, columns.ctrl[nodes][:, None])
         deps = columns.deps[nodes]
@@ -311,61 +314,66 @@ class NodeFrames:
         if listed:
             rows.some(listed, [columns.listed[u] for u in nodes[listed].tolist()])
         for field_tag, values in ((_START, columns.start[nodes]), (_DURATION, columns.duration[nodes])):
-            rows.constant(field_tag, values > 0)
-            rows.varints(values, values > 0)
+            rows.varints(values, values > 0, field_tag)
 
     def _trailing_fields(self, rows: _Rows, nodes: np.ndarray, columns: _NodeColumns) -> None:
         """The time split (``TIME_SPLIT``, int64 attributes: ``chakra_attrs.int64_attr``), then
         ``data_dep_causes``."""
+        rows.entries(columns.thread[nodes], self._piece_threads)
         for head, values in zip(self._time_split_heads, columns.time_split):
             values = values[nodes]
             present = values >= 0
             if not present.any():
                 continue
             value, value_size = varint_rows(np.where(present, values, 0))
-            rows.constant(ATTR, present)
-            rows.varints(len(head) + value_size, present)
-            rows.constant(head, present)
-            rows.add(value, np.where(present, value_size, 0))
+            # ``Node.attr``, its size (one byte: a head and a varint stay under 128), the head, the value
+            size = (len(head) + value_size).astype(np.uint8)[:, None]
+            fixed = np.frombuffer(ATTR + b"\0" + head, dtype=np.uint8)
+            block = np.hstack((np.broadcast_to(fixed, (len(values), len(fixed))), value))
+            block[:, len(ATTR)] = size[:, 0]
+            rows.add(block, np.where(present, len(fixed) + value_size, 0))
         rows.entries(columns.cause[nodes], self._causes)
 
-    def _own_fields(self, order) -> list[bytes]:
+    def _own_fields(self, order, nodes: np.ndarray) -> list[bytes]:
         """The fields only some nodes have, between their times and their time split: a CPU op's
         ``EtOnlyFields``; a CPU collective's inputs, outputs and ``cpu_comm_attrs``; a GPU op's
-        inputs, outputs and ``gpu_attrs``; a later piece's ``is_cpu_op`` and ``tid``."""
+        inputs, outputs and ``gpu_attrs`` (a later piece has none: its thread is a column)."""
         et_plus, plan = self._et_plus, self._plan
         et = et_plus.et
-        nodes, n, tids, cpu_comm = et.nodes, plan.cpu_count, et.tid, plan.cpu_comm
-        piece_start = plan.piece_start if plan.piece_start >= 0 else len(plan.prev)
+        n, tids, cpu_comm = plan.cpu_count, et.tid, plan.cpu_comm
         et_fields, encode_all = self._et_fields, self.attrs.encode_all
         if self._pre_encoded is not None:
-            given = self._pre_encoded.chunk(order)
-            self._summary.et_fields_from_child += len(given) - given.count(None)
+            own = self._pre_encoded.chunk(order)
+            self._summary.et_fields_from_child += len(own) - own.count(None)
         else:
-            given = repeat(None)
-        out = []
-        for u, fields in zip(order, given):
-            if u >= piece_start:
-                fields = self._piece_thread(tids[plan.busy.pieces.owner[u - piece_start]])
-            elif u >= n:
-                k = u - n
-                node = et_plus.gpu_nodes[k]
-                launcher = tids[et_plus.gpu_links[k].et_index]
-                fields = et_fields.io(node) + encode_all(gpu_attrs(node, launcher, plan.comm[k]))
-            elif u in cpu_comm:
-                fields = et_fields.io(nodes[u]) + encode_all(cpu_comm_attrs(tids[u], cpu_comm[u]))
-            elif fields is None:
-                fields = et_fields(nodes[u])
-            out.append(fields)
-        return out
+            own = [None] * len(order)
+        for k in np.flatnonzero(nodes >= n).tolist():
+            u = order[k] - n
+            if u < len(et_plus.gpu_nodes):
+                node = et_plus.gpu_nodes[u]
+                launcher = tids[et_plus.gpu_links[u].et_index]
+                own[k] = et_fields.io(node) + encode_all(gpu_attrs(node, launcher, plan.comm[u]))
+            else:
+                own[k] = b""
+        if cpu_comm:
+            for k in [k for k, u in enumerate(order) if u in cpu_comm]:
+                u = order[k]
+                own[k] = et_fields.io(et.nodes[u]) + encode_all(cpu_comm_attrs(tids[u], cpu_comm[u]))
+        for k in [k for k, fields in enumerate(own) if fields is None]:
+            own[k] = et_fields(et.nodes[order[k]])
+        return own
 
-    def _piece_thread(self, tid: int) -> bytes:
-        """A later piece's ``is_cpu_op`` (true) and ``tid``, cached per thread."""
-        fields = self._piece_threads.get(tid)
-        if fields is None:
-            fields = self._piece_threads[tid] = self.attrs.encode_all((("is_cpu_op", "bool_val", True),
-                                                                        ("tid", "int64_val", tid)))
-        return fields
+    def _thread_codes(self, owner: np.ndarray) -> np.ndarray:
+        """Each node's code of its piece-thread attributes (``is_cpu_op`` true, ``tid``: a later
+        piece's, its op's thread; 0, none, for the other nodes), each thread encoded once."""
+        tids = self._et_plus.et.tid
+        codes: dict[int, int] = {}
+        for tid in sorted({tids[i] for i in set(owner.tolist())}):
+            codes[tid] = len(self._piece_threads)
+            self._piece_threads.append(self.attrs.encode_all((("is_cpu_op", "bool_val", True),
+                                                               ("tid", "int64_val", tid))))
+        pieces = np.array([codes[tids[i]] for i in owner.tolist()], dtype=np.int64)
+        return np.concatenate((np.zeros(len(self._plan.prev) - len(owner), dtype=np.int64), pieces))
 
     def _columns(self) -> _NodeColumns:
         """The columns of every node, made on first use (``_node_columns``)."""
@@ -399,7 +407,7 @@ class NodeFrames:
         return _NodeColumns(
             id=ids, head=head, node_type=node_type,
             ctrl=np.concatenate((np.where(ctrl[:n + g] >= 0, ids[np.maximum(ctrl[:n + g], 0)], -1), ids[owner])),
-            deps=deps, listed=listed, cause=cause,
+            deps=deps, listed=listed, cause=cause, thread=self._thread_codes(owner),
             start=np.concatenate((start, _whole(gpu_nodes, "ts")[0], np.rint(pieces.begin).astype(np.int64))),
             duration=np.concatenate((whole[:n], _whole(gpu_nodes, "dur")[0], whole[n:])),
             time_split=self._time_split(ids[owner], timed))
