@@ -21,6 +21,8 @@ Cost: O(ops) and O(GPU events); the tables hold copies of those columns.
 
 from __future__ import annotations
 
+import math
+
 from linker.link.gpu import OUTSIDE_WINDOW
 
 PANDAS_HINT = "tables need pandas: pip install pandas (or pass as_rows=True for a list of dicts)"
@@ -73,7 +75,7 @@ def ops_table(result, blocked: list[float], as_rows: bool = False):
         rows["dur_us"].append(columns.dur[e] if e >= 0 else nan)
         rows["exclusive_us"].append(own)
         rows["blocked_us"].append(blocked[i])
-        rows["busy_us"].append(max(0.0, own - blocked[i]) if own == own else nan)
+        rows["busy_us"].append(nan if math.isnan(own) else max(0.0, own - blocked[i]))
     return make_table(rows, as_rows)
 
 
