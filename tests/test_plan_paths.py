@@ -9,6 +9,7 @@ fixtures and on hand-made cases where the fast path does not apply.
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from types import SimpleNamespace
@@ -19,7 +20,7 @@ from conftest import FIXTURES, dlrm_pair
 from linker.plan import deps as chakra_deps
 from linker.plan.busy import _start_order, compute_busy
 from linker.plan.dependency_plan import NO_NODE, WriteSummary
-from linker.plan.deps import _id_order, _preorder, _topological_order, _write_order
+from linker.plan.deps import _id_order, _preorder, _write_order
 from linker.read.et import read_execution_trace
 from linker.link.etplus import build_et_plus
 from linker.read.kineto import read_kineto_trace
@@ -54,12 +55,37 @@ def test_fast_paths_match_the_general_algorithms(name):
     # The write order is the one Kahn's sort gives.
     keys = chakra_deps._time_keys(et_plus, chakra_deps._gpu_placement(et_plus)) + plan.busy.pieces.begin.tolist()
     ids = et.ids + [node.id for node in et_plus.gpu_nodes] + plan.piece_ids
-    kahn = _topological_order(plan.ctrl, plan.prev, keys, ids, plan.waits)
+    kahn = _kahn(plan.ctrl, plan.prev, keys, ids, plan.waits)
     fast, position = _write_order(plan.ctrl, plan.prev, keys, ids, plan.waits)
     assert fast == kahn == plan.order and plan.position == position
     by_id = sorted(range(len(et.nodes)), key=et.ids.__getitem__)
     assert _write_order(plan.ctrl, plan.prev, keys, ids, plan.waits, by_id, order)[0] == kahn
     assert [position[u] for u in kahn] == list(range(len(kahn)))
+
+
+def _kahn(ctrl, prev, keys, ids, extra=None) -> list[int]:
+    """Kahn's algorithm itself, the smallest ready (key, id, number) first: what ``_write_order``
+    must give. Raises RuntimeError on a cycle."""
+    extra = extra or {}
+    sources = [{d for d in (ctrl[u], prev[u]) if d >= 0} | {d for d, _ in extra.get(u, ())} for u in range(len(ctrl))]
+    unmet = [len(s) for s in sources]
+    dependents: list[list[int]] = [[] for _ in sources]
+    for u, s in enumerate(sources):
+        for d in s:
+            dependents[d].append(u)
+    ready = [(keys[u], ids[u], u) for u in range(len(ctrl)) if not unmet[u]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        u = heapq.heappop(ready)[2]
+        order.append(u)
+        for v in dependents[u]:
+            unmet[v] -= 1
+            if not unmet[v]:
+                heapq.heappush(ready, (keys[v], ids[v], v))
+    if len(order) != len(ctrl):
+        raise RuntimeError("a dependency cycle")
+    return order
 
 
 def _tree(parents_by_id: dict[int, int]):
@@ -113,7 +139,7 @@ def test_write_order_falls_back_when_the_time_order_has_a_backward_edge():
     prev = chakra_deps.array("q", [NO_NODE, NO_NODE, 0, 2])
     keys, ids = [1.0, 0.0, 5.0, 2.0], [10, 11, 12, 13]
     order, position = _write_order(ctrl, prev, keys, ids, {})
-    assert order == _topological_order(ctrl, prev, keys, ids) == [0, 2, 1, 3]
+    assert order == _kahn(ctrl, prev, keys, ids) == [0, 2, 1, 3]
     assert list(position) == [0, 2, 1, 3]
     extra = {0: [(3, "join")]}
     with pytest.raises(RuntimeError):
@@ -147,8 +173,18 @@ def test_write_order_with_late_nodes_is_kahns_order(seed):
         keys[u] = -math.inf
     ids = [rng.randrange(n // 2 + 1) for _ in range(n)]
     order, position = _write_order(ctrl, prev, keys, ids, extra)
-    assert order == _topological_order(ctrl, prev, keys, ids, extra)
+    assert order == _kahn(ctrl, prev, keys, ids, extra)
     assert [position[u] for u in order] == list(range(n))
+
+
+def test_a_nan_key_is_written_as_soon_as_its_dependencies_are():
+    # node 2's key is NaN: it counts as -inf (an unlinked op's), so it goes right after node 0
+    ctrl = chakra_deps.array("q", [NO_NODE, 0, 0, NO_NODE])
+    prev = chakra_deps.array("q", [NO_NODE] * 4)
+    keys, ids = [0.0, 1.0, math.nan, 2.0], [0, 1, 2, 3]
+    order, position = _write_order(ctrl, prev, keys, ids, {})
+    assert order == _kahn(ctrl, prev, [0.0, 1.0, -math.inf, 2.0], ids) == [0, 2, 1, 3]
+    assert list(position) == [0, 2, 1, 3]
 
 
 def test_write_order_with_late_nodes_finds_a_cycle():

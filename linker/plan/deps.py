@@ -181,54 +181,6 @@ def _edge_sources(ctrl: array, prev: array, extra: dict[int, list[tuple[int, str
     return sources
 
 
-def _topological_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
-                       extra: dict[int, list[tuple[int, str]]] | None = None) -> list[int]:
-    """Kahn's algorithm over the ctrl + prev (+ ``extra``) edges, taking the ready node with the
-    smallest (time key, id) first. O((V + E) log V). Raises RuntimeError if the edges have a cycle."""
-    extra = extra or {}
-    total = len(ctrl)
-    indegree = array("q", [0]) * total
-    out_count = array("q", [0]) * (total + 1)
-    edge_source, edge_target = array("q"), array("q")  # every edge once, in target order
-    for u in range(total):
-        c, p = ctrl[u], prev[u]
-        if c >= 0:
-            edge_source.append(c)
-            edge_target.append(u)
-        if p >= 0 and p != c:
-            edge_source.append(p)
-            edge_target.append(u)
-        if u in extra:
-            for d in _edge_sources(ctrl, prev, extra, u)[(c >= 0) + (p >= 0 and p != c):]:
-                edge_source.append(d)
-                edge_target.append(u)
-    for d, u in zip(edge_source, edge_target):
-        indegree[u] += 1
-        out_count[d + 1] += 1
-    for u in range(total):
-        out_count[u + 1] += out_count[u]
-    fill = array("q", out_count)
-    targets = array("q", [0]) * out_count[total]
-    for d, u in zip(edge_source, edge_target):
-        targets[fill[d]] = u
-        fill[d] += 1
-    del edge_source, edge_target
-    ready = [(keys[u], ids[u], u) for u in range(total) if indegree[u] == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        _, _, u = heapq.heappop(ready)
-        order.append(u)
-        for t in range(out_count[u], out_count[u + 1]):
-            v = targets[t]
-            indegree[v] -= 1
-            if indegree[v] == 0:
-                heapq.heappush(ready, (keys[v], ids[v], v))
-    if len(order) != total:
-        raise RuntimeError(f"internal error: dependency cycle among {total - len(order)} nodes")
-    return order
-
-
 def _inverse(order: list[int]) -> array:
     """position[u] = p for order[p] = u. O(n)."""
     position = array("q", [0]) * len(order)
@@ -267,21 +219,24 @@ def _keeps_preorder(order: list[int], preorder: list[int]) -> bool:
 def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
                  extra: dict[int, list[tuple[int, str]]], cpu_by_id: list[int] | None = None,
                  preorder: list[int] | None = None) -> tuple[list[int], array]:
-    """``_topological_order`` and the position of each node in it. When sorting every node by
-    (time key, id) already puts each edge forward (the usual case: parents start first, chains
-    run in time), that sort is the order Kahn's algorithm would give (its smallest ready node is
-    then always the smallest node left): two stable sorts and C passes over the edges. The CPU
-    nodes' ctrl / prev edges need no check when they come in ``preorder`` (those edges go forward
-    in it: parents first, thread chains in that order). When some nodes have an edge going
-    backward in that sort (a GPU op issued before its stream predecessor), ``_late_walk`` gives
-    Kahn's order from the sort, doing Python work only around those nodes (on the 6000-step GPU
-    pair: 5,136 of them, 0.04 s, where Kahn's heap over every node took 0.6 s). Keys with a NaN:
-    Kahn's algorithm itself. A CPU node whose ``prev`` is a later piece (not a CPU node: no
-    preorder edge) is checked like the other nodes."""
+    """The write order, and the position of each node in it: the order of Kahn's algorithm over
+    the ctrl + prev (+ ``extra``) edges that takes the ready node with the smallest (time key, id,
+    number) first (a NaN key counts as -inf, as an unlinked op's: written as soon as its
+    dependencies are). Raises RuntimeError if the edges have a cycle.
+
+    How: when sorting every node by (time key, id) already puts each edge forward (the usual
+    case: parents start first, chains run in time), that sort is Kahn's order (its smallest ready
+    node is then always the smallest node left): two stable sorts and C passes over the edges.
+    The CPU nodes' ctrl / prev edges need no check when they come in ``preorder`` (those edges go
+    forward in it: parents first, thread chains in that order). When some nodes have an edge
+    going backward in that sort (a GPU op issued before its stream predecessor), ``_late_walk``
+    gives Kahn's order from the sort, doing Python work only around those nodes (on the 6000-step
+    GPU pair: 5,136 of them, 0.04 s, where a heap over every node took 0.6 s). A CPU node whose
+    ``prev`` is a later piece (not a CPU node: no preorder edge) is checked like the other nodes.
+    O((V + E) log V) at worst; the tests hold Kahn's algorithm itself and compare."""
     total = len(ctrl)
     if any(map(math.isnan, keys)):
-        order = _topological_order(ctrl, prev, keys, ids, extra)
-        return order, _inverse(order)
+        keys = [-math.inf if math.isnan(key) else key for key in keys]
     order = _id_order(ids, cpu_by_id)
     order.sort(key=keys.__getitem__)
     position = _inverse(order)
@@ -302,7 +257,7 @@ def _write_order(ctrl: array, prev: array, keys: list[float], ids: list[int],
 
 def _late_walk(order: list[int], at: list[int], late: set[int], ctrl: array, prev: array,
                keys: list[float], ids: list[int], extra: dict[int, list[tuple[int, str]]]) -> list[int]:
-    """``_topological_order``'s order from the (time key, id, number) sort ``order`` (``at``: each
+    """Kahn's order (``_write_order``) from the (time key, id, number) sort ``order`` (``at``: each
     node's place in it) when only the nodes in ``late`` have a dependency placed after them. Kahn's
     algorithm takes the smallest ready node; walking the sort, that is the node reached when it is
     ready, and a node reached before its dependencies are done (late, or after a node still held)
