@@ -45,7 +45,7 @@ import numpy as np
 
 from linker.model import et_def_pb2 as pb
 from linker.plan.comm import PROCESS_GROUP_INIT, WORLD_GROUP_ID, CommAttrs, is_int
-from linker.plan.dependency_plan import LAUNCH, PARENT, STREAM_ORDER, THREAD_ORDER, chain_is_parent
+from linker.plan.dependency_plan import PARENT, THREAD_ORDER, chain_is_parent
 from linker.read.et import FLAT, UNSET
 from linker.write.chakra_attrs import ATTR, AttrEncoder, AttrSpec, int64_head
 from linker.write.chakra_fields import EtOnlyFields
@@ -238,9 +238,9 @@ class _NodeColumns:
     head: np.ndarray  # code into ``NodeFrames`` heads: the name and type fields
     node_type: np.ndarray
     ctrl: np.ndarray  # the parent's id
-    deps: np.ndarray  # (nodes, 2): the ids of up to two data dependencies
-    listed: dict[int, bytes]  # node with waits of its own -> its whole ``data_deps`` field
-    cause: np.ndarray  # code into ``NodeFrames`` causes: the ``data_dep_causes`` attribute
+    chained: np.ndarray  # the id of the node the thread ran before it (a CPU op's, a piece's)
+    listed: np.ndarray  # True: its dependencies come from ``DependencyPlan.data_deps`` (GPU ops, waits)
+    cause: np.ndarray  # code into ``NodeFrames`` causes (``data_dep_causes``) of a chained dependency
     thread: np.ndarray  # a later piece's code into ``NodeFrames`` piece threads; 0 (none) for the others
     start: np.ndarray  # whole µs
     duration: np.ndarray
@@ -279,9 +279,13 @@ class NodeFrames:
         columns = self._columns()
         nodes = np.asarray(order, dtype=np.int64)
         own = self._own_fields(order, nodes)
+        listed = np.flatnonzero(columns.listed[nodes])
+        listed_deps = [self._listed_deps(u) for u in nodes[listed].tolist()]
         leading, trailing = _Rows(len(nodes)), _Rows(len(nodes))
-        self._leading_fields(leading, nodes, columns)
-        self._trailing_fields(trailing, nodes, columns)
+        self._leading_fields(leading, nodes, columns, listed, [field for field, _ in listed_deps])
+        cause = columns.cause[nodes]
+        cause[listed] = [code for _, code in listed_deps]
+        self._trailing_fields(trailing, nodes, columns, cause)
         size = leading.sizes() + np.array([len(fields) for fields in own], dtype=np.int64) + trailing.sizes()
         if len(size) and not size.min():
             raise ValueError("empty Node (every field default): readers would take it for end-of-file")
@@ -300,23 +304,23 @@ class NodeFrames:
             self._summary.counts_by_type[TYPE_NAMES[node_type]] += int(counts[node_type])
         return b"".join(parts)
 
-    def _leading_fields(self, rows: _Rows, nodes: np.ndarray, columns: _NodeColumns) -> None:
-        """``id``, ``name``, ``type``, ``ctrl_deps``, ``data_deps`` (packed), ``start_time_micros``,
-        ``duration_micros``; proto3 leaves 0 out."""
+    def _leading_fields(self, rows: _Rows, nodes: np.ndarray, columns: _NodeColumns, listed: np.ndarray,
+                        listed_fields: list[bytes]) -> None:
+        """``id``, ``name``, ``type``, ``ctrl_deps``, ``data_deps`` (packed; the ``listed`` rows'
+        given whole), ``start_time_micros``, ``duration_micros``; proto3 leaves 0 out."""
         node_id = columns.id[nodes]
         rows.varints(node_id, node_id != 0, _ID)
         rows.entries(columns.head[nodes], self._heads)
         _packed(rows, _CTRL_DEPS, columns.ctrl[nodes][:, None])
-        deps = columns.deps[nodes]
-        listed = [k for k, u in enumerate(nodes.tolist()) if u in columns.listed] if columns.listed else []
-        deps[listed] = -1
-        _packed(rows, _DATA_DEPS, deps)
-        if listed:
-            rows.some(listed, [columns.listed[u] for u in nodes[listed].tolist()])
+        chained = columns.chained[nodes]
+        chained[listed] = -1
+        _packed(rows, _DATA_DEPS, chained[:, None])
+        if len(listed):
+            rows.some(listed, listed_fields)
         for field_tag, values in ((_START, columns.start[nodes]), (_DURATION, columns.duration[nodes])):
             rows.varints(values, values > 0, field_tag)
 
-    def _trailing_fields(self, rows: _Rows, nodes: np.ndarray, columns: _NodeColumns) -> None:
+    def _trailing_fields(self, rows: _Rows, nodes: np.ndarray, columns: _NodeColumns, cause: np.ndarray) -> None:
         """The time split (``TIME_SPLIT``, int64 attributes: ``chakra_attrs.int64_attr``), then
         ``data_dep_causes``."""
         rows.entries(columns.thread[nodes], self._piece_threads)
@@ -332,7 +336,7 @@ class NodeFrames:
             block = np.hstack((np.broadcast_to(fixed, (len(values), len(fixed))), value))
             block[:, len(ATTR)] = size[:, 0]
             rows.add(block, np.where(present, len(fixed) + value_size, 0))
-        rows.entries(columns.cause[nodes], self._causes)
+        rows.entries(cause, self._causes)
 
     def _own_fields(self, order, nodes: np.ndarray) -> list[bytes]:
         """The fields only some nodes have, between their times and their time split: a CPU op's
@@ -382,8 +386,7 @@ class NodeFrames:
         return self._nodes
 
     def _node_columns(self) -> _NodeColumns:
-        """Array passes over the plan's columns and the nodes' times, one ``data_deps`` call per
-        node with waits of its own: O(nodes)."""
+        """Array passes over the plan's columns and the nodes' times: O(nodes)."""
         et_plus, plan = self._et_plus, self._plan
         et, gpu_nodes, busy = et_plus.et, et_plus.gpu_nodes, plan.busy
         pieces = busy.pieces
@@ -393,13 +396,14 @@ class NodeFrames:
         if len(ids) and ids.min() < 0:
             raise ValueError(f"varint of a negative value: node id {int(ids.min())}")
         ctrl, prev = _column(plan.ctrl), _column(plan.prev)
-        first, second, cause = self._dependencies(ctrl, prev)
-        deps = np.stack((first, second), axis=1)
-        deps = np.where(deps >= 0, ids[np.maximum(deps, 0)], -1)
-        listed = {}
-        for u, waits in plan.waits.items():
-            if waits:
-                listed[u], cause[u] = self._listed_deps(u)
+        listed = np.zeros(len(prev), dtype=bool)
+        listed[n:n + g] = True
+        listed[[u for u, waits in plan.waits.items() if waits]] = True
+        chained = np.where(~listed & (prev >= 0), prev, -1)
+        cause = np.zeros(len(prev), dtype=np.int64)
+        at = np.flatnonzero(chained >= 0)
+        cause[at] = np.where(chain_is_parent(prev[at], ctrl[at]), self._cause_code((PARENT,)),
+                             self._cause_code((THREAD_ORDER,)))
         start, timed = _whole(et.nodes, "ts")
         whole = np.asarray(whole_microseconds(np.concatenate((busy.sim, pieces.sim)), et.tid, pieces.owner),
                            dtype=np.int64)
@@ -407,37 +411,15 @@ class NodeFrames:
         return _NodeColumns(
             id=ids, head=head, node_type=node_type,
             ctrl=np.concatenate((np.where(ctrl[:n + g] >= 0, ids[np.maximum(ctrl[:n + g], 0)], -1), ids[owner])),
-            deps=deps, listed=listed, cause=cause, thread=self._thread_codes(owner),
+            chained=np.where(chained >= 0, ids[np.maximum(chained, 0)], -1), listed=listed, cause=cause,
+            thread=self._thread_codes(owner),
             start=np.concatenate((start, _whole(gpu_nodes, "ts")[0], np.rint(pieces.begin).astype(np.int64))),
             duration=np.concatenate((whole[:n], _whole(gpu_nodes, "dur")[0], whole[n:])),
             time_split=self._time_split(ids[owner], timed))
 
-    def _dependencies(self, ctrl: np.ndarray, prev: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The data dependencies (node numbers, -1 none) and their causes' codes of the nodes
-        without waits of their own, as ``DependencyPlan.data_deps`` gives them: a CPU op's or a
-        piece's, the node its thread ran before it (``chain_cause``); a GPU op's, its launch and
-        the previous op of its stream."""
-        n, plan = self._plan.cpu_count, self._plan
-        gpu = slice(n, n + len(self._et_plus.gpu_nodes))
-        first, second = prev.copy(), np.full(len(prev), -1, dtype=np.int64)
-        launch = ctrl[gpu].copy()
-        if plan.launchless:
-            launch[np.array(sorted(plan.launchless), dtype=np.int64) - n] = -1
-        stream = prev[gpu]
-        first[gpu] = np.where(launch >= 0, launch, stream)
-        second[gpu] = np.where(launch >= 0, stream, -1)
-        cause = np.zeros(len(prev), dtype=np.int64)
-        chained = np.flatnonzero(prev >= 0)
-        chained = chained[(chained < gpu.start) | (chained >= gpu.stop)]
-        cause[chained] = np.where(chain_is_parent(prev[chained], ctrl[chained]), self._cause_code((PARENT,)),
-                                  self._cause_code((THREAD_ORDER,)))
-        gpu_causes = np.array([self._cause_code(causes) for causes in ((), (STREAM_ORDER,), (LAUNCH,),
-                                                                       (LAUNCH, STREAM_ORDER))])
-        cause[gpu] = gpu_causes[(launch >= 0) * 2 + (stream >= 0)]
-        return first, second, cause
-
     def _listed_deps(self, u: int) -> tuple[bytes, int]:
-        """The ``data_deps`` field of a node with waits of its own, and its causes' code."""
+        """The ``data_deps`` field of a GPU op or a node with waits of its own, as the plan gives
+        them (``DependencyPlan.data_deps``), and its causes' code."""
         plan, et_plus = self._plan, self._et_plus
         deps = plan.data_deps(u)
         ids = [plan.node_id(d, et_plus.et.ids, et_plus.gpu_nodes) for d, _ in deps]
