@@ -312,17 +312,16 @@ class NodeFrames:
         rows.varints(node_id, node_id != 0, _ID)
         rows.entries(columns.head[nodes], self._heads)
         _packed(rows, _CTRL_DEPS, columns.ctrl[nodes][:, None])
-        chained = columns.chained[nodes]
-        chained[listed] = -1
-        _packed(rows, _DATA_DEPS, chained[:, None])
+        _packed(rows, _DATA_DEPS, columns.chained[nodes][:, None])  # -1 in the listed rows
         if len(listed):
             rows.some(listed, listed_fields)
         for field_tag, values in ((_START, columns.start[nodes]), (_DURATION, columns.duration[nodes])):
             rows.varints(values, values > 0, field_tag)
 
     def _trailing_fields(self, rows: _Rows, nodes: np.ndarray, columns: _NodeColumns, cause: np.ndarray) -> None:
-        """The time split (``TIME_SPLIT``, int64 attributes: ``chakra_attrs.int64_attr``), then
-        ``data_dep_causes``."""
+        """A later piece's thread (``is_cpu_op``, ``tid``), the time split (``TIME_SPLIT``, int64
+        attributes: ``chakra_attrs.int64_attr``), then ``data_dep_causes`` (``cause``: each row's
+        code)."""
         rows.entries(columns.thread[nodes], self._piece_threads)
         for head, values in zip(self._time_split_heads, columns.time_split):
             values = values[nodes]
