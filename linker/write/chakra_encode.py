@@ -139,6 +139,11 @@ def _whole(nodes, name: str) -> tuple[np.ndarray, np.ndarray]:
     return np.rint(numbers).astype(np.int64), np.array([value is not UNSET for value in values], dtype=bool)
 
 
+def _ids_of(ids: np.ndarray, numbers: np.ndarray) -> np.ndarray:
+    """The written id of each node number in ``numbers`` (-1 stays -1: no node)."""
+    return np.where(numbers >= 0, ids[np.maximum(numbers, 0)], -1)
+
+
 def _column(numbers: array) -> np.ndarray:
     """A plan column (``array("q")``) as an int64 array (a copy: the plan keeps its own)."""
     return np.array(numbers, dtype=np.int64)
@@ -165,15 +170,14 @@ class _Rows:
         self._blocks += other._blocks
         self._lengths += other._lengths
 
-    def constant(self, data: bytes, present: np.ndarray) -> None:
-        """``data`` (a tag, an attribute's name) in the rows where ``present``."""
-        row = np.frombuffer(data, dtype=np.uint8)
-        self.add(np.broadcast_to(row, (self.count, len(row))), np.where(present, len(row), 0))
-
     def varints(self, values: np.ndarray, present: np.ndarray, before: bytes = b"") -> None:
         """The varints of ``values`` in the rows where ``present``, each after ``before`` (a
         field's tag, an attribute's head)."""
-        block, lengths = varint_rows(np.where(present, values, 0))
+        self.encoded(*varint_rows(np.where(present, values, 0)), present, before)
+
+    def encoded(self, block: np.ndarray, lengths: np.ndarray, present: np.ndarray, before: bytes = b"") -> None:
+        """Rows already encoded (``varint_rows``' block and lengths), in the rows where
+        ``present``, each after ``before``."""
         if before:
             head = np.frombuffer(before, dtype=np.uint8)
             block = np.hstack((np.broadcast_to(head, (self.count, len(head))), block))
@@ -223,8 +227,7 @@ def _packed(rows: _Rows, field_tag: bytes, values: np.ndarray) -> None:
     encoded = [varint_rows(np.where(present[:, k], values[:, k], 0)) for k in range(values.shape[1])]
     sizes = [np.where(present[:, k], lengths, 0) for k, (_, lengths) in enumerate(encoded)]
     total = sum(sizes)
-    rows.constant(field_tag, total > 0)
-    rows.varints(total, total > 0)
+    rows.varints(total, total > 0, field_tag)
     for (block, _), size in zip(encoded, sizes):
         rows.add(block, size)
 
@@ -237,7 +240,7 @@ class _NodeColumns:
     id: np.ndarray
     head: np.ndarray  # code into ``NodeFrames`` heads: the name and type fields
     node_type: np.ndarray
-    ctrl: np.ndarray  # the parent's id
+    ctrl: np.ndarray  # the parent's id (a piece's: the op it continues, ``DependencyPlan.ctrl``)
     chained: np.ndarray  # the id of the node the thread ran before it (a CPU op's, a piece's)
     listed: np.ndarray  # True: its dependencies come from ``DependencyPlan.data_deps`` (GPU ops, waits)
     cause: np.ndarray  # code into ``NodeFrames`` causes (``data_dep_causes``) of a chained dependency
@@ -329,12 +332,8 @@ class NodeFrames:
             if not present.any():
                 continue
             value, value_size = varint_rows(np.where(present, values, 0))
-            # ``Node.attr``, its size (one byte: a head and a varint stay under 128), the head, the value
-            size = (len(head) + value_size).astype(np.uint8)[:, None]
-            fixed = np.frombuffer(ATTR + b"\0" + head, dtype=np.uint8)
-            block = np.hstack((np.broadcast_to(fixed, (len(values), len(fixed))), value))
-            block[:, len(ATTR)] = size[:, 0]
-            rows.add(block, np.where(present, len(fixed) + value_size, 0))
+            rows.varints(len(head) + value_size, present, ATTR)  # ``Node.attr`` and its size
+            rows.encoded(value, value_size, present, head)
         rows.entries(cause, self._causes)
 
     def _own_fields(self, order, nodes: np.ndarray) -> list[bytes]:
@@ -409,8 +408,7 @@ class NodeFrames:
         head, node_type = self._heads_and_types(owner)
         return _NodeColumns(
             id=ids, head=head, node_type=node_type,
-            ctrl=np.concatenate((np.where(ctrl[:n + g] >= 0, ids[np.maximum(ctrl[:n + g], 0)], -1), ids[owner])),
-            chained=np.where(chained >= 0, ids[np.maximum(chained, 0)], -1), listed=listed, cause=cause,
+            ctrl=_ids_of(ids, ctrl), chained=_ids_of(ids, chained), listed=listed, cause=cause,
             thread=self._thread_codes(owner),
             start=np.concatenate((start, _whole(gpu_nodes, "ts")[0], np.rint(pieces.begin).astype(np.int64))),
             duration=np.concatenate((whole[:n], _whole(gpu_nodes, "dur")[0], whole[n:])),
