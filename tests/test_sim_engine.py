@@ -10,6 +10,7 @@ from linker.model import et_def_pb2 as pb
 from linker.sim.engine import ASTRA_SIM, LANES, Scale, measured_release, replay
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
+from linker.write.chakra_wire import make_attr
 from sim_graphs import coll, cpu, cpu_coll, gpu, recv, send, write_et
 
 
@@ -162,6 +163,36 @@ def test_cpu_collective_starts_as_late_after_its_dependencies_as_its_worker_pick
     result = replay(graphs, ASTRA_SIM, release=measured_release(graphs))
     assert node_times(result, 0, 2) == (70, 90) and node_times(result, 1, 2) == (70, 90)
     assert result.issue[result.offsets[1] + 1] == 30  # it held its rank's communication unit from its issue
+
+
+def _ran_under(node_id, measured, deps, start, tid, causes=None):
+    """A gloo collective that ended while the group's earlier one still ran: busy 0 in the file
+    (``plan.cpu_comm``: its part after the earlier one ended is empty), ``measured`` us long."""
+    spec = cpu_coll(node_id, 0, deps, start=start, tid=tid)
+    spec.attrs.append(make_attr("inclusive_dur_micros", measured))
+    if causes:
+        spec.attrs.append(make_attr("data_dep_causes", causes))
+    return spec
+
+
+def test_a_cpu_collective_that_ran_under_the_previous_one_ends_where_it_ended(tmp_path):
+    # A(10) measured 1000-1010 issues C1 (40 us, worker 2, 1010-1050) and C2 (worker 3, measured
+    # 1015-1035: it ended under C1, so no edge from C1 and no busy time). C2's busy part, empty,
+    # lies at its measured end: it is picked up 1035 - 1010 = 25 us after A ended.
+    graph = [cpu(1, 10, start=1000), cpu_coll(2, 40, [1], start=1010, tid=2), _ran_under(3, 20, [1], 1015, 3)]
+    result, _, _, _ = simulate(tmp_path, {0: graph}, model=LANES)
+    # lanes: C1 10-50 on worker 2, C2 ends at 35 on worker 3 (before: at 15, its measured start)
+    assert node_times(result, 0, 2) == (10, 50) and node_times(result, 0, 3) == (35, 35)
+    # astra-sim: one communication unit; C2 is ready at 10, waits for C1 until 50, and its pickup
+    # (ready + 25 = 35) has passed by then: it runs at 50, not 25 us after the unit freed (75).
+    result, _, _, _ = simulate(tmp_path, {0: graph})
+    assert node_times(result, 0, 2) == (10, 50) and node_times(result, 0, 3) == (50, 50)
+    # Its reader R began at 1030, before the worker closed C2's record at 1035: the result was
+    # there at 1030, so C2 ends at 30 under lanes (picked up 20 us after A) and R runs 30-35.
+    graph += [cpu(4, 5, [1, 3], start=1030)]
+    graph[3].attrs.append(make_attr("data_dep_causes", ["thread_order", "join"]))
+    result, _, _, _ = simulate(tmp_path, {0: graph}, model=LANES)
+    assert node_times(result, 0, 3) == (30, 30) and node_times(result, 0, 4) == (30, 35)
 
 
 def test_ranks_start_at_their_measured_offsets_when_clocks_agree(tmp_path):

@@ -26,7 +26,8 @@ has already put it on its measured thread. Here each such joined op becomes a co
   the data the collective hands back finds it;
 - its busy time is its measured interval up to its *end*, less any part spent while the group's
   earlier collective still ran (``hold_for_measured_duration``: the replay serialises a group's
-  collectives in issue order, ``collective_order`` edges); the host gap ``busy`` folded into it
+  collectives; its ``collective_order`` edge comes from the earlier one that ended last by its
+  end); the host gap ``busy`` folded into it
   (the worker's idle time until its next collective) and any blocked time are dropped. Its end is
   the earlier of its record function's end and its consumer's start: the result was there when
   the consumer read it, and a worker descheduled before closing the record function (seen for
@@ -37,7 +38,7 @@ Cost: O(n) name checks plus one parse of the few collectives' inputs.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right, insort
 
 from linker.model import chakra_kinds as kinds
 from linker.plan.comm import (COLL, PARAM_COMMS_NAME, PYTORCH_WORLD_GROUP, CommAttrs, dtype_name, job_group_id,
@@ -259,26 +260,41 @@ def issue_order(et, comm: dict[int, CommAttrs]) -> dict[str, list[int]]:
 
 def hold_for_measured_duration(busy, et, comm: dict[int, CommAttrs]) -> list[tuple[int, int]]:
     """Busy time of each CPU collective, and the ``collective_order`` edges that serialise each
-    process group's collectives in issue order (source, target ET indices).
+    process group's collectives (source, target ET indices).
 
     A replay runs one collective at a time per group (ASTRA-sim: one in flight per rank), while a
     CPU backend may run two on two worker threads at once. Each collective's busy time is the part
-    of its measured interval after the group's earlier collectives had ended: from the later of
-    its start and their latest end to its own end (0 when it ended under them), so serialised they
-    end when they ended. No blocked time, no host gap (a worker's idle time is nobody's work).
-    The end is the earlier of the measured end and the consumer's start (``busy.consumed_at``)."""
+    of its measured interval after the group's earlier collectives (issue order) had ended: from
+    the later of its start and their latest end to its own end (0 when it ended under them), so
+    serialised they end when they ended. No blocked time, no host gap (a worker's idle time is
+    nobody's work). The end is the earlier of the measured end and the consumer's start
+    (``busy.consumed_at``).
+
+    Its edge comes from the earlier collective that ended last *before it ended*
+    (``_latest_ended_by``): the one whose end its busy part follows. A collective that ended under
+    an earlier one (gloo ran both at once) follows only those that had ended by then, or none: an
+    edge from the one still running would order it after an end it did not wait for, which the
+    measured timeline contradicts. O(c log c) for c collectives."""
     edges = []
     consumed_at = busy.consumed_at
     for members in issue_order(et, comm).values():
-        latest_end = float("-inf")
-        for previous, i in zip([None] + members[:-1], members):
+        ended: list[tuple[float, int]] = []  # (end, ET index) of the earlier members, sorted
+        for i in members:
             start, end = float(et.nodes[i].ts), float(et.nodes[i].ts) + float(et.nodes[i].dur)
             end = max(start, min(end, consumed_at.get(i, end)))
+            latest_end = ended[-1][0] if ended else float("-inf")
             busy.sim[i] = max(0.0, end - max(start, latest_end))
             busy.blocked[i] = 0.0
             busy.host_gap[i] = 0.0
-            latest_end = max(latest_end, end)
-            if previous is not None:
-                edges.append((previous, i))
+            source = _latest_ended_by(ended, end)
+            if source is not None:
+                edges.append((source, i))
+            insort(ended, (end, i))
     return edges
 
+
+def _latest_ended_by(ended: list[tuple[float, int]], end: float) -> int | None:
+    """Of ``ended`` (sorted (end, index) pairs), the index of the one that ended last at or before
+    ``end``; None when none had. O(log c)."""
+    k = bisect_right(ended, (end, float("inf")))
+    return ended[k - 1][1] if k else None

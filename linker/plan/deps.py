@@ -541,7 +541,7 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommReso
         plan.piece_ids = list(range(first, first + len(pieces)))
         ids += plan.piece_ids
     _collective_order(plan, placement, extra)
-    for source, target in cpu_comm_order:  # CPU collectives of a group, one at a time in issue order
+    for source, target in cpu_comm_order:  # CPU collectives: each after the one it ended after
         if source != prev[target] and source != ctrl[target]:
             extra.setdefault(target, []).append((source, COLLECTIVE_ORDER))
     keys = _time_keys(et_plus, placement, starts) + pieces.begin.tolist()

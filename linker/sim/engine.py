@@ -21,7 +21,8 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   collectives for their own duration.
 - CPU collectives (gloo, MPI, UCC; on a CPU lane) start (arrive, in a job) as long after their
   dependencies finish as their worker took to pick them up when measured (``_cpu_pickups``: the
-  host's time, which ``Scale`` leaves as it is); in a
+  host's time, which ``Scale`` leaves as it is; counted from when the node was ready, so a unit
+  that freed later than that adds nothing); in a
   job on one clock each member ends its own measured time after the last arrival (``_cpu_waits``).
   They are matched by their issue number (``comm_seq``)
   when every one has one: one that only some ranks hold (the ETs of the others lost it at the end of
@@ -281,28 +282,50 @@ def _cpu_waits(graphs: list[SimGraph], offsets: list[int], groups: CommGroups) -
 
 
 def _cpu_pickups(graphs: list[SimGraph], offsets: list[int], groups: CommGroups) -> None:
-    """Each CPU collective's *pickup* delay (``groups.pickup``): its measured start minus the
+    """Each CPU collective's *pickup* delay (``groups.pickup``): its measured busy start minus the
     latest measured end among its dependencies (the issuing call, the group's previous
     collective). Its worker took it that long after it could have (a loaded host wakes a worker
     late), so the replay starts it — in a job, its arrival, and the last rank to arrive sets the
-    collective's start — that long after its dependencies finish. O(CPU collectives + their deps)."""
+    collective's start — that long after its dependencies finish. O(CPU collectives + edges)."""
     for graph, base in zip(graphs, offsets):
-        for u in graph.comm:
-            if graph.lane_keys[graph.lane[u]][0] == "cpu":
-                delay = _pickup(graph, u)
-                if delay > 0:
-                    groups.pickup[base + u] = delay
+        collectives = [u for u in graph.comm if graph.lane_keys[graph.lane[u]][0] == "cpu"]
+        if not collectives:
+            continue
+        read_at = _joined_at(graph, set(collectives))
+        for u in collectives:
+            delay = _pickup(graph, u, read_at.get(u, math.inf))
+            if delay > 0:
+                groups.pickup[base + u] = delay
 
 
-def _pickup(graph: SimGraph, local: int) -> float:
-    """Measured start of node ``local`` minus the latest measured end among its timed
-    dependencies (0 when none is timed or it started before one ended)."""
+def _joined_at(graph: SimGraph, sources: set[int]) -> dict[int, float]:
+    """Per node of ``sources`` that is the source of a ``join`` edge: the earliest measured start
+    among the nodes it releases (the op that reads a collective's result). O(n + e)."""
+    if "join" not in graph.cause_names:
+        return {}
+    join = graph.cause_names.index("join")
+    read_at: dict[int, float] = {}
+    for v in range(len(graph)):
+        for k in range(graph.dep_offsets[v], graph.dep_offsets[v + 1]):
+            d = graph.dep_nodes[k]
+            if graph.dep_cause[k] == join and d in sources and graph.start[v] < read_at.get(d, math.inf):
+                read_at[d] = graph.start[v]
+    return read_at
+
+
+def _pickup(graph: SimGraph, local: int, read_at: float) -> float:
+    """Measured busy start of CPU collective ``local`` minus the latest measured end among its
+    timed dependencies (0 when none is timed or it started before one ended). Its busy part, the
+    ``duration`` the file gives it, ends where it ended or where the op that reads its result
+    began, whichever is earlier (``plan.cpu_comm``): a collective that ran wholly under the
+    group's earlier one has none, and ends at its measured end."""
     ready = -math.inf
     for k in range(graph.dep_offsets[local], graph.dep_offsets[local + 1]):
         d = graph.dep_nodes[k]
         if d >= 0 and graph.start[d] == graph.start[d]:
             ready = max(ready, graph.start[d] + graph.measured_dur[d])
-    return max(0.0, graph.start[local] - ready) if ready > -math.inf else 0.0
+    busy_start = min(graph.start[local] + graph.measured_dur[local], read_at) - graph.duration[local]
+    return max(0.0, busy_start - ready) if ready > -math.inf else 0.0
 
 
 def _issue_key(graph: SimGraph, u: int) -> tuple:
@@ -701,7 +724,7 @@ class _Loop:
             rp.cause[v], rp.cause_kind[v] = self.last_on_unit[unit], CAUSE_UNIT
         elif self.dep_cause[v] >= 0:
             rp.cause[v], rp.cause_kind[v] = self.dep_cause[v], CAUSE_DEPENDENCY
-        delay = rp.groups.pickup.get(v, 0.0)
+        delay = max(0.0, ready_at + rp.groups.pickup.get(v, 0.0) - t)  # counted from ready, not from t
         floor = rp.wait_floors.get(v)
         if floor is not None:
             rp.duration[v] = max(0.0, floor - t)
