@@ -453,9 +453,10 @@ class NodeFrames:
         from its name (a CPU collective's from its communication kind), a GPU op's from its
         communication attributes, a piece's its op's name, a compute node."""
         et, plan = self._et_plus.et, self._plan
-        cpu_types = [cpu_node_type_of(name) for name in et.names]
-        cpu_heads = np.array([self._head_code(key) for key in zip(et.names, cpu_types)], dtype=np.int64)
-        heads, types = cpu_heads.copy(), np.array(cpu_types, dtype=np.int64)
+        type_of = {name: cpu_node_type_of(name) for name in dict.fromkeys(et.names)}  # a few hundred names
+        code_of = {name: self._head_code((name, node_type)) for name, node_type in type_of.items()}
+        cpu_heads = np.array([code_of[name] for name in et.names], dtype=np.int64)
+        heads, types = cpu_heads.copy(), np.array([type_of[name] for name in et.names], dtype=np.int64)
         for i, comm in plan.cpu_comm.items():
             heads[i], types[i] = self._head_code((et.names[i], comm.node_type)), comm.node_type
         gpu_keys = [(node.name, gpu_node_type_of(comm)) for node, comm in zip(self._et_plus.gpu_nodes, plan.comm)]
