@@ -373,7 +373,8 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
         _split_gaps(busy, timelines[busy.main_tid], [(t, -1, -math.inf) for t in forked_in_gaps], wait_spans)
     _split_gaps_at_late_launches(busy, timelines, launches, ends)
     if busy.resumes:
-        _resume_pieces(busy, timelines[busy.main_tid])
+        forks = sorted(starts[target] for _, target, cause in busy.cross if cause == FORK and linked[target])
+        _resume_pieces(busy, timelines[busy.main_tid], forks)
     _sim_times(busy, exclusive_of_op, linked)
     return busy
 
@@ -498,7 +499,7 @@ def _resume_after(busy: BusyTimes, consumer: int, segment: IdleSegment, begin: f
         busy.resumes[consumer] = (segment.position, segment.waiter, begin, host)
 
 
-def _resume_pieces(busy: BusyTimes, timeline: Timeline) -> None:
+def _resume_pieces(busy: BusyTimes, timeline: Timeline, forks: list[float]) -> None:
     """The host time between the end of a wait for a collective and the op that read its result
     (``resumes``) lay before that op: a piece of no busy time holds it (``length`` 0,
     ``host_gap`` that time), run right before the consumer, of the op the thread waited in, else
@@ -506,7 +507,11 @@ def _resume_pieces(busy: BusyTimes, timeline: Timeline) -> None:
     it, or that op). The joins of the collectives it waited for go to that piece (``resumed_at``):
     a replay resumes the thread when they end, runs the host time, then the consumer, as measured,
     and the consumer's node holds its own time alone. Before, the consumer's node held that time
-    as its ``host_gap``, which reads as time after the op. O(r log p) for r such waits."""
+    as its ``host_gap``, which reads as time after the op. A burst of another thread that began
+    inside that host time (``forks``: the bursts' starts, sorted; a gloo worker taking the next
+    collective as the thread woke) waited for it up to its start only, as in any host gap
+    (``_split_gaps``): the time is cut there, each part a piece of its own, so the fork comes from
+    the part before it. O(r log f + p log p) for r such waits and f forks."""
     pieces = busy.pieces
     last_of = pieces.last_after()
     owners = pieces.owner.tolist()
@@ -516,7 +521,9 @@ def _resume_pieces(busy: BusyTimes, timeline: Timeline) -> None:
         after = timeline.ops[position]
         j = last_of.get(after)
         owner = waiter if waiter >= 0 else (owners[j] if j is not None else after)
-        added.append((owner, after, begin, host))
+        cuts = forks[bisect_right(forks, begin):bisect_left(forks, begin + host)]
+        bounds = [begin] + sorted(set(cuts)) + [begin + host]
+        added += [(owner, after, lo, hi - lo) for lo, hi in zip(bounds, bounds[1:])]
         piece_of[consumer] = (owner, begin)
     _add_pieces(busy, added)
     cross = []

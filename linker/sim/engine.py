@@ -59,7 +59,7 @@ from itertools import accumulate
 
 from linker.model.errors import OptionError
 from linker.plan.rank_start import measured_offsets
-from linker.sim.graph import COLL, COMM, META, RECV, SEND, SimGraph, comm_type_name, lane_label
+from linker.sim.graph import COLL, COMM, CPU, META, RECV, SEND, SimGraph, comm_type_name, lane_label
 from linker.sim.network import NetworkSpec, retime
 from linker.sim.unheld import gpu_waits, host_waits
 
@@ -282,20 +282,39 @@ def _cpu_waits(graphs: list[SimGraph], offsets: list[int], groups: CommGroups) -
 
 
 def _cpu_pickups(graphs: list[SimGraph], offsets: list[int], groups: CommGroups) -> None:
-    """Each CPU collective's *pickup* delay (``groups.pickup``): its measured busy start minus the
-    latest measured end among its dependencies (the issuing call, the group's previous
-    collective). Its worker took it that long after it could have (a loaded host wakes a worker
-    late), so the replay starts it — in a job, its arrival, and the last rank to arrive sets the
-    collective's start — that long after its dependencies finish. O(CPU collectives + edges)."""
+    """Each CPU collective's *pickup* delay (``groups.pickup``): where its busy part began on the
+    measured timeline, less where the last of its dependencies ended there as the replay ends it
+    (``_busy_window``). Its worker took it that long after it could have (a loaded host wakes a
+    worker late), so the replay starts it — in a job, its arrival, and the last rank to arrive
+    sets the collective's start — that long after its dependencies finish. O(n + e) for a graph
+    with CPU collectives."""
     for graph, base in zip(graphs, offsets):
-        collectives = [u for u in graph.comm if graph.lane_keys[graph.lane[u]][0] == "cpu"]
+        collectives = {u for u in graph.comm if graph.lane_keys[graph.lane[u]][0] == "cpu"}
         if not collectives:
             continue
-        read_at = _joined_at(graph, set(collectives))
+        read_at = _joined_at(graph, collectives)
         for u in collectives:
-            delay = _pickup(graph, u, read_at.get(u, math.inf))
-            if delay > 0:
-                groups.pickup[base + u] = delay
+            ready = max((_busy_window(graph, d, collectives, read_at)[1] for d in graph.deps_of(u)
+                         if d >= 0 and graph.start[d] == graph.start[d]), default=None)
+            if ready is not None:
+                delay = _busy_window(graph, u, collectives, read_at)[0] - ready
+                if delay > 0:
+                    groups.pickup[base + u] = delay
+
+
+def _busy_window(graph: SimGraph, u: int, collectives: set[int], read_at: dict[int, float]) -> tuple[float, float]:
+    """Where node u's busy time (its ``duration``) lies on the measured timeline: a CPU op's from
+    its start (its own time, then the host time folded into it); a CPU collective's at the end of
+    its record, which ends where it ended or where the op that reads its result began, whichever
+    is earlier (``plan.cpu_comm``: one that ran wholly under the group's earlier collective has
+    no busy part, and it lies at its end); any other node's over its measured span."""
+    start = graph.start[u]
+    if u in collectives:
+        end = min(start + graph.measured_dur[u], read_at.get(u, math.inf))
+        return end - graph.duration[u], end
+    if graph.kind[u] == CPU:
+        return start, start + graph.duration[u]
+    return start, start + graph.measured_dur[u]
 
 
 def _joined_at(graph: SimGraph, sources: set[int]) -> dict[int, float]:
@@ -311,21 +330,6 @@ def _joined_at(graph: SimGraph, sources: set[int]) -> dict[int, float]:
             if graph.dep_cause[k] == join and d in sources and graph.start[v] < read_at.get(d, math.inf):
                 read_at[d] = graph.start[v]
     return read_at
-
-
-def _pickup(graph: SimGraph, local: int, read_at: float) -> float:
-    """Measured busy start of CPU collective ``local`` minus the latest measured end among its
-    timed dependencies (0 when none is timed or it started before one ended). Its busy part, the
-    ``duration`` the file gives it, ends where it ended or where the op that reads its result
-    began, whichever is earlier (``plan.cpu_comm``): a collective that ran wholly under the
-    group's earlier one has none, and ends at its measured end."""
-    ready = -math.inf
-    for k in range(graph.dep_offsets[local], graph.dep_offsets[local + 1]):
-        d = graph.dep_nodes[k]
-        if d >= 0 and graph.start[d] == graph.start[d]:
-            ready = max(ready, graph.start[d] + graph.measured_dur[d])
-    busy_start = min(graph.start[local] + graph.measured_dur[local], read_at) - graph.duration[local]
-    return max(0.0, busy_start - ready) if ready > -math.inf else 0.0
 
 
 def _issue_key(graph: SimGraph, u: int) -> tuple:
