@@ -5,6 +5,7 @@ Usage (with a venv holding the CPU torch wheel; torch is never a dependency of e
 
     python scripts/capture_ddp.py --out DIR [--ranks 4] [--layers 4] [--width 256] [--bucket-mb 0.6]
                                   [--model mlp|conv] [--intra-op-threads 1] [--warmup 5] [--active 5]
+                                  [--checkpoint]
 
 Runs ``torchrun --nproc_per_node=RANKS`` on this file; every rank trains a small MLP wrapped in
 ``DistributedDataParallel`` over gloo, profiled with Chakra's recipe: an ``ExecutionTraceObserver``
@@ -18,6 +19,9 @@ all-reduce buckets per step (the summary line counts them per rank from the Kine
 blocks, a pooled two-layer head, cross-entropy, AdamW, ``bucket_cap_mb=0.25``): DDP then also
 broadcasts the BatchNorm buffers from rank 0 before every forward (``gloo:broadcast``).
 ``--intra-op-threads`` above 1 lets the ops run OpenMP threads beside the gloo workers.
+``--checkpoint`` recomputes the MLP's layers but the last in backward (``torch.utils.checkpoint``,
+non-reentrant): the ET then lacks some of the recomputed ops that Kineto holds (``aten::relu``, or
+``aten::linear`` and ``aten::addmm``), and hangs their children under the backward op.
 
 The job is written into a temporary directory beside DIR and moved into place only when every
 rank's files exist, so a reader never sees half a job. Prints one JSON summary line.
@@ -64,7 +68,10 @@ def _rank_main(args: argparse.Namespace) -> None:
         layers = []
         for _ in range(args.layers):
             layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
-        model = DistributedDataParallel(torch.nn.Sequential(*layers), bucket_cap_mb=args.bucket_mb)
+        net = torch.nn.Sequential(*layers)
+        if args.checkpoint:
+            net = _Checkpointed(net)
+        model = DistributedDataParallel(net, bucket_cap_mb=args.bucket_mb)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         inputs = torch.randn(args.batch, args.width, generator=generator)
         targets = torch.randn(args.batch, args.width, generator=generator)
@@ -88,6 +95,23 @@ def _rank_main(args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
+def _Checkpointed(net):
+    """``net`` with every layer but the last recomputed in backward (``torch.utils.checkpoint``,
+    ``use_reentrant=False``): the forward runs again inside the backward of the last layer."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    class Checkpointed(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.body, self.head = inner[:-2], inner[-2:]
+
+        def forward(self, x):
+            return self.head(checkpoint(self.body, x, use_reentrant=False))
+
+    return Checkpointed(net)
+
+
 def _collectives_per_rank(job: Path, ranks: int) -> dict[str, int]:
     """Kineto ``gloo:all_reduce`` events per rank (two buckets x five steps expected with the defaults)."""
     counts = {}
@@ -106,7 +130,7 @@ def _launch(args: argparse.Namespace) -> dict:
                __file__, "--rank-body", "--out", str(staging), "--layers", str(args.layers),
                "--width", str(args.width), "--batch", str(args.batch), "--bucket-mb", str(args.bucket_mb),
                "--seed", str(args.seed), "--model", args.model, "--intra-op-threads", str(args.intra_op_threads),
-               "--warmup", str(args.warmup), "--active", str(args.active)]
+               "--warmup", str(args.warmup), "--active", str(args.active)] + (["--checkpoint"] if args.checkpoint else [])
     env = dict(os.environ, OMP_NUM_THREADS=str(args.intra_op_threads))
     completed = subprocess.run(command, env=env, stdout=sys.stderr)
     expected = [staging / f"{kind}.{rank}.json" for rank in range(args.ranks) for kind in ("host", "device")]
@@ -136,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5, help="profiler warm-up steps")
     parser.add_argument("--active", type=int, default=5, help="profiled steps")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint", action="store_true",
+                        help="mlp: recompute all but the last layer in backward (torch.utils.checkpoint)")
     parser.add_argument("--rank-body", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.bucket_mb is None:
