@@ -175,7 +175,15 @@ def test_a_burst_forked_while_the_thread_woke_from_a_collective_waits_for_the_ho
     burst's measured start: the node's start plus its time (``sim_dur``) is at most the burst's
     start (1 µs for rounding). Before, the whole host time came first: on rank 0 of this fixture
     7 of the 9 forks, by up to 3.4 ms. Read from the output with plain code."""
-    directory = FIXTURES / "ddp_gloo_resume"
+    checked, late = _edges_run_past_their_target(tmp_path, FIXTURES / "ddp_gloo_resume", rank, lambda source, cause: (
+        cause == "fork" and "continues" in source and source["dur"] == 0))
+    assert checked == forks and not late, late[:3]
+
+
+def _edges_run_past_their_target(tmp_path, directory, rank, wanted) -> tuple[int, list]:
+    """Link the rank's pair; of the edges source -> target that ``wanted(source, cause)`` picks
+    (both timed), how many there are, and those whose source, run for its ``sim_dur`` from its
+    measured start, passes the target's measured start by more than 1 µs."""
     out = tmp_path / "out.json"
     link_pair(directory / f"host.{rank}.json.gz", directory / f"device.{rank}.json.gz", out)
     nodes = json.loads(out.read_text())["nodes"]
@@ -184,11 +192,11 @@ def test_a_burst_forked_while_the_thread_woke_from_a_collective_waits_for_the_ho
     for node in nodes:
         for d, cause in zip(node.get("data_deps", []), node.get("data_dep_causes", [])):
             source = by_id[d]
-            if cause == "fork" and "continues" in source and source["dur"] == 0:
+            if "ts" in node and "ts" in source and wanted(source, cause):
                 checked += 1
                 if source["ts"] + source["sim_dur"] > node["ts"] + 1.0:
-                    late.append((d, node["id"], source["ts"] + source["sim_dur"] - node["ts"]))
-    assert checked == forks and not late, late[:3]
+                    late.append((d, node["id"], cause, source["ts"] + source["sim_dur"] - node["ts"]))
+    return checked, late
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -206,16 +214,6 @@ def test_an_op_the_et_lost_ends_a_piece_of_the_op_it_ran_in(tmp_path, rank):
     rf_ids = {attr["value"] for node in et["nodes"] for attr in node.get("attrs", []) if attr["name"] == "rf_id"}
     lost = [e for e in events if e.get("cat") == "cpu_op" and e["args"].get("Record function id") not in rf_ids]
     assert lost
-    out = tmp_path / "out.json"
-    link_pair(directory / f"host.{rank}.json.gz", directory / f"device.{rank}.json.gz", out)
-    nodes = json.loads(out.read_text())["nodes"]
-    by_id = {n["id"]: n for n in nodes}
-    checked, late = 0, []
-    for node in nodes:
-        for d, cause in zip(node.get("data_deps", []), node.get("data_dep_causes", [])):
-            source = by_id[d]
-            if cause in ("parent", "fork") and "ts" in node and "ts" in source and "comm_type" not in source:
-                checked += 1
-                if source["ts"] + source["sim_dur"] > node["ts"] + 1.0:
-                    late.append((d, node["id"], cause, source["ts"] + source["sim_dur"] - node["ts"]))
+    checked, late = _edges_run_past_their_target(tmp_path, directory, rank, lambda source, cause: (
+        cause in ("parent", "fork") and "comm_type" not in source))
     assert checked > 300 and not late, late[:3]
