@@ -130,7 +130,8 @@ def _launch(args: argparse.Namespace) -> dict:
                __file__, "--rank-body", "--out", str(staging), "--layers", str(args.layers),
                "--width", str(args.width), "--batch", str(args.batch), "--bucket-mb", str(args.bucket_mb),
                "--seed", str(args.seed), "--model", args.model, "--intra-op-threads", str(args.intra_op_threads),
-               "--warmup", str(args.warmup), "--active", str(args.active)] + (["--checkpoint"] if args.checkpoint else [])
+               "--warmup", str(args.warmup), "--active", str(args.active)]
+    command += ["--checkpoint"] if args.checkpoint else []
     env = dict(os.environ, OMP_NUM_THREADS=str(args.intra_op_threads))
     completed = subprocess.run(command, env=env, stdout=sys.stderr)
     expected = [staging / f"{kind}.{rank}.json" for rank in range(args.ranks) for kind in ("host", "device")]

@@ -147,9 +147,9 @@ def _thread_pieces(timeline, parent: np.ndarray, op_end: np.ndarray, lost_owner:
                    lost_end: np.ndarray = NO_TIMES) -> tuple[np.ndarray, ...]:
     """The later pieces of one thread's ops, in the order of the children that begin them (the
     lost ones last): (owner, the op run just before, begin, finish) columns. A piece begins where
-    a child of a linked op ends, or a child the ET lost (``lost_owner`` / ``lost_end``, of any thread: this
-    thread's ops' are taken), and finishes where the thread's next op starts or its op ends,
-    whichever is first; empty ones are left out. O(m log m) for m ops."""
+    a child of a linked op ends, or a child the ET lost (``lost_owner`` / ``lost_end``, of every
+    thread: this thread's ops' are taken), and finishes where the thread's next op starts or its op
+    ends, whichever is first; empty ones are left out. O(m log m) for m ops."""
     ops = np.asarray(timeline.ops, dtype=np.int64)
     starts = np.asarray(timeline.starts, dtype=np.float64)
     in_op = parent[ops] >= 0
