@@ -203,11 +203,12 @@ def _edges_run_past_their_target(tmp_path, directory, rank, wanted) -> tuple[int
 def test_an_op_the_et_lost_ends_a_piece_of_the_op_it_ran_in(tmp_path, rank):
     """Activation checkpointing recomputes the forward inside a backward op; the ET lacks some of
     the recomputed ops that Kineto holds (here ``aten::relu``: found below from the raw files,
-    Kineto ``cpu_op`` events whose record-function id no ET node carries). The parent's own time
-    goes on after such an op, so each CPU node's busy time, run from its measured start, ends
-    before the children it releases (``parent``) and the bursts it forks (``fork``) began (1 µs
-    for rounding). Before, the backward op's first node kept the time after the lost op: on these
-    ranks 2 parent edges each (up to 373 µs) and a fork by 1.2 ms on rank 0. Plain code."""
+    Kineto ``cpu_op`` events whose record-function id no ET node carries). The backward op's own
+    time goes on around such an op's children, so each CPU node's busy time, run from its
+    measured start, ends before the children it releases (``parent``) and the bursts it forks
+    (``fork``) began (1 µs for rounding). Before, the backward op's first node kept the time after
+    the lost op: on these ranks 2 parent edges each (up to 373 µs) and a fork by 1.2 ms on rank 0.
+    Plain code."""
     directory = FIXTURES / "ddp_gloo_checkpoint"
     et = json.loads(gzip.decompress((directory / f"host.{rank}.json.gz").read_bytes()))
     events = json.loads(gzip.decompress((directory / f"device.{rank}.json.gz").read_bytes()))["traceEvents"]

@@ -92,3 +92,37 @@ def nest_cpu_events(events: Sequence[KinetoEvent]) -> CpuNesting:
     if min(exclusive, default=1.0) <= 0:
         exclusive = [x if x > 0 else 0.0 for x in exclusive]
     return CpuNesting(parents, exclusive, array("d", ends))
+
+
+def linked_ancestors(parents: Sequence[int], linked: np.ndarray) -> np.ndarray:
+    """Per Kineto CPU event, its nearest enclosing event that an op is linked to (``linked``: a
+    boolean per event), passing over events no op is linked to (-1: none). An op the ET lost
+    (activation checkpointing recomputes the forward inside a backward op, and the ET lacks some of
+    the recomputed ops Kineto holds, hanging their children under the backward op) is no event's
+    parent here: what ran inside it ran inside the op around it. Array passes, one per level of
+    unlinked events: O(n · depth)."""
+    up = np.append(np.asarray(parents, dtype=np.int64), -1)  # [-1]: none
+    flagged = np.append(np.asarray(linked, dtype=bool), False)
+    above = up[:-1].copy()
+    lost = (above >= 0) & ~flagged[above]
+    while lost.any():
+        above[lost] = up[above[lost]]
+        lost = (above >= 0) & ~flagged[above]
+    return above
+
+
+def with_lost_time(exclusive: list[float], parents: Sequence[int], linked: np.ndarray) -> list[float]:
+    """``exclusive`` with the own time of each event no op is linked to added to its nearest
+    linked ancestor's (``linked_ancestors``): the ET hangs a lost op's children under the op around
+    it, so for the ET that op's own time is the enclosing op's exclusive time, and it lies where it
+    ran, around those children. Unchanged (the same list) when no such event lies in a linked one.
+    O(n · depth)."""
+    flagged = np.asarray(linked, dtype=bool)
+    above = linked_ancestors(parents, flagged)
+    lost = np.flatnonzero(~flagged & (above >= 0))
+    if not len(lost):
+        return exclusive
+    total = np.asarray(exclusive, dtype=np.float64).copy()
+    np.add.at(total, above[lost], total[lost])
+    return total.tolist()
+

@@ -17,8 +17,9 @@ from itertools import repeat
 from typing import Any
 
 import msgspec
+import numpy as np
 
-from linker.link.durations import rounded_exclusive
+from linker.link.durations import rounded_exclusive, with_lost_time
 from linker.read.et import FLAT, ExecutionTrace, SimulationFields
 from linker.link.gpu import GpuLink
 from linker.link.measured import apply_placement
@@ -185,13 +186,25 @@ def as_number(value: float) -> float | int:
     return int(value) if value == int(value) else value
 
 
+def op_exclusive_times(result: LinkResult) -> list[float]:
+    """Per Kineto CPU event, the exclusive time its op is written with: the nesting's
+    (``link.durations``), plus the own time of the events no op is linked to inside it, through
+    other such events (``durations.with_lost_time``: an op the ET lost). O(n), O(n · depth) when
+    the ET lost ops."""
+    linked = np.asarray(result.match.event_of_op, dtype=np.int64)
+    flagged = np.zeros(len(result.exclusive), dtype=bool)
+    flagged[linked[linked >= 0]] = True
+    return with_lost_time(result.exclusive, result.parents, flagged)
+
+
 def build_et_plus(result: LinkResult) -> EtPlus:
     """Fill ET+ time fields into ``result.et.nodes`` (in place) and create the GPU nodes. A
     non-integral ``exclusive_dur`` is written rounded to 3 decimals (``round(x, 3)``): from
     ``result.exclusive_rounded`` when the nesting came with it, else rounded here (one C pass over
     every event). O(n + g)."""
-    et, columns, exclusive = result.et, result.kineto.cpu_columns(), result.exclusive
-    rounded_column = result.exclusive_rounded
+    et, columns = result.et, result.kineto.cpu_columns()
+    exclusive = op_exclusive_times(result)
+    rounded_column = result.exclusive_rounded if exclusive is result.exclusive else None
     if rounded_column is None or len(rounded_column) != len(exclusive):
         rounded_column = rounded_exclusive(exclusive)
     apply_placement(et, result.placement)  # where the ET's tree contradicts the measurement

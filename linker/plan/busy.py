@@ -73,6 +73,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from linker.link.durations import linked_ancestors
 from linker.link.intervals import TimePoint, cover_index, innermost_covering
 from linker.link.recipe import op_of_event
 from linker.plan.clocks import blocking_copies, clock_skew
@@ -363,12 +364,10 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     launches = [(link.et_index, link.launch.ts, link.event.ts) for link in et_plus.gpu_links
                 if link.launch is not None and link.et_index >= 0]
     parent_op = nesting_parent_ops(et_plus)
-    lost_children = lost_child_ends(et_plus)
-    enclosing = enclosing_ops(et_plus) if len(lost_children[0]) else parent_op
-    handoffs, forked_in_gaps = _handoffs(busy, launches, call_waits, enclosing, starts, ends, linked)
+    handoffs, forked_in_gaps = _handoffs(busy, launches, call_waits, parent_op, starts, ends, linked)
     busy.deferred, busy.pieces = later_pieces(timelines.values(), parent_op, ends,
                                               exclusive_of_op, busy.blocked, blocked_at, n,
-                                              frozenset(collectives or ()), handoffs, lost_children)
+                                              frozenset(collectives or ()), handoffs)
     _gaps_after_pieces(busy)
     if forked_in_gaps:
         wait_spans = {position: (lo, hi) for waiter, position, lo, hi in waits.values() if waiter < 0}
@@ -421,12 +420,11 @@ def _thread_waits(et_plus, busy: BusyTimes, timelines: dict, times: tuple, colle
 
 
 def _handoffs(busy: BusyTimes, launches: list[tuple[int, float, float]], call_waits: list[tuple[int, float, float]],
-              enclosing: list[int], starts: list[float], ends: list[float], linked: list[bool]
+              parent_op: list[int], starts: list[float], ends: list[float], linked: list[bool]
               ) -> tuple[list[tuple[int, float, float]], list[float]]:
     """Where each op's stretch is cut (``later_pieces``' ``handoffs``: op, where, where the work
     began): its launches; for a fork, the main thread's stretch running at the burst's start
-    (``_running_at`` over ``enclosing``: ``enclosing_ops``, or the nesting parents when the ET
-    lost no op); for a join into the op the main thread waited in, that op where it resumed;
+    (``_running_at``); for a join into the op the main thread waited in, that op where it resumed;
     for a blocking call (``call_waits``: op, call start, µs), where the call returned (the op's
     time after it is a piece the synchronize's edge releases: ``plan.waits``). Also the starts of
     the bursts forked in a host gap (no op running then). O(launches + calls + cross edges x
@@ -436,7 +434,7 @@ def _handoffs(busy: BusyTimes, launches: list[tuple[int, float, float]], call_wa
     forked_in_gaps: list[float] = []
     for source, target, cause in busy.cross:
         if cause == FORK and linked[target]:
-            running = _running_at(source, starts[target], enclosing, starts, ends)
+            running = _running_at(source, starts[target], parent_op, starts, ends)
             if running >= 0:
                 handoffs.append((running, starts[target], starts[target]))
             else:
@@ -891,48 +889,14 @@ def _host_gaps(busy: BusyTimes, timeline: Timeline, gap_waits: dict[int, float] 
             busy.trailing_gap[ops[p - 1]] = busy.trailing_gap.get(ops[p - 1], 0.0) + gap
 
 
-def lost_child_ends(et_plus) -> tuple[np.ndarray, np.ndarray]:
-    """(linked op, where the child ended) for each Kineto CPU event no op is linked to whose
-    nesting parent event has one (an op the ET lost: activation checkpointing recomputes the
-    forward inside a backward op, and the ET holds only the recomputed ops' children). Its end is
-    capped at its parent's (an event that outlasts its parent ends with it: ``link.intervals``).
-    Its time is no op's, and its parent's exclusive time goes on after it (``later_pieces``).
-    Array passes: O(E) for E Kineto CPU events."""
-    result = et_plus.result
-    op_of = np.asarray(_op_of_event(result), dtype=np.int64)
-    parent = np.asarray(result.parents, dtype=np.int64)
-    lost = np.flatnonzero((op_of < 0) & (parent >= 0))
-    lost = lost[op_of[parent[lost]] >= 0]
-    if not len(lost):
-        return np.empty(0, dtype=np.int64), np.empty(0)
-    columns = result.kineto.cpu_columns()
-    ts, dur = np.asarray(columns.ts, dtype=np.float64), np.asarray(columns.dur, dtype=np.float64)
-    above = parent[lost]
-    return op_of[above], np.minimum(ts[lost] + dur[lost], ts[above] + dur[above])
-
-
-def enclosing_ops(et_plus) -> list[int]:
-    """Per ET node, the linked op of the nearest enclosing Kineto event that has one, passing over
-    events no op is linked to (-1: unlinked or top level): what the thread was running when the
-    op ran inside an op the ET lost (``lost_child_ends``). Array passes, one per level of such
-    events: O(E · depth)."""
+def nesting_parent_ops(et_plus) -> list[int]:
+    """Per ET node, the linked op of its Kineto event's nearest enclosing event that has one
+    (-1: unlinked or top level), passing over events no op is linked to: an op the ET lost
+    (``link.durations.linked_ancestors``), whose own time is the enclosing op's exclusive time
+    (``link.etplus.op_exclusive_times``), so the later pieces of that op are cut around the lost
+    op's children too. Array passes and the inverse of ``event_of_op``: O(n + E), O(E · depth)
+    when the ET lost ops."""
     result = et_plus.result
     op_of = np.append(np.asarray(_op_of_event(result), dtype=np.int64), -1)  # [-1]: no event
-    up = np.append(np.asarray(result.parents, dtype=np.int64), -1)
-    above = up.copy()
-    lost = (above >= 0) & (op_of[above] < 0)
-    while lost.any():
-        above[lost] = up[above[lost]]
-        lost = (above >= 0) & (op_of[above] < 0)
+    above = np.append(linked_ancestors(result.parents, op_of[:-1] >= 0), -1)
     return op_of[above[np.asarray(result.match.event_of_op, dtype=np.int64)]].tolist()
-
-
-def nesting_parent_ops(et_plus) -> list[int]:
-    """Per ET node, the linked op of its Kineto event's nesting parent (-1: unlinked, top level,
-    or a parent event no op is linked to, whose exclusive time is no op's). C passes and the
-    inverse of ``event_of_op``: O(n + E) for E Kineto CPU events."""
-    result = et_plus.result
-    event_of_op = result.match.event_of_op
-    op_of = _op_of_event(result) + [-1]  # [-1]: no event
-    parent_event = list(result.parents) + [-1]
-    return [op_of[parent_event[event]] for event in event_of_op]

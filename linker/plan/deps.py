@@ -38,7 +38,7 @@ from linker.plan.dependency_plan import (COLLECTIVE_ORDER, LAUNCH, NO_NODE, PARE
                                          DependencyPlan, GpuPlacement, WriteSummary)
 from linker.plan.waits import add_wait_edges
 from linker.read.et import PROCESS_ROOT_NAMES, parent_positions
-from linker.link.etplus import EtPlus
+from linker.link.etplus import EtPlus, op_exclusive_times
 
 def _parent_indices(et, index_of_id: dict[int, int]) -> list[int]:
     """Index of each node's parent (-1: missing, or the node's own id). O(n)."""
@@ -314,8 +314,9 @@ def _take(u: int, out: list[int], held: set[int], waiting: dict[int, list[int]],
 
 
 def _exclusive_of_ops(et_plus: EtPlus) -> list[float]:
-    """Exclusive µs of each ET node (0 for unlinked nodes)."""
-    exclusive = et_plus.result.exclusive + [0.0]  # event -1: unlinked
+    """Exclusive µs of each ET node (0 for unlinked nodes), as the build writes it
+    (``link.etplus.op_exclusive_times``)."""
+    exclusive = op_exclusive_times(et_plus.result) + [0.0]  # event -1: unlinked
     return [exclusive[event] for event in et_plus.result.match.event_of_op]
 
 

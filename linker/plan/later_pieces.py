@@ -70,8 +70,8 @@ NO_OPS, NO_TIMES = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
 
 def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusive_of_op: list[float],
                  blocked_of: list[float], blocked_at: list[tuple[int, float, float]], n: int,
-                 skip: frozenset = frozenset(), handoffs: list[tuple[int, float, float]] = (),
-                 lost_children: tuple[np.ndarray, np.ndarray] = (NO_OPS, NO_TIMES)) -> tuple[np.ndarray, Pieces]:
+                 skip: frozenset = frozenset(), handoffs: list[tuple[int, float, float]] = ()
+                 ) -> tuple[np.ndarray, Pieces]:
     """Each op's exclusive time after its first child, as pieces a replay runs where they lay.
 
     A replay runs an op's busy time before its first child (which depends on it), but the measured
@@ -97,10 +97,7 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     op's measured end; ``skip``: ops whose pieces stay on them and that no piece follows (CPU
     collectives: their busy time comes from their measured interval); ``handoffs``: (op, where it
     handed the work off, where the work began): the start of the launch call and of the GPU op for
-    each GPU op with a launch call, the burst's start twice for a fork; ``lost_children``: (op,
-    where it ended) of each Kineto child of a linked op that no op is linked to (an op the ET
-    lost): its end begins a piece too, since the op's exclusive time excludes it (the child's own
-    time is no op's) and goes on after it. Returns ``deferred`` per
+    each GPU op with a launch call, the burst's start twice for a fork. Returns ``deferred`` per
     ET node (µs taken out of an op: the sum of its pieces) and the ``Pieces``; per thread the
     total busy time is unchanged.
 
@@ -110,8 +107,7 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     """
     parent = np.asarray(parent_op, dtype=np.int64)
     op_end = np.asarray(ends_of, dtype=np.float64)
-    lost_owner, lost_end = (np.asarray(column) for column in lost_children)
-    found = [_thread_pieces(timeline, parent, op_end, lost_owner, lost_end) for timeline in timelines]
+    found = [_thread_pieces(timeline, parent, op_end) for timeline in timelines]
     owners, targets, begins, finishes = (np.concatenate([piece[k] for piece in found] or [empty])
                                          for k, empty in enumerate((NO_OPS, NO_OPS, NO_TIMES, NO_TIMES)))
     if skip:
@@ -143,13 +139,11 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     return deferred, pieces
 
 
-def _thread_pieces(timeline, parent: np.ndarray, op_end: np.ndarray, lost_owner: np.ndarray = NO_OPS,
-                   lost_end: np.ndarray = NO_TIMES) -> tuple[np.ndarray, ...]:
-    """The later pieces of one thread's ops, in the order of the children that begin them (the
-    lost ones last): (owner, the op run just before, begin, finish) columns. A piece begins where
-    a child of a linked op ends, or a child the ET lost (``lost_owner`` / ``lost_end``, of every
-    thread: this thread's ops' are taken), and finishes where the thread's next op starts or its op
-    ends, whichever is first; empty ones are left out. O(m log m) for m ops."""
+def _thread_pieces(timeline, parent: np.ndarray, op_end: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The later pieces of one thread's ops, in the order of the children that begin them:
+    (owner, the op run just before, begin, finish) columns. A piece begins where a child of a
+    linked op ends and finishes where the thread's next op starts or its op ends, whichever is
+    first; empty ones are left out. O(m log m) for m ops."""
     ops = np.asarray(timeline.ops, dtype=np.int64)
     starts = np.asarray(timeline.starts, dtype=np.float64)
     in_op = parent[ops] >= 0
@@ -159,13 +153,8 @@ def _thread_pieces(timeline, parent: np.ndarray, op_end: np.ndarray, lost_owner:
     next_op = np.searchsorted(starts, begin, side="left")  # the thread's next op starting then or later
     next_start = np.append(starts, np.inf)
     _past_the_child(next_op, begin, child, ops, next_start, parent)
-    if len(lost_owner):
-        here = _among(lost_owner, np.sort(ops))
-        lost_begin = lost_end[here]
-        owner, begin = np.concatenate((owner, lost_owner[here])), np.concatenate((begin, lost_begin))
-        next_op = np.concatenate((next_op, np.searchsorted(starts, lost_begin, side="left")))
     finish = np.minimum(next_start[next_op], op_end[owner])
-    found = (finish > begin) & (next_op > 0)
+    found = finish > begin
     # The op started last before the piece began: a piece of positive length ends at a start after
     # its child's end, hence after the child's own start, so ``next_op`` > the child's position.
     return owner[found], ops[next_op[found] - 1], begin[found], finish[found]
