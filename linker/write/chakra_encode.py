@@ -221,15 +221,12 @@ def _block(fields: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _packed(rows: _Rows, field_tag: bytes, values: np.ndarray) -> None:
-    """A packed repeated uint64 field of up to ``values.shape[1]`` values a row (-1: none), left
-    out where a row has none."""
+    """A packed repeated uint64 field of one value a row (-1: none, the field left out)."""
     present = values >= 0
-    encoded = [varint_rows(np.where(present[:, k], values[:, k], 0)) for k in range(values.shape[1])]
-    sizes = [np.where(present[:, k], lengths, 0) for k, (_, lengths) in enumerate(encoded)]
-    total = sum(sizes)
-    rows.varints(total, total > 0, field_tag)
-    for (block, _), size in zip(encoded, sizes):
-        rows.add(block, size)
+    block, lengths = varint_rows(np.where(present, values, 0))
+    size = np.where(present, lengths, 0)
+    rows.varints(size, present, field_tag)
+    rows.add(block, size)
 
 
 @dataclass
@@ -314,8 +311,8 @@ class NodeFrames:
         node_id = columns.id[nodes]
         rows.varints(node_id, node_id != 0, _ID)
         rows.entries(columns.head[nodes], self._heads)
-        _packed(rows, _CTRL_DEPS, columns.ctrl[nodes][:, None])
-        _packed(rows, _DATA_DEPS, columns.chained[nodes][:, None])  # -1 in the listed rows
+        _packed(rows, _CTRL_DEPS, columns.ctrl[nodes])
+        _packed(rows, _DATA_DEPS, columns.chained[nodes])  # -1 in the listed rows
         if len(listed):
             rows.some(listed, listed_fields)
         for field_tag, values in ((_START, columns.start[nodes]), (_DURATION, columns.duration[nodes])):
