@@ -286,8 +286,8 @@ def _cpu_pickups(graphs: list[SimGraph], offsets: list[int], groups: CommGroups)
     measured timeline, less where the last of its dependencies ended there as the replay ends it
     (``_busy_window``). Its worker took it that long after it could have (a loaded host wakes a
     worker late), so the replay starts it — in a job, its arrival, and the last rank to arrive
-    sets the collective's start — that long after its dependencies finish. O(n + e) for a graph
-    with CPU collectives."""
+    sets the collective's start — that long after its dependencies finish. O(c · deps + j log n)
+    for c CPU collectives and j join edges."""
     for graph, base in zip(graphs, offsets):
         collectives = {u for u in graph.comm if graph.lane_keys[graph.lane[u]][0] == "cpu"}
         if not collectives:
@@ -319,16 +319,19 @@ def _busy_window(graph: SimGraph, u: int, collectives: set[int], read_at: dict[i
 
 def _joined_at(graph: SimGraph, sources: set[int]) -> dict[int, float]:
     """Per node of ``sources`` that is the source of a ``join`` edge: the earliest measured start
-    among the nodes it releases (the op that reads a collective's result). O(n + e)."""
+    among the nodes it releases (the op that reads a collective's result). The join edges are
+    found by their cause code in ``dep_cause`` (a byte search) and their targets by a binary
+    search of ``dep_offsets``: O(j log n) for j joins, plus the search."""
     if "join" not in graph.cause_names:
         return {}
-    join = graph.cause_names.index("join")
+    join = bytes([graph.cause_names.index("join")])
     read_at: dict[int, float] = {}
-    for v in range(len(graph)):
-        for k in range(graph.dep_offsets[v], graph.dep_offsets[v + 1]):
-            d = graph.dep_nodes[k]
-            if graph.dep_cause[k] == join and d in sources and graph.start[v] < read_at.get(d, math.inf):
-                read_at[d] = graph.start[v]
+    k = graph.dep_cause.find(join)
+    while k >= 0:
+        d, v = graph.dep_nodes[k], bisect_right(graph.dep_offsets, k) - 1
+        if d in sources and graph.start[v] < read_at.get(d, math.inf):
+            read_at[d] = graph.start[v]
+        k = graph.dep_cause.find(join, k + 1)
     return read_at
 
 
