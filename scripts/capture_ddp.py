@@ -70,7 +70,7 @@ def _rank_main(args: argparse.Namespace) -> None:
             layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
         net = torch.nn.Sequential(*layers)
         if args.checkpoint:
-            net = _Checkpointed(net)
+            net = _checkpointed(net)
         model = DistributedDataParallel(net, bucket_cap_mb=args.bucket_mb)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         inputs = torch.randn(args.batch, args.width, generator=generator)
@@ -95,7 +95,7 @@ def _rank_main(args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
-def _Checkpointed(net):
+def _checkpointed(net):
     """``net`` with every layer but the last recomputed in backward (``torch.utils.checkpoint``,
     ``use_reentrant=False``): the forward runs again inside the backward of the last layer."""
     import torch

@@ -165,13 +165,11 @@ def test_cpu_collective_starts_as_late_after_its_dependencies_as_its_worker_pick
     assert result.issue[result.offsets[1] + 1] == 30  # it held its rank's communication unit from its issue
 
 
-def _ran_under(node_id, measured, deps, start, tid, causes=None):
+def _ran_under(node_id, measured, deps, start, tid):
     """A gloo collective that ended while the group's earlier one still ran: busy 0 in the file
     (``plan.cpu_comm``: its part after the earlier one ended is empty), ``measured`` us long."""
     spec = cpu_coll(node_id, 0, deps, start=start, tid=tid)
     spec.attrs.append(make_attr("inclusive_dur_micros", measured))
-    if causes:
-        spec.attrs.append(make_attr("data_dep_causes", causes))
     return spec
 
 
