@@ -4,7 +4,7 @@
 Usage (with a venv holding the CPU torch wheel; torch is never a dependency of et-link):
 
     python scripts/capture_ddp.py --out DIR [--ranks 4] [--layers 4] [--width 256] [--bucket-mb 0.6]
-                                  [--model mlp|conv] [--intra-op-threads 1] [--warmup 5] [--active 5]
+                                  [--model mlp|conv|fsdp] [--intra-op-threads 1] [--warmup 5] [--active 5]
                                   [--checkpoint]
 
 Runs ``torchrun --nproc_per_node=RANKS`` on this file; every rank trains a small MLP wrapped in
@@ -18,6 +18,10 @@ all-reduce buckets per step (the summary line counts them per rank from the Kine
 ``--model conv`` trains a small convolutional net with BatchNorm instead (two Conv2d+BatchNorm2d+ReLU
 blocks, a pooled two-layer head, cross-entropy, AdamW, ``bucket_cap_mb=0.25``): DDP then also
 broadcasts the BatchNorm buffers from rank 0 before every forward (``gloo:broadcast``).
+``--model fsdp`` shards the MLP with FSDP2 instead of DDP (``fully_shard`` on every ``Linear``, then
+on the whole): gloo then runs an ``all_gather`` of each layer's parameters before its forward and
+backward, and a reduce-scatter (an ``all_reduce`` in gloo) of its gradients; the ``all_gather``'s
+worker flattens the input and copies each rank's part out inside the collective's record.
 ``--intra-op-threads`` above 1 lets the ops run OpenMP threads beside the gloo workers.
 ``--checkpoint`` recomputes the MLP's layers but the last in backward (``torch.utils.checkpoint``,
 non-reentrant): the ET then lacks some of the recomputed ops that Kineto holds (``aten::relu``, or
@@ -71,7 +75,7 @@ def _rank_main(args: argparse.Namespace) -> None:
         net = torch.nn.Sequential(*layers)
         if args.checkpoint:
             net = _checkpointed(net)
-        model = DistributedDataParallel(net, bucket_cap_mb=args.bucket_mb)
+        model = _sharded(net) if args.model == "fsdp" else DistributedDataParallel(net, bucket_cap_mb=args.bucket_mb)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         inputs = torch.randn(args.batch, args.width, generator=generator)
         targets = torch.randn(args.batch, args.width, generator=generator)
@@ -95,6 +99,18 @@ def _rank_main(args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
+def _sharded(net):
+    """``net`` sharded over the ranks with FSDP2: ``fully_shard`` on each ``Linear``, then on the
+    whole (the parameters are gathered layer by layer)."""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in net:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    return fully_shard(net)
+
+
 def _checkpointed(net):
     """``net`` with every layer but the last recomputed in backward (``torch.utils.checkpoint``,
     ``use_reentrant=False``): the forward runs again inside the backward of the last layer."""
@@ -113,7 +129,8 @@ def _checkpointed(net):
 
 
 def _collectives_per_rank(job: Path, ranks: int) -> dict[str, int]:
-    """Kineto ``gloo:all_reduce`` events per rank (two buckets x five steps expected with the defaults)."""
+    """Kineto ``gloo:all_reduce`` events per rank (two buckets x five steps expected with the
+    defaults; with ``--model fsdp``, one reduce-scatter per layer and step)."""
     counts = {}
     for rank in range(ranks):
         events = json.loads((job / f"device.{rank}.json").read_bytes())["traceEvents"]
@@ -156,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--bucket-mb", type=float, default=None,
                         help="DDP bucket_cap_mb (default: 0.6 for mlp, 0.25 for conv)")
-    parser.add_argument("--model", choices=("mlp", "conv"), default="mlp")
+    parser.add_argument("--model", choices=("mlp", "conv", "fsdp"), default="mlp")
     parser.add_argument("--intra-op-threads", type=int, default=1, help="torch.set_num_threads and OMP_NUM_THREADS")
     parser.add_argument("--warmup", type=int, default=5, help="profiler warm-up steps")
     parser.add_argument("--active", type=int, default=5, help="profiled steps")
