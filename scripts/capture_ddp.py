@@ -5,7 +5,7 @@ Usage (with a venv holding the CPU torch wheel; torch is never a dependency of e
 
     python scripts/capture_ddp.py --out DIR [--ranks 4] [--layers 4] [--width 256] [--bucket-mb 0.6]
                                   [--model mlp|conv|fsdp] [--intra-op-threads 1] [--warmup 5] [--active 5]
-                                  [--checkpoint]
+                                  [--checkpoint] [--zero]
 
 Runs ``torchrun --nproc_per_node=RANKS`` on this file; every rank trains a small MLP wrapped in
 ``DistributedDataParallel`` over gloo, profiled with Chakra's recipe: an ``ExecutionTraceObserver``
@@ -22,6 +22,9 @@ broadcasts the BatchNorm buffers from rank 0 before every forward (``gloo:broadc
 on the whole): gloo then runs an ``all_gather`` of each layer's parameters before its forward and
 backward, and a reduce-scatter (an ``all_reduce`` in gloo) of its gradients; the ``all_gather``'s
 worker flattens the input and copies each rank's part out inside the collective's record.
+``--zero`` wraps the MLP's SGD in ``ZeroRedundancyOptimizer``: each rank steps its shard of the
+parameters and broadcasts it to the others (``async_op`` broadcasts, waited for at the end of the
+step, inside ``Optimizer.step#ZeroRedundancyOptimizer.step``).
 ``--intra-op-threads`` above 1 lets the ops run OpenMP threads beside the gloo workers.
 ``--checkpoint`` recomputes the MLP's layers but the last in backward (``torch.utils.checkpoint``,
 non-reentrant): the ET then lacks some of the recomputed ops that Kineto holds (``aten::relu``, or
@@ -76,7 +79,7 @@ def _rank_main(args: argparse.Namespace) -> None:
         if args.checkpoint:
             net = _checkpointed(net)
         model = _sharded(net) if args.model == "fsdp" else DistributedDataParallel(net, bucket_cap_mb=args.bucket_mb)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        optimizer = _optimizer(model, args.zero)
         inputs = torch.randn(args.batch, args.width, generator=generator)
         targets = torch.randn(args.batch, args.width, generator=generator)
         loss_of = torch.nn.functional.mse_loss
@@ -97,6 +100,18 @@ def _rank_main(args: argparse.Namespace) -> None:
             prof.step()
     observer.unregister_callback()
     dist.destroy_process_group()
+
+
+def _optimizer(model, zero: bool):
+    """SGD over ``model``'s parameters, sharded over the ranks by ``ZeroRedundancyOptimizer`` with
+    ``zero``."""
+    import torch
+
+    if not zero:
+        return torch.optim.SGD(model.parameters(), lr=0.01)
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.01)
 
 
 def _sharded(net):
@@ -149,6 +164,7 @@ def _launch(args: argparse.Namespace) -> dict:
                "--seed", str(args.seed), "--model", args.model, "--intra-op-threads", str(args.intra_op_threads),
                "--warmup", str(args.warmup), "--active", str(args.active)]
     command += ["--checkpoint"] if args.checkpoint else []
+    command += ["--zero"] if args.zero else []
     env = dict(os.environ, OMP_NUM_THREADS=str(args.intra_op_threads))
     completed = subprocess.run(command, env=env, stdout=sys.stderr)
     expected = [staging / f"{kind}.{rank}.json" for rank in range(args.ranks) for kind in ("host", "device")]
@@ -180,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint", action="store_true",
                         help="mlp: recompute all but the last layer in backward (torch.utils.checkpoint)")
+    parser.add_argument("--zero", action="store_true",
+                        help="shard the SGD optimizer with ZeroRedundancyOptimizer (broadcasts after each step)")
     parser.add_argument("--rank-body", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.bucket_mb is None:

@@ -7,8 +7,10 @@ passes n's measured busy start by more than ``--slack`` µs (50 by default: more
 skew of the traces at hand). A node's measured busy start is its ``ts``, except for a collective on
 a CPU thread (a ``comm_type`` and no ``stream``: gloo, MPI, UCC), whose record runs from its issue
 and whose busy time is the part after the group's previous collective ended, up to the earlier of
-its recorded end and the start of its ``join`` target (the op that reads its result, or the node
-of host time before that op) (docs/fidelity.md, "CPU collectives"): that end less ``sim_dur``. Only edges between timed nodes
+its recorded end, the start of its ``join`` target (the op that reads its result, or the node
+of host time before that op) and the start of its first child (an op its worker ran after
+communicating, such as gloo's copy of each rank's part out of an ``all_gather``)
+(docs/fidelity.md, "CPU collectives"): that end less ``sim_dur``. Only edges between timed nodes
 count; the ``rank_start`` delay node is not timed.
 
 Prints, per file and per cause, the edges checked, the contradicted ones and the worst overshoot;
@@ -36,13 +38,14 @@ def busy_start(node: dict, read_at: dict[int, float]) -> float:
 
 
 def joins_read_at(nodes: list[dict], by_id: dict[int, dict]) -> dict[int, float]:
-    """Per node that is a ``join`` source: the earliest measured start among its join targets."""
+    """Per node that is a ``join`` or ``parent`` source: the earliest measured start among its join
+    targets and children."""
     read_at: dict[int, float] = {}
     for node in nodes:
         if "ts" not in node:
             continue
         for source_id, cause in zip(node.get("data_deps") or [], node.get("data_dep_causes") or []):
-            if cause == "join" and source_id in by_id:
+            if cause in ("join", "parent") and source_id in by_id:
                 read_at[source_id] = min(read_at.get(source_id, float("inf")), node["ts"])
     return read_at
 

@@ -22,6 +22,17 @@ threads first, so a link across threads there is a wrong link, not a wrong tree)
   (a root: the reader re-attaches there an op whose parent has a later id, such as one begun
   while an asynchronous gloo record function was still open) that Kineto shows inside a joined op.
 
+A CPU backend's collective record (``gloo:all_gather``, ``mpi:…``, ``ucc:…``) can hold ops its
+worker ran for it: gloo's ``all_gather`` flattens its input (``aten::view``, ``aten::empty``)
+before it communicates and copies each rank's part out (``aten::select``, ``aten::copy_``) after.
+The communication itself lies in the longest stretch of the record that none of those ops covers
+(``_before_communication``; the others are a few tens of µs of tensor bookkeeping). The ops before
+that stretch did not wait for the communication, and a child waits for its parent in a replay: they
+are placed before the collective, under its parent, and the collective after them
+(``Placement.prepared_by``: the plan's tree order puts it after the last of them, and a fork
+into the worker goes to the first). The ops after it stay
+its children: they read its result.
+
 ``apply_placement`` writes the answer into the ET's columns (``tid``, ``parent``) and the nodes'
 parent and ``tid`` fields, so the plan (thread chains, busy times, ctrl edges) and the writers follow
 the measurement (a ``.et`` node keeps the ET's ``tid`` attribute, except a CPU collective's, which
@@ -49,6 +60,12 @@ class Placement:
     tid: dict[int, int] = field(default_factory=dict)
     parent: dict[int, int] = field(default_factory=dict)
     new_threads: dict = field(default_factory=dict)
+    prepared_by: dict[int, list[int]] = field(default_factory=dict)  # CPU collective -> ops placed before it
+
+    @property
+    def follows(self) -> dict[int, int]:
+        """CPU collective -> the last of the ops placed before it (``prepared_by``)."""
+        return {collective: ops[-1] for collective, ops in self.prepared_by.items()}
 
     @property
     def disagreements(self) -> int:
@@ -90,11 +107,18 @@ def measured_placement(result, nesting_violations: int | None = None) -> Placeme
     placement = Placement()
     if result.match.method != "rf_id":
         return placement
+    _place_by_measurement(result, placement, nesting_violations)
+    _before_communication(result, placement)
+    return placement
+
+
+def _place_by_measurement(result, placement: Placement, nesting_violations: int | None) -> None:
+    """Fill ``placement``'s measured threads and parents (the module docstring's first rules)."""
     et, event_of_op = result.et, result.match.event_of_op
     columns = result.kineto.cpu_columns()
     kineto_tid, ts, dur = columns.tid, columns.ts, columns.dur
     if nesting_violations == 0 and _one_thread_each(et, kineto_tid):
-        return placement
+        return
     ops = [i for i in et.op_indices() if event_of_op[i] >= 0]  # the linked ops
     events = [event_of_op[i] for i in ops]
     threads = [kineto_tid[e] for e in events]
@@ -109,7 +133,7 @@ def measured_placement(result, nesting_violations: int | None = None) -> Placeme
     if any(home[k] != t for t, k in counts):  # some ops ran on another thread than the ET says
         suspects.update(k for k, (thread, tid) in enumerate(zip(threads, op_tids)) if home[thread] != tid)
     if not suspects:
-        return placement
+        return
     op_of = [NO_NODE] * len(ts)
     for i, e in zip(ops, events):
         op_of[e] = i
@@ -135,7 +159,58 @@ def measured_placement(result, nesting_violations: int | None = None) -> Placeme
             measured_parent = op_of[q] if q >= 0 else thread_root.get(measured_tid, root)
             if measured_parent != p and measured_parent >= 0 and index_of_id.get(et.ids[measured_parent]) == measured_parent:
                 placement.parent[i] = measured_parent
-    return placement
+
+
+CPU_BACKEND_PREFIXES = ("gloo:", "mpi:", "ucc:")  # record functions of a CPU backend's worker
+
+
+def _before_communication(result, placement: Placement) -> None:
+    """Place the ops a CPU backend's worker ran inside a collective's record before it
+    communicated under the collective's parent, the collective after them (the module docstring).
+    The parents are the measured ones (``placement`` as filled so far). O(n) name checks over the
+    distinct names; when some CPU backend record has joined ops, one pass over the linked ops and
+    O(k log k) for its k children."""
+    et, event_of_op = result.et, result.match.event_of_op
+    backend_names = {name for name in set(et.names) if name.startswith(CPU_BACKEND_PREFIXES)}
+    if not backend_names:
+        return
+    records = {i for i, name in enumerate(et.names) if name in backend_names and event_of_op[i] >= 0}
+    if not records:
+        return
+    parent_index = et.parent_index()
+    measured_parent = placement.parent.get
+    children: dict[int, list[int]] = {}
+    for i, e in enumerate(event_of_op):
+        if e >= 0:
+            p = measured_parent(i, parent_index[i])
+            if p in records:
+                children.setdefault(p, []).append(i)
+    columns = result.kineto.cpu_columns()
+    ts, dur = columns.ts, columns.dur
+    for record, members in children.items():
+        grandparent = measured_parent(record, parent_index[record])
+        if grandparent < 0:
+            continue
+        spans = sorted((ts[event_of_op[i]], ts[event_of_op[i]] + dur[event_of_op[i]], i) for i in members)
+        e = event_of_op[record]
+        before = _ops_before_longest_gap(ts[e], ts[e] + dur[e], spans)
+        for i in before:
+            placement.parent[i] = grandparent
+        if before:
+            placement.prepared_by[record] = before
+
+
+def _ops_before_longest_gap(start: float, end: float, spans: list[tuple[float, float, int]]) -> list[int]:
+    """Of ``spans`` ((start, end, op) in start order, inside [start, end]), the ops that lie before
+    the longest stretch of [start, end] that none of them covers (the first of equal ones). O(k)."""
+    longest, cut, reached = spans[0][0] - start, 0, start
+    for k, (begin, finish, _) in enumerate(spans):
+        if begin - reached > longest:
+            longest, cut = begin - reached, k
+        reached = max(reached, finish)
+    if end - reached > longest:
+        cut = len(spans)
+    return [op for _, _, op in spans[:cut]]
 
 
 def _thread_homes(et, placement: Placement, op_tids: list[int], threads: list) -> tuple[Counter, dict]:

@@ -332,17 +332,27 @@ class IdleSegment:
 
 
 def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[int] | None = None,
-                 collectives: dict | None = None, lost: list[int] | None = None) -> BusyTimes:
+                 collectives: dict | None = None, lost: list[int] | None = None,
+                 communication_starts: dict[int, float] | None = None,
+                 handed_with_previous: set[int] | None = None) -> BusyTimes:
     """Blocked time, host gaps, simulated durations and fork/join edges (module docstring).
     ``near_start_order``: the ET nodes in an order close to start order (the tree pre-order),
     which makes sorting each thread's ops by start cheap; any order gives the same result.
     ``collectives``: the CPU collectives (``cpu_comm.cpu_collectives``): the main thread's wait
     for each is found from its consumer (``cpu_comm.consumers``), not from the worker's end;
     ``lost``: the calls that issued collectives the ET lacks (``cpu_comm.lost_issuers``): the wait
-    for each runs where it occurred, before its consumer (``_lost_collective_waits``)."""
+    for each runs where it occurred, before its consumer (``_lost_collective_waits``);
+    ``communication_starts``: collective -> where its communication began, when ops its worker ran
+    for it came first (``cpu_comm.communication_stretches``): its place on its thread, after them;
+    ``handed_with_previous``: ops handed to their thread with the op before them, whatever the main
+    thread ran in between (those ops after the first, and the collective: one burst)."""
     et, result = et_plus.et, et_plus.result
     n = len(et.nodes)
     starts, ends = et_plus.op_times if et_plus.op_times is not None else _event_times(result)
+    if communication_starts:
+        starts = list(starts)
+        for i, start in communication_starts.items():
+            starts[i] = start
     linked = (~np.isnan(np.asarray(starts, dtype=np.float64))).tolist()  # a measured start
     busy = BusyTimes(np.zeros(n), np.zeros(n), np.zeros(n))
     call_waits = _blocking_call_waits(et_plus, busy)
@@ -352,7 +362,8 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     gap_waits: dict[int, float] = {}  # main-thread position p -> join wait inside the gap after p
     burst_firsts: set[int] = set()
     if timelines:
-        _thread_waits(et_plus, busy, timelines, (starts, ends, linked), collectives, lost, waits, burst_firsts)
+        _thread_waits(et_plus, busy, timelines, (starts, ends, linked), collectives, lost, waits, burst_firsts,
+                      handed_with_previous or frozenset())
     for waiter, position, lo, hi in waits.values():
         if waiter >= 0:
             busy.blocked[waiter] += hi - lo
@@ -397,12 +408,14 @@ def _blocking_call_waits(et_plus, busy: BusyTimes) -> list[tuple[int, float, flo
 
 
 def _thread_waits(et_plus, busy: BusyTimes, timelines: dict, times: tuple, collectives: dict | None,
-                  lost: list[int] | None, waits: dict, burst_firsts: set[int]) -> None:
+                  lost: list[int] | None, waits: dict, burst_firsts: set[int],
+                  handed_with_previous: set[int] = frozenset()) -> None:
     """The main thread (the one holding the earliest linked op: ``busy.main_tid``) and its waits
     for the other threads: for CPU collectives (``_collective_waits``, ``_lost_collective_waits``),
     for the other threads' bursts (``_cross_thread``; their fork and join edges), and the lead of
     GPU work launched before the trace (``_pre_trace_lead``). ``times``: (starts, ends, linked)
-    per ET node. Fills ``waits`` and ``burst_firsts``."""
+    per ET node; ``handed_with_previous``: see ``compute_busy``. Fills ``waits`` and
+    ``burst_firsts``."""
     et = et_plus.et
     starts, ends, linked = times
     main_tid = min(timelines, key=lambda tid: (timelines[tid].starts[0], tid))
@@ -414,7 +427,8 @@ def _thread_waits(et_plus, busy: BusyTimes, timelines: dict, times: tuple, colle
         _lost_collective_waits(et, collectives, lost, main, starts, ends, waits, busy)
     for tid, timeline in timelines.items():
         if tid != main_tid:
-            _cross_thread(main, timeline, thread_roots.get(tid, -1), waits, busy, burst_firsts, waiters)
+            _cross_thread(main, timeline, thread_roots.get(tid, -1), waits, busy, burst_firsts, waiters,
+                          handed_with_previous)
     lead_skew = clock_skew(et_plus.gpu_links, unqueued=True) if et_plus.gpu_links else None
     _pre_trace_lead(et_plus, timelines[main_tid].starts[0], thread_roots.get(main_tid, -1), busy, lead_skew)
 
@@ -678,14 +692,17 @@ def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes,
         busy.host_gap[main_root] += main_first - earliest
 
 
-def _bursts(timeline: Timeline, main: MainThread) -> list[tuple[int, int, float, float, int]]:
-    """(first position, last position, start, end, fork source position on main) per burst."""
+def _bursts(timeline: Timeline, main: MainThread,
+            handed_with_previous: set[int] = frozenset()) -> list[tuple[int, int, float, float, int]]:
+    """(first position, last position, start, end, fork source position on main) per burst: the
+    thread's top-level ops that began after the same main-thread op, an op of
+    ``handed_with_previous`` in the burst of the op before it whatever the main thread ran."""
     bursts = []
     frontier = -math.inf
     for p, (start, end) in enumerate(zip(timeline.starts, timeline.ends)):
         top = start >= frontier
         source = main.last_started(start)
-        if top and (not bursts or bursts[-1][4] != source):
+        if top and (not bursts or (bursts[-1][4] != source and timeline.ops[p] not in handed_with_previous)):
             bursts.append([p, p, start, end, source])
         else:
             bursts[-1][1] = p
@@ -790,24 +807,29 @@ def _lost_collective_waits(et, collectives: dict, lost: list[int], main: MainThr
 
 
 def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
-                  busy: BusyTimes, burst_firsts: set[int], waiters: dict[int, int | None] | None = None) -> None:
+                  busy: BusyTimes, burst_firsts: set[int], waiters: dict[int, int | None] | None = None,
+                  handed_with_previous: set[int] = frozenset()) -> None:
     """Fork and join edges for one non-main thread's bursts; the main thread's waits go to
     ``waits`` (segment key -> [waiter, gap position, union start, union end]). A burst holding a
     CPU collective of ``waiters`` (``_collective_waits``) gets a join here only when the main
-    thread sat, as it ended, in the call that issued it, and never the hand-back below (a
+    thread sat, as it ended, in the call that issued it, or in an op around that call which it
+    went on to straight from the call (``_waited_in``), and never the hand-back below (a
     collective's worker hands the thread no work): elsewhere the thread did not wait for it
     there (DDP's backward computes on while a bucket's all-reduce runs); its wait, if any, is the
     consumer's."""
     tl = main.timeline
-    for number, (first, last, start, end, source) in enumerate(_bursts(timeline, main)):
+    issued_ends = sorted(tl.ends[main.position[call]] for call in set((waiters or {}).values())
+                         if call is not None and call in main.position)
+    for number, (first, last, start, end, source) in enumerate(_bursts(timeline, main, handed_with_previous)):
         first_op, last_op = timeline.ops[first], timeline.ops[last]
         burst_firsts.add(first_op)
         at_start, at_end = main.idle_segment(start), main.idle_segment(end)
         joined_in = None
         held = [waiters[op] for op in timeline.ops[first:last + 1] if op in waiters] if waiters else []
         if held:
-            at_start = None
-            if at_end is not None and at_end.waiter not in held:
+            end = _handed_back_at(timeline, first, last, waiters)
+            at_start, at_end = None, main.idle_segment(end)
+            if at_end is not None and not any(_waited_in(main, at_end, call, issued_ends) for call in held):
                 at_end = None
         if at_end is not None and end > at_end.start:
             _add_wait(waits, at_end, max(start, at_end.start), end)
@@ -843,6 +865,44 @@ def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
 
 
 SEARCH_LIMIT = 64  # main-thread ops looked back at for the last one that had ended
+CALL_RETURN_SLACK_US = 1.0  # a stretch that begins within this of a call's end begins as the call returns
+
+
+def _handed_back_at(timeline: Timeline, first: int, last: int, collectives) -> float:
+    """When the work of a burst holding CPU collectives (``collectives``) was done: the latest,
+    over its collectives, of the end of the last op the worker ran inside the collective's record
+    after it began communicating (gloo's copy of each rank's part out of an ``all_gather``), else
+    of the record's end. The waiting thread is woken there; the record itself closes a little
+    later (the backend completes the work inside it). O(burst)."""
+    done = -math.inf
+    for p in range(first, last + 1):
+        if timeline.ops[p] in collectives:
+            record_end = timeline.ends[p]
+            inside = [timeline.ends[q] for q in range(p + 1, last + 1) if timeline.starts[q] < record_end]
+            done = max(done, max(inside) if inside else record_end)
+    return done
+
+
+def _waited_in(main: MainThread, segment: IdleSegment, call: int | None, issued_ends: list[float]) -> bool:
+    """True when the main thread, idle in ``segment`` as a worker's collective ended, was waiting
+    for the collective ``call`` issued (``call``: its issuing call, None when no wait is held
+    there; ``issued_ends``: where the thread's calls that issued collectives returned, sorted):
+    the segment is inside the call itself, or inside an op around the call that the thread sat in
+    from the return of a call that issued a collective (this one or a later one: nothing ran
+    between). FSDP waits so for its ``all_gather`` inside ``FSDP::all_gather``, ZeroRedundancy-
+    Optimizer for its broadcasts at the end of its step: ``work.wait()`` has no record function
+    of its own. O(depth + log calls)."""
+    if call is None or segment.waiter < 0:
+        return segment.waiter == call
+    if segment.waiter == call:
+        return True
+    k = bisect_left(issued_ends, segment.start - CALL_RETURN_SLACK_US)
+    if k == len(issued_ends) or issued_ends[k] > segment.start + CALL_RETURN_SLACK_US:
+        return False
+    node = main.parent_index[call]
+    while node >= 0 and node != segment.waiter:
+        node = main.parent_index[node]
+    return node == segment.waiter
 
 
 def _last_ended_position(tl: Timeline, source: int, t: float) -> int:

@@ -40,11 +40,14 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 
+import numpy as np
+from msgspec import UNSET
+
+from linker.link.measured import CPU_BACKEND_PREFIXES
 from linker.model import chakra_kinds as kinds
 from linker.plan.comm import (COLL, PARAM_COMMS_NAME, PYTORCH_WORLD_GROUP, CommAttrs, dtype_name, job_group_id,
                               kind_from_name, op_inputs, read_process_groups, tensors_bytes, _TENSOR_DTYPE)
 
-CPU_BACKEND_PREFIXES = ("gloo:", "mpi:", "ucc:")
 _ISSUING_PREFIXES = ("c10d::", PARAM_COMMS_NAME)
 MAX_ANCESTORS = 4  # how far up a record_param_comms naming the group is looked for
 
@@ -258,7 +261,8 @@ def issue_order(et, comm: dict[int, CommAttrs]) -> dict[str, list[int]]:
     return groups
 
 
-def hold_for_measured_duration(busy, et, comm: dict[int, CommAttrs]) -> list[tuple[int, int]]:
+def hold_for_measured_duration(busy, et, comm: dict[int, CommAttrs],
+                               stretches: dict[int, tuple[float, float]] | None = None) -> list[tuple[int, int]]:
     """Busy time of each CPU collective, and the ``collective_order`` edges that serialise each
     process group's collectives (source, target ET indices).
 
@@ -268,7 +272,9 @@ def hold_for_measured_duration(busy, et, comm: dict[int, CommAttrs]) -> list[tup
     the later of its start and their latest end to its own end (0 when it ended under them), so
     serialised they end when they ended. No blocked time, no host gap (a worker's idle time is
     nobody's work). The end is the earlier of the measured end and the consumer's start
-    (``busy.consumed_at``).
+    (``busy.consumed_at``). ``stretches``: collective -> the part of its record where it
+    communicated, when ops its worker ran for it lie in the record (``communication_stretches``);
+    its start and end stand for the record's.
 
     Its edge comes from the earlier collective that ended last *before it ended*
     (``_latest_ended_by``): the one whose end its busy part follows. A collective that ended under
@@ -277,10 +283,11 @@ def hold_for_measured_duration(busy, et, comm: dict[int, CommAttrs]) -> list[tup
     measured timeline contradicts. O(c log c) for c collectives."""
     edges = []
     consumed_at = busy.consumed_at
+    stretches = stretches or {}
     for members in issue_order(et, comm).values():
         ended: list[tuple[float, int]] = []  # (end, ET index) of the earlier members, sorted
         for i in members:
-            start, end = float(et.nodes[i].ts), float(et.nodes[i].ts) + float(et.nodes[i].dur)
+            start, end = stretches.get(i) or (float(et.nodes[i].ts), float(et.nodes[i].ts) + float(et.nodes[i].dur))
             end = max(start, min(end, consumed_at.get(i, end)))
             latest_end = ended[-1][0] if ended else float("-inf")
             busy.sim[i] = max(0.0, end - max(start, latest_end))
@@ -291,6 +298,33 @@ def hold_for_measured_duration(busy, et, comm: dict[int, CommAttrs]) -> list[tup
                 edges.append((source, i))
             insort(ended, (end, i))
     return edges
+
+
+def communication_stretches(et, comm: dict[int, CommAttrs], preorder: list[int], parent,
+                            follows: dict[int, int]) -> dict[int, tuple[float, float]]:
+    """Collective -> (start, end) of the part of its record in which it communicated, for the
+    collectives whose record holds ops its worker ran for it (``link.measured``): from the end of
+    the last op it ran before communicating (``follows``, placed before it) to the start of its
+    first child (the first op it ran after, reading the result), each the record's own start or
+    end where there is none. O(n) in numpy for the collectives' places in ``preorder``."""
+    if not comm:
+        return {}
+    order = np.asarray(preorder, dtype=np.int64)
+    places = np.flatnonzero(np.isin(order, np.fromiter(comm, dtype=np.int64)))
+    stretches = {}
+    for k in places.tolist():
+        i = preorder[k]
+        node = et.nodes[i]
+        start, end = float(node.ts), float(node.ts) + float(node.dur)
+        before = follows.get(i)
+        if before is not None and et.nodes[before].ts is not UNSET:
+            start = max(start, float(et.nodes[before].ts) + float(et.nodes[before].dur))
+        child = preorder[k + 1] if k + 1 < len(preorder) else -1
+        if child >= 0 and parent[child] == i and et.nodes[child].ts is not UNSET:
+            end = max(start, min(end, float(et.nodes[child].ts)))
+        if (start, end) != (float(node.ts), float(node.ts) + float(node.dur)):
+            stretches[i] = (start, end)
+    return stretches
 
 
 def _latest_ended_by(ended: list[tuple[float, int]], end: float) -> int | None:

@@ -31,9 +31,9 @@ import msgspec
 
 import numpy as np
 
-from linker.plan.busy import BusyTimes, compute_busy
+from linker.plan.busy import JOIN, BusyTimes, compute_busy
 from linker.plan.comm import CommAttrs, CommResolver, is_comm_kernel
-from linker.plan.cpu_comm import cpu_collectives, hold_for_measured_duration, lost_issuers
+from linker.plan.cpu_comm import communication_stretches, cpu_collectives, hold_for_measured_duration, lost_issuers
 from linker.plan.dependency_plan import (COLLECTIVE_ORDER, LAUNCH, NO_NODE, PARENT, STREAM_ORDER, THREAD_ORDER,
                                          DependencyPlan, GpuPlacement, WriteSummary)
 from linker.plan.waits import add_wait_edges
@@ -64,12 +64,15 @@ def _id_order_is_preorder(by_id: list[int], parent: list[int]) -> bool:
 
 
 def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary,
-              by_id: list[int] | None = None, check_id_order: bool = True) -> tuple[list[int], array]:
+              by_id: list[int] | None = None, check_id_order: bool = True,
+              follows: dict[int, int] | None = None) -> tuple[list[int], array]:
     """ET indices in start order (tree pre-order, siblings by id) and the ctrl parent of each
     (-1 for roots and dropped parents). Nodes under a parent cycle follow in id order, keeping a
-    parent only when it comes earlier. O(n log n); ids in pre-order (PyTorch gives ids at op
-    start) take one sort and one stack sweep (``check_id_order`` False: the general walk, always;
-    the same answer)."""
+    parent only when it comes earlier. ``follows``: node -> the sibling it comes right after
+    whatever its id (a CPU collective after the ops its worker ran before communicating:
+    ``link.measured``). O(n log n); ids in pre-order (PyTorch gives ids at op start) and no
+    ``follows`` take one sort and one stack sweep (``check_id_order`` False: the general walk,
+    always; the same answer)."""
     n = len(et.nodes)
     parents = _parent_indices(et, index_of_id)
     for i in np.flatnonzero(np.asarray(parents) == NO_NODE).tolist():
@@ -77,16 +80,23 @@ def _preorder(et, index_of_id: dict[int, int], summary: WriteSummary,
             summary.ctrl_deps_dropped += 1
     by_id = by_id if by_id is not None else id_order(et.ids)
     parent = array("q", parents)
-    if check_id_order and _id_order_is_preorder(by_id, parents):
+    follows = {u: v for u, v in (follows or {}).items() if parent[u] >= 0 and parent[u] == parent[v]}
+    if check_id_order and not follows and _id_order_is_preorder(by_id, parents):
         return by_id, parent
+    followed_by = {v: u for u, v in follows.items()}
     children: dict[int, list[int]] = {}
     roots: list[int] = []
     for i in by_id:
+        if i in follows:  # placed after the sibling it follows
+            continue
         p = parent[i]
         if p < 0:
             roots.append(i)
         else:
             children.setdefault(p, []).append(i)
+        while i in followed_by:
+            i = followed_by[i]
+            children[p].append(i)
     order: list[int] = []
     seen = bytearray(n)
     for root in roots:
@@ -121,13 +131,13 @@ class TreeOrder:
     chains: array
 
 
-def tree_order(et) -> TreeOrder:
-    """``et``'s ``TreeOrder``. O(n log n), one sort and stack sweeps when the id order is the
-    pre-order."""
+def tree_order(et, follows: dict[int, int] | None = None) -> TreeOrder:
+    """``et``'s ``TreeOrder`` (``follows``: see ``_preorder``). O(n log n), one sort and stack
+    sweeps when the id order is the pre-order."""
     n = len(et.nodes)
     by_id = id_order(et.ids)
     counts = WriteSummary(et.path)
-    preorder, parent = _preorder(et, et.index_of_id(), counts, by_id)
+    preorder, parent = _preorder(et, et.index_of_id(), counts, by_id, follows=follows)
     return TreeOrder(by_id, preorder, parent, counts.ctrl_deps_dropped, _thread_chains(preorder, et.tid, n))
 
 
@@ -471,16 +481,21 @@ def _thread_pieces(ctrl: array, prev: array, pieces, n: int, start: int) -> None
 
 
 def _handoff_edges(et_plus: EtPlus, busy: BusyTimes, parts: OpParts, ctrl: array, prev: array,
-                   op_starts: list[float]) -> dict[int, list[tuple[int, str]]]:
+                   op_starts: list[float], finished_by: dict[int, int] | None = None) -> dict[int, list[tuple[int, str]]]:
     """The dependencies that cross threads or come from a later piece, by target: each fork or
     join from what its source's thread had run by then (``OpParts.ran_before``; a join into the
     op the main thread waited in goes to its part after the wait), unless the chain already holds
     it; a GPU op launched from a later piece of its op depends on that piece (``launch``).
+    ``finished_by``: a CPU collective whose worker ran ops for it after communicating -> the last
+    of them: the work the waiting thread was woken by ends there, so a join comes from it.
     O(cross edges + GPU ops), a bisect each."""
     n = len(et_plus.et.nodes)
     extra: dict[int, list[tuple[int, str]]] = {}
+    finished_by = finished_by or {}
     for source, target, cause in busy.cross:
         resumed = busy.resumed_at.get((source, target))
+        if cause == JOIN:
+            source = finished_by.get(source, source)
         source = parts.ran_before(source, op_starts[target] if resumed is None else resumed)
         if resumed is not None:
             target = parts.after(target, resumed)
@@ -494,6 +509,42 @@ def _handoff_edges(et_plus: EtPlus, busy: BusyTimes, parts: OpParts, ctrl: array
     return extra
 
 
+def _last_descendants(preorder: list[int], parent, collectives) -> dict[int, int]:
+    """Per collective of ``collectives`` with children, the last node of its subtree in
+    ``preorder`` (the ops its worker ran after communicating, and theirs). O(n) in numpy for their
+    places, then O(subtree) each."""
+    if not collectives:
+        return {}
+    order = np.asarray(preorder, dtype=np.int64)
+    last = {}
+    for k in np.flatnonzero(np.isin(order, np.fromiter(collectives, dtype=np.int64))).tolist():
+        inside = {preorder[k]}
+        j = k + 1
+        while j < len(preorder) and parent[preorder[j]] in inside:
+            inside.add(preorder[j])
+            j += 1
+        if j > k + 1:
+            last[preorder[k]] = preorder[j - 1]
+    return last
+
+
+def _busy_with_cpu_collectives(et_plus: EtPlus, exclusive: list[float], tree: TreeOrder,
+                               cpu_comm: dict[int, CommAttrs]) -> tuple[BusyTimes, list[tuple[int, int]], dict[int, int]]:
+    """``compute_busy`` with the CPU collectives' rules: where each communicated
+    (``cpu_comm.communication_stretches``: its place on its thread, after the ops its worker ran
+    for it first, which are handed to the worker with it), its busy time there and the
+    ``collective_order`` edges (``hold_for_measured_duration``), and the last op its worker ran
+    for it after communicating (``_last_descendants``: where the joins from it come from)."""
+    prepared_by = et_plus.result.placement.prepared_by
+    stretches = communication_stretches(et_plus.et, cpu_comm, tree.preorder, tree.parent, et_plus.result.placement.follows)
+    busy = compute_busy(et_plus, exclusive, tree.preorder, cpu_comm,
+                        lost_issuers(et_plus, cpu_comm) if cpu_comm else None,
+                        {i: start for i, (start, _) in stretches.items()},
+                        {op for i, ops in prepared_by.items() for op in [*ops[1:], i]})
+    order = hold_for_measured_duration(busy, et_plus.et, cpu_comm, stretches)
+    return busy, order, _last_descendants(tree.preorder, tree.parent, stretches)
+
+
 def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommResolver | None = None,
                       tree: TreeOrder | None = None) -> DependencyPlan:
     """ctrl / thread-chain / launcher / stream / fork-join / collective dependencies, the write
@@ -504,7 +555,7 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommReso
     et = et_plus.et
     n, g = len(et.nodes), len(et_plus.gpu_nodes)
     if tree is None or et_plus.result.placement.disagreements or len(tree.preorder) != n:
-        tree = tree_order(et)
+        tree = tree_order(et, et_plus.result.placement.follows)
     by_id, preorder = tree.by_id, tree.preorder
     summary.ctrl_deps_dropped += tree.dropped
     ctrl = tree.parent + array("q", [NO_NODE]) * g
@@ -521,8 +572,7 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommReso
     exclusive = et_plus.op_exclusive if et_plus.op_exclusive is not None else _exclusive_of_ops(et_plus)
     starts = et_plus.op_times[0] if et_plus.op_times is not None else None
     cpu_comm = cpu_collectives(et_plus)  # gloo / MPI / UCC collectives: communication nodes
-    busy = compute_busy(et_plus, exclusive, preorder, cpu_comm, lost_issuers(et_plus, cpu_comm) if cpu_comm else None)
-    cpu_comm_order = hold_for_measured_duration(busy, et, cpu_comm)
+    busy, cpu_comm_order, finished_by = _busy_with_cpu_collectives(et_plus, exclusive, tree, cpu_comm)
     pieces = busy.pieces
     op_starts = starts if starts is not None else [node.ts if node.ts is not msgspec.UNSET else math.nan
                                                    for node in et.nodes]
@@ -531,7 +581,7 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommReso
     launchers = {link.et_index for link in et_plus.gpu_links if link.launch is not None}
     parts = OpParts.of(pieces, n + g, prev, launchers | {source for source, _, _ in busy.cross}
                        | {waiter for _, waiter in busy.resumed_at})
-    extra = _handoff_edges(et_plus, busy, parts, ctrl, prev, op_starts)
+    extra = _handoff_edges(et_plus, busy, parts, ctrl, prev, op_starts, finished_by)
     plan = DependencyPlan(n, ctrl, prev, extra, busy, _comm_attrs(et_plus, resolver, summary),
                           frozenset(n + k for k in placement.before_trace),
                           cpu_comm)

@@ -8,7 +8,9 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   each in flight); model ``lanes`` has one unit per CPU thread and per GPU (device, stream), a
   communication kernel running on its stream. Metadata nodes take no time and no unit;
 - issue policy among ready nodes of one unit: the node that became ready first; ties by measured
-  start, then node id (ASTRA-sim issues in the order nodes become ready);
+  start, then node id. ASTRA-sim's feeder issues the ready node with the smallest id instead: the
+  two agree where a unit never holds two ready nodes the orders rank apart, not elsewhere
+  (docs/fidelity.md, "ASTRA-sim's issue order");
 - job replay: the collective a rank issues is matched with the k-th collective of the same
   process group (``pg_name``) on every other member rank, k counted in measured-start order per
   rank; a send with the recv of the same (src, dst) pair in the same order. Members of a group come
@@ -286,8 +288,8 @@ def _cpu_pickups(graphs: list[SimGraph], offsets: list[int], groups: CommGroups)
     measured timeline, less where the last of its dependencies ended there as the replay ends it
     (``_busy_window``). Its worker took it that long after it could have (a loaded host wakes a
     worker late), so the replay starts it — in a job, its arrival, and the last rank to arrive
-    sets the collective's start — that long after its dependencies finish. O(c · deps + j log n)
-    for c CPU collectives and j join edges."""
+    sets the collective's start — that long after its dependencies finish. O(c · deps + E) for c
+    CPU collectives and E edges (one numpy pass for the join and parent edges)."""
     for graph, base in zip(graphs, offsets):
         collectives = {u for u in graph.comm if graph.lane_keys[graph.lane[u]][0] == "cpu"}
         if not collectives:
@@ -307,7 +309,8 @@ def _busy_window(graph: SimGraph, u: int, collectives: set[int], read_at: dict[i
     its start (its own time, then the host time folded into it); a CPU collective's at the end of
     its record, which ends where it ended or where the op that reads its result began, whichever
     is earlier (``plan.cpu_comm``: one that ran wholly under the group's earlier collective has
-    no busy part, and it lies at its end); any other node's over its measured span."""
+    no busy part, and it lies at its end; an op its worker ran after communicating, its first
+    child, ends it too); any other node's over its measured span."""
     start = graph.start[u]
     if u in collectives:
         end = min(start + graph.measured_dur[u], read_at.get(u, math.inf))
@@ -318,21 +321,31 @@ def _busy_window(graph: SimGraph, u: int, collectives: set[int], read_at: dict[i
 
 
 def _joined_at(graph: SimGraph, sources: set[int]) -> dict[int, float]:
-    """Per node of ``sources`` that is the source of a ``join`` edge: the earliest measured start
-    among the nodes it releases (the op that reads a collective's result). The join edges are
-    found by their cause code in ``dep_cause`` (a byte search) and their targets by a binary
-    search of ``dep_offsets``: O(j log n) for j joins, plus the search."""
-    if "join" not in graph.cause_names:
-        return {}
-    join = bytes([graph.cause_names.index("join")])
+    """Per node of ``sources`` that is the source of a ``join`` or ``parent`` edge: the earliest
+    measured start among the nodes it releases (the op that reads a collective's result, an op its
+    worker ran after communicating). O(E) in numpy (``_edges``), plus O(j) for the j edges found."""
     read_at: dict[int, float] = {}
-    k = graph.dep_cause.find(join)
-    while k >= 0:
-        d, v = graph.dep_nodes[k], bisect_right(graph.dep_offsets, k) - 1
-        if d in sources and graph.start[v] < read_at.get(d, math.inf):
+    for d, v in _edges(graph, ("join", "parent"), sources):
+        if graph.start[v] < read_at.get(d, math.inf):
             read_at[d] = graph.start[v]
-        k = graph.dep_cause.find(join, k + 1)
     return read_at
+
+
+def _edges(graph: SimGraph, causes: tuple[str, ...], sources: set[int]) -> list[tuple[int, int]]:
+    """(source, target) of every edge whose cause is one of ``causes`` and whose source is in
+    ``sources``: found by their cause codes in ``dep_cause`` and their sources in ``dep_nodes`` in
+    one numpy pass, their targets by a binary search of ``dep_offsets``. O(E) in C, plus O(k log n)
+    for the k edges found."""
+    codes = [graph.cause_names.index(cause) for cause in causes if cause in graph.cause_names]
+    if not codes or not sources:
+        return []
+    import numpy as np  # the replay imports numpy only where collectives run on a CPU backend
+
+    kinds = np.frombuffer(bytes(graph.dep_cause), dtype=np.uint8)
+    nodes = np.asarray(graph.dep_nodes)[:len(kinds)]
+    found = np.flatnonzero(np.isin(kinds, codes) & np.isin(nodes, np.fromiter(sources, dtype=np.int64)))
+    targets = np.searchsorted(np.asarray(graph.dep_offsets), found, side="right") - 1
+    return list(zip(nodes[found].tolist(), targets.tolist()))
 
 
 def _issue_key(graph: SimGraph, u: int) -> tuple:
