@@ -226,3 +226,14 @@ def test_the_jobs_replay_as_measured_from_json_and_et(tmp_path, directory, model
             assert finished
             ratios.append(orjson.loads(text)["ratio"])
         assert 0.98 <= ratios[0] <= 1.02 and abs(ratios[1] / ratios[0] - 1) <= 0.005, (model, ratios)
+
+
+def test_the_report_counts_the_ops_placed_before_their_collective(tmp_path):
+    """The link report's ``et_tree_disagrees`` counts the ops placed before their collective apart
+    from those outside their ET parent: 2 flattening ops for each of the rank's 8 ``all_gather``s
+    (read from the Kineto file as the first test reads them)."""
+    report = tmp_path / "report.json"
+    link_pair(FSDP / "host.0.json.gz", FSDP / "device.0.json.gz", tmp_path / "out.json", report_path=report)
+    counts = json.loads(report.read_text())["et_tree_disagrees"]
+    expected = sum(_longest_gap(event, children)[0] for event, children in _collectives_with_children(FSDP, 0))
+    assert counts["placed_before_their_collective"] == expected == 16

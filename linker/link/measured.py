@@ -73,8 +73,12 @@ class Placement:
         return len(self.tid.keys() | self.parent.keys())
 
     def as_dict(self) -> dict:
-        return {"ops": self.disagreements, "moved_thread": len(self.tid), "parent_replaced": len(self.parent),
-                "new_threads": len(self.new_threads)}
+        prepared = sum(map(len, self.prepared_by.values()))
+        counts = {"ops": self.disagreements, "moved_thread": len(self.tid), "parent_replaced": len(self.parent) - prepared,
+                  "new_threads": len(self.new_threads)}
+        if prepared:  # of the replaced parents, those of ops a collective's worker ran before communicating
+            counts["placed_before_their_collective"] = prepared
+        return counts
 
 
 def _homes(counts: Counter) -> dict:

@@ -270,10 +270,12 @@ def note_tree_disagreements(report: LinkReport, placement) -> None:
     if not placement.disagreements:
         return
     report.et_tree_disagrees = counts = placement.as_dict()
+    prepared = counts.get("placed_before_their_collective", 0)
     report.method_reason.append(
         f"ET tree disagrees with the measurement on {counts['ops']} joined ops ({counts['moved_thread']} ran "
-        f"on another thread, {counts['parent_replaced']} outside their ET parent): their measured thread and "
-        f"parent are used")
+        f"on another thread, {counts['parent_replaced']} outside their ET parent"
+        + (f", {prepared} run by a CPU collective's worker before it communicated, placed before it" if prepared else "")
+        + "): their measured thread and parent are used")
     warning = wrong_links_warning(report.nesting_violations)
     report.warnings = [w for w in report.warnings if w != warning]
 
