@@ -111,18 +111,15 @@ def linked_ancestors(parents: Sequence[int], linked: np.ndarray) -> np.ndarray:
     return above
 
 
-def with_lost_time(exclusive: list[float], parents: Sequence[int], linked: np.ndarray) -> list[float]:
-    """``exclusive`` with the own time of each event no op is linked to added to its nearest
-    linked ancestor's (``linked_ancestors``): the ET hangs a lost op's children under the op around
-    it, so for the ET that op's own time is the enclosing op's exclusive time, and it lies where it
-    ran, around those children. Unchanged (the same list) when no such event lies in a linked one.
-    O(n · depth)."""
-    flagged = np.asarray(linked, dtype=bool)
-    above = linked_ancestors(parents, flagged)
-    lost = np.flatnonzero(~flagged & (above >= 0))
+def with_lost_time(exclusive: list[float], above: np.ndarray, linked: np.ndarray) -> list[float]:
+    """``exclusive`` with the own time of each event no op is linked to (``linked``: a boolean per
+    event) added to its nearest linked ancestor's (``above``: ``linked_ancestors``): the ET hangs
+    a lost op's children under the op around it, so for the ET that op's own time is the enclosing
+    op's exclusive time, and it lies where it ran, around those children. Unchanged (the same
+    list) when no such event lies in a linked one. O(n)."""
+    lost = np.flatnonzero(~np.asarray(linked, dtype=bool) & (above >= 0))
     if not len(lost):
         return exclusive
     total = np.asarray(exclusive, dtype=np.float64).copy()
     np.add.at(total, above[lost], total[lost])
     return total.tolist()
-

@@ -194,7 +194,7 @@ def op_exclusive_times(result: LinkResult) -> list[float]:
     linked = np.asarray(result.match.event_of_op, dtype=np.int64)
     flagged = np.zeros(len(result.exclusive), dtype=bool)
     flagged[linked[linked >= 0]] = True
-    return with_lost_time(result.exclusive, result.parents, flagged)
+    return with_lost_time(result.exclusive, result.linked_ancestors(), flagged)
 
 
 def build_et_plus(result: LinkResult) -> EtPlus:

@@ -17,7 +17,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from linker.link.durations import CpuNesting, nest_cpu_events
+import numpy as np
+
+from linker.link.durations import CpuNesting, linked_ancestors, nest_cpu_events
 from linker.model.errors import MismatchedPairError, OptionError
 from linker.read.et import ExecutionTrace
 from linker.link.gpu import GpuAttribution, adopt_before_trace, attribute_gpu_ops
@@ -67,6 +69,17 @@ class LinkResult:
     exclusive_rounded: list[float] | None = None
     # Per Kineto CPU event, its linked op or -1: ``op_of_event`` of the match, made once by the link.
     op_of_event: list[int] | None = None
+    _linked_above: np.ndarray | None = field(default=None, repr=False)
+
+    def linked_ancestors(self) -> np.ndarray:
+        """Per Kineto CPU event, its nearest enclosing event an op is linked to, or -1
+        (``durations.linked_ancestors``): made on first use and kept, for the build's exclusive
+        times and the plan's nesting both. O(n · depth) once."""
+        if self._linked_above is None:
+            ops = self.op_of_event if self.op_of_event is not None else op_of_event(self.match.event_of_op,
+                                                                                     len(self.parents))
+            self._linked_above = linked_ancestors(self.parents, np.asarray(ops, dtype=np.int64) >= 0)
+        return self._linked_above
 
 
 def check_same_run(et: ExecutionTrace, kineto: KinetoTrace, same_name_pairs: int = 0) -> list[str]:

@@ -73,7 +73,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from linker.link.durations import linked_ancestors
 from linker.link.intervals import TimePoint, cover_index, innermost_covering
 from linker.link.recipe import op_of_event
 from linker.plan.clocks import blocking_copies, clock_skew
@@ -952,11 +951,11 @@ def _host_gaps(busy: BusyTimes, timeline: Timeline, gap_waits: dict[int, float] 
 def nesting_parent_ops(et_plus) -> list[int]:
     """Per ET node, the linked op of its Kineto event's nearest enclosing event that has one
     (-1: unlinked or top level), passing over events no op is linked to: an op the ET lost
-    (``link.durations.linked_ancestors``), whose own time is the enclosing op's exclusive time
+    (``LinkResult.linked_ancestors``), whose own time is the enclosing op's exclusive time
     (``link.etplus.op_exclusive_times``), so the later pieces of that op are cut around the lost
     op's children too. Array passes and the inverse of ``event_of_op``: O(n + E), O(E · depth)
     when the ET lost ops."""
     result = et_plus.result
     op_of = np.append(np.asarray(_op_of_event(result), dtype=np.int64), -1)  # [-1]: no event
-    above = np.append(linked_ancestors(result.parents, op_of[:-1] >= 0), -1)
+    above = np.append(result.linked_ancestors(), -1)
     return op_of[above[np.asarray(result.match.event_of_op, dtype=np.int64)]].tolist()
