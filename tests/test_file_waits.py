@@ -155,6 +155,25 @@ def test_lanes_give_wait_nodes_no_time_and_hold_every_wait(tmp_path):
     assert linker.simulate(path, model="lanes", waits="explained").report.ratio == pytest.approx(50 / 60, abs=1e-4)
 
 
+def test_waits_explained_replays_the_file_as_if_it_had_no_wait_nodes(tmp_path):
+    """ASTRA-sim issues a unit's ready nodes by smallest id, and a wait node's id is above every
+    other: left in the queue with no time, it would still hold its op behind every other op ready on
+    the unit. ``--waits explained`` takes it out, unit and all. Kernel 2 (held) and kernel 3 (another
+    stream, 40 µs) are both ready at 10: without the wait node kernel 2 runs 10-15 and kernel 3 15-55;
+    a wait node of no time kept in the queue would have put kernel 3 first and kernel 2 at 50-55."""
+    plain = idle_gpu(tmp_path / "plain.et", busy_stream=True)
+    waited = idle_gpu(tmp_path / "waited.et", busy_stream=True)
+    add_wait_nodes(waited, [Wait(2, 40.0, "unexplained_gpu_idle", 40.0)], first_id=4)
+    without, explained = replay([load_graph(plain)], ASTRA_SIM), replay([load_graph(waited)], ASTRA_SIM, wait_nodes=False)
+    ids = list(explained.graphs[0].ids)
+    assert [(explained.start[ids.index(k)], explained.end[ids.index(k)]) for k in (2, 3)] == [(10, 15), (15, 55)]
+    assert [without.start[list(without.graphs[0].ids).index(k)] for k in (1, 2, 3)] == \
+        [explained.start[ids.index(k)] for k in (1, 2, 3)]
+    # with the wait node's 40 µs (the file as written): kernel 2 waits behind kernel 3, then the wait
+    full = replay([load_graph(waited)], ASTRA_SIM)
+    assert full.start[ids.index(3)] == 10 and full.start[ids.index(2)] == 90
+
+
 def test_tables_show_wait_nodes_as_waits(tmp_path):
     """In ``linker.load``'s tables a wait node is of kind ``wait``, with no busy time and in no op's
     row; on the critical path table it is named for its cause."""

@@ -133,21 +133,21 @@ def test_explain_names_the_measured_wait_a_place_was_held_by(hand):
 
 
 def test_lateness_the_replay_already_has_takes_the_waits_place():
-    """Under astra-sim's one GPU unit, kernel 6 runs 24 µs late (after kernel 7, which ran beside it
-    when measured); kernel 2 waited 30 µs after kernel 6 when measured. Replaying the trace as
-    measured, kernel 2 starts at its measured start (51 µs from the rank's start), not 30 µs after
-    the late kernel 6: the step is the measured 56 µs, not 80."""
+    """Under astra-sim's one GPU unit, kernel 7 runs 24 µs late (after kernel 6, the smaller id,
+    which ran beside it when measured); kernel 2 waited 30 µs after kernel 7 when measured. Replaying
+    the trace as measured, kernel 2 starts at its measured start (51 µs from the rank's start), not
+    30 µs after the late kernel 7: the step is the measured 56 µs, not 80."""
     import tempfile
     from pathlib import Path
 
     with tempfile.TemporaryDirectory() as folder:
         path = write_et(Path(folder) / "late.et", [
-            cpu(1, 10, start=100), gpu(7, 25, deps=[1], stream=9, start=110), gpu(6, 10, deps=[1], start=111),
-            gpu(2, 5, deps=[1, 6], start=151)])
+            cpu(1, 10, start=100), gpu(6, 25, deps=[1], stream=9, start=110), gpu(7, 10, deps=[1], start=111),
+            gpu(2, 5, deps=[1, 7], start=151)])
         report = linker.simulate(path).report
         assert report.waits.by_cause == {"unexplained_gpu_idle": 30.0}
         assert report.measured_us == 56.0 and report.simulated_us == 56.0
-        # a what-if keeps each wait as that replay held it (kernel 2: 6 µs after kernel 6, at 45-51),
-        # so a factor of 1 changes nothing, and halving the GPU: 7 at 10-22.5, 6 at 22.5-27.5, 2 at 33.5-36
+        # a what-if keeps each wait as that replay held it (kernel 2: 6 µs after kernel 7, at 45-51),
+        # so a factor of 1 changes nothing, and halving the GPU: 6 at 10-22.5, 7 at 22.5-27.5, 2 at 33.5-36
         assert linker.simulate(path, scale="cpu=1.0000001").report.simulated_us == pytest.approx(56.0)
         assert linker.simulate(path, scale="gpu=0.5").report.simulated_us == pytest.approx(36.0)

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from linker.model import et_def_pb2 as pb
-from linker.sim.engine import ASTRA_SIM, LANES, Scale, measured_release, replay
+from linker.sim.engine import ASTRA_SIM, BY_READY, LANES, Scale, measured_release, replay
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
 from linker.write.chakra_wire import make_attr
@@ -33,16 +33,24 @@ SERIAL = [cpu(1, 10, start=100), cpu(2, 20, [1], start=110), cpu(3, 5, [2], star
 
 
 def test_serial_cpu_one_op_at_a_time_under_astra_sim(tmp_path):
-    # A 0-10 (ready with D at 0, measured earlier); D 10-17 (ready since 0, before B ready at 10);
-    # B 17-37; C 37-42.
+    # ASTRA-sim issues the ready node with the smallest id: A 0-10 (ids 1 and 4 ready at 0);
+    # B 10-30 (ready at 10, id 2 before D's 4, ready since 0); C 30-35 (id 3); D 35-42.
     result, report, path, _ = simulate(tmp_path, {0: SERIAL})
     assert report.simulated_us == 42
-    assert [node_times(result, 0, i) for i in (1, 4, 2, 3)] == [(0, 10), (10, 17), (17, 37), (37, 42)]
+    assert [node_times(result, 0, i) for i in (1, 2, 3, 4)] == [(0, 10), (10, 30), (30, 35), (35, 42)]
     assert report.busy_us["cpu"] == 42 and report.finished and report.never_issued == 0
-    # The path tiles the replay: A, D (waited for the CPU), B (waited for the CPU), C.
-    assert [result.graphs[0].ids[s.node] for s in path] == [1, 4, 2, 3]
-    assert [s.via for s in path] == ["start", "unit", "unit", "dependency"]
+    # The path tiles the replay: A, B and C (each after its dependency), D (waited for the CPU).
+    assert [result.graphs[0].ids[s.node] for s in path] == [1, 2, 3, 4]
+    assert [s.via for s in path] == ["start", "dependency", "dependency", "unit"]
     assert sum(s.end - s.start for s in path) == 42
+
+
+def test_serial_cpu_by_ready_time_when_asked(tmp_path):
+    # Issued by ready time instead: A 0-10 (measured before D); D 10-17 (ready since 0, before B
+    # ready at 10); B 17-37; C 37-42.
+    graphs = [load_graph(write_et(tmp_path / "rank0.et", SERIAL), 0)]
+    result = replay(graphs, ASTRA_SIM, issue_order=BY_READY)
+    assert [node_times(result, 0, i) for i in (1, 4, 2, 3)] == [(0, 10), (10, 17), (17, 37), (37, 42)]
 
 
 def test_serial_cpu_threads_overlap_under_lanes(tmp_path):
@@ -82,10 +90,14 @@ def test_ctrl_dependency_waits_for_the_parent_to_finish(tmp_path):
         assert node_times(result, 0, 2) == (10, 14)
 
 
-def test_ready_ties_go_to_the_earlier_measured_start_then_the_smaller_id(tmp_path):
-    # Three nodes ready at 0 on the CPU, measured starts 50, 20, 20: id 2 and id 3 (start 20, by id), then id 1.
+def test_astra_sim_issues_the_smallest_ready_id_lanes_the_earlier_measured_start(tmp_path):
+    # Three nodes ready at 0 on the CPU, measured starts 50, 20, 20. ASTRA-sim's workload layer walks
+    # the ready ids in ascending order: 1, 2, 3. By ready time (lanes, one thread): id 2 and id 3
+    # (start 20, by id), then id 1.
     specs = [cpu(1, 1, start=50), cpu(2, 1, start=20), cpu(3, 1, start=20)]
     result, _, _, _ = simulate(tmp_path, {0: specs})
+    assert [node_times(result, 0, i)[0] for i in (1, 2, 3)] == [0, 1, 2]
+    result, _, _, _ = simulate(tmp_path, {0: specs}, model=LANES)
     assert [node_times(result, 0, i)[0] for i in (2, 3, 1)] == [0, 1, 2]
 
 

@@ -7,10 +7,10 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   ``astra-sim`` has three units per rank: CPU ops, GPU compute ops, communication (at most one of
   each in flight); model ``lanes`` has one unit per CPU thread and per GPU (device, stream), a
   communication kernel running on its stream. Metadata nodes take no time and no unit;
-- issue policy among ready nodes of one unit: the node that became ready first; ties by measured
-  start, then node id. ASTRA-sim's feeder issues the ready node with the smallest id instead: the
-  two agree where a unit never holds two ready nodes the orders rank apart, not elsewhere
-  (docs/fidelity.md, "ASTRA-sim's issue order");
+- issue policy among ready nodes of one unit (``issue_order``): under ``astra-sim`` the node with
+  the smallest id, as ASTRA-sim's workload layer walks its dependency-free nodes (docs/fidelity.md,
+  "ASTRA-sim's issue order"); under ``lanes`` the node that became ready first, ties by measured
+  start, then node id (a stream or a thread runs its work in the order it came);
 - job replay: the collective a rank issues is matched with the k-th collective of the same
   process group (``pg_name``) on every other member rank, k counted in measured-start order per
   rank; a send with the recv of the same (src, dst) pair in the same order. Members of a group come
@@ -67,6 +67,8 @@ from linker.sim.unheld import gpu_waits, host_waits
 
 ASTRA_SIM, LANES = "astra-sim", "lanes"
 MODELS = (ASTRA_SIM, LANES)
+# Issue orders (``replay``'s ``issue_order``): the ready node with the smallest id, or the one ready first.
+BY_ID, BY_READY = "id", "ready"
 
 
 # Why a node's start is what it is (``Replay.cause_kind``).
@@ -162,6 +164,7 @@ class Replay:
     # its op's measured start (from its rank's release), so lateness the replay already has absorbs
     # the wait instead of adding to it; False (a what-if): the wait's length after the dependencies.
     holds_to_measured_start: bool = True
+    issue_order: str = BY_ID  # ``replay``'s ``issue_order``
     # Held node -> when its dependencies had all finished (its hold ran from then to ``ready``).
     held_from: dict[int, float] = field(default_factory=dict)
     # Wait node -> the time it lasts until once its unit takes it (``replay``'s ``wait_floors``).
@@ -574,7 +577,8 @@ def what_if_holds(as_measured: Replay) -> dict[int, tuple[float, str, float]]:
 def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(),
            comm_groups: dict[str, list[int]] | None = None, release: list[float] | None = None,
            holds: dict[int, tuple[float, str, float]] | None = None, network: NetworkSpec | None = None,
-           wait_nodes: bool = True, wait_floors: dict[int, float] | None = None) -> Replay:
+           wait_nodes: bool = True, wait_floors: dict[int, float] | None = None,
+           issue_order: str | None = None) -> Replay:
     """Replay one or several ranks (several = one job, collectives matched across them).
 
     ``release[r]``: when rank position r starts (its nodes without dependencies become ready then);
@@ -585,25 +589,37 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     the measured collectives and moved to this link, the rest of its time kept as measured; None
     (the default) replays every collective as measured.
     ``wait_nodes``: the wait nodes a file carries (``SimGraph.wait_nodes``) last their duration
-    (True; a what-if's ``scale`` never shortens a wait) or nothing (False: the graph's own
-    prediction, ``--waits explained``).
+    on their unit (True; a what-if's ``scale`` never shortens a wait) or are not there (False: no
+    time and no unit, as if the file had none: the graph's own prediction, ``--waits explained``).
     ``wait_floors``: global wait node -> a time (from its rank's release): the node lasts, when its
     unit takes it, until that time (none if later): how ``sim.file_waits`` sizes the wait nodes it
-    writes. Their durations are left in ``Replay.duration``."""
+    writes. Their durations are left in ``Replay.duration``.
+    ``issue_order``: which ready node a free unit issues, ``BY_ID`` (the smallest id: ASTRA-sim's
+    workload layer) or ``BY_READY`` (the one ready first, ties by measured start then id); default
+    ``BY_ID`` under ``ASTRA_SIM``, ``BY_READY`` under ``LANES``."""
     if model not in MODELS:
         raise OptionError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
+    if issue_order is None:
+        issue_order = BY_ID if model == ASTRA_SIM else BY_READY
     offsets = node_offsets(graphs)
     total = sum(map(len, graphs))
     duration = array("d")
-    priority: list[tuple[float, int]] = []
+    priority: list = []
     for graph in graphs:
         factors = [scale.factor(kind) for kind in range(4)]
         base = len(duration)
         duration.extend(d * factors[kind] for d, kind in zip(graph.duration, graph.kind))
         for u in graph.wait_nodes:
             duration[base + u] = graph.duration[u] if wait_nodes else 0.0
-        priority.extend((s if s == s else math.inf, i) for s, i in zip(graph.start, graph.ids))
+        if issue_order == BY_ID:
+            priority.extend(graph.ids)
+        else:
+            priority.extend((s if s == s else math.inf, i) for s, i in zip(graph.start, graph.ids))
     unit_of, unit_names = _units(graphs, model)
+    if not wait_nodes:  # absent wait nodes hold no unit either: none queues behind another op
+        for base, graph in zip(offsets, graphs):
+            for u in graph.wait_nodes:
+                unit_of[base + u] = -1
     succ_offsets, succ_nodes, indegree, missing = _successors(graphs, offsets, total)
     groups = match_communication(graphs, offsets, comm_groups)
     _cpu_pickups(graphs, offsets, groups)
@@ -615,7 +631,8 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
         cause=array("q", [NO_NODE]) * total, cause_kind=bytearray(total), peer=array("q", [NO_NODE]) * total,
         groups=groups, missing=missing, queued=[],
         release=list(release) if release is not None else [0.0] * len(graphs), holds=dict(holds or {}),
-        network=what_if, holds_to_measured_start=scale == Scale() and network is None, wait_nodes=wait_nodes)
+        network=what_if, holds_to_measured_start=scale == Scale() and network is None, wait_nodes=wait_nodes,
+        issue_order=issue_order)
     if wait_floors:
         result.wait_floors = {v: result.release[result.rank_of(v)] + at for v, at in wait_floors.items()}
     _Loop(result, priority, succ_offsets, succ_nodes, indegree).run()
@@ -639,6 +656,7 @@ class _Loop:
 
     def __init__(self, rp: Replay, priority: list, succ_offsets: array, succ_nodes: array, indegree: array):
         self.rp, self.priority = rp, priority
+        self.id_order = rp.issue_order == BY_ID
         self.succ_offsets, self.succ_nodes, self.indegree = succ_offsets, succ_nodes, indegree
         unit_count = len(rp.unit_names)
         self.queues: list[list] = [[] for _ in range(unit_count)]
@@ -721,7 +739,8 @@ class _Loop:
             rp.cause[v], rp.cause_kind[v] = cause, CAUSE_DEPENDENCY if cause >= 0 else CAUSE_NONE
             heapq.heappush(self.events, (t, END, v))
         else:
-            heapq.heappush(self.queues[unit], (t, self.priority[v], v))
+            key = (self.priority[v], t, v) if self.id_order else (t, self.priority[v], v)
+            heapq.heappush(self.queues[unit], key)
             self.touched.append(unit)
 
     def issue_touched(self, t: float) -> None:
@@ -737,7 +756,9 @@ class _Loop:
         floor; v starts after its pickup delay (a CPU collective's worker), or arrives at its
         collective (then, or as an arrival event)."""
         rp = self.rp
-        ready_at, _, v = heapq.heappop(self.queues[unit])
+        entry = heapq.heappop(self.queues[unit])
+        v = entry[2]
+        ready_at = entry[1] if self.id_order else entry[0]
         self.busy[unit] = 1
         rp.issue[v] = t
         if t > ready_at:

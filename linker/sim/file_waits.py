@@ -9,7 +9,14 @@ the replay already has: 1.09 on a DDP trace of ROCm kernels) but what it takes f
 start at its measured start when the rank is replayed as ASTRA-sim runs it: the rank is replayed
 with a wait node before each kept op (``with_wait_nodes``), each lasting, once its unit takes it,
 until its op's measured start (``engine.replay``'s ``wait_floors``). Waits that come out under
-``MIN_WAIT_US`` are left out. Each file is sized from its own values, so the JSON and the ``.et``
+``MIN_WAIT_US`` are left out. Both replays issue each unit's ready nodes in the order they became
+ready (``engine.BY_READY``), not by smallest id as ASTRA-sim (and ``simulate``) do: a wait node's id
+is above every other, so under id order it would queue behind every op ready on its unit, and its
+length would shrink by the time the model's one GPU unit spends on other streams' kernels that, as
+measured, ran beside the held op; the held op then starts at its measured start only where the
+replay keeps that queueing too. Measured (docs/fidelity.md, "ASTRA-sim's issue order"): sized in
+ready order, the sweep's compile + CUDA graphs trace replays at 0.997 in ASTRA-sim and in
+``simulate``; sized in id order, 0.972 in both. Each file is sized from its own values, so the JSON and the ``.et``
 of one link can differ by a few wait nodes at the edges.
 
 Written only into outputs with GPU or communication ops: on a CPU-only trace the host waits
@@ -29,7 +36,7 @@ from itertools import accumulate
 
 from linker.schedule import Schedule
 from linker.model.waits import wants_file_waits
-from linker.sim.engine import ASTRA_SIM, Scale, measured_holds, replay
+from linker.sim.engine import ASTRA_SIM, BY_READY, Scale, measured_holds, replay
 from linker.sim.graph import CPU, GPU, NO_TIME, SimGraph
 from linker.sim.load import load_graph
 from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes
@@ -46,7 +53,7 @@ def waits_to_write(graph: SimGraph) -> list[Wait]:
     first, _ = graph.measured_span()
     waited, held_of = with_wait_nodes(graph, holds)
     floors = {w: graph.start[u] - first for w, u in held_of.items()}
-    sized = replay([waited], ASTRA_SIM, Scale(), None, None, None, wait_floors=floors)
+    sized = replay([waited], ASTRA_SIM, Scale(), None, None, None, wait_floors=floors, issue_order=BY_READY)
     waits = [Wait(graph.ids[u], sized.duration[w], holds[u][1], holds[u][0]) for w, u in held_of.items()]
     return [wait for wait in waits if wait.micros >= MIN_WAIT_US]
 
@@ -59,7 +66,7 @@ def quiet_unit_holds(graph: SimGraph, holds: dict) -> dict:
     work up too. O(n log n)."""
     if not holds:
         return {}
-    rp = replay([graph], ASTRA_SIM, Scale(), None, None, holds)
+    rp = replay([graph], ASTRA_SIM, Scale(), None, None, holds, issue_order=BY_READY)
     spans: dict[int, list[tuple[float, float]]] = {}
     for u, unit in enumerate(rp.unit_of):
         s, e = rp.start[u], rp.end[u]
