@@ -147,12 +147,29 @@ def test_lanes_hint_for_parallel_threads_only_under_astra_sim(tmp_path):
     hint = "--model lanes replays each thread on its own"
     slow = run("simulate", out, "--json")
     doc = orjson.loads(slow.stdout)
-    assert doc["ratio"] > 1.5 and any(hint in note for note in doc["notes"])
+    assert doc["ratio"] > 1.5 and any(hint in note and "CPU ops waited" in note for note in doc["notes"])
     assert hint not in run("simulate", out, "--model", "lanes").stdout
     et, kineto = fixture_pair("cpu", "main_thread_only")
     single = tmp_path / "single.et"
     assert run("--et-file", et, "--kineto-file", kineto, "-o", single, "-q").exit_code == 0
     assert hint not in run("simulate", single).stdout
+
+
+def test_lanes_hint_for_streams_that_ran_at_once(tmp_path):
+    # A (10 µs, measured 100-110) launches kernel 2 (stream 7) and kernel 3 (stream 8), 30 µs each,
+    # both measured 110-140: a 40 µs step. Under astra-sim's one GPU unit kernel 3 runs after
+    # kernel 2 (40-70): 70 µs, 1.75, and on the critical path kernel 3 waited the 30 µs kernel 2
+    # held the unit. Under lanes each stream runs its own: 40 µs, and no note.
+    from sim_graphs import gpu
+    path = write_et(tmp_path / "streams.et", [cpu(1, 10, start=100), gpu(2, 30, [1], stream=7, start=110),
+                                              gpu(3, 30, [1], stream=8, start=110)])
+    out = run("simulate", path, "--json")
+    doc = orjson.loads(out.stdout)
+    assert doc["ratio"] == 1.75
+    notes = [note for note in doc["notes"] if "--model lanes replays each stream on its own" in note]
+    assert len(notes) == 1 and "GPU ops waited 30 µs for the one GPU unit" in notes[0], doc["notes"]
+    lanes = orjson.loads(run("simulate", path, "--model", "lanes", "--json").stdout)
+    assert lanes["ratio"] == 1.0 and not any("--model lanes" in note for note in lanes["notes"])
 
 
 # --- the command line ----------------------------------------------------------------------------

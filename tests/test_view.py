@@ -174,7 +174,7 @@ def test_page_carries_the_reports_notes(tmp_path):
     out = tmp_path / "threads.et"
     link_pair(et, kineto, out, LinkOptions(), None)
     page = html_page(tmp_path, out).read_text()
-    assert "<li>the CPU threads ran in parallel for" in page and "--model lanes" in page
+    assert "<li>on the critical path CPU ops waited" in page and "--model lanes" in page
 
 
 def test_html_without_plotly_is_one_line_and_writes_nothing(tmp_path, monkeypatch):

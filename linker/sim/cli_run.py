@@ -162,6 +162,6 @@ def simulate_inputs(inputs: JobInputs, options: SimulateOptions, progress: Calla
     report.waits = waits_summary(options.waits, result if measured else other, other if measured else result,
                                  report.measured_us)
     report.network = result.network
-    notes += lanes_hints(graphs, options.model, [rank.ratio for rank in report.ranks])
+    notes += lanes_hints(graphs, options.model, [rank.ratio for rank in report.ranks], result, critical)
     report.notes = notes + report.notes
     return Simulation(report, result, critical, tuple(path for path, _ in inputs.files))

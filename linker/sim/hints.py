@@ -1,17 +1,23 @@
 """Hints for ``et-link simulate``: when the other replay model fits the trace better.
 
-Model ``astra-sim`` runs one CPU op at a time per rank. A rank whose CPU threads ran in parallel
-(a data loader, autograd threads, a pool of workers) is then replayed with their work in series,
-so the simulated step grows; model ``lanes`` gives each thread its own unit. The measured
-*parallel CPU time* of a rank is the sum over its CPU threads of the time each thread was busy
-(the union of its ops' intervals) minus the time any thread was busy: 0 when the threads took
-turns. Cost: O(n log n) per rank (one sort of the CPU intervals).
+Model ``astra-sim`` (as ASTRA-sim itself) runs one CPU op and one GPU compute op at a time per
+rank. A rank whose CPU threads ran in parallel (a data loader, autograd threads, a pool of
+workers), or whose GPU streams ran compute kernels at once (a side stream, communication kernels
+the trace names no collective of), is then replayed with that work in series, so the simulated
+step grows; model ``lanes`` gives each thread and each stream its own unit. Two measures: the
+*parallel time* of a rank's CPU threads as measured (the sum over them of the time each was busy,
+the union of its ops' intervals, minus the time any of them was busy: 0 when they took turns;
+O(n log n) per rank), and, for GPU streams, what the replay lost to them: the time the critical
+path's GPU ops waited for the GPU unit while another stream's op held it (O(path)). A kernel of a
+few µs that has to wait behind a 9 ms one of another stream costs the replay the 9 ms though it
+overlapped it by µs, so the replay's own waits measure the GPU side better than overlap does.
 """
 
 from __future__ import annotations
 
 from linker.model.units import format_us
-from linker.sim.engine import ASTRA_SIM
+from linker.sim.critical import PathStep
+from linker.sim.engine import ASTRA_SIM, Replay
 from linker.sim.graph import CPU, SimGraph
 
 PARALLEL_SHARE = 0.05  # of the measured step, before the hint is given ...
@@ -28,35 +34,70 @@ def _union(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def parallel_cpu_time(graph: SimGraph) -> float:
-    """µs of the measured timeline during which a second CPU thread was busy as well (counted
-    once per extra thread). O(n log n)."""
-    by_thread: dict[int, list[tuple[float, float]]] = {}
-    for u, kind in enumerate(graph.kind):
+def parallel_time(graph: SimGraph, kind: int) -> float:
+    """µs of the measured timeline during which a second lane (CPU thread, GPU stream) busy with
+    ops of ``kind`` (``CPU``, or ``GPU``: compute ops; communication runs on a unit of its own) was
+    busy as well (counted once per extra lane). O(n log n)."""
+    by_lane: dict[int, list[tuple[float, float]]] = {}
+    for u, k in enumerate(graph.kind):
         s = graph.start[u]
-        if kind == CPU and s == s and graph.measured_dur[u] > 0:
-            by_thread.setdefault(graph.lane[u], []).append((s, s + graph.measured_dur[u]))
-    if len(by_thread) < 2:
+        if k == kind and s == s and graph.measured_dur[u] > 0:
+            by_lane.setdefault(graph.lane[u], []).append((s, s + graph.measured_dur[u]))
+    if len(by_lane) < 2:
         return 0.0
-    every = [interval for intervals in by_thread.values() for interval in intervals]
-    return sum(_union(intervals) for intervals in by_thread.values()) - _union(every)
+    every = [interval for intervals in by_lane.values() for interval in intervals]
+    return sum(_union(intervals) for intervals in by_lane.values()) - _union(every)
 
 
-def lanes_hints(graphs: list[SimGraph], model: str, ratios: list[float | None]) -> list[str]:
+def parallel_cpu_time(graph: SimGraph) -> float:
+    """``parallel_time`` of the CPU threads."""
+    return parallel_time(graph, CPU)
+
+
+def unit_waits_across_lanes(rp: Replay, path: list[PathStep]) -> dict[tuple[int, str], float]:
+    """Per (rank position, unit name: "cpu", "gpu"), the µs of the critical path an op of one lane
+    (thread, stream) spent holding the unit that the next op on the path, of another lane, waited
+    for: what running those lanes one op at a time added to the step. The path's steps tile it, so
+    the total is at most the simulated end. O(path)."""
+    waits: dict[tuple[int, str], float] = {}
+    for before, step in zip(path, path[1:]):
+        if step.via != "unit" or step.graph is None or before.graph is None:
+            continue
+        if before.graph.lane_keys[before.graph.lane[before.local]] == step.graph.lane_keys[step.graph.lane[step.local]]:
+            continue
+        key = rp.unit_names[rp.unit_of[step.node]]
+        held = min(before.end - before.start, rp.issue[step.node] - rp.ready[step.node])
+        waits[key] = waits.get(key, 0.0) + max(0.0, held)
+    return waits
+
+
+def lanes_hints(graphs: list[SimGraph], model: str, ratios: list[float | None], rp: Replay,
+                path: list[PathStep]) -> list[str]:
     """A note per rank replayed ``SLOW_RATIO`` or more slower than measured (``ratios``: simulated
-    / measured step per rank) whose CPU threads ran in parallel for at least ``PARALLEL_SHARE`` of
-    its measured step, when the model runs one CPU op at a time."""
+    / measured step per rank) whose critical path (of the replay ``rp``) waited at least
+    ``PARALLEL_SHARE`` of its measured step for the one CPU (or GPU) unit while another thread's
+    (stream's) op held it, when the model runs one op of each at a time."""
     if model != ASTRA_SIM:
         return []
+    waits = unit_waits_across_lanes(rp, path)
     notes = []
-    for graph, ratio in zip(graphs, ratios):
+    for position, (graph, ratio) in enumerate(zip(graphs, ratios)):
         if ratio is None or ratio < SLOW_RATIO:
             continue
         step = graph.measured_step()
-        parallel = parallel_cpu_time(graph)
-        if step > 0 and parallel >= PARALLEL_SHARE * step:
-            who = f"rank {graph.rank}: its" if len(graphs) > 1 else "the"
-            notes.append(f"{who} CPU threads ran in parallel for {format_us(parallel)} of the {format_us(step)} "
-                         "measured step, but model astra-sim runs one CPU op at a time per rank; --model lanes "
-                         "replays each thread on its own")
+        if step <= 0:
+            continue
+        whose = f"rank {graph.rank}'s" if len(graphs) > 1 else "the"
+        waited = waits.get((position, "cpu"), 0.0)
+        if waited >= PARALLEL_SHARE * step:
+            notes.append(f"on {whose} critical path CPU ops waited {format_us(waited)} for the one CPU unit while "
+                         f"another thread's op held it (its CPU threads ran in parallel for "
+                         f"{format_us(parallel_time(graph, CPU))} of the {format_us(step)} measured step): model "
+                         "astra-sim runs one CPU op at a time per rank; --model lanes replays each thread on its own")
+        waited = waits.get((position, "gpu"), 0.0)
+        if waited >= PARALLEL_SHARE * step:
+            notes.append(f"on {whose} critical path GPU ops waited {format_us(waited)} for the one GPU unit while "
+                         f"another stream's op held it (of a {format_us(step)} measured step): model astra-sim, "
+                         "as ASTRA-sim, runs one GPU compute op at a time per rank where the streams ran at once; "
+                         "--model lanes replays each stream on its own")
     return notes
