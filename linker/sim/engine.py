@@ -648,7 +648,7 @@ RELEASE, END, ARRIVAL = 0, 1, 2
 
 class _Loop:
     """The event loop's state over one ``Replay`` (``rp``, whose columns it fills): per unit its
-    queue of ready nodes (a heap of (ready time, priority, node): the issue policy), whether it
+    queue of ready nodes (a heap of (issue key, ready time, node): the issue policy), whether it
     is busy and the node it ran last; per node the dependency whose end made it ready
     (``dep_cause``); per communication group how many members have arrived; the event heap; the
     units touched at the current instant (each issues its best ready node once the instant's
@@ -739,8 +739,8 @@ class _Loop:
             rp.cause[v], rp.cause_kind[v] = cause, CAUSE_DEPENDENCY if cause >= 0 else CAUSE_NONE
             heapq.heappush(self.events, (t, END, v))
         else:
-            key = (self.priority[v], t, v) if self.id_order else (t, self.priority[v], v)
-            heapq.heappush(self.queues[unit], key)
+            key = self.priority[v] if self.id_order else (t, self.priority[v])
+            heapq.heappush(self.queues[unit], (key, t, v))
             self.touched.append(unit)
 
     def issue_touched(self, t: float) -> None:
@@ -756,9 +756,7 @@ class _Loop:
         floor; v starts after its pickup delay (a CPU collective's worker), or arrives at its
         collective (then, or as an arrival event)."""
         rp = self.rp
-        entry = heapq.heappop(self.queues[unit])
-        v = entry[2]
-        ready_at = entry[1] if self.id_order else entry[0]
+        _, ready_at, v = heapq.heappop(self.queues[unit])
         self.busy[unit] = 1
         rp.issue[v] = t
         if t > ready_at:

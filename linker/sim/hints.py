@@ -4,13 +4,13 @@ Model ``astra-sim`` (as ASTRA-sim itself) runs one CPU op and one GPU compute op
 rank. A rank whose CPU threads ran in parallel (a data loader, autograd threads, a pool of
 workers), or whose GPU streams ran compute kernels at once (a side stream, communication kernels
 the trace names no collective of), is then replayed with that work in series, so the simulated
-step grows; model ``lanes`` gives each thread and each stream its own unit. Two measures: the
-*parallel time* of a rank's CPU threads as measured (the sum over them of the time each was busy,
-the union of its ops' intervals, minus the time any of them was busy: 0 when they took turns;
-O(n log n) per rank), and, for GPU streams, what the replay lost to them: the time the critical
-path's GPU ops waited for the GPU unit while another stream's op held it (O(path)). A kernel of a
-few µs that has to wait behind a 9 ms one of another stream costs the replay the 9 ms though it
-overlapped it by µs, so the replay's own waits measure the GPU side better than overlap does.
+step grows; model ``lanes`` gives each thread and each stream its own unit. What that costs is
+read from the replay itself: the time the critical path's ops waited for their unit while an op of
+another thread or stream held it (O(path)). Overlap as measured would mislead: a kernel of a few
+µs that waits behind a 9 ms one of another stream costs the replay 9 ms though it overlapped it by
+µs, and threads that overlapped but never met on the path cost nothing. The note also gives the
+measured *parallel CPU time* (the sum over the threads of the time each was busy, the union of its
+ops' intervals, minus the time any of them was busy: 0 when they took turns; O(n log n) per rank).
 """
 
 from __future__ import annotations
@@ -34,24 +34,18 @@ def _union(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def parallel_time(graph: SimGraph, kind: int) -> float:
-    """µs of the measured timeline during which a second lane (CPU thread, GPU stream) busy with
-    ops of ``kind`` (``CPU``, or ``GPU``: compute ops; communication runs on a unit of its own) was
-    busy as well (counted once per extra lane). O(n log n)."""
-    by_lane: dict[int, list[tuple[float, float]]] = {}
-    for u, k in enumerate(graph.kind):
-        s = graph.start[u]
-        if k == kind and s == s and graph.measured_dur[u] > 0:
-            by_lane.setdefault(graph.lane[u], []).append((s, s + graph.measured_dur[u]))
-    if len(by_lane) < 2:
-        return 0.0
-    every = [interval for intervals in by_lane.values() for interval in intervals]
-    return sum(_union(intervals) for intervals in by_lane.values()) - _union(every)
-
-
 def parallel_cpu_time(graph: SimGraph) -> float:
-    """``parallel_time`` of the CPU threads."""
-    return parallel_time(graph, CPU)
+    """µs of the measured timeline during which a second CPU thread was busy as well (counted
+    once per extra thread). O(n log n)."""
+    by_thread: dict[int, list[tuple[float, float]]] = {}
+    for u, kind in enumerate(graph.kind):
+        s = graph.start[u]
+        if kind == CPU and s == s and graph.measured_dur[u] > 0:
+            by_thread.setdefault(graph.lane[u], []).append((s, s + graph.measured_dur[u]))
+    if len(by_thread) < 2:
+        return 0.0
+    every = [interval for intervals in by_thread.values() for interval in intervals]
+    return sum(_union(intervals) for intervals in by_thread.values()) - _union(every)
 
 
 def unit_waits_across_lanes(rp: Replay, path: list[PathStep]) -> dict[tuple[int, str], float]:
@@ -92,7 +86,7 @@ def lanes_hints(graphs: list[SimGraph], model: str, ratios: list[float | None], 
         if waited >= PARALLEL_SHARE * step:
             notes.append(f"on {whose} critical path CPU ops waited {format_us(waited)} for the one CPU unit while "
                          f"another thread's op held it (its CPU threads ran in parallel for "
-                         f"{format_us(parallel_time(graph, CPU))} of the {format_us(step)} measured step): model "
+                         f"{format_us(parallel_cpu_time(graph))} of the {format_us(step)} measured step): model "
                          "astra-sim runs one CPU op at a time per rank; --model lanes replays each thread on its own")
         waited = waits.get((position, "gpu"), 0.0)
         if waited >= PARALLEL_SHARE * step:
