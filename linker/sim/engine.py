@@ -190,11 +190,13 @@ class Replay:
 # ---------------------------------------------------------------------------------------------
 
 
-def _units(graphs: list[SimGraph], model: str) -> tuple[array, list[tuple[int, str]]]:
-    """Unit of every node (-1 for metadata) and the units' names."""
+def _units(graphs: list[SimGraph], model: str, wait_nodes: bool = True) -> tuple[array, list[tuple[int, str]]]:
+    """Unit of every node (-1 for metadata, and for the files' wait nodes when ``wait_nodes`` is
+    False: absent, they hold no unit either, so no op queues behind one) and the units' names."""
     unit_of = array("q")
     names: list[tuple[int, str]] = []
     for r, graph in enumerate(graphs):
+        first = len(unit_of)
         if model == ASTRA_SIM:
             base = len(names)
             names += [(r, "cpu"), (r, "gpu"), (r, "comm")]
@@ -205,6 +207,9 @@ def _units(graphs: list[SimGraph], model: str) -> tuple[array, list[tuple[int, s
             names += [(r, lane_label(key)) for key in graph.lane_keys]
             for kind, lane in zip(graph.kind, graph.lane):
                 unit_of.append(-1 if kind == META else base + lane)
+        if not wait_nodes:
+            for u in graph.wait_nodes:
+                unit_of[first + u] = -1
     return unit_of, names
 
 
@@ -604,22 +609,13 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     offsets = node_offsets(graphs)
     total = sum(map(len, graphs))
     duration = array("d")
-    priority: list = []
     for graph in graphs:
         factors = [scale.factor(kind) for kind in range(4)]
         base = len(duration)
         duration.extend(d * factors[kind] for d, kind in zip(graph.duration, graph.kind))
         for u in graph.wait_nodes:
             duration[base + u] = graph.duration[u] if wait_nodes else 0.0
-        if issue_order == BY_ID:
-            priority.extend(graph.ids)
-        else:
-            priority.extend((s if s == s else math.inf, i) for s, i in zip(graph.start, graph.ids))
-    unit_of, unit_names = _units(graphs, model)
-    if not wait_nodes:  # absent wait nodes hold no unit either: none queues behind another op
-        for base, graph in zip(offsets, graphs):
-            for u in graph.wait_nodes:
-                unit_of[base + u] = -1
+    unit_of, unit_names = _units(graphs, model, wait_nodes)
     succ_offsets, succ_nodes, indegree, missing = _successors(graphs, offsets, total)
     groups = match_communication(graphs, offsets, comm_groups)
     _cpu_pickups(graphs, offsets, groups)
@@ -635,8 +631,20 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
         issue_order=issue_order)
     if wait_floors:
         result.wait_floors = {v: result.release[result.rank_of(v)] + at for v, at in wait_floors.items()}
-    _Loop(result, priority, succ_offsets, succ_nodes, indegree).run()
+    _Loop(result, _issue_keys(graphs, issue_order), succ_offsets, succ_nodes, indegree).run()
     return result
+
+
+def _issue_keys(graphs: list[SimGraph], issue_order: str) -> list:
+    """Per global node, the key its unit issues it by among the nodes ready at one instant
+    (``BY_ID``: its id; ``BY_READY``: (measured start, id), after the ready time). O(n)."""
+    keys: list = []
+    for graph in graphs:
+        if issue_order == BY_ID:
+            keys.extend(graph.ids)
+        else:
+            keys.extend((s if s == s else math.inf, i) for s, i in zip(graph.start, graph.ids))
+    return keys
 
 
 # The loop's events, (time, kind, node; -node for a release) on one heap. At one instant the loop
