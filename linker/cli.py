@@ -575,7 +575,9 @@ def simulate_command(
     files: list[Path] = typer.Argument(..., help="One rank's .et / .et.gz / ET+ JSON, or several files of one "
                                        "job (or a batch output directory): replayed together."),
     model: str = typer.Option("astra-sim", "--model", metavar=_choices(("astra-sim", "lanes")), help="astra-sim: one CPU op, one GPU compute op and one "
-                              "collective in flight per rank; lanes: each CPU thread and GPU stream its own unit."),
+                              "collective in flight per rank, the ready one with the smallest id first, as "
+                              "ASTRA-sim issues them; lanes: each CPU thread and GPU stream its own unit, in the "
+                              "order its work became ready."),
     scale: str = typer.Option("", "--scale", metavar="cpu=F,gpu=F,comm=F", help="What-if duration factors, e.g. cpu=0.5,gpu=1,comm=2."),
     network: str = typer.Option("", "--network", metavar="bandwidth=RATE[,latency=TIME][,medium=bus|links]",
                                 help="What-if link for the collectives, e.g. bandwidth=1Gbit/s or bandwidth=25GB/s,"
