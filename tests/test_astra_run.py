@@ -165,6 +165,29 @@ def test_single_pair_one_row_against_simulates_measured_step(tmp_path):
     assert report["job"]["ratio"] == pytest.approx(2000.5 / measured, rel=1e-12)
 
 
+@pytest.mark.parametrize("pair,told", [(FIXTURES / "cpu" / "threads", True), (MLP, False)], ids=["threads", "mlp"])
+def test_a_long_run_is_told_when_the_model_ran_threads_one_at_a_time(tmp_path, pair, told):
+    """ASTRA-sim (the stub) ends each at twice the measured step. On the threads fixture, whose
+    threads ran at once, ``et-link simulate`` of the same files waits on its critical path for the
+    one CPU unit while another thread's op holds it, and astra-run says so; on mlp_steps (one
+    thread) nothing of the kind is said."""
+    target = tmp_path / "pair.et"
+    assert invoke("--et-file", pair / "et.json.gz", "--kineto-file", pair / "kineto.json.gz", "-o", target,
+                  "-q").exit_code == 0
+    assert invoke("astra-setup", target).exit_code == 0
+    measured = json.loads(invoke("simulate", target, "--json", "-q").stdout)["ranks"][0]["measured_us"]
+    cycles = int(measured * 2 * 1000)
+    result = invoke("astra-run", tmp_path, "--bin", write_stub(tmp_path / "astra-sim", [cycles, cycles]), "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["job"]["ratio"] == pytest.approx(2.0, rel=1e-6)
+    notes = [note for note in report["notes"] if "--model lanes" in note]
+    if told:
+        assert len(notes) == 1 and "CPU ops waited" in notes[0] and "et-link simulate of these files" in notes[0]
+    else:
+        assert notes == []
+
+
 def _one_line_error(result, status: int, *words) -> str:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.exit_code == status, result.output

@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from linker.batch.astra_setup import NPU_RANKS_FILE, SETUP_DIR, WORKLOAD_PREFIX
-from linker.model.errors import TraceInputError
+from linker.model.errors import EtLinkError, TraceInputError
+from linker.sim.engine import ASTRA_SIM
+from linker.sim.hints import SLOW_RATIO
 
 BIN_ENV = "ASTRA_SIM_BIN"
 LOG_NAME = "astra-run.log"
@@ -329,6 +331,24 @@ def compare(setup: Path, output: AstraOutput) -> Comparison:
     return Comparison(setup, rows, measured_job, astra_job, measured_from, single, rule, notes)
 
 
+def serialization_notes(setup: Path) -> list[str]:
+    """Why ASTRA-sim may run the setup long, from ``et-link simulate``'s replay of the same workload
+    files under its model (which issues as ASTRA-sim does): its notes that the critical path waited
+    for the one CPU or GPU unit while another thread's or stream's op held it (``sim.hints``). ASTRA-
+    sim has no unit per thread or stream; ``simulate --model lanes`` of the job's own files has. []
+    when the replay shows no such wait or the files cannot be replayed. Cost: one replay of the job."""
+    from linker.sim.cli_run import SimulateOptions, simulate
+
+    files = _workload_files(setup)
+    paths = [files[0]] if _single(files) else [files[npu] for npu in sorted(files)]
+    groups = setup / "comm_groups.json"
+    try:
+        report = simulate(SimulateOptions(paths, ASTRA_SIM, comm_groups=groups if groups.is_file() else None)).report
+    except EtLinkError:
+        return []
+    return [f"{note} (et-link simulate of these files)" for note in report.notes if "--model lanes" in note]
+
+
 def _num(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
@@ -389,6 +409,8 @@ def astra_run(path: str | os.PathLike, binary: str | None = None, json_output: b
     with owned_folder(setup, "et-link astra-run"):
         output = run_setup(setup, exe)
         comparison = compare(setup, output)
+        if comparison.ratio is not None and comparison.ratio >= SLOW_RATIO:
+            comparison.notes += serialization_notes(setup)
     if json_output:
         return json.dumps(to_json(comparison, output, exe), indent=2)
     return format_text(comparison, output, exe)
