@@ -100,8 +100,9 @@ def simulate(files: str | os.PathLike | Iterable[str | os.PathLike], *, model: s
     """Replay et-link outputs as ``et-link simulate`` does: one rank's ``.et``/``.et.gz``/ET+ JSON,
     several files of one job, or a batch output directory.
 
-    ``model``: "astra-sim" (one CPU op, one GPU compute op, one collective in flight per rank) or
-    "lanes" (each CPU thread and GPU stream its own unit); ``scale``: what-if factors
+    ``model``: "astra-sim" (one CPU op, one GPU compute op, one collective in flight per rank, the
+    ready one with the smallest id first, as ASTRA-sim issues them) or "lanes" (each CPU thread and
+    GPU stream its own unit); ``scale``: what-if factors
     ("cpu=0.5,gpu=1,comm=2"); ``comm_groups``: the process-group JSON; ``rank_start``: "measured"
     or "zero"; ``top``: critical-path ops listed; ``waits``: "measured" (the waits of ops that no
     dependency explains replayed as measured) or "explained" (left out; ``.report.waits`` has the
