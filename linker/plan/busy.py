@@ -872,12 +872,16 @@ def _handed_back_at(timeline: Timeline, first: int, last: int, collectives) -> f
     over its collectives, of the end of the last op the worker ran inside the collective's record
     after it began communicating (gloo's copy of each rank's part out of an ``all_gather``), else
     of the record's end. The waiting thread is woken there; the record itself closes a little
-    later (the backend completes the work inside it). O(burst)."""
+    later (the backend completes the work inside it). The ops inside a record are those after it
+    in start order up to the first that starts at or after its end. O(burst + ops inside)."""
     done = -math.inf
     for p in range(first, last + 1):
         if timeline.ops[p] in collectives:
             record_end = timeline.ends[p]
-            inside = [timeline.ends[q] for q in range(p + 1, last + 1) if timeline.starts[q] < record_end]
+            q = p + 1
+            while q <= last and timeline.starts[q] < record_end:
+                q += 1
+            inside = timeline.ends[p + 1:q]
             done = max(done, max(inside) if inside else record_end)
     return done
 
