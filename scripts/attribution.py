@@ -17,7 +17,7 @@ the share is above ``--max-share`` (percent), so a script can check a file.
 Usage: python scripts/attribution.py OUT.json|OUT.et [...] [--max-share 0.5] [--tolerance 1] [--json]
 
 The fields read: ET+ JSON ``exclusive_dur``, ``blocked_dur``, ``host_gap_dur``, ``sim_dur``,
-``continues``, ``comm_type``, ``ts`` (linked ops have one); ``.et`` attributes
+``continues``, ``comm_type`` and ``comm_size`` (communication nodes), ``ts`` (linked ops have one); ``.et`` attributes
 ``exclusive_dur_micros``, ``blocked_micros``, ``host_gap_micros``, ``continues``, ``is_cpu_op``
 and ``duration_micros`` (docs/formats.md). No et-link code computes the figures; the ``.et``
 frames are read with the schema's generated protobuf classes.
@@ -47,7 +47,10 @@ def ops_from_json(data: bytes) -> tuple[dict, dict]:
     for node in nodes:
         if "continues" in node:
             continue
-        if node.get("cat") is not None or node.get("comm_type") is not None or "ts" not in node:
+        if node.get("cat") is not None or "ts" not in node:
+            continue
+        if node.get("comm_type") is not None or node.get("comm_size") is not None:  # a collective, send or receive
+            continue
             continue
         if "exclusive_dur" not in node or "sim_dur" not in node:
             continue

@@ -4,7 +4,7 @@
 Usage (with a venv holding the CPU torch wheel; torch is never a dependency of et-link):
 
     python scripts/capture_ddp.py --out DIR [--ranks 4] [--layers 4] [--width 256] [--bucket-mb 0.6]
-                                  [--model mlp|conv|fsdp] [--intra-op-threads 1] [--warmup 5] [--active 5]
+                                  [--model mlp|conv|fsdp|pipeline] [--intra-op-threads 1] [--warmup 5] [--active 5]
                                   [--checkpoint] [--zero]
 
 Runs ``torchrun --nproc_per_node=RANKS`` on this file; every rank trains a small MLP wrapped in
@@ -25,6 +25,9 @@ worker flattens the input and copies each rank's part out inside the collective'
 ``--zero`` wraps the MLP's SGD in ``ZeroRedundancyOptimizer``: each rank steps its shard of the
 parameters and broadcasts it to the others (``async_op`` broadcasts, waited for at the end of the
 step, inside ``Optimizer.step#ZeroRedundancyOptimizer.step``).
+``--model pipeline`` splits the MLP's layers into one stage per rank, no DDP: each step the
+activations go down the stages and the gradients back up with blocking ``dist.send`` /
+``dist.recv`` (gloo records ``gloo:send`` / ``gloo:recv`` from the call to the end of its wait).
 ``--intra-op-threads`` above 1 lets the ops run OpenMP threads beside the gloo workers.
 ``--checkpoint`` recomputes the MLP's layers but the last in backward (``torch.utils.checkpoint``,
 non-reentrant): the ET then lacks some of the recomputed ops that Kineto holds (``aten::relu``, or
@@ -71,6 +74,10 @@ def _rank_main(args: argparse.Namespace) -> None:
         inputs = torch.randn(args.batch, 3, 24, 24, generator=generator)
         targets = torch.randint(0, 10, (args.batch,), generator=generator)
         loss_of = torch.nn.functional.cross_entropy
+    elif args.model == "pipeline":
+        _pipeline(args, rank, dist.get_world_size(), generator)
+        dist.destroy_process_group()
+        return
     else:
         layers = []
         for _ in range(args.layers):
@@ -100,6 +107,53 @@ def _rank_main(args: argparse.Namespace) -> None:
             prof.step()
     observer.unregister_callback()
     dist.destroy_process_group()
+
+
+def _pipeline(args: argparse.Namespace, rank: int, ranks: int, generator) -> None:
+    """``--model pipeline``: the MLP's layers split into one stage per rank; each step the first
+    stage's activations go down the stages and the gradients back up with blocking
+    ``dist.send`` / ``dist.recv`` (gloo: ``c10d::send`` / ``c10d::recv_``, then ``work.wait()``),
+    each stage stepping its own SGD; profiled with the same recipe."""
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
+
+    layers = []
+    for _ in range(max(1, args.layers // ranks)):
+        layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
+    stage = torch.nn.Sequential(*layers)
+    optimizer = torch.optim.SGD(stage.parameters(), lr=0.01)
+    inputs = torch.randn(args.batch, args.width, generator=generator)
+    out = Path(args.out)
+    observer = ExecutionTraceObserver()
+    observer.register_callback(str(out / f"host.{rank}.json"))
+
+    def trace_ready(prof) -> None:
+        prof.export_chrome_trace(str(out / f"device.{rank}.json"))
+
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=args.warmup, active=args.active),
+                 on_trace_ready=trace_ready, execution_trace_observer=observer) as prof:
+        for _ in range(args.warmup + args.active):
+            optimizer.zero_grad()
+            if rank == 0:
+                x = inputs
+            else:
+                x = torch.empty(args.batch, args.width)
+                dist.recv(x, rank - 1)
+                x.requires_grad_(True)
+            y = stage(x)
+            if rank == ranks - 1:
+                y.pow(2).mean().backward()
+            else:
+                dist.send(y.detach(), rank + 1)
+                grad = torch.empty_like(y)
+                dist.recv(grad, rank + 1)
+                y.backward(grad)
+            if rank > 0:
+                dist.send(x.grad, rank - 1)
+            optimizer.step()
+            prof.step()
+    observer.unregister_callback()
 
 
 def _optimizer(model, zero: bool):
@@ -189,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--bucket-mb", type=float, default=None,
                         help="DDP bucket_cap_mb (default: 0.6 for mlp, 0.25 for conv)")
-    parser.add_argument("--model", choices=("mlp", "conv", "fsdp"), default="mlp")
+    parser.add_argument("--model", choices=("mlp", "conv", "fsdp", "pipeline"), default="mlp")
     parser.add_argument("--intra-op-threads", type=int, default=1, help="torch.set_num_threads and OMP_NUM_THREADS")
     parser.add_argument("--warmup", type=int, default=5, help="profiler warm-up steps")
     parser.add_argument("--active", type=int, default=5, help="profiled steps")

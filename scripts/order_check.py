@@ -5,7 +5,8 @@ An edge m -> n (``data_deps`` of n holds m) says n starts after m has run for th
 ET+ gives it. It is *contradicted* when m's measured busy start plus that busy time (``sim_dur``)
 passes n's measured busy start by more than ``--slack`` µs (50 by default: more than the clock
 skew of the traces at hand). A node's measured busy start is its ``ts``, except for a collective on
-a CPU thread (a ``comm_type`` and no ``stream``: gloo, MPI, UCC), whose record runs from its issue
+a CPU thread (a ``comm_type`` or ``comm_size`` and no ``stream``: gloo, MPI, UCC; a send or receive
+there is busy for its whole record, which this rule gives too), whose record runs from its issue
 and whose busy time is the part after the group's previous collective ended, up to the earlier of
 its recorded end, the start of its ``join`` target (the op that reads its result, or the node
 of host time before that op) and the start of its first child (an op its worker ran after
@@ -32,7 +33,7 @@ from pathlib import Path
 def busy_start(node: dict, read_at: dict[int, float]) -> float:
     """Where the node's busy time begins on the measured timeline (the module's rule);
     ``read_at``: node id -> the earliest start of a ``join`` target of it."""
-    if "comm_type" in node and "stream" not in node and "sim_dur" in node and "dur" in node:
+    if ("comm_type" in node or "comm_size" in node) and "stream" not in node and "sim_dur" in node and "dur" in node:
         return min(node["ts"] + node["dur"], read_at.get(node["id"], float("inf"))) - node["sim_dur"]
     return node["ts"]
 

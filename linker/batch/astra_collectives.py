@@ -20,6 +20,9 @@ files' own start: delay nodes included) does with it:
   a CPU job) lasting from the replay's meeting time (the last rank's issue) to that rank's own
   end in the replay: the worker's pickup, the transfer and the rank's own tail
   (``engine._cpu_pickups``, ``engine._cpu_waits``);
+- a send and its receive (gloo's ``send`` / ``recv``: a pipeline's stages) likewise: a 1-byte send
+  and receive (the receiver cannot go on before the sender issued it), then each side's
+  ``COMP_NODE`` for the rest of its replayed time;
 - a collective the replay runs alone on each rank (it ran under the group's previous one on
   another worker, or some rank's ET lost it): that ``COMP_NODE`` only, for its replayed time.
   ASTRA-sim holds one collective in flight per rank and meets every rank at each: as a collective
@@ -54,7 +57,7 @@ from dataclasses import dataclass, field
 from linker.model.errors import OptionError
 from linker.sim.engine import ASTRA_SIM, Replay, replay
 from linker.sim.graph import COLL, SimGraph
-from linker.sim.network import BUS, FittedNetwork, fit_job, format_rate, volume
+from linker.sim.network import BUS, FittedNetwork, fit_job, volume
 from linker.sim.network_fit import DEFAULT_TOPOLOGY, FITTED_TYPES, NetworkFit, collective_ns, stated
 
 MEASURED_FORM, NETWORK_FORM = "measured", "network"
@@ -101,6 +104,11 @@ def _is_cpu_collective(graph: SimGraph, u: int) -> bool:
     return info is not None and info.role == COLL and graph.lane_keys[graph.lane[u]][0] == "cpu"
 
 
+def _is_cpu_comm(graph: SimGraph, u: int) -> bool:
+    """A CPU backend's collective, send or receive."""
+    return u in graph.comm and graph.lane_keys[graph.lane[u]][0] == "cpu"
+
+
 def cpu_collective_edits(graphs: list[SimGraph], comm_groups: dict[str, list[int]] | None,
                          form: str = MEASURED_FORM, topology: str | None = None) -> CpuCollectives:
     """Per rank position: node id -> ``NodeEdit`` for its CPU collectives (module docstring), in
@@ -109,7 +117,7 @@ def cpu_collective_edits(graphs: list[SimGraph], comm_groups: dict[str, list[int
     edits when the job has no CPU collective or is a single rank (run as 2 NPUs replaying one
     file: its collectives meet at once and take the network's time)."""
     edits: list[dict[int, NodeEdit]] = [{} for _ in graphs]
-    collectives = [[u for u in graph.comm if _is_cpu_collective(graph, u)] for graph in graphs]
+    collectives = [[u for u in graph.comm if _is_cpu_comm(graph, u)] for graph in graphs]
     if len(graphs) < 2 or not any(collectives):
         result = CpuCollectives(edits)
         if form == NETWORK_FORM and any(collectives):
@@ -129,8 +137,11 @@ def cpu_collective_edits(graphs: list[SimGraph], comm_groups: dict[str, list[int
                 edits[r][graph.ids[u]] = NodeEdit(timed_us=round(end - issue))
                 continue
             info = graph.comm[u]
-            key = (info.pg_name, info.seq if info.seq is not None else position)
-            position += 1
+            if info.role != COLL:  # a send and its receive: the replay's pair, as ASTRA-sim pairs them
+                key = ("send/recv", rp.groups.group_of[base + u])
+            else:
+                key = (info.pg_name, info.seq if info.seq is not None else position)
+                position += 1
             matched.setdefault(key, []).append((r, u, issue, end))
     next_id = [max(graph.ids, default=0) + 1 for graph in graphs]
     timed: dict[int, float] = {}  # global node -> its timed part before rounding (the network form takes from it)

@@ -297,13 +297,13 @@ def _remove_stale(setup: Path, written: set[str], renumbered: bool) -> None:
 
 
 def _as_written(files: list[tuple[Path, int]], graphs: list[SimGraph]) -> list[SimGraph]:
-    """The job's graphs as the files now hold them (read again when a rank holds a CPU collective:
-    ``batch`` loads them before it writes the rank start delay nodes, which the replay of
-    ``cpu_collective_edits`` needs); ``graphs`` otherwise."""
+    """The job's graphs as the files now hold them (read again when a rank holds a CPU collective,
+    send or receive: ``batch`` loads them before it writes the rank start delay nodes, which the
+    replay of ``cpu_collective_edits`` needs, and whose ids the new nodes must not take);
+    ``graphs`` otherwise."""
     from linker.sim.load import load_graph
 
-    if len(files) < 2 or not any(info.role == COLL and graph.lane_keys[graph.lane[u]][0] == "cpu"
-                                 for graph in graphs for u, info in graph.comm.items()):
+    if len(files) < 2 or not any(graph.lane_keys[graph.lane[u]][0] == "cpu" for graph in graphs for u in graph.comm):
         return graphs
     return [load_graph(path, rank) for path, rank in files]
 

@@ -337,8 +337,10 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     """Blocked time, host gaps, simulated durations and fork/join edges (module docstring).
     ``near_start_order``: the ET nodes in an order close to start order (the tree pre-order),
     which makes sorting each thread's ops by start cheap; any order gives the same result.
-    ``collectives``: the CPU collectives (``cpu_comm.cpu_collectives``): the main thread's wait
-    for each is found from its consumer (``cpu_comm.consumers``), not from the worker's end;
+    ``collectives``: the CPU collectives, sends and receives (``cpu_comm.cpu_collectives``): the
+    main thread's wait for a collective is found from its consumer (``cpu_comm.consumers``), not
+    from the worker's end, and for a send or receive where its record ended
+    (``_point_to_point_waits``), the record kept off its thread's timeline;
     ``lost``: the calls that issued collectives the ET lacks (``cpu_comm.lost_issuers``): the wait
     for each runs where it occurred, before its consumer (``_lost_collective_waits``);
     ``communication_starts``: collective -> where its communication began, when ops its worker ran
@@ -356,7 +358,13 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     busy = BusyTimes(np.zeros(n), np.zeros(n), np.zeros(n))
     call_waits = _blocking_call_waits(et_plus, busy)
     blocked_at = list(call_waits)  # (op, where, µs) of every blocked stretch
-    timelines = _timelines(et, starts, ends, linked, et.root_positions(), near_start_order)
+    on_timeline = linked
+    point_to_point = _point_to_point(collectives)
+    if point_to_point:  # a send's or receive's record spans what its thread did meanwhile
+        on_timeline = list(linked)
+        for i in point_to_point:
+            on_timeline[i] = False
+    timelines = _timelines(et, starts, ends, on_timeline, et.root_positions(), near_start_order)
     waits: dict[tuple, list] = {}  # main-thread idle segment -> [waiter, position, lo, hi]
     gap_waits: dict[int, float] = {}  # main-thread position p -> join wait inside the gap after p
     burst_firsts: set[int] = set()
@@ -421,9 +429,13 @@ def _thread_waits(et_plus, busy: BusyTimes, timelines: dict, times: tuple, colle
     busy.main_tid = main_tid
     main = MainThread(timelines[main_tid], et.parent_index(), linked)
     thread_roots = _thread_roots(et, et.root_positions())
+    point_to_point = _point_to_point(collectives)
+    collectives = {i: attrs for i, attrs in (collectives or {}).items() if i not in point_to_point}
     waiters = _collective_waits(et_plus, collectives, main, starts, ends, waits, busy) if collectives else {}
     if lost:
         _lost_collective_waits(et, collectives, lost, main, starts, ends, waits, busy)
+    if point_to_point:
+        _point_to_point_waits(point_to_point, et.tid, main, starts, ends, waits, busy)
     for tid, timeline in timelines.items():
         if tid != main_tid:
             _cross_thread(main, timeline, thread_roots.get(tid, -1), waits, busy, burst_firsts, waiters,
@@ -759,6 +771,44 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
     waiters: dict[int, int | None] = dict(issued)
     waiters.update((i, None) for i, consumer in found.items() if ends[i] > starts[consumer])
     return waiters
+
+
+def _point_to_point(collectives: dict | None) -> list[int]:
+    """The sends and receives among ``collectives`` (``cpu_comm``)."""
+    from linker.plan.cpu_comm import is_point_to_point  # a sibling idea of the plan wing
+
+    return [i for i, attrs in (collectives or {}).items() if is_point_to_point(attrs)]
+
+
+def _point_to_point_waits(point_to_point: list[int], tid: list[int], main: MainThread, starts: list[float],
+                          ends: list[float], waits: dict, busy: BusyTimes) -> None:
+    """The main thread's waits for its CPU sends and receives (``cpu_comm``). The record ends when
+    the thread that waited for the transfer saw it done, so where the thread was at that end is
+    where it waited: idle inside op W since its last activity (at the earliest the record's
+    start), or in a host gap; that stretch is a wait, and a ``join`` edge from the transfer goes
+    to W's part after the end (``resumed_at``), or, when W ends right after it or the thread sat
+    in a gap, to the op it went on to. A record on another thread, or one that ended while the
+    thread ran an op's child, waited for by none of its ops, gets a ``join`` to the first op
+    starting after it only. O(s (log m + depth)) for s records, m main-thread ops."""
+    for i in point_to_point:
+        if not starts[i] == starts[i] or tid[i] != busy.main_tid:
+            continue
+        end = ends[i]
+        segment = main.idle_segment(end)
+        if segment is None:
+            target = main.first_starting(end)
+            if target >= 0:
+                busy.cross.append((i, target, JOIN))
+            continue
+        if end > segment.start:
+            _add_wait(waits, segment, max(starts[i], segment.start), end)
+        target = segment.resume
+        if segment.waiter >= 0 and (segment.end - end > HANDOFF_CUT_MIN_US or target < 0):
+            target = segment.waiter  # it went on in the op it waited in
+        if target >= 0:
+            busy.cross.append((i, target, JOIN))
+            if target == segment.waiter:
+                busy.resumed_at[(i, target)] = end
 
 
 def _idle_before(main: MainThread, consumer: int, at: float):

@@ -6,8 +6,8 @@ worker thread, lasting from the worker taking the work to the collective's end (
 peers included). The ET op of the same record function is joined to that event; ``link.measured``
 has already put it on its measured thread. Here each such joined op becomes a communication node:
 
-- kind from its name (``plan.comm.kind_from_name``; collectives only: a CPU send / recv names no
-  peer, so it stays a CPU op);
+- kind from its name (``plan.comm.kind_from_name``): a collective, or a send / receive
+  (``gloo:send``, ``gloo:recv``: point-to-point, below);
 - ``comm_size``: bytes of its own tensor inputs (the ET records the bucket it reduces), else of its
   parent's (the ``c10d::*`` op that issued it); an op whose size is unknown stays a CPU op;
 - process group: the one its trace names (Kineto "Process Group Name" on the event, else
@@ -33,6 +33,17 @@ has already put it on its measured thread. Here each such joined op becomes a co
   the consumer read it, and a worker descheduled before closing the record function (seen for
   14 ms on a loaded host) did not make the collective longer.
 
+A CPU backend's send or receive (``c10d::send`` / ``c10d::recv_``, pipeline stages) differs: the
+record is made on the issuing thread when the call enqueues the transfer and ended by the thread
+that waits for it (``work.wait()``, no op of its own), when the transfer is done. Its
+peer and tag are the issuing call's two int arguments (``dst`` / ``src``, then ``tag``; a group
+rank, mapped to a global one through the group's ranks); a receive from any source names none and
+stays a CPU op. Such a node is a ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` busy for its whole record
+(the peer's lateness and the transfer), apart from the group's collectives (gloo runs a pair of
+them outside its collective queue); where the issuing thread sat when the record ended, it
+waited: that idle time is blocked and what the thread ran next follows the transfer
+(``plan.busy._point_to_point_waits``: a ``join`` edge).
+
 Cost: O(n) name checks plus one parse of the few collectives' inputs.
 """
 
@@ -45,19 +56,23 @@ from msgspec import UNSET
 
 from linker.link.measured import CPU_BACKEND_PREFIXES
 from linker.model import chakra_kinds as kinds
-from linker.plan.comm import (COLL, PARAM_COMMS_NAME, PYTORCH_WORLD_GROUP, CommAttrs, dtype_name, job_group_id,
-                              kind_from_name, op_inputs, read_process_groups, tensors_bytes, _TENSOR_DTYPE)
+from linker.plan.comm import (COLL, PARAM_COMMS_NAME, PYTORCH_WORLD_GROUP, SEND, CommAttrs, dtype_name, is_int,
+                              job_group_id, kind_from_name, op_inputs, read_process_groups, tensors_bytes,
+                              _TENSOR_DTYPE)
 
 _ISSUING_PREFIXES = ("c10d::", PARAM_COMMS_NAME)
 MAX_ANCESTORS = 4  # how far up a record_param_comms naming the group is looked for
 
 
-def is_cpu_collective_name(name: str) -> bool:
-    """True for ``gloo:all_reduce`` / ``mpi:allgather`` / ``ucc:...`` collective record functions."""
-    if not name.startswith(CPU_BACKEND_PREFIXES):
-        return False
-    kind = kind_from_name(name)
-    return kind is not None and kind.role == COLL
+def is_cpu_comm_name(name: str) -> bool:
+    """True for a CPU backend's record of a collective, a send or a receive (``gloo:all_reduce``,
+    ``gloo:send``, ``mpi:allgather``, ``ucc:...``)."""
+    return name.startswith(CPU_BACKEND_PREFIXES) and kind_from_name(name) is not None
+
+
+def is_point_to_point(attrs: CommAttrs) -> bool:
+    """True for a send or receive node."""
+    return attrs.node_type in (kinds.COMM_SEND_NODE, kinds.COMM_RECV_NODE)
 
 
 def _dtype(io) -> str | None:
@@ -157,13 +172,14 @@ def lost_issuers(et_plus, comm: dict[int, CommAttrs]) -> list[int]:
 
 
 def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
-    """ET index -> communication attributes of every joined CPU collective (see the module
-    docstring). O(n) name checks; the inputs of the collectives (and their parents) parsed once."""
+    """ET index -> communication attributes of every joined CPU collective, send and receive (see
+    the module docstring). O(n) name checks; the inputs of those ops (and their parents) parsed
+    once."""
     et, match = et_plus.et, et_plus.result.match
-    collective_names = set(filter(is_cpu_collective_name, set(et.names)))  # a few hundred distinct names
-    if not collective_names:
+    comm_names = set(filter(is_cpu_comm_name, set(et.names)))  # a few hundred distinct names
+    if not comm_names:
         return {}
-    found = [i for i, name in enumerate(et.names) if name in collective_names and match.event_of_op[i] >= 0]
+    found = [i for i, name in enumerate(et.names) if name in comm_names and match.event_of_op[i] >= 0]
     if not found:
         return {}
     groups = read_process_groups(et_plus)
@@ -178,15 +194,53 @@ def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
             size = tensors_bytes(io)
         if not size:
             continue
-        event = events[match.event_of_op[i]]
+        group = _group(et_plus, i, events[match.event_of_op[i]], groups, parent_index)
         kind = kind_from_name(et.names[i])
-        out[i] = CommAttrs(kinds.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size,
-                           pg_name=job_group_id(_group(et_plus, i, event, groups, parent_index)), dtype=_dtype(io))
-    if len({attrs.pg_name for attrs in out.values()}) == 1:  # numbered among one group's calls only
-        numbers, _ = issue_numbers(et_plus, list(out))
+        if kind.role == COLL:
+            out[i] = CommAttrs(kinds.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size,
+                               pg_name=job_group_id(group), dtype=_dtype(io))
+            continue
+        peer_and_tag = _peer_and_tag(et, parent_index[i], kind.role, groups.ranks_of_name.get(group))
+        if peer_and_tag is not None:
+            out[i] = _point_to_point_attrs(kind.role, peer_and_tag, et_plus.result.kineto.rank, size,
+                                           job_group_id(group), _dtype(io))
+    collectives = [i for i, attrs in out.items() if attrs.node_type == kinds.COMM_COLL_NODE]
+    if len({out[i].pg_name for i in collectives}) == 1:  # numbered among one group's calls only
+        numbers, _ = issue_numbers(et_plus, collectives)
         for i, number in numbers.items():
             out[i].seq = number
     return out
+
+
+def _peer_and_tag(et, issuer: int, role: str, group_ranks: list[int] | None) -> tuple[int, int] | None:
+    """(peer as a global rank, tag) of a CPU send or receive: the two int arguments of the
+    ``c10d::`` call that issued it (``issuer``, its parent: ``dst`` or ``src``, then ``tag``); None
+    when the parent is not such a call or names no peer (a receive from any source)."""
+    if issuer < 0 or not et.names[issuer].startswith("c10d::"):
+        return None
+    kind = kind_from_name(et.names[issuer])
+    if kind is None or kind.role != role:
+        return None
+    io = op_inputs(et.nodes[issuer], et.layout)
+    ints = [value for value, type_name in zip(io.values, io.types) if type_name == "Int" and is_int(value)]
+    if len(ints) != 2:
+        return None
+    peer, tag = ints
+    if group_ranks and 0 <= peer < len(group_ranks):
+        peer = group_ranks[peer]
+    return peer, tag
+
+
+def _point_to_point_attrs(role: str, peer_and_tag: tuple[int, int], rank: int | None, size: int, group_id: str,
+                          dtype: str | None) -> CommAttrs:
+    """A CPU send's or receive's attributes: its peer on one side, this rank (when the trace
+    names it) on the other."""
+    peer, tag = peer_and_tag
+    if role == SEND:
+        return CommAttrs(kinds.COMM_SEND_NODE, comm_size=size, pg_name=group_id, dtype=dtype, comm_src=rank,
+                         comm_dst=peer, comm_tag=tag)
+    return CommAttrs(kinds.COMM_RECV_NODE, comm_size=size, pg_name=group_id, dtype=dtype, comm_src=peer,
+                     comm_dst=rank, comm_tag=tag)
 
 
 def _storages(io) -> set[int]:
@@ -254,10 +308,12 @@ def consumers(et, comm: dict[int, CommAttrs], thread_ops: list[int], thread_star
 
 def issue_order(et, comm: dict[int, CommAttrs]) -> dict[str, list[int]]:
     """Per process group, its CPU collectives in issue order (ET ids are given at issue; the
-    backend's worker threads may start them in another order). O(c log c)."""
+    backend's worker threads may start them in another order); sends and receives are not among
+    them. O(c log c)."""
     groups: dict[str, list[int]] = {}
     for i in sorted(comm, key=et.ids.__getitem__):
-        groups.setdefault(comm[i].pg_name, []).append(i)
+        if not is_point_to_point(comm[i]):
+            groups.setdefault(comm[i].pg_name, []).append(i)
     return groups
 
 
@@ -280,10 +336,16 @@ def hold_for_measured_duration(busy, et, comm: dict[int, CommAttrs],
     (``_latest_ended_by``): the one whose end its busy part follows. A collective that ended under
     an earlier one (gloo ran both at once) follows only those that had ended by then, or none: an
     edge from the one still running would order it after an end it did not wait for, which the
-    measured timeline contradicts. O(c log c) for c collectives."""
+    measured timeline contradicts.
+
+    A send or receive is busy for its whole record (from the call that enqueued it to the wait
+    that saw it done), outside the group's order. O(c log c) for c collectives."""
     edges = []
     consumed_at = busy.consumed_at
     stretches = stretches or {}
+    for i in [i for i, attrs in comm.items() if is_point_to_point(attrs)]:
+        busy.sim[i] = float(et.nodes[i].dur)
+        busy.blocked[i] = busy.host_gap[i] = 0.0
     for members in issue_order(et, comm).values():
         ended: list[tuple[float, int]] = []  # (end, ET index) of the earlier members, sorted
         for i in members:

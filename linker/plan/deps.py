@@ -33,7 +33,8 @@ import numpy as np
 
 from linker.plan.busy import JOIN, BusyTimes, compute_busy
 from linker.plan.comm import CommAttrs, CommResolver, is_comm_kernel
-from linker.plan.cpu_comm import communication_stretches, cpu_collectives, hold_for_measured_duration, lost_issuers
+from linker.plan.cpu_comm import (communication_stretches, cpu_collectives, hold_for_measured_duration, is_point_to_point,
+                                  lost_issuers)
 from linker.plan.dependency_plan import (COLLECTIVE_ORDER, LAUNCH, NO_NODE, PARENT, STREAM_ORDER, THREAD_ORDER,
                                          DependencyPlan, GpuPlacement, WriteSummary)
 from linker.plan.waits import add_wait_edges
@@ -571,7 +572,8 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommReso
         last_on_stream[key] = n + k
     exclusive = et_plus.op_exclusive if et_plus.op_exclusive is not None else _exclusive_of_ops(et_plus)
     starts = et_plus.op_times[0] if et_plus.op_times is not None else None
-    cpu_comm = cpu_collectives(et_plus)  # gloo / MPI / UCC collectives: communication nodes
+    cpu_comm = cpu_collectives(et_plus)  # gloo / MPI / UCC collectives, sends, receives: communication nodes
+    _leave_chains(prev, [i for i, attrs in cpu_comm.items() if is_point_to_point(attrs)])
     busy, cpu_comm_order, finished_by = _busy_with_cpu_collectives(et_plus, exclusive, tree, cpu_comm)
     pieces = busy.pieces
     op_starts = starts if starts is not None else [node.ts if node.ts is not msgspec.UNSET else math.nan
@@ -601,6 +603,26 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommReso
     add_wait_edges(et_plus, plan, placement, summary)
     _count_causes(plan, summary.dependency_causes)
     return plan
+
+
+def _leave_chains(prev: array, nodes: list[int]) -> None:
+    """Take ``nodes`` (CPU sends and receives: transfers their thread went on beside) out of their
+    threads' chains: the node after one follows the node before it, not the transfer, and a
+    transfer follows its parent (the call that issued it: ``ctrl``) alone, so that the later
+    pieces threaded into the chains (``_thread_pieces``) never come between the two. O(n) for the
+    followers' search."""
+    if not nodes:
+        return
+    leaving = set(nodes)
+    for v in np.flatnonzero(np.isin(np.asarray(prev), np.asarray(nodes, dtype=np.int64))).tolist():
+        if v in leaving:
+            continue
+        u = prev[v]
+        while u in leaving:
+            u = prev[u]
+        prev[v] = u
+    for u in nodes:
+        prev[u] = NO_NODE
 
 
 def _count_causes(plan: DependencyPlan, counts: Counter) -> None:

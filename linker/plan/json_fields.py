@@ -182,14 +182,20 @@ def _busy_fields(nodes, busy, starts=None) -> None:
 
 def _cpu_comm_fields(et, plan: DependencyPlan) -> None:
     """CPU collectives: communication nodes on their measured thread, their sim_dur the part after
-    the group's earlier collective (``cpu_comm``)."""
+    the group's earlier collective; CPU sends and receives: their peers and tag, their sim_dur the
+    whole record (``cpu_comm``)."""
     for i, comm in plan.cpu_comm.items():
         node = et.nodes[i]
-        node.comm_type, node.comm_size = kinds.collective_name(comm.comm_type), comm.comm_size
+        if comm.comm_type is not None:
+            node.comm_type = kinds.collective_name(comm.comm_type)
+        node.comm_size = comm.comm_size
         node.pg_name, node.tid = pytorch_group_name(comm.pg_name or WORLD_GROUP_ID), et.tid[i]
         node.sim_dur = _us(float(plan.busy.sim[i]))
         if comm.seq is not None:
             node.comm_seq = comm.seq
+        for name in ("comm_src", "comm_dst", "comm_tag"):
+            if getattr(comm, name) is not None:
+                setattr(node, name, getattr(comm, name))
 
 
 def _gpu_comm_fields(node, comm) -> None:

@@ -57,14 +57,21 @@ def cpu_lane(tid: int) -> tuple:
     return ("cpu", tid)
 
 
+def transfer_lane(tid: int) -> tuple:
+    """The lane of a CPU backend's sends and receives issued on thread ``tid``: the thread's, as a
+    host collective's, but apart from its ops, which go on while the transfer runs."""
+    return ("cpu", tid, "send/recv")
+
+
 def gpu_lane(device: int, stream: int) -> tuple:
     return ("gpu", device, stream)
 
 
 def lane_label(key: tuple) -> str:
-    """The lane name shown in reports and traces: "cpu thread 1", "gpu 0 stream 7"."""
+    """The lane name shown in reports and traces: "cpu thread 1", "cpu thread 1 send/recv", "gpu 0
+    stream 7"."""
     if key[0] == "cpu":
-        return f"cpu thread {key[1]}"
+        return f"cpu thread {key[1]}" + (f" {key[2]}" if len(key) > 2 else "")
     return f"gpu {key[1]} stream {key[2]}"
 
 

@@ -44,7 +44,7 @@ from linker.read.files import read_trace_bytes
 from linker.schedule import Schedule
 from linker.schedule.fork import ForkedCall
 from linker.sim.graph import (COLL, COMM, COMM_TYPE_OF_NAME, CPU, GPU, META, NO_TIME, RECV, SEND, UNKNOWN_COMM_TYPE,
-                    CommInfo, GraphBuilder, SimGraph, cpu_lane, gpu_lane)
+                    CommInfo, GraphBuilder, SimGraph, cpu_lane, gpu_lane, transfer_lane)
 
 JSON, CHAKRA = "json", "chakra"
 
@@ -279,11 +279,11 @@ def _add_chakra_nodes(builder: GraphBuilder, payloads: Iterator[bytes], first_in
             lane = gpu_lane(_as_int(attrs.get("device"), 0), _as_int(attrs.get("stream"), -1))
         elif node_type in _COMM_NODES:
             kind = COMM
+            comm = _chakra_comm(node_type, attrs)
             if "stream" in attrs or "tid" not in attrs:
                 lane = gpu_lane(_as_int(attrs.get("device"), 0), _as_int(attrs.get("stream"), -1))
-            else:  # a CPU collective (gloo, MPI, UCC): on its worker thread
-                lane = cpu_lane(_as_int(attrs.get("tid"), 0))
-            comm = _chakra_comm(node_type, attrs)
+            else:  # a CPU backend's (gloo, MPI, UCC) collective, send or receive
+                lane = _host_comm_lane(_as_int(attrs.get("tid"), 0), comm)
         elif node_type == pb.METADATA_NODE:
             kind, lane = META, cpu_lane(_as_int(attrs.get("tid"), 0))
         else:  # memory, storage, ... nodes: timed on the CPU like ASTRA-sim's non-GPU work
@@ -415,6 +415,12 @@ def _tid_of(node: _JsonNode) -> int:
 _TID_CACHE: dict[bytes, int] = {}
 
 
+def _host_comm_lane(tid: int, comm: CommInfo) -> tuple:
+    """A CPU backend's communication node's lane: a collective on its worker thread's, a send or
+    receive on its thread's transfer lane (``graph.transfer_lane``)."""
+    return transfer_lane(tid) if comm.role in (SEND, RECV) else cpu_lane(tid)
+
+
 def _json_comm(node: _JsonNode) -> CommInfo | None:
     """CommInfo of a communication node: one the writer marked (``comm_type`` or ``comm_size``),
     as the ``.et`` writer makes it a communication node; a kernel named nccl/rccl that the writer
@@ -428,8 +434,8 @@ def _json_comm(node: _JsonNode) -> CommInfo | None:
         kind = kind_from_name(node.comm_type)
     elif isinstance(node.comm_type, int):
         info.comm_type, kind = node.comm_type, None
-    else:
-        kind = kind_from_kernel(node.name)
+    else:  # a kernel's name, or a CPU send's or receive's record ("gloo:send": peers on both sides)
+        kind = kind_from_kernel(node.name) or kind_from_name(node.name)
         if kind is not None and kind.comm_type is not None:
             info.comm_type = kind.comm_type
     if kind is not None and kind.role == "send" or (node.comm_dst is not None and node.comm_src is None):
@@ -464,7 +470,7 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
                              "the launcher and the stream order")
     for i, node in enumerate(nodes):
         is_gpu = node.cat in GPU_CATS
-        comm = _json_comm(node) if is_gpu or node.comm_type is not None else None
+        comm = _json_comm(node) if is_gpu or node.comm_type is not None or node.comm_size is not None else None
         tid = tids[i]
         if node.sim_dur is not None:
             duration = node.sim_dur
@@ -479,7 +485,7 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
             lane = gpu_lane(node.device if node.device is not None else 0,
                             node.stream if node.stream is not None else -1)
         elif comm is not None:  # a CPU collective (gloo, MPI, UCC): on its worker thread
-            kind, lane = COMM, cpu_lane(tid)
+            kind, lane = COMM, _host_comm_lane(tid, comm)
         else:
             kind = META if node.name == PROCESS_GROUP_INIT else CPU
             lane = cpu_lane(tid)

@@ -96,14 +96,19 @@ def gpu_attrs(node, tid: int, comm: CommAttrs | None) -> Iterator[AttrSpec]:
 
 
 def cpu_comm_attrs(tid: int, comm: CommAttrs) -> Iterator[AttrSpec]:
-    """A CPU collective's attributes (``plan.cpu_comm``): ``is_cpu_op`` false (ASTRA-sim refuses a
-    communication node on the CPU), its measured thread, its communication attributes, and its
-    issue number in the group (``comm_seq``), by which ranks pair collectives."""
+    """A CPU collective's, send's or receive's attributes (``plan.cpu_comm``): ``is_cpu_op`` false
+    (ASTRA-sim refuses a communication node on the CPU), its measured thread, its communication
+    attributes (a send's or receive's peers and tag), and a collective's issue number in the group
+    (``comm_seq``), by which ranks pair collectives."""
     yield "is_cpu_op", "bool_val", False
     yield "tid", "int64_val", tid
     if comm.comm_type is not None:
         yield "comm_type", "int64_val", comm.comm_type
     yield "comm_size", "int64_val", comm.comm_size
+    for name in ("comm_src", "comm_dst", "comm_tag"):
+        value = getattr(comm, name)
+        if value is not None:
+            yield name, "int64_val", value
     yield "pg_name", "string_val", comm.pg_name or WORLD_GROUP_ID
     if comm.seq is not None:
         yield "comm_seq", "int64_val", comm.seq
