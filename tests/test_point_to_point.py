@@ -188,3 +188,27 @@ def test_astra_copies_write_each_transfer_as_a_meeting_then_the_ranks_own_time(t
     copies = linker.simulate([out / "astra" / f"workload.{rank}.et" for rank in RANKS],
                              comm_groups=out / "astra" / "comm_groups.json").report
     assert [r.simulated_us for r in copies.ranks] == pytest.approx([r.simulated_us for r in job.ranks], abs=2.0)
+
+
+def test_a_send_in_a_job_with_other_groups_stays_a_cpu_op(tmp_path):
+    """gloo names no process group on a send's record, and the peer argument is a rank of the
+    group it was sent in: in a job that had a group besides the world (``group_count`` 2 in
+    ``## process_group:init ##``, here written into the fixture's ET) the peer's global rank is
+    unknown, so the send or receive stays a CPU op, on every rank alike (each rank's trace counts
+    every group), rather than name a peer that may be wrong."""
+    et = json.loads(gzip.decompress((PIPELINE / "host.0.json.gz").read_bytes()))
+    edited = 0
+    for node in et["nodes"]:
+        if node["name"] == "## process_group:init ##":
+            groups = json.loads(node["inputs"]["values"][0])
+            for group in groups:
+                group["group_count"] = 2
+            node["inputs"]["values"][0] = json.dumps(groups)
+            edited += 1
+    assert edited
+    host = tmp_path / "host.0.json"
+    host.write_text(json.dumps(et))
+    out = tmp_path / "out.json"
+    link_pair(host, PIPELINE / "device.0.json.gz", out)
+    nodes = [n for n in _nodes(out) if n["name"] in TRANSFERS and "continues" not in n]
+    assert len(nodes) == 8 and not any("comm_size" in n or "comm_src" in n for n in nodes)

@@ -247,6 +247,12 @@ class ProcessGroups:
 
     name_of_desc: dict[str, str] = field(default_factory=dict)
     ranks_of_name: dict[str, list[int]] = field(default_factory=dict)
+    count: int = 0  # the most groups the job had, as ``group_count`` (or the entries listed) says
+
+    def world_only(self) -> bool:
+        """True when the job had one process group, the world (a trace that names no group then
+        names it)."""
+        return self.count <= 1
 
     def numeric_name(self, candidate: Any) -> str | None:
         """``candidate`` as a numeric pg name (itself, or mapped from a description), or None."""
@@ -276,7 +282,8 @@ def _group_ranks(entry: dict) -> list[int] | None:
 
 def read_process_groups(et_plus: EtPlus) -> ProcessGroups:
     """Parse every ``## process_group:init ##`` node (first input: a JSON list of group dicts with
-    ``pg_name``, ``pg_desc``, ``ranks``). Cost: O(n) name checks + the init nodes' parse."""
+    ``pg_name``, ``pg_desc``, ``ranks``, ``group_count``: a rank lists the groups it is in, and
+    counts them all). Cost: O(n) name checks + the init nodes' parse."""
     et = et_plus.et
     groups = ProcessGroups()
     for i, name in enumerate(et.names):
@@ -290,8 +297,11 @@ def read_process_groups(et_plus: EtPlus) -> ProcessGroups:
         except orjson.JSONDecodeError:
             continue
         entries = list(config.values()) if isinstance(config, dict) else config
-        for entry in entries if isinstance(entries, list) else []:
-            if not isinstance(entry, dict) or entry.get("pg_name") is None:
+        entries = [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+        groups.count = max([groups.count, len(entries)] + [entry["group_count"] for entry in entries
+                                                           if is_int(entry.get("group_count"))])
+        for entry in entries:
+            if entry.get("pg_name") is None:
                 continue
             pg_name = str(entry["pg_name"])
             if entry.get("pg_desc") is not None and pg_name.isdigit():

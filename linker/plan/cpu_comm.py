@@ -37,8 +37,9 @@ A CPU backend's send or receive (``c10d::send`` / ``c10d::recv_``, pipeline stag
 record is made on the issuing thread when the call enqueues the transfer and ended by the thread
 that waits for it (``work.wait()``, no op of its own), when the transfer is done. Its
 peer and tag are the issuing call's two int arguments (``dst`` / ``src``, then ``tag``; a group
-rank, mapped to a global one through the group's ranks); a receive from any source names none and
-stays a CPU op. Such a node is a ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` busy for its whole record
+rank, mapped to a global one through the group's ranks: gloo names no group on the record, so
+that is the world group when the job had no other, and unknown otherwise); a send or receive whose
+peer is unknown (a receive from any source, or a rank of an unnamed group) stays a CPU op. Such a node is a ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` busy for its whole record
 (the peer's lateness and the transfer), apart from the group's collectives (gloo runs a pair of
 them outside its collective queue); where the issuing thread sat when the record ended, it
 waited: that idle time is blocked and what the thread ran next follows the transfer
@@ -83,9 +84,10 @@ def _dtype(io) -> str | None:
     return None
 
 
-def _group(et_plus, i: int, event, groups, parent_index) -> str:
-    """PyTorch's numeric pg name: the event's "Process Group Name", else a record_param_comms
-    ancestor's group argument, else the world group."""
+def _named_group(et_plus, i: int, event, groups, parent_index) -> str | None:
+    """PyTorch's numeric pg name as the trace names it: the event's "Process Group Name", else a
+    record_param_comms ancestor's group argument; None when it names none (a collective is then
+    in the world group)."""
     candidates = []
     if event is not None and getattr(event.args, "pg_name", None) is not None:
         candidates.append(event.args.pg_name)
@@ -104,7 +106,7 @@ def _group(et_plus, i: int, event, groups, parent_index) -> str:
         name = groups.numeric_name(candidate)
         if name is not None:
             return name
-    return PYTORCH_WORLD_GROUP
+    return None
 
 
 def _issuers(et, match, rf_of_event) -> list[tuple[int, int]]:
@@ -194,12 +196,15 @@ def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
             size = tensors_bytes(io)
         if not size:
             continue
-        group = _group(et_plus, i, events[match.event_of_op[i]], groups, parent_index)
+        group = _named_group(et_plus, i, events[match.event_of_op[i]], groups, parent_index)
         kind = kind_from_name(et.names[i])
         if kind.role == COLL:
             out[i] = CommAttrs(kinds.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size,
-                               pg_name=job_group_id(group), dtype=_dtype(io))
+                               pg_name=job_group_id(group or PYTORCH_WORLD_GROUP), dtype=_dtype(io))
             continue
+        if group is None and not groups.world_only():
+            continue  # its peer is a rank of a group the trace does not name
+        group = group or PYTORCH_WORLD_GROUP
         peer_and_tag = _peer_and_tag(et, parent_index[i], kind.role, groups.ranks_of_name.get(group))
         if peer_and_tag is not None:
             out[i] = _point_to_point_attrs(kind.role, peer_and_tag, et_plus.result.kineto.rank, size,
