@@ -204,6 +204,15 @@ def add_simulation_counts(report: LinkReport, et_plus) -> None:
     if summary.comm_unresolved:  # in the report's warnings, so stderr says what the report says
         report.warnings.append("communication kernels replayed as plain GPU compute (their collective is not "
                                "known: " + "; ".join(f"{n} {why}" for why, n in sorted(summary.comm_unresolved.items())) + ")")
+    unnamed = summary.cpu_comm_unnamed
+    if unnamed["collectives"]:
+        report.warnings.append(f"{unnamed['collectives']} CPU collectives name no process group (gloo records none) "
+                               f"and the job had {unnamed['groups']}: all taken as the world group's, so another "
+                               "group's are matched across ranks as if the world's")
+    if unnamed["point_to_point"]:
+        report.warnings.append(f"{unnamed['point_to_point']} CPU sends and receives name no process group and the job "
+                               f"had {unnamed['groups']}: their peer is unknown, kept as CPU ops (their wait stays "
+                               "busy time)")
     if summary.ctrl_deps_dropped:
         report.warnings.append(f"{summary.ctrl_deps_dropped} ops name a parent missing from the ET: written without it")
 

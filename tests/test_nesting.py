@@ -92,6 +92,7 @@ def test_an_event_that_outlasts_its_parent_encloses_nothing_after_the_parent_ret
 class _Et:
     def __init__(self, parents):
         self._parents = parents
+        self.names = ["aten::op"] * len(parents)
 
     def parent_index(self):
         return self._parents

@@ -196,19 +196,63 @@ def test_a_send_in_a_job_with_other_groups_stays_a_cpu_op(tmp_path):
     ``## process_group:init ##``, here written into the fixture's ET) the peer's global rank is
     unknown, so the send or receive stays a CPU op, on every rank alike (each rank's trace counts
     every group), rather than name a peer that may be wrong."""
-    et = json.loads(gzip.decompress((PIPELINE / "host.0.json.gz").read_bytes()))
+    host = _with_groups(PIPELINE / "host.0.json.gz", tmp_path, 2)
+    out, report = tmp_path / "out.json", tmp_path / "report.json"
+    link_pair(host, PIPELINE / "device.0.json.gz", out, report_path=report)
+    nodes = [n for n in _nodes(out) if n["name"] in TRANSFERS and "continues" not in n]
+    assert len(nodes) == 8 and not any("comm_size" in n or "comm_src" in n for n in nodes)
+    warnings = json.loads(report.read_text())["warnings"]
+    assert any(w.startswith("8 CPU sends and receives name no process group and the job had 2") for w in warnings)
+
+
+def test_collectives_of_a_job_with_other_groups_are_reported_as_taken_for_the_worlds(tmp_path):
+    """gloo names no group on a collective's record either: in a job with other groups each is
+    taken as the world group's (as before), and the report says how many, so that a user knows the
+    cross-rank matching of another group's collectives is not to be trusted (the 4-rank DDP
+    fixture, its ``group_count`` written as 3)."""
+    ddp = FIXTURES / "ddp_gloo"
+    events = json.loads(gzip.decompress((ddp / "device.0.json.gz").read_bytes()))["traceEvents"]
+    expected = sum(1 for e in events if e.get("name") == "gloo:all_reduce")
+    report = tmp_path / "report.json"
+    link_pair(_with_groups(ddp / "host.0.json.gz", tmp_path, 3), ddp / "device.0.json.gz", tmp_path / "out.json",
+              report_path=report)
+    warnings = json.loads(report.read_text())["warnings"]
+    assert expected == 10 and any(w.startswith(f"{expected} CPU collectives name no process group (gloo records none) "
+                                               "and the job had 3")
+                                  for w in warnings), warnings
+    plain = tmp_path / "plain.json"
+    link_pair(ddp / "host.0.json.gz", ddp / "device.0.json.gz", tmp_path / "out2.json", report_path=plain)
+    assert not any("process group" in w for w in json.loads(plain.read_text())["warnings"])
+
+
+def test_a_record_outliving_its_call_is_no_sign_of_a_wrong_link(tmp_path):
+    """Each send's and receive's record ends after its ``c10d`` call (in the wait); the report no
+    longer counts them as linked ops outside their parent ("a sign of wrong links"): before, 8 per
+    rank."""
+    report = tmp_path / "report.json"
+    link_pair(PIPELINE / "host.0.json.gz", PIPELINE / "device.0.json.gz", tmp_path / "out.json", report_path=report)
+    ops = _kineto_ops(0)
+    calls = {e["args"]["Record function id"]: e for e in ops if e["name"] in ("c10d::send", "c10d::recv_")}
+    outliving = [e for e in ops if e["name"] in TRANSFERS
+                 and e["ts"] + e["dur"] > max(c["ts"] + c["dur"] for c in calls.values() if c["ts"] <= e["ts"])]
+    assert len(outliving) == 8
+    data = json.loads(report.read_text())
+    assert data["nesting_violations"] == 0 and not any("wrong links" in w for w in data["warnings"])
+
+
+def _with_groups(path, tmp_path, count: int):
+    """A copy of the ET at ``path`` whose ``## process_group:init ##`` says the job had ``count``
+    process groups."""
+    et = json.loads(gzip.decompress(path.read_bytes()))
     edited = 0
     for node in et["nodes"]:
         if node["name"] == "## process_group:init ##":
             groups = json.loads(node["inputs"]["values"][0])
             for group in groups:
-                group["group_count"] = 2
+                group["group_count"] = count
             node["inputs"]["values"][0] = json.dumps(groups)
             edited += 1
     assert edited
-    host = tmp_path / "host.0.json"
+    host = tmp_path / f"groups_{count}_{path.name}".removesuffix(".gz")
     host.write_text(json.dumps(et))
-    out = tmp_path / "out.json"
-    link_pair(host, PIPELINE / "device.0.json.gz", out)
-    nodes = [n for n in _nodes(out) if n["name"] in TRANSFERS and "continues" not in n]
-    assert len(nodes) == 8 and not any("comm_size" in n or "comm_src" in n for n in nodes)
+    return host

@@ -168,6 +168,13 @@ def _place_by_measurement(result, placement: Placement, nesting_violations: int 
 CPU_BACKEND_PREFIXES = ("gloo:", "mpi:", "ucc:")  # record functions of a CPU backend's worker
 
 
+def outlives_its_call(name: str) -> bool:
+    """True for a CPU backend's send or receive record (``gloo:send``, ``gloo:recv``): made in the
+    call that enqueues the transfer and ended by the wait that saw it done, it may end long after
+    that call, its parent, without a wrong link."""
+    return name.startswith(CPU_BACKEND_PREFIXES) and name.partition(":")[2].lower().startswith(("send", "recv"))
+
+
 def _before_communication(result, placement: Placement) -> None:
     """Place the ops a CPU backend's worker ran inside a collective's record before it
     communicated under the collective's parent, the collective after them (the module docstring).

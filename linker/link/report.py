@@ -10,6 +10,7 @@ from linker.read.et import ExecutionTrace
 from linker.link.gpu import (BEFORE_TRACE, OUTSIDE_WINDOW, REASON_WORDS, UNDER_ANNOTATION, UNDER_GRAPH_OP, UNDER_OP,
                              UNDER_PROCESS_ROOT, UNDER_PYTHON_FUNCTION, GpuAttribution)
 from linker.link.intervals import NESTING_SLACK_US
+from linker.link.measured import outlives_its_call
 from linker.read.kineto import KinetoTrace
 from linker.link.threads import OpMatch
 from linker.link.windows import Window
@@ -142,7 +143,7 @@ def _window_words(label: str) -> str:
 def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int],
                        nesting: tuple[list, list] | None = None) -> int:
     """Linked ops whose Kineto interval is not inside their linked ET parent's (``lies_within``,
-    written out). ``nesting``: the CPU events' (nesting parents, ``ts + dur``) columns (the ends
+    written out), a CPU backend's send or receive record aside (``measured.outlives_its_call``). ``nesting``: the CPU events' (nesting parents, ``ts + dur``) columns (the ends
     a list or an ``array('d')``) when at
     hand: the usual pair, an op whose parent's event is its event's nesting parent, then needs
     only the end check (that parent starts no later: ``cpu_events`` are in start order per
@@ -151,25 +152,24 @@ def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: lis
     slack = NESTING_SLACK_US
     outer_of = [*event_of_op, -1]  # an op without a parent (-1) reads the -1 at the end
     pairs = zip(event_of_op, [outer_of[p] for p in et.parent_index()])
+    outside: list[int] = []  # ops outside their parent's interval
     if nesting is None:
         events = kineto.cpu_events
-        violations = 0
-        for inner, outer in pairs:
+        for i, (inner, outer) in enumerate(pairs):
             if (inner | outer) >= 0:  # both linked
                 a, b = events[inner], events[outer]
                 if not (b.ts - slack <= a.ts and a.ts + a.dur <= b.ts + b.dur + slack):
-                    violations += 1
-        return violations
-    parent, end = nesting
-    end = end.tolist() if isinstance(end, array) else end  # read twice per op: floats made once
-    columns = kineto.cpu_columns()
-    violations = 0
-    for inner, outer in pairs:
-        # (inner | outer) >= 0: both linked; a violation at the end, or a pair to check in full.
-        if (inner | outer) >= 0 and (parent[inner] != outer or end[inner] > end[outer] + slack):
-            if parent[inner] == outer or not _lies_within(columns, inner, outer, slack):
-                violations += 1
-    return violations
+                    outside.append(i)
+    else:
+        parent, end = nesting
+        end = end.tolist() if isinstance(end, array) else end  # read twice per op: floats made once
+        columns = kineto.cpu_columns()
+        for i, (inner, outer) in enumerate(pairs):
+            # (inner | outer) >= 0: both linked; a violation at the end, or a pair to check in full.
+            if (inner | outer) >= 0 and (parent[inner] != outer or end[inner] > end[outer] + slack):
+                if parent[inner] == outer or not _lies_within(columns, inner, outer, slack):
+                    outside.append(i)
+    return sum(1 for i in outside if not outlives_its_call(et.names[i]))
 
 
 def _lies_within(columns, inner: int, outer: int, slack: float) -> bool:

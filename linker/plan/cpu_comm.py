@@ -51,6 +51,7 @@ Cost: O(n) name checks plus one parse of the few collectives' inputs.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
+from collections import Counter
 
 import numpy as np
 from msgspec import UNSET
@@ -173,10 +174,13 @@ def lost_issuers(et_plus, comm: dict[int, CommAttrs]) -> list[int]:
     return [issuers[k][1] for k in lost]
 
 
-def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
+def cpu_collectives(et_plus, unnamed: Counter | None = None) -> dict[int, CommAttrs]:
     """ET index -> communication attributes of every joined CPU collective, send and receive (see
-    the module docstring). O(n) name checks; the inputs of those ops (and their parents) parsed
-    once."""
+    the module docstring). ``unnamed``, when given, counts those whose trace names no process
+    group in a job that had others: "collectives" (taken as the world group's: a collective of
+    another group is then matched with the wrong ranks), "point_to_point" (kept as CPU ops), and
+    "groups", how many the job had. O(n) name checks; the inputs of those ops (and their parents)
+    parsed once."""
     et, match = et_plus.et, et_plus.result.match
     comm_names = set(filter(is_cpu_comm_name, set(et.names)))  # a few hundred distinct names
     if not comm_names:
@@ -198,6 +202,9 @@ def cpu_collectives(et_plus) -> dict[int, CommAttrs]:
             continue
         group = _named_group(et_plus, i, events[match.event_of_op[i]], groups, parent_index)
         kind = kind_from_name(et.names[i])
+        if group is None and not groups.world_only() and unnamed is not None:
+            unnamed["collectives" if kind.role == COLL else "point_to_point"] += 1
+            unnamed["groups"] = groups.count
         if kind.role == COLL:
             out[i] = CommAttrs(kinds.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size,
                                pg_name=job_group_id(group or PYTORCH_WORLD_GROUP), dtype=_dtype(io))

@@ -96,6 +96,10 @@ class WriteSummary:
     copy_wait_edges: int = 0  # synchronous copy -> the op after the copy call
     waits_skipped: Counter = field(default_factory=Counter)  # reason -> count
     comm_unresolved: Counter = field(default_factory=Counter)  # reason -> comm kernels as COMP_NODE
+    # CPU collectives, sends and receives whose trace names no process group, in a job with others
+    # (``cpu_comm``): "collectives" taken as the world group's, "point_to_point" kept as CPU ops;
+    # "groups": how many the job had
+    cpu_comm_unnamed: Counter = field(default_factory=Counter)
     ctrl_deps_dropped: int = 0  # parents missing from the ET (roots' self-parents not counted)
     dependency_causes: Counter = field(default_factory=Counter)  # data dependencies by cause
     et_fields_from_child: int = 0  # ops whose ET-only fields a child encoded (``schedule.fields_child``)

@@ -572,7 +572,7 @@ def plan_dependencies(et_plus: EtPlus, summary: WriteSummary, resolver: CommReso
         last_on_stream[key] = n + k
     exclusive = et_plus.op_exclusive if et_plus.op_exclusive is not None else _exclusive_of_ops(et_plus)
     starts = et_plus.op_times[0] if et_plus.op_times is not None else None
-    cpu_comm = cpu_collectives(et_plus)  # gloo / MPI / UCC collectives, sends, receives: communication nodes
+    cpu_comm = cpu_collectives(et_plus, summary.cpu_comm_unnamed)  # gloo / MPI / UCC: communication nodes
     _leave_chains(prev, [i for i, attrs in cpu_comm.items() if is_point_to_point(attrs)])
     busy, cpu_comm_order, finished_by = _busy_with_cpu_collectives(et_plus, exclusive, tree, cpu_comm)
     pieces = busy.pieces
@@ -676,7 +676,7 @@ def dependency_plan(et_plus: EtPlus, summary: WriteSummary | None = None,
 
 
 def _copy_plan_counts(source: WriteSummary, target: WriteSummary) -> None:
-    for name in ("wait_calls", "waits_skipped", "comm_unresolved", "dependency_causes"):
+    for name in ("wait_calls", "waits_skipped", "comm_unresolved", "cpu_comm_unnamed", "dependency_causes"):
         getattr(target, name).update(getattr(source, name))
     for name in ("wait_edges", "wait_edges_redirected", "copy_wait_edges", "ctrl_deps_dropped"):
         setattr(target, name, getattr(source, name))
