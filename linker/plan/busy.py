@@ -787,9 +787,10 @@ def _point_to_point_waits(point_to_point: list[int], tid: list[int], main: MainT
     where it waited: idle inside op W since its last activity (at the earliest the record's
     start), or in a host gap; that stretch is a wait, and a ``join`` edge from the transfer goes
     to W's part after the end (``resumed_at``), or, when W ends right after it or the thread sat
-    in a gap, to the op it went on to. A record on another thread, or one that ended while the
-    thread ran an op's child, waited for by none of its ops, gets a ``join`` to the first op
-    starting after it only. O(s (log m + depth)) for s records, m main-thread ops."""
+    in a gap, to the op it went on to. A record that ended while the thread ran an op's child
+    (none of its ops waited for it) gets a ``join`` to the first op starting after it only; a
+    record of another thread than the main one, neither (its waits are not looked for).
+    O(s (log m + depth)) for s records, m main-thread ops."""
     for i in point_to_point:
         if not starts[i] == starts[i] or tid[i] != busy.main_tid:
             continue
