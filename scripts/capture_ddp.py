@@ -56,7 +56,6 @@ def _rank_main(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
-    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -90,6 +89,23 @@ def _rank_main(args: argparse.Namespace) -> None:
         inputs = torch.randn(args.batch, args.width, generator=generator)
         targets = torch.randn(args.batch, args.width, generator=generator)
         loss_of = torch.nn.functional.mse_loss
+
+    def step() -> None:
+        optimizer.zero_grad()
+        loss = loss_of(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+
+    _profiled(args, rank, step)
+    dist.destroy_process_group()
+
+
+def _profiled(args: argparse.Namespace, rank: int, step) -> None:
+    """Run ``step`` ``--warmup`` + ``--active`` times under Chakra's recipe (an
+    ``ExecutionTraceObserver`` handed to ``torch.profiler.profile``, ``schedule(wait=0, warmup,
+    active)``), writing ``host.<rank>.json`` and ``device.<rank>.json`` into ``--out``."""
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
+
     out = Path(args.out)
     observer = ExecutionTraceObserver()
     observer.register_callback(str(out / f"host.{rank}.json"))
@@ -100,13 +116,9 @@ def _rank_main(args: argparse.Namespace) -> None:
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=args.warmup, active=args.active),
                  on_trace_ready=trace_ready, execution_trace_observer=observer) as prof:
         for _ in range(args.warmup + args.active):
-            optimizer.zero_grad()
-            loss = loss_of(model(inputs), targets)
-            loss.backward()
-            optimizer.step()
+            step()
             prof.step()
     observer.unregister_callback()
-    dist.destroy_process_group()
 
 
 def _pipeline(args: argparse.Namespace, rank: int, ranks: int, generator) -> None:
@@ -116,7 +128,6 @@ def _pipeline(args: argparse.Namespace, rank: int, ranks: int, generator) -> Non
     each stage stepping its own SGD; profiled with the same recipe."""
     import torch
     import torch.distributed as dist
-    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
 
     layers = []
     for _ in range(max(1, args.layers // ranks)):
@@ -124,36 +135,28 @@ def _pipeline(args: argparse.Namespace, rank: int, ranks: int, generator) -> Non
     stage = torch.nn.Sequential(*layers)
     optimizer = torch.optim.SGD(stage.parameters(), lr=0.01)
     inputs = torch.randn(args.batch, args.width, generator=generator)
-    out = Path(args.out)
-    observer = ExecutionTraceObserver()
-    observer.register_callback(str(out / f"host.{rank}.json"))
 
-    def trace_ready(prof) -> None:
-        prof.export_chrome_trace(str(out / f"device.{rank}.json"))
+    def step() -> None:
+        optimizer.zero_grad()
+        if rank == 0:
+            x = inputs
+        else:
+            x = torch.empty(args.batch, args.width)
+            dist.recv(x, rank - 1)
+            x.requires_grad_(True)
+        y = stage(x)
+        if rank == ranks - 1:
+            y.pow(2).mean().backward()
+        else:
+            dist.send(y.detach(), rank + 1)
+            grad = torch.empty_like(y)
+            dist.recv(grad, rank + 1)
+            y.backward(grad)
+        if rank > 0:
+            dist.send(x.grad, rank - 1)
+        optimizer.step()
 
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=args.warmup, active=args.active),
-                 on_trace_ready=trace_ready, execution_trace_observer=observer) as prof:
-        for _ in range(args.warmup + args.active):
-            optimizer.zero_grad()
-            if rank == 0:
-                x = inputs
-            else:
-                x = torch.empty(args.batch, args.width)
-                dist.recv(x, rank - 1)
-                x.requires_grad_(True)
-            y = stage(x)
-            if rank == ranks - 1:
-                y.pow(2).mean().backward()
-            else:
-                dist.send(y.detach(), rank + 1)
-                grad = torch.empty_like(y)
-                dist.recv(grad, rank + 1)
-                y.backward(grad)
-            if rank > 0:
-                dist.send(x.grad, rank - 1)
-            optimizer.step()
-            prof.step()
-    observer.unregister_callback()
+    _profiled(args, rank, step)
 
 
 def _optimizer(model, zero: bool):
