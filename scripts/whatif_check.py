@@ -6,7 +6,7 @@ Usage (as root, for ``tc``; ``--python``: a Python with torch, used only for the
 
     PYTHONPATH=. python scripts/whatif_check.py --out DIR --python PY [--ranks 2 4]
         [--rates unlimited 2gbit 1gbit 500mbit] [--reuse] [--medium bus|links] [--json]
-        [--layers 4 --width 256 --batch 32 --bucket-mb 0.6] [--model mlp|conv|fsdp] [--zero]
+        [--layers 4 --width 256 --batch 32 --bucket-mb 0.6] [--model mlp|conv|fsdp|pipeline] [--zero]
 
 For each rank count and rate it captures ``scripts/capture_ddp.py``'s job into
 ``DIR/r<RANKS>_<RATE>`` with the loopback limited by ``tc qdisc add dev lo root tbf rate RATE
@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--bucket-mb", type=float, default=0.6)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model", choices=("mlp", "conv", "fsdp"), default="mlp",
-                        help="capture_ddp.py's model: DDP of an MLP or a conv net, or FSDP2 of the MLP")
+    parser.add_argument("--model", choices=("mlp", "conv", "fsdp", "pipeline"), default="mlp",
+                        help="capture_ddp.py's model: DDP of an MLP or a conv net, FSDP2 of the MLP, or a pipeline of its layers (send / recv)")
     parser.add_argument("--zero", action="store_true", help="capture_ddp.py's --zero (ZeroRedundancyOptimizer)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

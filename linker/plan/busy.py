@@ -127,6 +127,8 @@ class BusyTimes:
     # time): ``_resume_pieces``
     resumes: dict[int, tuple[int, int, float, float]] = field(default_factory=dict)
     resume_joins: set[tuple[int, int]] = field(default_factory=set)  # (collective, consumer)
+    # a CPU send whose transfer began in its call, before its record -> where (the call's start)
+    begun_at: dict[int, float] = field(default_factory=dict)
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, BusyTimes):
@@ -371,6 +373,9 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     if timelines:
         _thread_waits(et_plus, busy, timelines, (starts, ends, linked), collectives, lost, waits, burst_firsts,
                       handed_with_previous or frozenset())
+    for call, where, length in _sends_begun_in_their_call(et, collectives, timelines.get(busy.main_tid), starts, busy):
+        busy.blocked[call] += length
+        blocked_at.append((call, where, length))
     for waiter, position, lo, hi in waits.values():
         if waiter >= 0:
             busy.blocked[waiter] += hi - lo
@@ -778,6 +783,32 @@ def _point_to_point(collectives: dict | None) -> list[int]:
     from linker.plan.cpu_comm import is_point_to_point  # a sibling idea of the plan wing
 
     return [i for i, attrs in (collectives or {}).items() if is_point_to_point(attrs)]
+
+
+def _sends_begun_in_their_call(et, collectives: dict | None, main: Timeline | None, starts: list[float],
+                               busy: BusyTimes) -> list[tuple[int, float, float]]:
+    """(call, where, µs) for each CPU send on the main thread whose transfer began in the call
+    that issued it: gloo's ``c10d::send`` writes the bytes to the transport before it makes the
+    record (a send of 1 MB: 5.8 ms of its call, the record made at its end, after the receive had
+    ended). The call's time before the record, when nothing else of its thread began in it, is the
+    transfer's: blocked time of the call, and the send busy from the call's start
+    (``begun_at``, ``cpu_comm.hold_for_measured_duration``). O(s log m) for s sends."""
+    from linker.plan.cpu_comm import is_send  # a sibling idea of the plan wing
+
+    found = []
+    if main is None:
+        return found
+    parent_index = et.parent_index()
+    for i, attrs in (collectives or {}).items():
+        call = parent_index[i]
+        if not is_send(attrs) or et.tid[i] != busy.main_tid or call < 0 or not starts[call] < starts[i]:
+            continue
+        first = bisect_right(main.starts, starts[call])
+        if first < len(main.starts) and main.starts[first] < starts[i]:
+            continue  # the call ran an op of its own first
+        found.append((call, starts[call], starts[i] - starts[call]))
+        busy.begun_at[i] = starts[call]
+    return found
 
 
 def _point_to_point_waits(point_to_point: list[int], tid: list[int], main: MainThread, starts: list[float],

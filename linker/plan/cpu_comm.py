@@ -77,6 +77,10 @@ def is_point_to_point(attrs: CommAttrs) -> bool:
     return attrs.node_type in (kinds.COMM_SEND_NODE, kinds.COMM_RECV_NODE)
 
 
+def is_send(attrs: CommAttrs) -> bool:
+    return attrs.node_type == kinds.COMM_SEND_NODE
+
+
 def _dtype(io) -> str | None:
     for type_name in io.types:
         found = _TENSOR_DTYPE.findall(type_name) if isinstance(type_name, str) else []
@@ -351,12 +355,14 @@ def hold_for_measured_duration(busy, et, comm: dict[int, CommAttrs],
     measured timeline contradicts.
 
     A send or receive is busy for its whole record (from the call that enqueued it to the wait
-    that saw it done), outside the group's order. O(c log c) for c collectives."""
+    that saw it done), a send whose transfer began in its call from the call's start
+    (``busy.begun_at``), outside the group's order. O(c log c) for c collectives."""
     edges = []
     consumed_at = busy.consumed_at
     stretches = stretches or {}
     for i in [i for i, attrs in comm.items() if is_point_to_point(attrs)]:
-        busy.sim[i] = float(et.nodes[i].dur)
+        start = float(et.nodes[i].ts)
+        busy.sim[i] = start + float(et.nodes[i].dur) - busy.begun_at.get(i, start)
         busy.blocked[i] = busy.host_gap[i] = 0.0
     for members in issue_order(et, comm).values():
         ended: list[tuple[float, int]] = []  # (end, ET index) of the earlier members, sorted

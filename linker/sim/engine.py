@@ -277,7 +277,9 @@ def _cpu_waits(graphs: list[SimGraph], offsets: list[int], groups: CommGroups) -
     the ranks share here), each member's measured wait for its peers: the last member's measured
     arrival minus its own. The rest of its busy time is its own part of the transfer: ranks of a
     CPU backend do not finish a collective together (each ends when its last data arrived and its
-    worker ran), and a rank's step ends with its own. O(members)."""
+    worker ran), and a rank's step ends with its own. A send busy for longer than its record (its
+    transfer began in the call that issued it: ``plan.busy._sends_begun_in_their_call``) arrived
+    where that busy time began, its record's end less it. O(members)."""
     for g, members in enumerate(groups.members):
         starts = []
         for u in members:
@@ -285,7 +287,9 @@ def _cpu_waits(graphs: list[SimGraph], offsets: list[int], groups: CommGroups) -
             graph, local = graphs[r], u - offsets[r]
             if graph.lane_keys[graph.lane[local]][0] != "cpu" or graph.start[local] != graph.start[local]:
                 break
-            starts.append(graph.start[local])
+            info = graph.comm.get(local)
+            early = graph.duration[local] - graph.measured_dur[local] if info is not None and info.role == SEND else 0.0
+            starts.append(graph.start[local] - max(0.0, early))
         else:
             last = max(starts)
             groups.waited[g] = [last - start for start in starts]

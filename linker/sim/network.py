@@ -28,6 +28,15 @@ the second as measured:
    collective and, where that would go below 0, to the next ones (never below 0). Only the
    ``duration`` column of the replay moves; matching, pickups and waits are the replay's own.
 
+A send's or receive's transfer (a pipeline's stages: docs/durations.md, "Sends and receives on
+the CPU") is one step of its bytes, which cross the medium once (bus or links); its measured part
+is what the replay holds it for after the other side arrived, as a collective's. On a CPU backend
+the receive holds the transfer: a gloo send returns once its bytes are in the socket's buffers
+(on a 2-rank pipeline slowed to 200 Mbit/s: sends of 1 MB took 0.1 ms, their receives 31.5 ms
+after the send began, (1 MB - tbf's 256 KB burst) / 25 MB/s), so the send keeps its measured time
+and only the receive is fitted and moved; a GPU transfer's kernels (both sides) move alike. A
+transfer the replay does not pair (one rank's file) keeps its time.
+
 Collective types without a volume rule (barrier, unknown) keep their measured time. Cost:
 O(collectives) for the fit and the re-timing (one pass over each rank's collectives, sorted by
 issue order: O(c log c)).
@@ -40,12 +49,15 @@ import re
 from dataclasses import dataclass, field
 
 from linker.model.errors import OptionError
-from linker.sim.graph import COLL
+from linker.sim.graph import COLL, SEND
 
 # Chakra CollectiveCommType numbers (et_def.proto; graph.COMM_TYPE_NAMES).
 ALL_REDUCE, REDUCE, ALL_GATHER, GATHER, SCATTER, BROADCAST, ALL_TO_ALL, REDUCE_SCATTER = range(8)
+# A send's and a receive's transfer, in the places a collective type goes (no Chakra number).
+SEND_TRANSFER, RECV_TRANSFER = -2, -3
 MODELLED_TYPES = {ALL_REDUCE: "ALL_REDUCE", ALL_GATHER: "ALL_GATHER", BROADCAST: "BROADCAST",
-                  ALL_TO_ALL: "ALL_TO_ALL", REDUCE_SCATTER: "REDUCE_SCATTER"}
+                  ALL_TO_ALL: "ALL_TO_ALL", REDUCE_SCATTER: "REDUCE_SCATTER", SEND_TRANSFER: "SEND",
+                  RECV_TRANSFER: "RECV"}
 BUS, LINKS = "bus", "links"
 MEDIA = (BUS, LINKS)
 # Which medium a backend's collectives are taken to share unless ``medium=`` says otherwise: CPU
@@ -151,7 +163,11 @@ class NetworkSpec:
 
 def volume(comm_type: int, size: int, npus: int) -> tuple[int, float] | None:
     """(steps, bytes one rank sends) of a ring collective of ``size`` bytes among ``npus`` ranks;
-    None for a type without a volume rule."""
+    for a send's or receive's transfer (``SEND_TRANSFER``, ``RECV_TRANSFER``, ``npus`` 1: one
+    transfer's bytes cross the medium once, bus or links) one step of ``size``; None for a type
+    without a volume rule."""
+    if comm_type in (SEND_TRANSFER, RECV_TRANSFER):
+        return 1, float(size)
     n = max(npus, 1)
     if n < 2:
         return 0, 0.0
@@ -350,15 +366,20 @@ def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) 
         member_index.update((u, k) for k, u in enumerate(members))
     for r, (graph, base) in enumerate(zip(graphs, offsets)):
         current: dict[tuple[str, str], Episode] = {}  # (backend, pg) -> the open episode
-        order = sorted((u for u, info in graph.comm.items() if info.role == COLL),
-                       key=lambda u: _issue_order(graph, u))
+        order = sorted(graph.comm, key=lambda u: _issue_order(graph, u))
         for u in order:
             info = graph.comm[u]
             v = base + u
             g = groups.group_of[v]
-            npus = len(groups.members[g]) if g >= 0 else pg_size.get(info.pg_name, 1)
-            shape = volume(info.comm_type, info.size, npus)
-            if shape is None or npus < 2:
+            if info.role == SEND and _is_cpu(graph, u):
+                continue  # handing the bytes to the transport: its receive holds the transfer
+            if info.role != COLL:  # a send's or receive's transfer: matched with its other side, or kept
+                comm_type, npus = (SEND_TRANSFER if info.role == SEND else RECV_TRANSFER), 1 if g >= 0 else 0
+            else:
+                comm_type = info.comm_type
+                npus = len(groups.members[g]) if g >= 0 else pg_size.get(info.pg_name, 1)
+            shape = volume(comm_type, info.size, npus)
+            if shape is None or npus < 2 and info.role == COLL or npus < 1:
                 kept += 1
                 continue
             backend = "cpu" if _is_cpu(graph, u) else "gpu"
@@ -380,7 +401,7 @@ def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) 
             episode.parts.append(part)
             episode.steps += shape[0]
             episode.per_rank_bytes += shape[1]
-            episode.types.append(info.comm_type)
+            episode.types.append(comm_type)
             episode.sizes.append(info.size)
     return episodes, kept
 
