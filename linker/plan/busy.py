@@ -340,9 +340,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     ``near_start_order``: the ET nodes in an order close to start order (the tree pre-order),
     which makes sorting each thread's ops by start cheap; any order gives the same result.
     ``collectives``: the CPU collectives, sends and receives (``cpu_comm.cpu_collectives``): the
-    main thread's wait for a collective is found from its consumer (``cpu_comm.consumers``), not
-    from the worker's end, and for a send or receive where its record ended
-    (``_point_to_point_waits``), the record kept off its thread's timeline;
+    main thread's wait for each (``_collective_waits``, ``_point_to_point_waits``);
     ``lost``: the calls that issued collectives the ET lacks (``cpu_comm.lost_issuers``): the wait
     for each runs where it occurred, before its consumer (``_lost_collective_waits``);
     ``communication_starts``: collective -> where its communication began, when ops its worker ran
@@ -360,12 +358,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     busy = BusyTimes(np.zeros(n), np.zeros(n), np.zeros(n))
     call_waits = _blocking_call_waits(et_plus, busy)
     blocked_at = list(call_waits)  # (op, where, µs) of every blocked stretch
-    on_timeline = linked
-    point_to_point = _point_to_point(collectives)
-    if point_to_point:  # a send's or receive's record spans what its thread did meanwhile
-        on_timeline = list(linked)
-        for i in point_to_point:
-            on_timeline[i] = False
+    on_timeline = _off_timeline(linked, _point_to_point(collectives))
     timelines = _timelines(et, starts, ends, on_timeline, et.root_positions(), near_start_order)
     waits: dict[tuple, list] = {}  # main-thread idle segment -> [waiter, position, lo, hi]
     gap_waits: dict[int, float] = {}  # main-thread position p -> join wait inside the gap after p
@@ -373,9 +366,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     if timelines:
         _thread_waits(et_plus, busy, timelines, (starts, ends, linked), collectives, lost, waits, burst_firsts,
                       handed_with_previous or frozenset())
-    for call, where, length in _sends_begun_in_their_call(et, collectives, timelines.get(busy.main_tid), starts, busy):
-        busy.blocked[call] += length
-        blocked_at.append((call, where, length))
+    blocked_at += _sends_begun_in_their_call(et, collectives, timelines.get(busy.main_tid), starts, busy)
     for waiter, position, lo, hi in waits.values():
         if waiter >= 0:
             busy.blocked[waiter] += hi - lo
@@ -787,12 +778,12 @@ def _point_to_point(collectives: dict | None) -> list[int]:
 
 def _sends_begun_in_their_call(et, collectives: dict | None, main: Timeline | None, starts: list[float],
                                busy: BusyTimes) -> list[tuple[int, float, float]]:
-    """(call, where, µs) for each CPU send on the main thread whose transfer began in the call
-    that issued it: gloo's ``c10d::send`` writes the bytes to the transport before it makes the
-    record (a send of 1 MB: 5.8 ms of its call, the record made at its end, after the receive had
-    ended). The call's time before the record, when nothing else of its thread began in it, is the
-    transfer's: blocked time of the call, and the send busy from the call's start
-    (``begun_at``, ``cpu_comm.hold_for_measured_duration``). O(s log m) for s sends."""
+    """(call, where, µs), added to the call's blocked time, for each CPU send on the main thread
+    whose transfer began in the call that issued it: gloo's ``c10d::send`` writes the bytes to the
+    transport before it makes the record (a send of 1 MB: 5.8 ms of its call, the record made at its
+    end, after the receive had ended). The call's time before the record, when nothing else of its
+    thread began in it, is the transfer's: blocked time of the call, and the send busy from the
+    call's start (``begun_at``, ``cpu_comm.hold_for_measured_duration``). O(s log m) for s sends."""
     from linker.plan.cpu_comm import is_send  # a sibling idea of the plan wing
 
     found = []
@@ -807,8 +798,20 @@ def _sends_begun_in_their_call(et, collectives: dict | None, main: Timeline | No
         if first < len(main.starts) and main.starts[first] < starts[i]:
             continue  # the call ran an op of its own first
         found.append((call, starts[call], starts[i] - starts[call]))
+        busy.blocked[call] += starts[i] - starts[call]
         busy.begun_at[i] = starts[call]
     return found
+
+
+def _off_timeline(linked: list[bool], point_to_point: list[int]) -> list[bool]:
+    """Which ops go on their thread's timeline: the linked ones but the sends' and receives'
+    records, which span what their thread did meanwhile (``linked`` itself when there are none)."""
+    if not point_to_point:
+        return linked
+    on_timeline = list(linked)
+    for i in point_to_point:
+        on_timeline[i] = False
+    return on_timeline
 
 
 def _point_to_point_waits(point_to_point: list[int], tid: list[int], main: MainThread, starts: list[float],
