@@ -4,7 +4,7 @@
 Usage (with a venv holding the CPU torch wheel; torch is never a dependency of et-link):
 
     python scripts/capture_ddp.py --out DIR [--ranks 4] [--layers 4] [--width 256] [--bucket-mb 0.6]
-                                  [--model mlp|conv|fsdp|pipeline] [--intra-op-threads 1] [--warmup 5] [--active 5]
+                                  [--model mlp|conv|fsdp|pipeline|collectives] [--intra-op-threads 1] [--warmup 5] [--active 5]
                                   [--checkpoint] [--zero]
 
 Runs ``torchrun --nproc_per_node=RANKS`` on this file; every rank trains a small MLP wrapped in
@@ -28,6 +28,9 @@ step, inside ``Optimizer.step#ZeroRedundancyOptimizer.step``).
 ``--model pipeline`` splits the MLP's layers into one stage per rank, no DDP: each step the
 activations go down the stages and the gradients back up with blocking ``dist.send`` /
 ``dist.recv`` (gloo records ``gloo:send`` / ``gloo:recv`` from the call to the end of its wait).
+``--model collectives`` trains nothing: each step calls ``all_gather_object``, ``reduce``, ``gather``,
+``scatter`` and an ``async_op`` ``all_reduce`` (waited for after a matmul) on ``--batch`` x
+``--width`` tensors.
 ``--intra-op-threads`` above 1 lets the ops run OpenMP threads beside the gloo workers.
 ``--checkpoint`` recomputes the MLP's layers but the last in backward (``torch.utils.checkpoint``,
 non-reentrant): the ET then lacks some of the recomputed ops that Kineto holds (``aten::relu``, or
@@ -73,8 +76,8 @@ def _rank_main(args: argparse.Namespace) -> None:
         inputs = torch.randn(args.batch, 3, 24, 24, generator=generator)
         targets = torch.randint(0, 10, (args.batch,), generator=generator)
         loss_of = torch.nn.functional.cross_entropy
-    elif args.model == "pipeline":
-        _pipeline(args, rank, dist.get_world_size(), generator)
+    elif args.model in ("pipeline", "collectives"):
+        (_pipeline if args.model == "pipeline" else _collectives)(args, rank, dist.get_world_size(), generator)
         dist.destroy_process_group()
         return
     else:
@@ -155,6 +158,35 @@ def _pipeline(args: argparse.Namespace, rank: int, ranks: int, generator) -> Non
         if rank > 0:
             dist.send(x.grad, rank - 1)
         optimizer.step()
+
+    _profiled(args, rank, step)
+
+
+def _collectives(args: argparse.Namespace, rank: int, ranks: int, generator) -> None:
+    """``--model collectives``: no model, a step of the collectives a training script calls
+    besides DDP's, each on a ``--batch`` x ``--width`` float32 tensor after a matmul: an
+    ``all_gather_object`` (gloo: an ``all_gather`` of the sizes, then one of the pickled bytes), a
+    ``reduce`` and a ``gather`` to rank 0, a ``scatter`` from it, and an ``all_reduce`` issued with
+    ``async_op`` and waited for after another matmul; profiled with the same recipe."""
+    import torch
+    import torch.distributed as dist
+
+    a = torch.randn(args.batch, args.width, generator=generator)
+    w = torch.randn(args.width, args.width, generator=generator)
+
+    def step() -> None:
+        b = a.mm(w)
+        gathered = [None] * ranks
+        dist.all_gather_object(gathered, {"rank": rank, "loss": float(b.sum())})
+        dist.reduce(b, dst=0)
+        dist.gather(b, [torch.empty_like(b) for _ in range(ranks)] if rank == 0 else None, dst=0)
+        part = torch.empty_like(b)
+        dist.scatter(part, [b.clone() for _ in range(ranks)] if rank == 0 else None, src=0)
+        c = part.mm(w)
+        work = dist.all_reduce(c, async_op=True)
+        d = a.mm(w)
+        work.wait()
+        (c + d).sum()
 
     _profiled(args, rank, step)
 
@@ -246,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--bucket-mb", type=float, default=None,
                         help="DDP bucket_cap_mb (default: 0.6 for mlp, 0.25 for conv)")
-    parser.add_argument("--model", choices=("mlp", "conv", "fsdp", "pipeline"), default="mlp")
+    parser.add_argument("--model", choices=("mlp", "conv", "fsdp", "pipeline", "collectives"), default="mlp")
     parser.add_argument("--intra-op-threads", type=int, default=1, help="torch.set_num_threads and OMP_NUM_THREADS")
     parser.add_argument("--warmup", type=int, default=5, help="profiler warm-up steps")
     parser.add_argument("--active", type=int, default=5, help="profiled steps")

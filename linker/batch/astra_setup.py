@@ -363,6 +363,7 @@ def copy_for_astra(source: Path, target: Path, edits: dict[int, NodeEdit],
                 size = find_attr(meeting, "comm_size")
                 if size is not None and size.WhichOneof("value"):
                     setattr(size, size.WhichOneof("value"), 1)
+                _meet_as_astra_sim_can(meeting)
                 for attr in list(meeting.attr):
                     if attr.name in ("data_dep_causes", "inclusive_dur_micros", "exclusive_dur_micros",
                                      "blocked_micros"):
@@ -374,6 +375,21 @@ def copy_for_astra(source: Path, target: Path, edits: dict[int, NodeEdit],
                     writer.write_node(_carried(meeting, edit.sync_id, *edit.carried))
                     timed.data_deps.append(edit.carried[0])
             writer.write_node(timed)
+
+
+# The collectives ASTRA-sim runs across the ranks; it replays a broadcast by its duration on each
+# rank alone and refuses the others (the run then ends with the node unreleased: "Exiting").
+MEETING_TYPES = frozenset((pb.ALL_REDUCE, pb.ALL_TO_ALL, pb.ALL_GATHER, pb.REDUCE_SCATTER))
+
+
+def _meet_as_astra_sim_can(meeting: pb.Node) -> None:
+    """A 1-byte meeting of a collective type ASTRA-sim does not run across the ranks (reduce,
+    gather, scatter, broadcast, barrier) becomes a 1-byte all-reduce: the meeting's point is that
+    the ranks wait for each other, whatever the type."""
+    comm_type = find_attr(meeting, "comm_type")
+    if meeting.type == pb.COMM_COLL_NODE and comm_type is not None and comm_type.WhichOneof("value") and (
+            getattr(comm_type, comm_type.WhichOneof("value")) not in MEETING_TYPES):
+        setattr(comm_type, comm_type.WhichOneof("value"), pb.ALL_REDUCE)
 
 
 def _pair_or_compute(node: pb.Node, peers: dict[int, int]) -> None:

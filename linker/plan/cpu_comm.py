@@ -58,7 +58,7 @@ from msgspec import UNSET
 
 from linker.link.measured import CPU_BACKEND_PREFIXES
 from linker.model import chakra_kinds as kinds
-from linker.plan.comm import (COLL, PARAM_COMMS_NAME, PYTORCH_WORLD_GROUP, SEND, CommAttrs, dtype_name, is_int,
+from linker.plan.comm import (COLL, PARAM_COMMS_NAME, PYTORCH_WORLD_GROUP, SEND, CommAttrs, OpIO, dtype_name, is_int,
                               job_group_id, kind_from_name, op_inputs, read_process_groups, tensors_bytes,
                               _TENSOR_DTYPE)
 
@@ -114,14 +114,14 @@ def _named_group(et_plus, i: int, event, groups, parent_index) -> str | None:
     return None
 
 
-def _issuers(et, match, rf_of_event) -> list[tuple[int, int]]:
+def _issuers(et, event_of_op, rf_of_event) -> list[tuple[int, int]]:
     """(record-function id, ET index) of every joined ``c10d::<collective>`` op (the calls that
     issue collectives), by record-function id."""
     found = []
     for i, name in enumerate(et.names):
-        if name.startswith("c10d::") and match.event_of_op[i] >= 0:
+        if name.startswith("c10d::") and event_of_op[i] >= 0:
             kind = kind_from_name(name)
-            rf = rf_of_event[match.event_of_op[i]]
+            rf = rf_of_event[event_of_op[i]]
             if kind is not None and kind.role == COLL and isinstance(rf, int):
                 found.append((rf, i))
     found.sort()
@@ -139,7 +139,7 @@ def issue_numbers(et_plus, collectives: list[int]) -> tuple[dict[int, int], list
     O(c log c)."""
     et, match = et_plus.et, et_plus.result.match
     rf_of_event = et_plus.result.kineto.cpu_columns().rf_id
-    issuers = _issuers(et, match, rf_of_event)
+    issuers = _issuers(et, match.event_of_op, rf_of_event)
     rfs = [rf for rf, _ in issuers]
     numbers: dict[int, int] = {}
     for i in collectives:
@@ -160,7 +160,7 @@ def issuing_calls(et_plus, comm: dict[int, CommAttrs]) -> dict[int, int]:
     numbered = {i: attrs.seq for i, attrs in comm.items() if attrs.seq is not None}
     if not numbered:
         return {}
-    issuers = _issuers(et_plus.et, et_plus.result.match, et_plus.result.kineto.cpu_columns().rf_id)
+    issuers = _issuers(et_plus.et, et_plus.result.match.event_of_op, et_plus.result.kineto.cpu_columns().rf_id)
     return {i: issuers[seq][1] for i, seq in numbered.items() if 0 <= seq < len(issuers)}
 
 
@@ -174,7 +174,7 @@ def lost_issuers(et_plus, comm: dict[int, CommAttrs]) -> list[int]:
     _, lost = issue_numbers(et_plus, numbered)
     if not lost:
         return []
-    issuers = _issuers(et_plus.et, et_plus.result.match, et_plus.result.kineto.cpu_columns().rf_id)
+    issuers = _issuers(et_plus.et, et_plus.result.match.event_of_op, et_plus.result.kineto.cpu_columns().rf_id)
     return [issuers[k][1] for k in lost]
 
 
@@ -195,17 +195,14 @@ def cpu_collectives(et_plus, unnamed: Counter | None = None) -> dict[int, CommAt
     groups = read_process_groups(et_plus)
     parent_index = et.parent_index()
     events = et_plus.result.kineto.cpu_events
+    issuing = _IssuingCalls(et_plus, parent_index)
     out: dict[int, CommAttrs] = {}
     for i in found:
-        io = op_inputs(et.nodes[i], et.layout)
-        size = tensors_bytes(io)
-        if not size and parent_index[i] >= 0:
-            io = op_inputs(et.nodes[parent_index[i]], et.layout)
-            size = tensors_bytes(io)
+        kind = kind_from_name(et.names[i])
+        io, size = _size(et, i, kind, issuing)
         if not size:
             continue
         group = _named_group(et_plus, i, events[match.event_of_op[i]], groups, parent_index)
-        kind = kind_from_name(et.names[i])
         if group is None and not groups.world_only() and unnamed is not None:
             unnamed["collectives" if kind.role == COLL else "point_to_point"] += 1
             unnamed["groups"] = groups.count
@@ -226,6 +223,45 @@ def cpu_collectives(et_plus, unnamed: Counter | None = None) -> dict[int, CommAt
         for i, number in numbers.items():
             out[i].seq = number
     return out
+
+
+class _IssuingCalls:
+    """The ``c10d::`` call that issued a CPU collective's record: its parent when that is one, else
+    (a record ``link.measured`` placed on its worker thread) the latest joined ``c10d::<collective>``
+    call whose record function was created before the record's (``issue_numbers``' rule)."""
+
+    def __init__(self, et_plus, parent_index):
+        self.et, self.parent_index = et_plus.et, parent_index
+        self.rf_of_event, self.event_of_op = et_plus.result.kineto.cpu_columns().rf_id, et_plus.result.match.event_of_op
+        self._issuers: list[tuple[int, int]] | None = None
+
+    def of(self, i: int) -> int:
+        parent = self.parent_index[i]
+        if parent >= 0 and self.et.names[parent].startswith("c10d::"):
+            return parent
+        if self._issuers is None:
+            self._issuers = _issuers(self.et, self.event_of_op, self.rf_of_event)
+        rf = self.rf_of_event[self.event_of_op[i]]
+        k = bisect_left(self._issuers, (rf, -1)) - 1 if isinstance(rf, int) else -1
+        return self._issuers[k][1] if k >= 0 else -1
+
+
+def _size(et, i: int, kind, issuing: _IssuingCalls):
+    """(the inputs read, bytes) of a CPU collective, send or receive: its record's tensor inputs,
+    else those of the call that issued it; for a scatter, always the call's first argument (the
+    tensor each rank receives: the root's record holds the whole list, the others' nothing)."""
+    scatter = kind.role == COLL and kind.comm_type == kinds.SCATTER
+    io = op_inputs(et.nodes[i], et.layout)
+    size = None if scatter else tensors_bytes(io)
+    if not size:
+        call = issuing.of(i)
+        if call < 0:
+            return io, None
+        io = op_inputs(et.nodes[call], et.layout)
+        if scatter:
+            io = OpIO(io.values[:1], io.shapes[:1], io.types[:1])
+        size = tensors_bytes(io)
+    return io, size
 
 
 def _peer_and_tag(et, issuer: int, role: str, group_ranks: list[int] | None) -> tuple[int, int] | None:
