@@ -75,7 +75,8 @@ def test_each_op_holds_its_own_busy_time(linked_once, name):
 
 def test_the_attribution_script_reads_both_formats(tmp_path):
     """``scripts/attribution.py`` on a pair's JSON and ``.et``: 0% in JSON; the ``.et`` within its
-    whole-µs rounding (no op off by more than 1 µs)."""
+    whole-µs rounding (no op off by more than 1 µs, nothing beyond the format's 1 µs: the exit
+    status, at the default 0.5%, is read from that share)."""
     et, kineto = _pair("cpu/mlp_steps")
     link_pair(et, kineto, tmp_path / "out.json")
     link_pair(et, kineto, tmp_path / "out.et")
@@ -85,6 +86,10 @@ def test_the_attribution_script_reads_both_formats(tmp_path):
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert rows[0]["share_pct"] < 0.01 and rows[0]["ops_off"] == 0
     assert rows[1]["ops"] == rows[0]["ops"] and rows[1]["ops_off"] == 0
+    assert rows[1]["share_beyond_resolution_pct"] < 0.01 and rows[1]["resolution_us"] == 1.0
+    default = subprocess.run([sys.executable, str(ROOT / "scripts" / "attribution.py"), str(tmp_path / "out.et")],
+                             capture_output=True, text=True)
+    assert default.returncode == 0 and "beyond the format's 1 µs" in default.stdout, default.stdout
 
 
 def test_the_ddp_jobs_critical_path_names_the_gemms(tmp_path):
