@@ -8,8 +8,10 @@ has already put it on its measured thread. Here each such joined op becomes a co
 
 - kind from its name (``plan.comm.kind_from_name``): a collective, or a send / receive
   (``gloo:send``, ``gloo:recv``: point-to-point, below);
-- ``comm_size``: bytes of its own tensor inputs (the ET records the bucket it reduces), else of its
-  parent's (the ``c10d::*`` op that issued it); an op whose size is unknown stays a CPU op;
+- ``comm_size``: bytes of its own tensor inputs (the ET records the bucket it reduces), else of the
+  ``c10d::*`` call that issued it (``_IssuingCalls``: its parent, or, when the ET names another
+  parent, the latest such call by record-function id); a scatter's always the call's first
+  argument, the chunk each rank receives; an op whose size is unknown stays a CPU op;
 - process group: the one its trace names (Kineto "Process Group Name" on the event, else
   ``record_param_comms`` above it), else the world group;
 - its *issue number* (``seq``; ``issue_numbers``): which of the rank's ``c10d::`` collective calls
