@@ -99,14 +99,13 @@ class CpuCollectives:
     notes: list[str] = field(default_factory=list)
 
 
-def _is_cpu_collective(graph: SimGraph, u: int) -> bool:
-    info = graph.comm.get(u)
-    return info is not None and info.role == COLL and graph.lane_keys[graph.lane[u]][0] == "cpu"
-
-
-def _is_cpu_comm(graph: SimGraph, u: int) -> bool:
+def is_cpu_comm(graph: SimGraph, u: int) -> bool:
     """A CPU backend's collective, send or receive."""
     return u in graph.comm and graph.lane_keys[graph.lane[u]][0] == "cpu"
+
+
+def _is_cpu_collective(graph: SimGraph, u: int) -> bool:
+    return is_cpu_comm(graph, u) and graph.comm[u].role == COLL
 
 
 def cpu_collective_edits(graphs: list[SimGraph], comm_groups: dict[str, list[int]] | None,
@@ -117,7 +116,7 @@ def cpu_collective_edits(graphs: list[SimGraph], comm_groups: dict[str, list[int
     edits when the job has no CPU collective or is a single rank (run as 2 NPUs replaying one
     file: its collectives meet at once and take the network's time)."""
     edits: list[dict[int, NodeEdit]] = [{} for _ in graphs]
-    collectives = [[u for u in graph.comm if _is_cpu_comm(graph, u)] for graph in graphs]
+    collectives = [[u for u in graph.comm if is_cpu_comm(graph, u)] for graph in graphs]
     if len(graphs) < 2 or not any(collectives):
         result = CpuCollectives(edits)
         if form == NETWORK_FORM and any(collectives):

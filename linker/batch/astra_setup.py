@@ -42,7 +42,7 @@ from linker.sim.graph import COLL, META, RECV, SEND, SimGraph
 from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
 from linker.sim.network_fit import (ENDPOINT_DELAY_NS, LOCAL_MEM_BW_GBPS, Collective, NetworkFit, fit_network)
-from linker.batch.astra_collectives import MEASURED_FORM, CpuCollectives, NodeEdit, cpu_collective_edits
+from linker.batch.astra_collectives import MEASURED_FORM, CpuCollectives, NodeEdit, cpu_collective_edits, is_cpu_comm
 from linker.sim.network import format_rate
 
 SETUP_DIR = "astra"
@@ -303,7 +303,7 @@ def _as_written(files: list[tuple[Path, int]], graphs: list[SimGraph]) -> list[S
     ``graphs`` otherwise."""
     from linker.sim.load import load_graph
 
-    if len(files) < 2 or not any(graph.lane_keys[graph.lane[u]][0] == "cpu" for graph in graphs for u in graph.comm):
+    if len(files) < 2 or not any(is_cpu_comm(graph, u) for graph in graphs for u in graph.comm):
         return graphs
     return [load_graph(path, rank) for path, rank in files]
 

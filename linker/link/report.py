@@ -143,12 +143,12 @@ def _window_words(label: str) -> str:
 def nesting_violations(et: ExecutionTrace, kineto: KinetoTrace, event_of_op: list[int],
                        nesting: tuple[list, list] | None = None) -> int:
     """Linked ops whose Kineto interval is not inside their linked ET parent's (``lies_within``,
-    written out), a CPU backend's send or receive record aside (``measured.outlives_its_call``). ``nesting``: the CPU events' (nesting parents, ``ts + dur``) columns (the ends
-    a list or an ``array('d')``) when at
-    hand: the usual pair, an op whose parent's event is its event's nesting parent, then needs
-    only the end check (that parent starts no later: ``cpu_events`` are in start order per
-    thread), read from the columns, and the pairs to check in full from ``KinetoTrace.cpu_columns``.
-    O(n)."""
+    written out), a CPU backend's send or receive record aside (``measured.outlives_its_call``).
+    ``nesting``: the CPU events' (nesting parents, ``ts + dur``) columns (the ends a list or an
+    ``array('d')``) when at hand: the usual pair, an op whose parent's event is its event's nesting
+    parent, then needs only the end check (that parent starts no later: ``cpu_events`` are in start
+    order per thread), read from the columns, and the pairs to check in full from
+    ``KinetoTrace.cpu_columns``. O(n)."""
     slack = NESTING_SLACK_US
     outer_of = [*event_of_op, -1]  # an op without a parent (-1) reads the -1 at the end
     pairs = zip(event_of_op, [outer_of[p] for p in et.parent_index()])

@@ -358,14 +358,15 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     busy = BusyTimes(np.zeros(n), np.zeros(n), np.zeros(n))
     call_waits = _blocking_call_waits(et_plus, busy)
     blocked_at = list(call_waits)  # (op, where, µs) of every blocked stretch
-    on_timeline = _off_timeline(linked, _point_to_point(collectives))
+    point_to_point = _point_to_point(collectives)
+    on_timeline = _off_timeline(linked, point_to_point)
     timelines = _timelines(et, starts, ends, on_timeline, et.root_positions(), near_start_order)
     waits: dict[tuple, list] = {}  # main-thread idle segment -> [waiter, position, lo, hi]
     gap_waits: dict[int, float] = {}  # main-thread position p -> join wait inside the gap after p
     burst_firsts: set[int] = set()
     if timelines:
-        _thread_waits(et_plus, busy, timelines, (starts, ends, linked), collectives, lost, waits, burst_firsts,
-                      handed_with_previous or frozenset())
+        _thread_waits(et_plus, busy, timelines, (starts, ends, linked), collectives, point_to_point, lost, waits,
+                      burst_firsts, handed_with_previous or frozenset())
     blocked_at += _sends_begun_in_their_call(et, collectives, timelines.get(busy.main_tid), starts, busy)
     for waiter, position, lo, hi in waits.values():
         if waiter >= 0:
@@ -411,10 +412,11 @@ def _blocking_call_waits(et_plus, busy: BusyTimes) -> list[tuple[int, float, flo
 
 
 def _thread_waits(et_plus, busy: BusyTimes, timelines: dict, times: tuple, collectives: dict | None,
-                  lost: list[int] | None, waits: dict, burst_firsts: set[int],
+                  point_to_point: list[int], lost: list[int] | None, waits: dict, burst_firsts: set[int],
                   handed_with_previous: set[int] = frozenset()) -> None:
     """The main thread (the one holding the earliest linked op: ``busy.main_tid``) and its waits
-    for the other threads: for CPU collectives (``_collective_waits``, ``_lost_collective_waits``),
+    for the other threads: for CPU collectives (``_collective_waits``, ``_lost_collective_waits``)
+    and for its sends and receives (``point_to_point``, among ``collectives``: ``_point_to_point_waits``),
     for the other threads' bursts (``_cross_thread``; their fork and join edges), and the lead of
     GPU work launched before the trace (``_pre_trace_lead``). ``times``: (starts, ends, linked)
     per ET node; ``handed_with_previous``: see ``compute_busy``. Fills ``waits`` and
@@ -425,8 +427,8 @@ def _thread_waits(et_plus, busy: BusyTimes, timelines: dict, times: tuple, colle
     busy.main_tid = main_tid
     main = MainThread(timelines[main_tid], et.parent_index(), linked)
     thread_roots = _thread_roots(et, et.root_positions())
-    point_to_point = _point_to_point(collectives)
-    collectives = {i: attrs for i, attrs in (collectives or {}).items() if i not in point_to_point}
+    transfers = set(point_to_point)
+    collectives = {i: attrs for i, attrs in (collectives or {}).items() if i not in transfers}
     waiters = _collective_waits(et_plus, collectives, main, starts, ends, waits, busy) if collectives else {}
     if lost:
         _lost_collective_waits(et, collectives, lost, main, starts, ends, waits, busy)
@@ -837,13 +839,19 @@ def _point_to_point_waits(point_to_point: list[int], tid: list[int], main: MainT
             continue
         if end > segment.start:
             _add_wait(waits, segment, max(starts[i], segment.start), end)
-        target = segment.resume
-        if segment.waiter >= 0 and (segment.end - end > HANDOFF_CUT_MIN_US or target < 0):
-            target = segment.waiter  # it went on in the op it waited in
-        if target >= 0:
-            busy.cross.append((i, target, JOIN))
-            if target == segment.waiter:
-                busy.resumed_at[(i, target)] = end
+        _join_where_it_went_on(busy, i, segment, end,
+                               segment.waiter >= 0 and (segment.end - end > HANDOFF_CUT_MIN_US or segment.resume < 0))
+
+
+def _join_where_it_went_on(busy: BusyTimes, source: int, segment: IdleSegment, end: float, in_waiter: bool) -> None:
+    """A ``join`` from ``source`` to where the main thread went on after it sat idle in
+    ``segment`` until ``end``: with ``in_waiter``, the op it waited in, to its part after ``end``
+    (``resumed_at``: that op's stretch is cut there); else the op it resumed at (none: no edge)."""
+    target = segment.waiter if in_waiter else segment.resume
+    if target >= 0:
+        busy.cross.append((source, target, JOIN))
+        if in_waiter:
+            busy.resumed_at[(source, target)] = end
 
 
 def _idle_before(main: MainThread, consumer: int, at: float):
@@ -917,14 +925,9 @@ def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
                 at_end = None
         if at_end is not None and end > at_end.start:
             _add_wait(waits, at_end, max(start, at_end.start), end)
-            target = at_end.resume
-            if at_end.waiter >= 0 and (at_end.end - end > HANDOFF_CUT_MIN_US or (
-                    target < 0 and (source < 0 or at_end.waiter != tl.ops[source]))):
-                target = at_end.waiter  # the thread resumed the op it waited in
-            if target >= 0:
-                busy.cross.append((last_op, target, JOIN))
-                if target == at_end.waiter:  # it waited inside that op: what of it ran after the burst
-                    busy.resumed_at[(last_op, target)] = end
+            _join_where_it_went_on(busy, last_op, at_end, end, at_end.waiter >= 0 and (
+                at_end.end - end > HANDOFF_CUT_MIN_US or (
+                    at_end.resume < 0 and (source < 0 or at_end.waiter != tl.ops[source]))))
             joined_in = at_end.waiter
         if (at_start is not None and at_start.inside and at_start.waiter >= 0
                 and (at_end is None or at_start.key != at_end.key)):

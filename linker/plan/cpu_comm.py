@@ -37,15 +37,18 @@ has already put it on its measured thread. Here each such joined op becomes a co
 
 A CPU backend's send or receive (``c10d::send`` / ``c10d::recv_``, pipeline stages) differs: the
 record is made on the issuing thread when the call enqueues the transfer and ended by the thread
-that waits for it (``work.wait()``, no op of its own), when the transfer is done. Its
-peer and tag are the issuing call's two int arguments (``dst`` / ``src``, then ``tag``; a group
-rank, mapped to a global one through the group's ranks: gloo names no group on the record, so
-that is the world group when the job had no other, and unknown otherwise); a send or receive whose
-peer is unknown (a receive from any source, or a rank of an unnamed group) stays a CPU op. Such a node is a ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` busy for its whole record
-(the peer's lateness and the transfer), apart from the group's collectives (gloo runs a pair of
-them outside its collective queue); where the issuing thread sat when the record ended, it
-waited: that idle time is blocked and what the thread ran next follows the transfer
-(``plan.busy._point_to_point_waits``: a ``join`` edge).
+that waits for it (``work.wait()``, no op of its own), when the transfer is done. Its peer and tag
+are the issuing call's two int arguments (``dst`` / ``src``, then ``tag``; a group rank, mapped to a
+global one through the group's ranks: gloo names no group on the record, so that is the world group
+when the job had no other, and unknown otherwise); a send or receive whose peer is unknown (a
+receive from any source, or a rank of an unnamed group) stays a CPU op. Such a node is a
+``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` busy for its whole record (the peer's lateness and the
+transfer), apart from the group's collectives (gloo runs a pair of them outside its collective
+queue); where the issuing thread sat when the record ended, it waited: that idle time is blocked and
+what the thread ran next follows the transfer (``plan.busy._point_to_point_waits``: a ``join``
+edge). A send whose call wrote the bytes before it made the record (nothing else of the thread ran
+in the call first) is busy from the call's start, the call's time before the record blocked
+(``plan.busy._sends_begun_in_their_call``, ``busy.begun_at``).
 
 Cost: O(n) name checks plus one parse of the few collectives' inputs.
 """
@@ -145,15 +148,18 @@ def issue_numbers(et_plus, collectives: list[int]) -> tuple[dict[int, int], list
     rfs = [rf for rf, _ in issuers]
     numbers: dict[int, int] = {}
     for i in collectives:
-        rf = rf_of_event[match.event_of_op[i]]
-        if not isinstance(rf, int):
-            continue
-        position = bisect_left(rfs, rf) - 1
+        position = _issued_by(rfs, rf_of_event[match.event_of_op[i]])
         if position >= 0:
             numbers[i] = position
     used = set(numbers.values())
     unrecorded = [k for k in range(len(issuers)) if k not in used] if numbers else []
     return numbers, unrecorded
+
+
+def _issued_by(rfs: list[int], rf) -> int:
+    """The position, among the issuing calls' sorted record-function ids ``rfs``, of the call that
+    issued a record of id ``rf``: the latest created before it; -1 for none (or no id)."""
+    return bisect_left(rfs, rf) - 1 if isinstance(rf, int) else -1
 
 
 def issuing_calls(et_plus, comm: dict[int, CommAttrs]) -> dict[int, int]:
@@ -205,14 +211,15 @@ def cpu_collectives(et_plus, unnamed: Counter | None = None) -> dict[int, CommAt
         if not size:
             continue
         group = _named_group(et_plus, i, events[match.event_of_op[i]], groups, parent_index)
-        if group is None and not groups.world_only() and unnamed is not None:
+        group_unknown = group is None and not groups.world_only()
+        if group_unknown and unnamed is not None:
             unnamed["collectives" if kind.role == COLL else "point_to_point"] += 1
             unnamed["groups"] = groups.count
         if kind.role == COLL:
             out[i] = CommAttrs(kinds.COMM_COLL_NODE, comm_type=kind.comm_type, comm_size=size,
                                pg_name=job_group_id(group or PYTORCH_WORLD_GROUP), dtype=_dtype(io))
             continue
-        if group is None and not groups.world_only():
+        if group_unknown:
             continue  # its peer is a rank of a group the trace does not name
         group = group or PYTORCH_WORLD_GROUP
         peer_and_tag = _peer_and_tag(et, parent_index[i], kind.role, groups.ranks_of_name.get(group))
@@ -236,6 +243,7 @@ class _IssuingCalls:
         self.et, self.parent_index = et_plus.et, parent_index
         self.rf_of_event, self.event_of_op = et_plus.result.kineto.cpu_columns().rf_id, et_plus.result.match.event_of_op
         self._issuers: list[tuple[int, int]] | None = None
+        self._rfs: list[int] = []
 
     def of(self, i: int) -> int:
         parent = self.parent_index[i]
@@ -243,8 +251,8 @@ class _IssuingCalls:
             return parent
         if self._issuers is None:
             self._issuers = _issuers(self.et, self.event_of_op, self.rf_of_event)
-        rf = self.rf_of_event[self.event_of_op[i]]
-        k = bisect_left(self._issuers, (rf, -1)) - 1 if isinstance(rf, int) else -1
+            self._rfs = [rf for rf, _ in self._issuers]
+        k = _issued_by(self._rfs, self.rf_of_event[self.event_of_op[i]])
         return self._issuers[k][1] if k >= 0 else -1
 
 

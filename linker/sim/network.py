@@ -373,13 +373,13 @@ def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) 
             g = groups.group_of[v]
             if info.role == SEND and _is_cpu(graph, u):
                 continue  # handing the bytes to the transport: its receive holds the transfer
-            if info.role != COLL:  # a send's or receive's transfer: matched with its other side, or kept
-                comm_type, npus = (SEND_TRANSFER if info.role == SEND else RECV_TRANSFER), 1 if g >= 0 else 0
+            if info.role != COLL:  # a send's or receive's transfer, matched with its other side
+                comm_type, npus = (SEND_TRANSFER if info.role == SEND else RECV_TRANSFER), 1
             else:
                 comm_type = info.comm_type
                 npus = len(groups.members[g]) if g >= 0 else pg_size.get(info.pg_name, 1)
             shape = volume(comm_type, info.size, npus)
-            if shape is None or npus < 2 and info.role == COLL or npus < 1:
+            if shape is None or (npus < 2 if info.role == COLL else g < 0):
                 kept += 1
                 continue
             backend = "cpu" if _is_cpu(graph, u) else "gpu"

@@ -85,6 +85,12 @@ def gpu_attrs(node, tid: int, comm: CommAttrs | None) -> Iterator[AttrSpec]:
             yield name, "int64_val", value
     if comm is None or comm.node_type == pb.COMP_NODE:
         return
+    yield from _comm_attrs(comm)
+
+
+def _comm_attrs(comm: CommAttrs) -> Iterator[AttrSpec]:
+    """A communication node's own attributes, GPU or CPU alike: its type, bytes, a send's or
+    receive's peers and tag, its group."""
     if comm.comm_type is not None:
         yield "comm_type", "int64_val", comm.comm_type
     yield "comm_size", "int64_val", comm.comm_size
@@ -102,14 +108,7 @@ def cpu_comm_attrs(tid: int, comm: CommAttrs) -> Iterator[AttrSpec]:
     (``comm_seq``), by which ranks pair collectives."""
     yield "is_cpu_op", "bool_val", False
     yield "tid", "int64_val", tid
-    if comm.comm_type is not None:
-        yield "comm_type", "int64_val", comm.comm_type
-    yield "comm_size", "int64_val", comm.comm_size
-    for name in ("comm_src", "comm_dst", "comm_tag"):
-        value = getattr(comm, name)
-        if value is not None:
-            yield name, "int64_val", value
-    yield "pg_name", "string_val", comm.pg_name or WORLD_GROUP_ID
+    yield from _comm_attrs(comm)
     if comm.seq is not None:
         yield "comm_seq", "int64_val", comm.seq
 
