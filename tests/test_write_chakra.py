@@ -470,6 +470,26 @@ def test_point_to_point_and_process_groups(tmp_path, synthetic_pair):
     assert not summary.comm_unresolved
 
 
+def test_point_to_point_kernels_read_back_alike_from_json_and_et(tmp_path, synthetic_pair):
+    """Rank 2 of group "1" (global ranks [2, 3]) sends to and receives from rank 3. The trace names
+    this rank, so both peers are written, and only ``comm_role`` tells a JSON reader which side each
+    kernel is: the JSON replay must see the send and the receive the ``.et`` replay sees (before,
+    it took both for collectives)."""
+    from linker.sim.graph import RECV, SEND
+    from linker.sim.load import load_graph
+
+    et_path, kineto_path = synthetic_pair
+    link_pair(et_path, kineto_path, tmp_path / "p2p.json")
+    link_pair(et_path, kineto_path, tmp_path / "p2p.et")
+    written = [n for n in json.loads((tmp_path / "p2p.json").read_text())["nodes"] if n["name"] == SENDRECV]
+    assert [(n["comm_role"], n["comm_src"], n["comm_dst"], n["comm_tag"]) for n in written] == [
+        ("send", 2, 3, 7), ("recv", 3, 2, 9)]  # the tags: the c10d calls' int arguments
+    for name in ("p2p.json", "p2p.et"):
+        graph = load_graph(tmp_path / name, rank=2)
+        sides = sorted((graph.names[u], info.role, info.peer) for u, info in graph.comm.items())
+        assert sides == [(SENDRECV, SEND, 3), (SENDRECV, RECV, 3)], name
+
+
 def test_synchronisations_become_data_dependencies(tmp_path, synthetic_pair):
     out = tmp_path / "sync.et"
     summary = write_chakra_trace(_link(*synthetic_pair), out)

@@ -33,15 +33,18 @@ _EMPTY_LIST = msgspec.Raw(b"[]")
 
 
 class _PeerFields(SimulationFields, kw_only=True, omit_defaults=True):
-    """A send or receive kernel's peer ranks (``plan.comm``), written after the simulation fields."""
+    """A send or receive kernel's peer ranks, tag and side (``plan.comm``), written after the
+    simulation fields."""
 
     comm_src: int | Unset = UNSET
     comm_dst: int | Unset = UNSET
+    comm_tag: int | Unset = UNSET
+    comm_role: str | Unset = UNSET
 
 
 class GpuNode(_PeerFields, omit_defaults=True):
     """A GPU op as an ET+ node. Layout-dependent keys stay UNSET (not written) when not used; the
-    simulation fields (``SimulationFields``, then ``comm_src``/``comm_dst``) come last."""
+    simulation fields (``SimulationFields``, then ``_PeerFields``) come last."""
 
     # Written always (no defaults: omit_defaults would drop a field equal to its default).
     id: int

@@ -14,7 +14,7 @@ first op). Every node gets ``data_deps`` (node ids) and
 and, for resolved communication kernels, ``comm_type`` (Chakra enum name), ``comm_size`` (bytes),
 ``pg_name`` (PyTorch's process-group name, as Kineto's "Process Group Name" that the node may
 already carry; the ``.et`` attribute holds the job-wide id, that name + 1), and ``comm_src`` /
-``comm_dst`` for point-to-point. Re-resolving an annotated node gives the same attributes.
+``comm_dst`` / ``comm_tag`` / ``comm_role`` for point-to-point (``_comm_fields``, CPU and GPU alike). Re-resolving an annotated node gives the same attributes.
 ``ts``, ``dur``, ``inclusive_dur`` and ``exclusive_dur`` keep their meanings.
 Cost: O(n + g + edges) after the plan.
 """
@@ -182,33 +182,44 @@ def _busy_fields(nodes, busy, starts=None) -> None:
 
 def _cpu_comm_fields(et, plan: DependencyPlan) -> None:
     """CPU collectives: communication nodes on their measured thread, their sim_dur the part after
-    the group's earlier collective; CPU sends and receives: their peers and tag, their sim_dur the
-    whole record (``cpu_comm``)."""
+    the group's earlier collective; CPU sends and receives: their sim_dur the whole record
+    (``cpu_comm``). Their group is always written, as the job-wide id's PyTorch name."""
     for i, comm in plan.cpu_comm.items():
         node = et.nodes[i]
-        if comm.comm_type is not None:
-            node.comm_type = kinds.collective_name(comm.comm_type)
-        node.comm_size = comm.comm_size
+        _comm_fields(node, comm)
         node.pg_name, node.tid = pytorch_group_name(comm.pg_name or WORLD_GROUP_ID), et.tid[i]
         node.sim_dur = _us(float(plan.busy.sim[i]))
         if comm.seq is not None:
             node.comm_seq = comm.seq
-        for name in ("comm_src", "comm_dst", "comm_tag"):
-            if getattr(comm, name) is not None:
-                setattr(node, name, getattr(comm, name))
 
 
 def _gpu_comm_fields(node, comm) -> None:
     """A resolved communication kernel's fields (``comm``: its ``CommAttrs``; None or a compute
-    node: nothing)."""
+    node: nothing). The group is kept where the node already names one (Kineto's "Process Group
+    Name")."""
     if comm is None or comm.node_type == kinds.COMP_NODE:
         return
+    _comm_fields(node, comm)
+    if node.pg_name is msgspec.UNSET:
+        node.pg_name = pytorch_group_name(comm.pg_name or WORLD_GROUP_ID)
+
+
+def _comm_fields(node, comm) -> None:
+    """A communication node's own fields, GPU or CPU alike (as ``chakra_encode._comm_attrs`` writes
+    them to the ``.et``): ``comm_type`` (a collective's Chakra name), ``comm_size``, a send's or
+    receive's ``comm_src`` / ``comm_dst`` / ``comm_tag`` and its ``comm_role`` ("send" or "recv":
+    which side this node is; both peers are written when the trace names this rank, so a reader
+    cannot tell the side from them)."""
     if comm.comm_type is not None:
         node.comm_type = kinds.collective_name(comm.comm_type)
     node.comm_size = comm.comm_size
-    if node.pg_name is msgspec.UNSET:  # PyTorch's name, as Kineto's "Process Group Name"
-        node.pg_name = pytorch_group_name(comm.pg_name or WORLD_GROUP_ID)
-    if comm.comm_src is not None:
-        node.comm_src = comm.comm_src
-    if comm.comm_dst is not None:
-        node.comm_dst = comm.comm_dst
+    for name in ("comm_src", "comm_dst", "comm_tag"):
+        value = getattr(comm, name)
+        if value is not None:
+            setattr(node, name, value)
+    role = COMM_ROLES.get(comm.node_type)
+    if role is not None:
+        node.comm_role = role
+
+
+COMM_ROLES = {kinds.COMM_SEND_NODE: "send", kinds.COMM_RECV_NODE: "recv"}  # a point-to-point node's ``comm_role``

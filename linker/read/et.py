@@ -63,7 +63,7 @@ class SimulationFields(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 class _CollectiveFields(SimulationFields, kw_only=True, omit_defaults=True):
     """A CPU collective's process group and its number among that group's calls, or a CPU send's
-    or receive's group, peer ranks and tag (``plan.cpu_comm``), written after the simulation
+    or receive's group, peer ranks, tag and side (``plan.cpu_comm``), written after the simulation
     fields."""
 
     pg_name: Any = UNSET
@@ -71,6 +71,7 @@ class _CollectiveFields(SimulationFields, kw_only=True, omit_defaults=True):
     comm_src: Any = UNSET
     comm_dst: Any = UNSET
     comm_tag: Any = UNSET
+    comm_role: Any = UNSET
 
 
 class EtNode(_CollectiveFields, forbid_unknown_fields=True, omit_defaults=True):

@@ -366,6 +366,7 @@ class _JsonNode(msgspec.Struct):
     pg_name: Any = None
     comm_src: int | None = None
     comm_dst: int | None = None
+    comm_role: str | None = None
     comm_seq: int | None = None
     host_gap_dur: float | None = None
     continues: int | None = None
@@ -424,7 +425,9 @@ def _host_comm_lane(tid: int, comm: CommInfo) -> tuple:
 def _json_comm(node: _JsonNode) -> CommInfo | None:
     """CommInfo of a communication node: one the writer marked (``comm_type`` or ``comm_size``),
     as the ``.et`` writer makes it a communication node; a kernel named nccl/rccl that the writer
-    could not resolve is a compute node in both formats. None for the others."""
+    could not resolve is a compute node in both formats. None for the others. A send's or
+    receive's side: its ``comm_role``; in files written before it, the record's name or the one
+    peer given."""
     if node.comm_type is None and node.comm_size is None:
         return None
     pg = node.pg_name
@@ -438,9 +441,10 @@ def _json_comm(node: _JsonNode) -> CommInfo | None:
         kind = kind_from_kernel(node.name) or kind_from_name(node.name)
         if kind is not None and kind.comm_type is not None:
             info.comm_type = kind.comm_type
-    if kind is not None and kind.role == "send" or (node.comm_dst is not None and node.comm_src is None):
+    role = node.comm_role if node.comm_role is not None else kind.role if kind is not None else None
+    if role == "send" or role is None and node.comm_dst is not None and node.comm_src is None:
         info.role, info.peer = SEND, node.comm_dst if node.comm_dst is not None else -1
-    elif kind is not None and kind.role == "recv" or (node.comm_src is not None and node.comm_dst is None):
+    elif role == "recv" or role is None and node.comm_src is not None and node.comm_dst is None:
         info.role, info.peer = RECV, node.comm_src if node.comm_src is not None else -1
     info.seq = node.comm_seq
     return info
