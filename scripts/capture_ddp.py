@@ -4,7 +4,7 @@
 Usage (with a venv holding the CPU torch wheel; torch is never a dependency of et-link):
 
     python scripts/capture_ddp.py --out DIR [--ranks 4] [--layers 4] [--width 256] [--bucket-mb 0.6]
-                                  [--model mlp|conv|fsdp|pipeline|collectives] [--intra-op-threads 1] [--warmup 5] [--active 5]
+                                  [--model mlp|conv|fsdp|pipeline|collectives|tp] [--intra-op-threads 1] [--warmup 5] [--active 5]
                                   [--checkpoint] [--zero]
 
 Runs ``torchrun --nproc_per_node=RANKS`` on this file; every rank trains a small MLP wrapped in
@@ -31,6 +31,11 @@ activations go down the stages and the gradients back up with blocking ``dist.se
 ``--model collectives`` trains nothing: each step calls ``all_gather_object``, ``reduce``, ``gather``,
 ``scatter`` and an ``async_op`` ``all_reduce`` (waited for after a matmul) on ``--batch`` x
 ``--width`` tensors.
+``--model tp`` splits each of ``--layers`` MLP blocks (Linear(width, 4 width), ReLU, Linear(4 width,
+width)) over the ranks with tensor parallelism (DTensor: ``ColwiseParallel`` up, ``RowwiseParallel``
+down, on a CPU device mesh), no DDP: PyTorch's functional collectives then issue an ``all_reduce``
+of each block's output in forward and, in backward, of each block's input gradient but the first's
+(the input needs none), and the main thread waits for each in ``_c10d_functional::wait_tensor``.
 ``--intra-op-threads`` above 1 lets the ops run OpenMP threads beside the gloo workers.
 ``--checkpoint`` recomputes the MLP's layers but the last in backward (``torch.utils.checkpoint``,
 non-reentrant): the ET then lacks some of the recomputed ops that Kineto holds (``aten::relu``, or
@@ -76,8 +81,9 @@ def _rank_main(args: argparse.Namespace) -> None:
         inputs = torch.randn(args.batch, 3, 24, 24, generator=generator)
         targets = torch.randint(0, 10, (args.batch,), generator=generator)
         loss_of = torch.nn.functional.cross_entropy
-    elif args.model in ("pipeline", "collectives"):
-        (_pipeline if args.model == "pipeline" else _collectives)(args, rank, dist.get_world_size(), generator)
+    elif args.model in ("pipeline", "collectives", "tp"):
+        body = {"pipeline": _pipeline, "collectives": _collectives, "tp": _tensor_parallel}[args.model]
+        body(args, rank, dist.get_world_size(), generator)
         dist.destroy_process_group()
         return
     else:
@@ -191,6 +197,35 @@ def _collectives(args: argparse.Namespace, rank: int, ranks: int, generator) -> 
     _profiled(args, rank, step)
 
 
+def _tensor_parallel(args: argparse.Namespace, rank: int, ranks: int, generator) -> None:
+    """``--model tp``: ``--layers`` MLP blocks, each split over the ranks (DTensor's
+    ``ColwiseParallel`` for the up projection, ``RowwiseParallel`` for the down one), SGD, the same
+    input on every rank (seeded by ``--seed`` alone); profiled with the same recipe."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (ranks,))
+    blocks = []
+    for _ in range(args.layers):
+        block = torch.nn.ModuleDict({"up": torch.nn.Linear(args.width, 4 * args.width),
+                                     "down": torch.nn.Linear(4 * args.width, args.width)})
+        parallelize_module(block, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        blocks.append(block)
+    optimizer = torch.optim.SGD([p for block in blocks for p in block.parameters()], lr=0.01)
+    inputs = torch.randn(args.batch, args.width, generator=torch.Generator().manual_seed(args.seed))
+
+    def step() -> None:
+        optimizer.zero_grad()
+        x = inputs
+        for block in blocks:
+            x = block["down"](torch.relu(block["up"](x)))
+        x.pow(2).mean().backward()
+        optimizer.step()
+
+    _profiled(args, rank, step)
+
+
 def _optimizer(model, zero: bool):
     """SGD over ``model``'s parameters, sharded over the ranks by ``ZeroRedundancyOptimizer`` with
     ``zero``."""
@@ -278,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--bucket-mb", type=float, default=None,
                         help="DDP bucket_cap_mb (default: 0.6 for mlp, 0.25 for conv)")
-    parser.add_argument("--model", choices=("mlp", "conv", "fsdp", "pipeline", "collectives"), default="mlp")
+    parser.add_argument("--model", choices=("mlp", "conv", "fsdp", "pipeline", "collectives", "tp"), default="mlp")
     parser.add_argument("--intra-op-threads", type=int, default=1, help="torch.set_num_threads and OMP_NUM_THREADS")
     parser.add_argument("--warmup", type=int, default=5, help="profiler warm-up steps")
     parser.add_argument("--active", type=int, default=5, help="profiled steps")

@@ -733,19 +733,26 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
     end (on a loaded host, milliseconds) is host time before the consumer (``_resume_after``: a
     piece of its own, which the joins release), so a replay resumes the thread that long after
     that end, as measured, instead of running it before.
+    A collective with a wait op (``cpu_comm.wait_ops``: functional collectives) that began after
+    it ended has that op as its consumer; one that began before holds the wait itself.
     Returns, per collective, the op in which the thread may have waited for it when its worker's
-    burst ended (``_cross_thread``): the call that issued it (a call that returns only when the
+    burst ended (``_cross_thread``): its wait op when the thread sat in it, else the call that
+    issued it (a call that returns only when the
     collective is done holds the wait in its own time), or None for a collective whose record
     function ended after its consumer began (no join from the worker's end: it is not when the
     result was there); a collective with neither is absent. O(m) parses for the main-thread ops
     swept, O(c log c) for c collectives."""
-    from linker.plan.cpu_comm import consumers, issuing_calls  # a sibling idea of the plan wing
+    from linker.plan.cpu_comm import consumers, issuing_calls, wait_ops  # a sibling idea of the plan wing
 
     et = et_plus.et
     issued = issuing_calls(et_plus, collectives)
     tl = main.timeline
     timed = {i: starts[i] for i in collectives if starts[i] == starts[i]}
-    found = consumers(et, collectives, tl.ops, tl.starts, timed)
+    waited = wait_ops(et, collectives, tl.ops, tl.starts,
+                      {i: min(start, starts[issued[i]]) if i in issued else start for i, start in timed.items()})
+    sat_in = {i: op for i, op in waited.items() if starts[op] < ends[i]}  # the thread waited in it
+    found = consumers(et, {i: attrs for i, attrs in collectives.items() if i not in waited}, tl.ops, tl.starts, timed)
+    found.update((i, op) for i, op in waited.items() if i not in sat_in)
     done = {i: min(ends[i], starts[found[i]]) if i in found else ends[i] for i in timed}
     done_at = sorted(done.values())
     for collective, consumer in found.items():
@@ -768,6 +775,7 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
                 _resume_after(busy, consumer, segment, woken, at - woken)
     waiters: dict[int, int | None] = dict(issued)
     waiters.update((i, None) for i, consumer in found.items() if ends[i] > starts[consumer])
+    waiters.update(sat_in)
     return waiters
 
 

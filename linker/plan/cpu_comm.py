@@ -26,6 +26,13 @@ has already put it on its measured thread. Here each such joined op becomes a co
   collective. The worker's record function ends a little after the waiting thread is woken
   (the backend completes the work inside it), so the wait cannot be found from the worker's end;
   the data the collective hands back finds it;
+- its *wait op* (``wait_ops``), for PyTorch's functional collectives: the call returns at once
+  and the thread waits in ``_c10d_functional::wait_tensor`` given the collective's tensor. When
+  that op began before the collective ended, the thread waited in it: ``plan.busy`` counts the
+  wait as blocked time of the wait op and gives its part after the collective's end a ``join``
+  edge from the collective, as for a call that waits; the ops between the call and the wait that
+  take the tensor (``_wrap_tensor_autograd``) do not read its data, so they are no consumer. A
+  wait op that began after the collective ended is its consumer;
 - its busy time is its measured interval up to its *end*, less any part spent while the group's
   earlier collective still ran (``hold_for_measured_duration``: the replay serialises a group's
   collectives; its ``collective_order`` edge comes from the earlier one that ended last by its
@@ -319,6 +326,25 @@ def _storages(io) -> set[int]:
                     and not isinstance(item[1], bool) and isinstance(item[5], str)):
                 found.add(item[1])
     return found
+
+
+# PyTorch's functional collectives (DTensor, tensor parallelism, compiled graphs) return at once and
+# wait for the result in an op of their own; ``c10d_functional::`` is the namespace before 2.2.
+WAIT_OPS = frozenset({"_c10d_functional::wait_tensor", "c10d_functional::wait_tensor"})
+
+
+def wait_ops(et, comm: dict[int, CommAttrs], thread_ops: list[int], thread_starts: list[float],
+             issued_at: dict[int, float]) -> dict[int, int]:
+    """Collective ET index -> the op of one thread that waits for it (``WAIT_OPS``): the first
+    such op starting at or after the collective was issued (``issued_at``: its issuing call's
+    start; the worker may take the work after the wait began) whose inputs share a storage with
+    the collective's, as ``consumers`` finds an op. A collective none waits for is absent. One
+    pass over the thread's op names, then ``consumers`` over the wait ops. O(m + w parses)."""
+    names = et.names
+    at = [p for p, op in enumerate(thread_ops) if names[op] in WAIT_OPS]
+    if not at:
+        return {}
+    return consumers(et, comm, [thread_ops[p] for p in at], [thread_starts[p] for p in at], issued_at)
 
 
 def consumers(et, comm: dict[int, CommAttrs], thread_ops: list[int], thread_starts: list[float],
