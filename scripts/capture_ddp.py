@@ -4,7 +4,7 @@
 Usage (with a venv holding the CPU torch wheel; torch is never a dependency of et-link):
 
     python scripts/capture_ddp.py --out DIR [--ranks 4] [--layers 4] [--width 256] [--bucket-mb 0.6]
-                                  [--model mlp|conv|fsdp|pipeline|collectives|tp] [--intra-op-threads 1] [--warmup 5] [--active 5]
+                                  [--model mlp|conv|fsdp|pipeline|collectives|tp|funcol] [--intra-op-threads 1] [--warmup 5] [--active 5]
                                   [--checkpoint] [--zero]
 
 Runs ``torchrun --nproc_per_node=RANKS`` on this file; every rank trains a small MLP wrapped in
@@ -36,6 +36,10 @@ width)) over the ranks with tensor parallelism (DTensor: ``ColwiseParallel`` up,
 down, on a CPU device mesh), no DDP: PyTorch's functional collectives then issue an ``all_reduce``
 of each block's output in forward and, in backward, of each block's input gradient but the first's
 (the input needs none), and the main thread waits for each in ``_c10d_functional::wait_tensor``.
+``--model funcol`` trains nothing: each step calls PyTorch's functional collectives directly, an
+``all_reduce`` of a matmul and, after more matmuls, an ``all_gather_into_tensor`` of their result,
+each waited for (``wait_tensor``) where its result is first used: gloo runs the two at once on its
+two worker threads, and the all-gather's worker copies each rank's part out inside its record.
 ``--intra-op-threads`` above 1 lets the ops run OpenMP threads beside the gloo workers.
 ``--checkpoint`` recomputes the MLP's layers but the last in backward (``torch.utils.checkpoint``,
 non-reentrant): the ET then lacks some of the recomputed ops that Kineto holds (``aten::relu``, or
@@ -81,8 +85,9 @@ def _rank_main(args: argparse.Namespace) -> None:
         inputs = torch.randn(args.batch, 3, 24, 24, generator=generator)
         targets = torch.randint(0, 10, (args.batch,), generator=generator)
         loss_of = torch.nn.functional.cross_entropy
-    elif args.model in ("pipeline", "collectives", "tp"):
-        body = {"pipeline": _pipeline, "collectives": _collectives, "tp": _tensor_parallel}[args.model]
+    elif args.model in ("pipeline", "collectives", "tp", "funcol"):
+        body = {"pipeline": _pipeline, "collectives": _collectives, "tp": _tensor_parallel,
+                "funcol": _functional_collectives}[args.model]
         body(args, rank, dist.get_world_size(), generator)
         dist.destroy_process_group()
         return
@@ -226,6 +231,27 @@ def _tensor_parallel(args: argparse.Namespace, rank: int, ranks: int, generator)
     _profiled(args, rank, step)
 
 
+def _functional_collectives(args: argparse.Namespace, rank: int, ranks: int, generator) -> None:
+    """``--model funcol``: no model; a step of functional collectives on ``--batch`` x ``--width``
+    float32 tensors: ``all_reduce`` of a matmul, two more matmuls, ``all_gather_into_tensor`` of
+    their result, then a sum that uses both results (each waited for there); profiled with the
+    same recipe."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    a = torch.randn(args.batch, args.width, generator=generator)
+    w = torch.randn(args.width, args.width, generator=generator)
+
+    def step() -> None:
+        reduced = funcol.all_reduce(a.mm(w), "sum", dist.group.WORLD)
+        c = a.mm(w).relu().mm(w)
+        gathered = funcol.all_gather_tensor(c, 0, dist.group.WORLD)
+        float((reduced + c).sum() + gathered.sum())
+
+    _profiled(args, rank, step)
+
+
 def _optimizer(model, zero: bool):
     """SGD over ``model``'s parameters, sharded over the ranks by ``ZeroRedundancyOptimizer`` with
     ``zero``."""
@@ -313,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--bucket-mb", type=float, default=None,
                         help="DDP bucket_cap_mb (default: 0.6 for mlp, 0.25 for conv)")
-    parser.add_argument("--model", choices=("mlp", "conv", "fsdp", "pipeline", "collectives", "tp"), default="mlp")
+    parser.add_argument("--model", choices=("mlp", "conv", "fsdp", "pipeline", "collectives", "tp", "funcol"), default="mlp")
     parser.add_argument("--intra-op-threads", type=int, default=1, help="torch.set_num_threads and OMP_NUM_THREADS")
     parser.add_argument("--warmup", type=int, default=5, help="profiler warm-up steps")
     parser.add_argument("--active", type=int, default=5, help="profiled steps")

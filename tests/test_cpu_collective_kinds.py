@@ -70,7 +70,8 @@ def test_every_record_is_a_collective_of_the_bytes_each_rank_handles(tmp_path, r
 
 def test_the_job_is_checked_and_replayed_as_measured(tmp_path):
     """The two ranks' collectives pair one for one (no "missing" note) and the job replays within
-    2% of its measured span, from JSON and from ``.et``."""
+    0.5% of its measured span, from JSON and from ``.et`` (0.989 before an all-gather's, gather's
+    and scatter's consumer was an op reading what it writes, not what it sends)."""
     from linker.batch import BatchConfig, run_batch
 
     out = tmp_path / "job"
@@ -86,7 +87,7 @@ def test_the_job_is_checked_and_replayed_as_measured(tmp_path):
                                                       json_output=True))
         assert finished
         ratios.append(json.loads(text)["ratio"])
-    assert 0.98 <= ratios[0] <= 1.02 and ratios[1] == pytest.approx(ratios[0], rel=0.005), ratios
+    assert 0.995 <= ratios[0] <= 1.005 and ratios[1] == pytest.approx(ratios[0], rel=0.005), ratios
 
 
 def test_astra_meetings_are_of_a_type_astra_sim_runs_across_ranks(tmp_path):
@@ -94,7 +95,8 @@ def test_astra_meetings_are_of_a_type_astra_sim_runs_across_ranks(tmp_path):
     replays a broadcast by its duration on each rank alone and refuses the rest: a reduce, gather
     or scatter meeting left the node unreleased and the run ended without "sys[i] finished". The
     workload copies' 1-byte meetings of those are all-reduces (the real ASTRA-sim then ran this job
-    at 0.9893, both analytical backends, as `simulate` does: 0.989)."""
+    at 0.9893, both analytical backends, as `simulate` did: 0.989; 0.9976 and 0.997 once an
+    all-gather's, gather's and scatter's consumers read what it writes)."""
     from linker.batch import BatchConfig, run_batch
     from linker.model import et_def_pb2 as pb
     from linker.write.chakra_wire import get_attr, iter_frames

@@ -5,8 +5,9 @@ collective carries").
 Fixture (a real capture, ``tests/fixtures/README.md``): ``tp_gloo``, 2 ranks, 3 steps of two MLP
 blocks split over the ranks (``ColwiseParallel`` / ``RowwiseParallel``): 3 ``gloo:all_reduce`` a
 step, each issued by ``_c10d_functional::all_reduce`` and waited for in a ``wait_tensor`` that
-began before gloo's worker took the work. Expected values are read from the Kineto files with
-plain code: each wait is the ``wait_tensor`` inside which the record ended."""
+began before gloo's worker took the work; ``funcol_gloo``, 2 ranks, 3 steps of an ``all_reduce`` and
+an ``all_gather_into_tensor`` called directly, run at once on gloo's two workers. Expected values
+are read from the Kineto files with plain code."""
 
 from __future__ import annotations
 
@@ -121,3 +122,54 @@ def test_no_dependency_contradicts_the_measured_timeline_and_no_time_moves(tmp_p
     assert share.returncode == 0, share.stdout
     rows = [json.loads(line) for line in share.stdout.splitlines()]
     assert len(rows) == 2 and all(row["share_pct"] < 0.01 for row in rows)
+
+
+FUNCOL = FIXTURES / "funcol_gloo"
+
+
+def _funcol_linked(tmp_path, rank: int, suffix: str = ".json"):
+    out = tmp_path / f"funcol_{rank}{suffix}"
+    if not out.exists():
+        link_pair(FUNCOL / f"host.{rank}.json.gz", FUNCOL / f"device.{rank}.json.gz", out)
+    return out
+
+
+def test_an_all_gather_is_waited_for_by_who_reads_its_output_not_its_input(tmp_path):
+    """``funcol_gloo``: gloo's ``all_gather`` record holds the tensor it sends, not the one it
+    fills (the issuing ``c10d::allgather_into_tensor_coalesced_``'s first argument). The op that
+    reads the sent tensor after the call (``reduced + c``) needs nothing of the collective; the
+    ``wait_tensor`` given the output does. Before, that op was taken for the consumer: joins the
+    measured timeline contradicts (3 on rank 0, by up to 2 ms), the job at 1.249 under lanes (on
+    another capture of the job, a dependency cycle: an internal error). Now no contradicted edge
+    and the job within 1% under lanes, from JSON and ``.et``."""
+    outs = [str(_funcol_linked(tmp_path, rank)) for rank in RANKS]
+    order = subprocess.run([sys.executable, str(ROOT / "scripts" / "order_check.py"), "--json", *outs],
+                           capture_output=True, text=True)
+    assert order.returncode == 0, order.stdout
+    for suffix in (".json", ".et"):
+        paths = [_funcol_linked(tmp_path, rank, suffix) for rank in RANKS]
+        text, finished = run_simulate(SimulateOptions(paths, model="lanes", json_output=True))
+        assert finished and json.loads(text)["ratio"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_a_worker_thread_is_forked_by_what_ran_before_its_first_op(tmp_path):
+    """Every ``fork`` edge comes from a main-thread node that began before the forked work did (a
+    worker's thread root, which has no start of its own: before the worker's first op). A root's
+    fork used to come from its spawning op's last piece, after everything that op ran (the worker
+    then began milliseconds late in the replay)."""
+    root_forks = 0
+    for rank in RANKS:
+        nodes = _nodes(_funcol_linked(tmp_path, rank))
+        by_id = {n["id"]: n for n in nodes}
+        roots = {n["id"] for n in nodes if n["name"] == "[pytorch|profiler|execution_trace|thread]"}
+        for node in nodes:
+            for source, cause in zip(node.get("data_deps", []), node.get("data_dep_causes", [])):
+                if cause != "fork":
+                    continue
+                if node["id"] in roots:
+                    root_forks += 1
+                    began = min(n["ts"] for n in nodes if n.get("ctrl_deps") == node["id"] and "ts" in n)
+                else:
+                    began = node["ts"]
+                assert by_id[source]["ts"] <= began, (rank, by_id[source]["name"], by_id[source]["ts"], node["name"], began)
+    assert root_forks == 2  # rank 0's two gloo workers began while the ops that spawned them ran

@@ -129,6 +129,10 @@ class BusyTimes:
     resume_joins: set[tuple[int, int]] = field(default_factory=set)  # (collective, consumer)
     # a CPU send whose transfer began in its call, before its record -> where (the call's start)
     begun_at: dict[int, float] = field(default_factory=dict)
+    # a worker's thread root (no measured start of its own) spawned by a main op -> that op's start,
+    # where its replay begins (its host gap carries it to the thread's first op): a fork into it
+    # comes from what the main thread had run by then
+    spawned_at: dict[int, float] = field(default_factory=dict)
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, BusyTimes):
@@ -749,9 +753,10 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
     tl = main.timeline
     timed = {i: starts[i] for i in collectives if starts[i] == starts[i]}
     waited = wait_ops(et, collectives, tl.ops, tl.starts,
-                      {i: min(start, starts[issued[i]]) if i in issued else start for i, start in timed.items()})
+                      {i: min(start, starts[issued[i]]) if i in issued else start for i, start in timed.items()}, issued)
     sat_in = {i: op for i, op in waited.items() if starts[op] < ends[i]}  # the thread waited in it
-    found = consumers(et, {i: attrs for i, attrs in collectives.items() if i not in waited}, tl.ops, tl.starts, timed)
+    found = consumers(et, {i: attrs for i, attrs in collectives.items() if i not in waited}, tl.ops, tl.starts, timed,
+                      issued)
     found.update((i, op) for i, op in waited.items() if i not in sat_in)
     done = {i: min(ends[i], starts[found[i]]) if i in found else ends[i] for i in timed}
     done_at = sorted(done.values())
@@ -951,6 +956,7 @@ def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
             busy.host_gap[root] += start - tl.starts[source]
             if source > 0:
                 busy.cross.append((tl.ops[source - 1], root, FORK))
+                busy.spawned_at[root] = tl.starts[source]
         elif tl.ends[source] <= start:
             busy.cross.append((spawner, first_op, FORK))
         else:  # the main op was still running: the burst follows the last main op that had ended

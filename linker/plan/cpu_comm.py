@@ -18,7 +18,8 @@ has already put it on its measured thread. Here each such joined op becomes a co
   issued it, so ranks pair their collectives by it, and a collective the ET lost at the end of the
   trace leaves a gap instead of shifting the others;
 - its *consumer* (``consumers``): the first op of the issuing thread, after the collective
-  started, whose inputs use the tensor storage the collective works on (DDP's
+  started, whose inputs use a tensor storage the collective writes (``written_storages``: the
+  issuing call's first argument; DDP's
   ``copy_bucket_to_grad`` views of the bucket, an optimizer reading gradients that are bucket
   views). That op could not run before the result was there: the thread waited for the
   collective (``work.wait()``, no op of its own) from its last activity until the consumer began.
@@ -334,31 +335,49 @@ WAIT_OPS = frozenset({"_c10d_functional::wait_tensor", "c10d_functional::wait_te
 
 
 def wait_ops(et, comm: dict[int, CommAttrs], thread_ops: list[int], thread_starts: list[float],
-             issued_at: dict[int, float]) -> dict[int, int]:
+             issued_at: dict[int, float], issued: dict[int, int] | None = None) -> dict[int, int]:
     """Collective ET index -> the op of one thread that waits for it (``WAIT_OPS``): the first
     such op starting at or after the collective was issued (``issued_at``: its issuing call's
     start; the worker may take the work after the wait began) whose inputs share a storage with
-    the collective's, as ``consumers`` finds an op. A collective none waits for is absent. One
+    what the collective writes, as ``consumers`` finds an op (``issued``: its issuing calls). A collective none waits for is absent. One
     pass over the thread's op names, then ``consumers`` over the wait ops. O(m + w parses)."""
     names = et.names
     at = [p for p, op in enumerate(thread_ops) if names[op] in WAIT_OPS]
     if not at:
         return {}
-    return consumers(et, comm, [thread_ops[p] for p in at], [thread_starts[p] for p in at], issued_at)
+    return consumers(et, comm, [thread_ops[p] for p in at], [thread_starts[p] for p in at], issued_at, issued)
+
+
+def written_storages(et, i: int, call: int = -1) -> set[int]:
+    """The tensor storages collective ``i`` writes, which an op must read to need its result: the
+    first argument of the ``c10d::`` call that issued it (``call``; ``i`` itself when it is such a
+    call): c10d puts first what a collective writes, the tensors of an in-place all_reduce,
+    broadcast or reduce, the outputs of an all_gather, gather, scatter, reduce_scatter or
+    all_to_all. Without a call, the record's own tensor inputs (the records of in-place
+    collectives hold their tensors; an all_gather's holds only its input, which it does not
+    write). O(one parse)."""
+    if et.names[i].startswith("c10d::"):
+        call = i
+    if call >= 0:
+        io = op_inputs(et.nodes[call], et.layout)
+        return _storages(OpIO(io.values[:1], io.shapes[:1], io.types[:1]))
+    return _storages(op_inputs(et.nodes[i], et.layout))
 
 
 def consumers(et, comm: dict[int, CommAttrs], thread_ops: list[int], thread_starts: list[float],
-              collective_starts: dict[int, float]) -> dict[int, int]:
+              collective_starts: dict[int, float], issued: dict[int, int] | None = None) -> dict[int, int]:
     """Collective ET index -> its consumer on one thread (module docstring): the first of
     ``thread_ops`` (that thread's linked ops in start order, ``thread_starts`` their starts)
     starting at or after the collective's measured start (``collective_starts``) whose input
-    tensors share a storage with the collective's. A collective none reads is absent.
+    tensors share a storage with what the collective writes (``written_storages``; ``issued``:
+    collective -> the call that issued it, when known). A collective none reads is absent.
 
     One sweep over the thread from the earliest collective's start; an op's inputs are parsed
     only while some collective still waits for its consumer. O(m) parses for the m ops swept."""
     wanted: list[tuple[float, int, set[int]]] = []
+    issued = issued or {}
     for i in comm:
-        storages = _storages(op_inputs(et.nodes[i], et.layout))
+        storages = written_storages(et, i, issued.get(i, -1))
         if storages and i in collective_starts:
             wanted.append((collective_starts[i], i, storages))
     if not wanted:

@@ -485,7 +485,8 @@ def _handoff_edges(et_plus: EtPlus, busy: BusyTimes, parts: OpParts, ctrl: array
                    op_starts: list[float], finished_by: dict[int, int] | None = None) -> dict[int, list[tuple[int, str]]]:
     """The dependencies that cross threads or come from a later piece, by target: each fork or
     join from what its source's thread had run by then (``OpParts.ran_before``; a join into the
-    op the main thread waited in goes to its part after the wait), unless the chain already holds
+    op the main thread waited in goes to its part after the wait; a fork into a worker's thread
+    root, which has no start of its own, by its spawning op's start: ``busy.spawned_at``), unless the chain already holds
     it; a GPU op launched from a later piece of its op depends on that piece (``launch``).
     ``finished_by``: a CPU collective whose worker ran ops for it after communicating -> the last
     of them: the work the waiting thread was woken by ends there, so a join comes from it.
@@ -497,7 +498,8 @@ def _handoff_edges(et_plus: EtPlus, busy: BusyTimes, parts: OpParts, ctrl: array
         resumed = busy.resumed_at.get((source, target))
         if cause == JOIN:
             source = finished_by.get(source, source)
-        source = parts.ran_before(source, op_starts[target] if resumed is None else resumed)
+        at = op_starts[target] if resumed is None else resumed
+        source = parts.ran_before(source, busy.spawned_at.get(target, at) if at != at else at)
         if resumed is not None:
             target = parts.after(target, resumed)
         if source != target and source != prev[target] and source != ctrl[target]:
