@@ -366,18 +366,12 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     on_timeline = _off_timeline(linked, point_to_point)
     timelines = _timelines(et, starts, ends, on_timeline, et.root_positions(), near_start_order)
     waits: dict[tuple, list] = {}  # main-thread idle segment -> [waiter, position, lo, hi]
-    gap_waits: dict[int, float] = {}  # main-thread position p -> join wait inside the gap after p
     burst_firsts: set[int] = set()
     if timelines:
         _thread_waits(et_plus, busy, timelines, (starts, ends, linked), collectives, point_to_point, lost, waits,
                       burst_firsts, handed_with_previous or frozenset())
     blocked_at += _sends_begun_in_their_call(et, collectives, timelines.get(busy.main_tid), starts, busy)
-    for waiter, position, lo, hi in waits.values():
-        if waiter >= 0:
-            busy.blocked[waiter] += hi - lo
-            blocked_at.append((waiter, lo, hi - lo))
-        else:
-            gap_waits[position] = gap_waits.get(position, 0.0) + hi - lo
+    gap_waits = _held_waits(busy, waits, blocked_at)
     for tid, timeline in timelines.items():
         _host_gaps(busy, timeline, gap_waits if tid == busy.main_tid else None, burst_firsts)
     launches = [(link.et_index, link.launch.ts, link.event.ts) for link in et_plus.gpu_links
@@ -397,6 +391,20 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
         _resume_pieces(busy, timelines[busy.main_tid], forks)
     _sim_times(busy, exclusive_of_op, linked)
     return busy
+
+
+def _held_waits(busy: BusyTimes, waits: dict, blocked_at: list[tuple[int, float, float]]) -> dict[int, float]:
+    """The main thread's waits (``waits``: segment key -> [waiter, gap position, start, end]) taken
+    where they were held: in an op, its blocked time (and a blocked stretch in ``blocked_at``); in
+    a gap after main-thread position p, returned as p -> the µs of join wait inside that gap."""
+    gap_waits: dict[int, float] = {}
+    for waiter, position, lo, hi in waits.values():
+        if waiter >= 0:
+            busy.blocked[waiter] += hi - lo
+            blocked_at.append((waiter, lo, hi - lo))
+        else:
+            gap_waits[position] = gap_waits.get(position, 0.0) + hi - lo
+    return gap_waits
 
 
 def _blocking_call_waits(et_plus, busy: BusyTimes) -> list[tuple[int, float, float]]:
