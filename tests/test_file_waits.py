@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
@@ -122,6 +123,34 @@ def test_json_wait_nodes_name_their_op_and_wait(tmp_path):
         assert node["data_deps"] == held["data_deps"][:-1] and node["ctrl_deps"] == held["ctrl_deps"]
         assert node["measured_wait"] >= 2 and "ts" not in node  # a wait of the measurement, not timed itself
         assert node["stream"] == held["stream"]  # on the held kernel's stream
+
+
+def test_json_wait_nodes_leave_every_other_node_as_written(tmp_path):
+    """The rewrite keeps the document's other keys and every node it does not hold as the bytes the
+    link wrote (the ET's own ``inputs`` / ``attrs`` text, spaces and all: before, the whole
+    document was decoded and encoded again, compacting them); the held nodes differ only by the
+    wait node appended to their ``data_deps`` and ``data_dep_causes``."""
+    out = tmp_path / "waits.json"
+    outcome = link_pair(*GPU_PAIR, out)
+    before = out.read_bytes()
+    raws_before = msgspec.json.decode(msgspec.json.decode(before, type=dict[str, msgspec.Raw])["nodes"],
+                                      type=list[msgspec.Raw])
+    assert add_file_waits(outcome, "measured") > 0
+    after = msgspec.json.decode(out.read_bytes(), type=dict[str, msgspec.Raw])
+    raws_after = msgspec.json.decode(after["nodes"], type=list[msgspec.Raw])
+    held = {node["holds"]: node["id"] for node in map(json.loads, map(bytes, raws_after[len(raws_before):]))}
+    assert held and len(raws_after) == len(raws_before) + len(held)
+    assert b'"values": [' in before  # the ET's text as the ET had it
+    for raw_before, raw_after in zip(raws_before, raws_after):
+        node_before, node_after = json.loads(bytes(raw_before)), json.loads(bytes(raw_after))
+        if node_before["id"] not in held:
+            assert bytes(raw_after) == bytes(raw_before)
+            continue
+        wait = held[node_before["id"]]
+        assert node_after["data_deps"] == node_before["data_deps"] + [wait]
+        assert {k: v for k, v in node_after.items() if k not in ("data_deps", "data_dep_causes")} == \
+            {k: v for k, v in node_before.items() if k not in ("data_deps", "data_dep_causes")}
+    assert list(after) == list(msgspec.json.decode(before, type=dict[str, msgspec.Raw]))
 
 
 def test_cpu_only_outputs_carry_no_wait_nodes(tmp_path):

@@ -15,13 +15,15 @@ for a host op. It has no measured time; ``wait_cause``, ``measured_wait`` (µs a
 
 Which ops wait and for how long is ``sim.waits``' to decide (docs/fidelity.md); this module only
 writes them, into an ET+ JSON or a ``.et`` (plain or gzip), atomically. Cost: one copy of the
-file; ``.et``: frames copied as bytes, only the held nodes decoded; JSON: one decode and encode.
+file; ``.et``: frames copied as bytes, only the held nodes decoded; JSON likewise, nodes kept
+as the bytes they were written as.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -72,40 +74,82 @@ def _already(path: Path) -> TraceInputError:
 # --- ET+ JSON ------------------------------------------------------------------------------------
 
 
+class _Named(msgspec.Struct):
+    """What of a node the rewrite reads of every node (the rest stays as written)."""
+
+    id: Any = None
+    name: Any = None
+
+
+_FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])  # an object's keys, their values as written
+_NODE_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+_NODE_NAMES = msgspec.json.Decoder(list[_Named])
+_NODES_PER_WRITE = 4096  # nodes joined into one write (a gzip output compresses each write)
+
+
 def _add_to_json(path: Path, waits: list[Wait], first_id: int) -> int:
+    """The document's keys and nodes are kept as the bytes the writer wrote (the ET's own parts as
+    the ET had them); a held node's fields likewise, but for its ``data_deps`` and
+    ``data_dep_causes``, which gain the wait node; the wait nodes are appended. Written piece by
+    piece from views into the file's bytes: memory is the file's bytes and a view a node. O(file
+    bytes): a scan of the document and of its nodes' ids and names, the held nodes decoded."""
+    data = read_trace_bytes(path)
     try:
-        doc = msgspec.json.decode(read_trace_bytes(path))
-    except msgspec.DecodeError as err:
+        doc = _FIELDS.decode(data)
+        raws = _NODE_RAWS.decode(doc["nodes"])
+        named = _NODE_NAMES.decode(doc["nodes"])
+    except (msgspec.DecodeError, KeyError) as err:
         raise TraceInputError(path, f"not an ET+ JSON document ({err})") from None
-    nodes = doc["nodes"]
-    by_id = {node["id"]: node for node in nodes}
-    if any(node.get("name") == WAIT_NODE_NAME for node in nodes):
+    if any(node.name == WAIT_NODE_NAME for node in named):
         raise _already(path)
+    position = {node.id: k for k, node in enumerate(named)}
+    nodes: list = raws  # each node as written (a view into ``data``) or, held, encoded again
     added = []
     for k, wait in enumerate(waits):
-        held = by_id[wait.node_id]
-        node = {"id": first_id + k, "name": WAIT_NODE_NAME}
-        for key in ("parent", "ctrl_deps"):
-            if key in held:
-                node[key] = held[key]
-        for key in ("tid", "device", "stream"):
-            if key in held:
-                node[key] = held[key]
-        if "tid" not in held and isinstance(held.get("attrs"), list):  # nested layout: the tid attribute
-            node["attrs"] = [attr for attr in held["attrs"] if isinstance(attr, dict) and attr.get("name") == "tid"]
-        node.update({"sim_dur": round(wait.micros, 3), WAIT_CAUSE_KEY: wait.cause,
-                     MEASURED_WAIT_KEY: round(wait.measured_us, 3), HOLDS_KEY: wait.node_id,
-                     "data_deps": list(held.get("data_deps") or []),
-                     "data_dep_causes": list(held.get("data_dep_causes") or [])})
-        held["data_deps"] = list(held.get("data_deps") or []) + [node["id"]]
-        causes = held.get("data_dep_causes")
-        if causes is not None and len(causes) == len(held["data_deps"]) - 1:
-            held["data_dep_causes"] = list(causes) + [wait.cause]
-        added.append(node)
-    doc["nodes"] = nodes + added
+        at = position[wait.node_id]
+        held = _FIELDS.decode(nodes[at])
+        deps, causes = _value(held, "data_deps"), _value(held, "data_dep_causes")
+        node = _wait_node(held, first_id + k, wait, deps or [], causes or [])
+        held["data_deps"] = msgspec.Raw(msgspec.json.encode((deps or []) + [node["id"]]))
+        if causes is not None and len(causes) == len(deps or []):
+            held["data_dep_causes"] = msgspec.Raw(msgspec.json.encode(causes + [wait.cause]))
+        nodes[at] = msgspec.json.encode(held)
+        added.append(msgspec.json.encode(node))
     with atomic_output(path) as out:
-        out.write(msgspec.json.encode(doc))
+        for k, (key, raw) in enumerate(doc.items()):
+            out.write(b"{" if k == 0 else b",")
+            out.write(msgspec.json.encode(key) + b":")
+            if key != "nodes":
+                out.write(raw)
+                continue
+            every = nodes + added
+            for j in range(0, len(every), _NODES_PER_WRITE):  # a piece at a time: no second copy of the document
+                out.write((b"[" if j == 0 else b",") + b",".join(every[j:j + _NODES_PER_WRITE]))
+            out.write(b"]" if every else b"[]")
+        out.write(b"}")
     return len(added)
+
+
+def _value(fields: dict, key: str):
+    """A node's field, decoded (None when absent)."""
+    return msgspec.json.decode(fields[key]) if key in fields else None
+
+
+def _wait_node(held: dict, node_id: int, wait: Wait, deps: list, causes: list) -> dict:
+    """The JSON wait node of ``wait``: on ``held``'s unit (its parent, thread or stream: ``held``'s
+    fields as written), after its dependencies (``deps``, ``causes``)."""
+    node = {"id": node_id, "name": WAIT_NODE_NAME}
+    for key in ("parent", "ctrl_deps", "tid", "device", "stream"):
+        if key in held:
+            node[key] = held[key]
+    if "tid" not in held and "attrs" in held:  # nested layout: the tid attribute
+        attrs = msgspec.json.decode(held["attrs"])
+        if isinstance(attrs, list):
+            node["attrs"] = [attr for attr in attrs if isinstance(attr, dict) and attr.get("name") == "tid"]
+    node.update({"sim_dur": round(wait.micros, 3), WAIT_CAUSE_KEY: wait.cause,
+                 MEASURED_WAIT_KEY: round(wait.measured_us, 3), HOLDS_KEY: wait.node_id,
+                 "data_deps": list(deps), "data_dep_causes": list(causes)})
+    return node
 
 
 # --- Chakra .et ----------------------------------------------------------------------------------
