@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +34,49 @@ def shared_trace(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(shared_reason(path))
     return path
+
+
+def linked_rank(tmp_path: Path, job: Path, rank: int, suffix: str = ".json") -> Path:
+    """The output of one rank of a captured job (``job``/host.<rank>.json.gz with its
+    device.<rank>.json.gz) linked into ``tmp_path`` as JSON or ``.et`` (``suffix``), once per test."""
+    from linker.pipeline import link_pair
+
+    out = tmp_path / f"{job.name}_{rank}{suffix}"
+    if not out.exists():
+        link_pair(job / f"host.{rank}.json.gz", job / f"device.{rank}.json.gz", out)
+    return out
+
+
+def job_reports(tmp_path: Path, job: Path, ranks, model: str = "astra-sim") -> list[dict]:
+    """``simulate``'s JSON report of a captured job's ranks (``linked_rank``) replayed together,
+    linked as JSON, then as ``.et``, asserting every node ran."""
+    from linker.sim.cli_run import SimulateOptions, run_simulate
+
+    reports = []
+    for suffix in (".json", ".et"):
+        paths = [linked_rank(tmp_path, job, rank, suffix) for rank in ranks]
+        text, finished = run_simulate(SimulateOptions(paths, model=model, json_output=True))
+        assert finished
+        reports.append(json.loads(text))
+    return reports
+
+
+def checked_by_script(script: str, outputs: list) -> list[dict]:
+    """``scripts/<script>`` (``order_check.py``, ``attribution.py``) run with ``--json`` on the
+    outputs: its one report per file, asserting it exited 0 (no contradicted edge; no share of CPU
+    time on another op beyond the format's resolution)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--json", *map(str, outputs)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def assert_no_contradicted_edge_nor_moved_time(outputs: list) -> None:
+    """``order_check.py`` finds no contradicted edge in the outputs and ``attribution.py`` no CPU
+    time on an op other than the one that measured it (JSON: below 0.01%)."""
+    checked_by_script("order_check.py", outputs)
+    rows = checked_by_script("attribution.py", outputs)
+    assert len(rows) == len(outputs) and all(row["share_pct"] < 0.01 for row in rows), rows
 
 
 def dlrm_pair(rank: int) -> tuple[Path, Path]:

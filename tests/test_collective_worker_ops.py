@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, linked_rank
 from linker.pipeline import link_pair
 import orjson
 
@@ -60,10 +60,7 @@ def _longest_gap(parent: dict, children: list[dict]) -> tuple[int, float]:
 
 
 def _linked(tmp_path, directory, rank, suffix=".json"):
-    out = tmp_path / f"{directory.name}_{rank}{suffix}"
-    if not out.exists():
-        link_pair(directory / f"host.{rank}.json.gz", directory / f"device.{rank}.json.gz", out)
-    return out
+    return linked_rank(tmp_path, directory, rank, suffix)
 
 
 def _by_rf_id(nodes: list[dict]) -> dict[int, dict]:

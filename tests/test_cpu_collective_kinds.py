@@ -16,8 +16,7 @@ import json
 
 import pytest
 
-from conftest import FIXTURES
-from linker.pipeline import link_pair
+from conftest import FIXTURES, linked_rank
 from linker.sim.cli_run import SimulateOptions, run_simulate
 
 COLLECTIVES = FIXTURES / "collectives_gloo"
@@ -26,10 +25,7 @@ CHUNK = 64 * 256 * 4  # the capture's --batch x --width float32 tensor
 
 
 def _linked(tmp_path, rank: int, suffix: str = ".json"):
-    out = tmp_path / f"collectives_{rank}{suffix}"
-    if not out.exists():
-        link_pair(COLLECTIVES / f"host.{rank}.json.gz", COLLECTIVES / f"device.{rank}.json.gz", out)
-    return out
+    return linked_rank(tmp_path, COLLECTIVES, rank, suffix)
 
 
 def _records(rank: int) -> list[dict]:

@@ -13,14 +13,10 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import FIXTURES, ROOT
-from linker.pipeline import link_pair
-from linker.sim.cli_run import SimulateOptions, run_simulate
+from conftest import FIXTURES, assert_no_contradicted_edge_nor_moved_time, checked_by_script, job_reports, linked_rank
 
 TP = FIXTURES / "tp_gloo"
 RANKS = (0, 1)
@@ -28,10 +24,7 @@ WAIT = "_c10d_functional::wait_tensor"
 
 
 def _linked(tmp_path, rank: int, suffix: str = ".json"):
-    out = tmp_path / f"tp_{rank}{suffix}"
-    if not out.exists():
-        link_pair(TP / f"host.{rank}.json.gz", TP / f"device.{rank}.json.gz", out)
-    return out
+    return linked_rank(tmp_path, TP, rank, suffix)
 
 
 def _kineto_ops(rank: int) -> list[dict]:
@@ -99,39 +92,24 @@ def test_the_job_replays_its_span_and_its_path_holds_no_wait(tmp_path, model):
     """Both ranks replayed together, from JSON and from ``.et``: the span as measured (±1%;
     before, 1.066: each wait ran as busy time after the collective it waited for), and no
     ``wait_tensor`` among the critical path's top ops (before, the first, at 34% of the path)."""
-    ratios = []
-    for suffix in (".json", ".et"):
-        paths = [_linked(tmp_path, rank, suffix) for rank in RANKS]
-        text, finished = run_simulate(SimulateOptions(paths, model=model, json_output=True))
-        assert finished
-        report = json.loads(text)
-        ratios.append(report["ratio"])
+    reports = job_reports(tmp_path, TP, RANKS, model)
+    for report in reports:
         assert WAIT not in {op["name"] for op in report["critical_path"][:5]}, report["critical_path"][:5]
+    ratios = [report["ratio"] for report in reports]
     assert ratios[0] == pytest.approx(1.0, abs=0.01) and ratios[1] == pytest.approx(ratios[0], rel=0.005)
 
 
 def test_no_dependency_contradicts_the_measured_timeline_and_no_time_moves(tmp_path):
     """``scripts/order_check.py`` finds no contradicted edge and ``scripts/attribution.py`` no CPU
     time on another op, on both ranks (JSON)."""
-    outs = [str(_linked(tmp_path, rank)) for rank in RANKS]
-    order = subprocess.run([sys.executable, str(ROOT / "scripts" / "order_check.py"), "--json", *outs],
-                           capture_output=True, text=True)
-    assert order.returncode == 0, order.stdout
-    share = subprocess.run([sys.executable, str(ROOT / "scripts" / "attribution.py"), "--json", *outs],
-                           capture_output=True, text=True)
-    assert share.returncode == 0, share.stdout
-    rows = [json.loads(line) for line in share.stdout.splitlines()]
-    assert len(rows) == 2 and all(row["share_pct"] < 0.01 for row in rows)
+    assert_no_contradicted_edge_nor_moved_time([_linked(tmp_path, rank) for rank in RANKS])
 
 
 FUNCOL = FIXTURES / "funcol_gloo"
 
 
 def _funcol_linked(tmp_path, rank: int, suffix: str = ".json"):
-    out = tmp_path / f"funcol_{rank}{suffix}"
-    if not out.exists():
-        link_pair(FUNCOL / f"host.{rank}.json.gz", FUNCOL / f"device.{rank}.json.gz", out)
-    return out
+    return linked_rank(tmp_path, FUNCOL, rank, suffix)
 
 
 def test_an_all_gather_is_waited_for_by_who_reads_its_output_not_its_input(tmp_path):
@@ -142,14 +120,9 @@ def test_an_all_gather_is_waited_for_by_who_reads_its_output_not_its_input(tmp_p
     measured timeline contradicts (3 on rank 0, by up to 2 ms), the job at 1.249 under lanes (on
     another capture of the job, a dependency cycle: an internal error). Now no contradicted edge
     and the job within 1% under lanes, from JSON and ``.et``."""
-    outs = [str(_funcol_linked(tmp_path, rank)) for rank in RANKS]
-    order = subprocess.run([sys.executable, str(ROOT / "scripts" / "order_check.py"), "--json", *outs],
-                           capture_output=True, text=True)
-    assert order.returncode == 0, order.stdout
-    for suffix in (".json", ".et"):
-        paths = [_funcol_linked(tmp_path, rank, suffix) for rank in RANKS]
-        text, finished = run_simulate(SimulateOptions(paths, model="lanes", json_output=True))
-        assert finished and json.loads(text)["ratio"] == pytest.approx(1.0, abs=0.01)
+    checked_by_script("order_check.py", [_funcol_linked(tmp_path, rank) for rank in RANKS])
+    for report in job_reports(tmp_path, FUNCOL, RANKS, "lanes"):
+        assert report["ratio"] == pytest.approx(1.0, abs=0.01)
 
 
 def test_a_worker_thread_is_forked_by_what_ran_before_its_first_op(tmp_path):

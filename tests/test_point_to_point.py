@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, assert_no_contradicted_edge_nor_moved_time, job_reports, linked_rank
 from linker.pipeline import link_pair
 from linker.sim.cli_run import SimulateOptions, run_simulate
 
@@ -34,10 +32,7 @@ def _kineto_ops(rank: int) -> list[dict]:
 
 
 def _linked(tmp_path, rank: int, suffix: str = ".json"):
-    out = tmp_path / f"pipeline_{rank}{suffix}"
-    if not out.exists():
-        link_pair(PIPELINE / f"host.{rank}.json.gz", PIPELINE / f"device.{rank}.json.gz", out)
-    return out
+    return linked_rank(tmp_path, PIPELINE, rank, suffix)
 
 
 def _nodes(path) -> list[dict]:
@@ -137,13 +132,9 @@ def test_the_job_replays_its_span_and_its_path_names_the_stages_work(tmp_path, m
     each receive waiting for the other stage's send, and the critical path through both stages'
     compute and transfers, not a step's wait (before: the steps' waits were their busy time, and
     the path's top op a ``ProfilerStep``)."""
-    ratios = []
-    for suffix in (".json", ".et"):
-        paths = [_linked(tmp_path, rank, suffix) for rank in RANKS]
-        text, finished = run_simulate(SimulateOptions(paths, model=model, json_output=True))
-        assert finished
-        report = json.loads(text)
-        ratios.append(report["ratio"])
+    reports = job_reports(tmp_path, PIPELINE, RANKS, model)
+    ratios = [report["ratio"] for report in reports]
+    for report in reports:
         assert report["peer_wait_us"] > 10_000
         path = report["critical_path"]
         assert not any(op["name"].startswith("ProfilerStep") for op in path[:3]), path[:3]
@@ -154,15 +145,7 @@ def test_the_job_replays_its_span_and_its_path_names_the_stages_work(tmp_path, m
 def test_no_dependency_contradicts_the_measured_timeline_and_no_time_moves(tmp_path):
     """``scripts/order_check.py`` finds no contradicted edge and ``scripts/attribution.py`` no CPU
     time on another op, on both ranks (JSON)."""
-    outs = [str(_linked(tmp_path, rank)) for rank in RANKS]
-    order = subprocess.run([sys.executable, str(ROOT / "scripts" / "order_check.py"), "--json", *outs],
-                           capture_output=True, text=True)
-    assert order.returncode == 0, order.stdout
-    share = subprocess.run([sys.executable, str(ROOT / "scripts" / "attribution.py"), "--json", *outs],
-                           capture_output=True, text=True)
-    assert share.returncode == 0, share.stdout
-    rows = [json.loads(line) for line in share.stdout.splitlines()]
-    assert len(rows) == 2 and all(row["share_pct"] < 0.01 for row in rows)
+    assert_no_contradicted_edge_nor_moved_time([_linked(tmp_path, rank) for rank in RANKS])
 
 
 def test_astra_copies_write_each_transfer_as_a_meeting_then_the_ranks_own_time(tmp_path):
