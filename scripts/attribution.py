@@ -16,7 +16,8 @@ alone with no op off by more than 1 µs. So also printed: the share beyond the f
 (each op's difference less 1 µs in a ``.et``, 0.001 µs in JSON, never below 0), and the ops whose
 kept time differs from the measured by more than ``--tolerance`` µs (1 by default). Exit status 1
 when the share beyond the resolution is above ``--max-share`` (percent), so a script can check a
-file; the JSON, exact to its 3 decimals, is where the share itself is read.
+file (2, after a one-line message, when a file cannot be read as an ET+); the JSON, exact to its 3
+decimals, is where the share itself is read.
 
 Usage: python scripts/attribution.py OUT.json|OUT.et [...] [--max-share 0.5] [--tolerance 1] [--json]
 
@@ -34,6 +35,8 @@ import gzip
 import json
 import sys
 from pathlib import Path
+
+from google.protobuf.message import DecodeError
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -133,9 +136,14 @@ def main() -> int:
     parser.add_argument("--tolerance", type=float, default=1.0, help="µs per op")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    failed = False
+    failed, unreadable = False, False
     for path in args.files:
-        row = attribution(path, args.tolerance)
+        try:
+            row = attribution(path, args.tolerance)
+        except (OSError, ValueError, KeyError, DecodeError) as err:  # not there, not an ET+: one line, the others still checked
+            print(f"attribution.py: {path}: cannot read it as an ET+ ({type(err).__name__}: {err})", file=sys.stderr)
+            unreadable = True
+            continue
         failed = failed or row["share_beyond_resolution_pct"] > args.max_share
         if args.json:
             print(json.dumps(row))
@@ -143,7 +151,7 @@ def main() -> int:
             print(f"{row['file']}: {row['ops']} ops, share on another op {row['share_pct']:.3f}% "
                   f"({row['share_beyond_resolution_pct']:.3f}% beyond the format's {row['resolution_us']:g} µs), "
                   f"{row['ops_off']} op(s) off by more than {args.tolerance:g} µs")
-    return 1 if failed else 0
+    return 2 if unreadable else 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ communicating, such as gloo's copy of each rank's part out of an ``all_gather``)
 count; the ``rank_start`` delay node is not timed.
 
 Prints, per file and per cause, the edges checked, the contradicted ones and the worst overshoot;
-``--examples N`` names the worst edges. Exit status 1 when any edge is contradicted.
+``--examples N`` names the worst edges. Exit status 1 when any edge is contradicted, 2 (after a
+one-line message) when a file cannot be read as an ET+ JSON.
 
 Usage: python scripts/order_check.py OUT.json [...] [--slack 50] [--examples 3] [--json]
 """
@@ -87,9 +88,14 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    any_broken = False
+    any_broken, unreadable = False, False
     for path in args.files:
-        result = check(path, args.slack, args.examples)
+        try:
+            result = check(path, args.slack, args.examples)
+        except (OSError, ValueError, KeyError) as err:  # not there, not an ET+ JSON: one line, the others still checked
+            print(f"order_check.py: {path}: cannot read it as an ET+ JSON ({type(err).__name__}: {err})", file=sys.stderr)
+            unreadable = True
+            continue
         any_broken = any_broken or result["contradicted"] > 0
         if args.json:
             print(json.dumps(result))
@@ -100,7 +106,7 @@ def main() -> int:
                 print(f"  {cause or '(no cause)'}: {row['contradicted']:,} of {row['edges']:,}, worst +{row['worst_us']:,.1f} us")
                 for example in row["examples"]:
                     print(f"    node {example['from']} -> node {example['to']}: +{example['over_us']:,.1f} us")
-    return 1 if any_broken else 0
+    return 2 if unreadable else 1 if any_broken else 0
 
 
 if __name__ == "__main__":

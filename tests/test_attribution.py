@@ -114,3 +114,19 @@ def test_the_ddp_jobs_critical_path_names_the_gemms(tmp_path):
         names = {n["id"]: n["name"] for n in json.loads(path.read_text())["nodes"]}
         mm_busy += sum(us for i, us in measured.items() if names[i] == "aten::mm")
     assert cpu[0]["us"] <= mm_busy + 1
+
+
+@pytest.mark.parametrize("script", ["attribution.py", "order_check.py"])
+def test_a_file_the_checks_cannot_read_is_one_line_and_exit_2(tmp_path, script):
+    """A missing file and one that is no ET+ (this test's own source) give one line each on
+    stderr naming the file, no traceback, and exit status 2; the readable file given with them is
+    still checked."""
+    good = tmp_path / "out.json"
+    link_pair(*[FIXTURES / "cpu" / "mlp_steps" / name for name in ("et.json.gz", "kineto.json.gz")], good)
+    missing = tmp_path / "missing.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), str(missing), __file__, str(good)],
+                          capture_output=True, text=True)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(lines) == 2 and str(missing) in lines[0] and __file__ in lines[1]
+    assert str(good) in proc.stdout
