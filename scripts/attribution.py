@@ -140,7 +140,7 @@ def main() -> int:
     for path in args.files:
         try:
             row = attribution(path, args.tolerance)
-        except (OSError, ValueError, KeyError, DecodeError) as err:  # not there, not an ET+: one line, the others still checked
+        except (OSError, ValueError, KeyError, DecodeError) as err:  # not there, not an ET+: one line
             print(f"attribution.py: {path}: cannot read it as an ET+ ({type(err).__name__}: {err})", file=sys.stderr)
             unreadable = True
             continue

@@ -92,8 +92,9 @@ def main() -> int:
     for path in args.files:
         try:
             result = check(path, args.slack, args.examples)
-        except (OSError, ValueError, KeyError) as err:  # not there, not an ET+ JSON: one line, the others still checked
-            print(f"order_check.py: {path}: cannot read it as an ET+ JSON ({type(err).__name__}: {err})", file=sys.stderr)
+        except (OSError, ValueError, KeyError) as err:  # not there, not an ET+ JSON: one line
+            print(f"order_check.py: {path}: cannot read it as an ET+ JSON ({type(err).__name__}: {err})",
+                  file=sys.stderr)
             unreadable = True
             continue
         any_broken = any_broken or result["contradicted"] > 0

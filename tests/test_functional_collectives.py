@@ -144,5 +144,5 @@ def test_a_worker_thread_is_forked_by_what_ran_before_its_first_op(tmp_path):
                     began = min(n["ts"] for n in nodes if n.get("ctrl_deps") == node["id"] and "ts" in n)
                 else:
                     began = node["ts"]
-                assert by_id[source]["ts"] <= began, (rank, by_id[source]["name"], by_id[source]["ts"], node["name"], began)
+                assert by_id[source]["ts"] <= began, (rank, by_id[source]["name"], node["name"], began)
     assert root_forks == 2  # rank 0's two gloo workers began while the ops that spawned them ran

@@ -760,8 +760,8 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
     issued = issuing_calls(et_plus, collectives)
     tl = main.timeline
     timed = {i: starts[i] for i in collectives if starts[i] == starts[i]}
-    waited = wait_ops(et, collectives, tl.ops, tl.starts,
-                      {i: min(start, starts[issued[i]]) if i in issued else start for i, start in timed.items()}, issued)
+    issued_at = {i: min(start, starts[issued[i]]) if i in issued else start for i, start in timed.items()}
+    waited = wait_ops(et, collectives, tl.ops, tl.starts, issued_at, issued)
     sat_in = {i: op for i, op in waited.items() if starts[op] < ends[i]}  # the thread waited in it
     found = consumers(et, {i: attrs for i, attrs in collectives.items() if i not in waited}, tl.ops, tl.starts, timed,
                       issued)

@@ -339,8 +339,9 @@ def wait_ops(et, comm: dict[int, CommAttrs], thread_ops: list[int], thread_start
     """Collective ET index -> the op of one thread that waits for it (``WAIT_OPS``): the first
     such op starting at or after the collective was issued (``issued_at``: its issuing call's
     start; the worker may take the work after the wait began) whose inputs share a storage with
-    what the collective writes, as ``consumers`` finds an op (``issued``: its issuing calls). A collective none waits for is absent. One
-    pass over the thread's op names, then ``consumers`` over the wait ops. O(m + w parses)."""
+    what the collective writes, as ``consumers`` finds an op (``issued``: its issuing calls). A
+    collective none waits for is absent. One pass over the thread's op names, then ``consumers``
+    over the wait ops. O(m + w parses)."""
     names = et.names
     at = [p for p, op in enumerate(thread_ops) if names[op] in WAIT_OPS]
     if not at:

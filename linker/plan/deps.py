@@ -486,8 +486,9 @@ def _handoff_edges(et_plus: EtPlus, busy: BusyTimes, parts: OpParts, ctrl: array
     """The dependencies that cross threads or come from a later piece, by target: each fork or
     join from what its source's thread had run by then (``OpParts.ran_before``; a join into the
     op the main thread waited in goes to its part after the wait; a fork into a worker's thread
-    root, which has no start of its own, by its spawning op's start: ``busy.spawned_at``), unless the chain already holds
-    it; a GPU op launched from a later piece of its op depends on that piece (``launch``).
+    root, which has no start of its own, by its spawning op's start: ``busy.spawned_at``), unless
+    the chain already holds it; a GPU op launched from a later piece of its op depends on that
+    piece (``launch``).
     ``finished_by``: a CPU collective whose worker ran ops for it after communicating -> the last
     of them: the work the waiting thread was woken by ends there, so a join comes from it.
     O(cross edges + GPU ops), a bisect each."""

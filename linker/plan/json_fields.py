@@ -14,7 +14,8 @@ first op). Every node gets ``data_deps`` (node ids) and
 and, for resolved communication kernels, ``comm_type`` (Chakra enum name), ``comm_size`` (bytes),
 ``pg_name`` (PyTorch's process-group name, as Kineto's "Process Group Name" that the node may
 already carry; the ``.et`` attribute holds the job-wide id, that name + 1), and ``comm_src`` /
-``comm_dst`` / ``comm_tag`` / ``comm_role`` for point-to-point (``_comm_fields``, CPU and GPU alike). Re-resolving an annotated node gives the same attributes.
+``comm_dst`` / ``comm_tag`` / ``comm_role`` for point-to-point (``_comm_fields``, CPU and GPU
+alike). Re-resolving an annotated node gives the same attributes.
 ``ts``, ``dur``, ``inclusive_dur`` and ``exclusive_dur`` keep their meanings.
 Cost: O(n + g + edges) after the plan.
 """
