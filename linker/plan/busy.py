@@ -860,14 +860,18 @@ def _point_to_point_waits(point_to_point: list[int], tid: list[int], main: MainT
             continue
         if end > segment.start:
             _add_wait(waits, segment, max(starts[i], segment.start), end)
-        _join_where_it_went_on(busy, i, segment, end,
-                               segment.waiter >= 0 and (segment.end - end > HANDOFF_CUT_MIN_US or segment.resume < 0))
+        _join_where_it_went_on(busy, i, segment, end)
 
 
-def _join_where_it_went_on(busy: BusyTimes, source: int, segment: IdleSegment, end: float, in_waiter: bool) -> None:
+def _join_where_it_went_on(busy: BusyTimes, source: int, segment: IdleSegment, end: float, spawner: int = -1) -> None:
     """A ``join`` from ``source`` to where the main thread went on after it sat idle in
-    ``segment`` until ``end``: with ``in_waiter``, the op it waited in, to its part after ``end``
-    (``resumed_at``: that op's stretch is cut there); else the op it resumed at (none: no edge)."""
+    ``segment`` until ``end``: the op it waited in, to its part after ``end`` (``resumed_at``: that
+    op's stretch is cut there), when that op's own time went on after the wait (more than
+    ``HANDOFF_CUT_MIN_US``), or when no op followed and the op is not ``spawner`` (the op that
+    started the worker whose work ended: it ran on, it did not wait); else the op it resumed at
+    (none: no edge)."""
+    in_waiter = segment.waiter >= 0 and (segment.end - end > HANDOFF_CUT_MIN_US
+                                         or (segment.resume < 0 and segment.waiter != spawner))
     target = segment.waiter if in_waiter else segment.resume
     if target >= 0:
         busy.cross.append((source, target, JOIN))
@@ -946,9 +950,7 @@ def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
                 at_end = None
         if at_end is not None and end > at_end.start:
             _add_wait(waits, at_end, max(start, at_end.start), end)
-            _join_where_it_went_on(busy, last_op, at_end, end, at_end.waiter >= 0 and (
-                at_end.end - end > HANDOFF_CUT_MIN_US or (
-                    at_end.resume < 0 and (source < 0 or at_end.waiter != tl.ops[source]))))
+            _join_where_it_went_on(busy, last_op, at_end, end, tl.ops[source] if source >= 0 else -1)
             joined_in = at_end.waiter
         if (at_start is not None and at_start.inside and at_start.waiter >= 0
                 and (at_end is None or at_start.key != at_end.key)):

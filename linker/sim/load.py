@@ -488,7 +488,7 @@ def load_json(path: str | os.PathLike, rank: int = 0) -> SimGraph:
             kind = COMM if comm is not None else GPU
             lane = gpu_lane(node.device if node.device is not None else 0,
                             node.stream if node.stream is not None else -1)
-        elif comm is not None:  # a CPU collective (gloo, MPI, UCC): on its worker thread
+        elif comm is not None:  # a CPU backend's (gloo, MPI, UCC) collective, send or receive
             kind, lane = COMM, _host_comm_lane(tid, comm)
         else:
             kind = META if node.name == PROCESS_GROUP_INIT else CPU
