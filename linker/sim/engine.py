@@ -362,8 +362,9 @@ def _edges(graph: SimGraph, causes: tuple[str, ...], sources: set[int]) -> list[
 
 def _issue_key(graph: SimGraph, u: int) -> tuple:
     """Issue order of a communication node: a GPU one by measured start (a stream runs in issue
-    order), a CPU one (gloo, MPI, UCC: on a worker thread) by id (given at issue; the backend's
-    workers may start them in another order), after the GPU ones."""
+    order), a CPU one (gloo, MPI, UCC: on a worker thread) by id, after the GPU ones. An id is
+    given when the worker starts the record: two started within µs may hold theirs against their
+    issue order, which the plan's ``collective_order`` edges keep (``plan.cpu_comm.issue_order``)."""
     if graph.lane_keys[graph.lane[u]][0] == "cpu":
         return (1, graph.ids[u], graph.ids[u])
     return (0, _start_key(graph, u), graph.ids[u])

@@ -345,7 +345,8 @@ def _is_cpu(graph, u: int) -> bool:
 
 def _issue_order(graph, u: int) -> tuple:
     """The replay's issue order of a collective on its rank (``engine._issue_key``): GPU ones by
-    measured start, CPU ones (after them) by id, which is their issue order."""
+    measured start, CPU ones (after them) by id (their issue order but for two a group's workers
+    started within µs, whose ``collective_order`` edge keeps the issue order)."""
     if _is_cpu(graph, u):
         return (1, graph.ids[u], graph.ids[u])
     start = graph.start[u]
