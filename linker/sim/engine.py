@@ -23,7 +23,9 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   collectives for their own duration.
 - CPU collectives (gloo, MPI, UCC; on a CPU lane) start (arrive, in a job) as long after their
   dependencies finish as their worker took to pick them up when measured (``_cpu_pickups``: the
-  host's time, which ``Scale`` leaves as it is; counted from when the node was ready, so a unit
+  host's time, which ``Scale`` leaves as it is, but for the part the collective spent
+  communicating beside the group's earlier one, which the comm factor and a network what-if
+  scale: ``CommGroups.shared``; counted from when the node was ready, so a unit
   that freed later than that adds nothing); in a
   job on one clock each member ends its own measured time after the last arrival (``_cpu_waits``).
   They are matched by their issue number (``comm_seq``)
@@ -122,6 +124,18 @@ class CommGroups:
     type_mismatch: dict[str, str] = field(default_factory=dict)  # pg -> first disagreement, in words
     waited: dict[int, list[float]] = field(default_factory=dict)  # g -> per member: measured wait for peers
     pickup: dict[int, float] = field(default_factory=dict)  # CPU collective -> its worker's measured pickup delay
+    # CPU collective -> the part of its pickup inside its own record: it communicated there, under
+    # the group's earlier collective (``_cpu_pickups``); what-ifs move it with the medium.
+    shared: dict[int, float] = field(default_factory=dict)
+
+    def scale_shared(self, v: int, factor: float) -> None:
+        """Make the part of v's pickup spent communicating under the group's earlier collective
+        ``factor`` times as long (a what-if's change of that medium: ``Scale``'s comm factor, a
+        network episode's)."""
+        part = self.shared.get(v)
+        if part:
+            self.pickup[v] += part * (factor - 1.0)
+            self.shared[v] = part * factor
 
 
 @dataclass(kw_only=True)
@@ -300,8 +314,12 @@ def _cpu_pickups(graphs: list[SimGraph], offsets: list[int], groups: CommGroups)
     measured timeline, less where the last of its dependencies ended there as the replay ends it
     (``_busy_window``). Its worker took it that long after it could have (a loaded host wakes a
     worker late), so the replay starts it — in a job, its arrival, and the last rank to arrive
-    sets the collective's start — that long after its dependencies finish. O(c · deps + E) for c
-    CPU collectives and E edges (one numpy pass for the join and parent edges)."""
+    sets the collective's start — that long after its dependencies finish. A collective that ran
+    under the group's earlier one has its busy part at its end (``plan.cpu_comm``): the delay then
+    holds, after its worker took it (its record's start), the time it communicated beside the
+    earlier one, kept apart (``groups.shared``) so that a what-if moves it with the medium.
+    O(c · deps + E) for c CPU collectives and E edges (one numpy pass for the join and parent
+    edges)."""
     for graph, base in zip(graphs, offsets):
         collectives = {u for u in graph.comm if graph.lane_keys[graph.lane[u]][0] == "cpu"}
         if not collectives:
@@ -311,9 +329,12 @@ def _cpu_pickups(graphs: list[SimGraph], offsets: list[int], groups: CommGroups)
             ready = max((_busy_window(graph, d, collectives, read_at)[1] for d in graph.deps_of(u)
                          if d >= 0 and graph.start[d] == graph.start[d]), default=None)
             if ready is not None:
-                delay = _busy_window(graph, u, collectives, read_at)[0] - ready
-                if delay > 0:
-                    groups.pickup[base + u] = delay
+                busy_from = _busy_window(graph, u, collectives, read_at)[0]
+                if busy_from > ready:
+                    groups.pickup[base + u] = busy_from - ready
+                    shared = busy_from - max(ready, graph.start[u])
+                    if shared > 0:
+                        groups.shared[base + u] = shared
 
 
 def _busy_window(graph: SimGraph, u: int, collectives: set[int], read_at: dict[int, float]) -> tuple[float, float]:
@@ -624,6 +645,9 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     succ_offsets, succ_nodes, indegree, missing = _successors(graphs, offsets, total)
     groups = match_communication(graphs, offsets, comm_groups)
     _cpu_pickups(graphs, offsets, groups)
+    if scale.factor(COMM) != 1.0:
+        for v in list(groups.shared):
+            groups.scale_shared(v, scale.factor(COMM))
     what_if = retime(graphs, offsets, groups, duration, scale.factor(COMM), network) if network is not None else None
     nan = array("d", [math.nan])
     result = Replay(

@@ -25,8 +25,11 @@ the second as measured:
 3. **Re-timing** (``retime``): each episode's replayed time becomes its measured time plus the
    change of its network part, ``network_us(given) - network_us(fitted)``: the given bandwidth,
    the given latency or else the fitted one. The change is applied to the episode's first
-   collective and, where that would go below 0, to the next ones (never below 0). Only the
-   ``duration`` column of the replay moves; matching, pickups and waits are the replay's own.
+   collective and, where that would go below 0, to the next ones (never below 0). The time a
+   later collective of the episode communicated beside the first before its own part (kept in
+   its pickup by the replay: ``engine.CommGroups.shared``) moves by the episode's factor, the
+   episode's new time over its measured one. Beyond these, matching, pickups and waits are the
+   replay's own.
 
 A send's or receive's transfer (a pipeline's stages: docs/durations.md, "Sends and receives on
 the CPU") is one step of its bytes, which cross the medium once (bus or links); its measured part
@@ -462,7 +465,11 @@ def retime(graphs, offsets: list[int], groups, duration, comm_factor: float, spe
                 row.count += 1
                 row.measured_network_us += before
                 row.what_if_network_us += after
+            measured = episode.measured_us
             _apply(episode, change, duration)
+            if measured > 0:  # the time its later collectives ran beside the first moves alike
+                for v in episode.nodes:
+                    groups.scale_shared(v, max(0.0, measured + change) / measured)
             result.retimed += len(episode.nodes)
     result.changes = sorted(changes.values(), key=lambda c: (c.backend, c.process_group, c.comm_type, c.bytes))
     if result.kept:
