@@ -7,6 +7,7 @@ Usage (as root, for ``tc``; ``--python``: a Python with torch, used only for the
     PYTHONPATH=. python scripts/whatif_check.py --out DIR --python PY [--ranks 2 4]
         [--rates unlimited 2gbit 1gbit 500mbit] [--reuse] [--medium bus|links] [--json]
         [--layers 4 --width 256 --batch 32 --bucket-mb 0.6] [--model mlp|conv|fsdp|pipeline] [--zero]
+        [--cross EARLIER_DIR ...]
 
 For each rank count and rate it captures ``scripts/capture_ddp.py``'s job into
 ``DIR/r<RANKS>_<RATE>`` with the loopback limited by ``tc qdisc add dev lo root tbf rate RATE
@@ -30,7 +31,10 @@ fitted bus, docs/whatif.md) and ``network.yml``'s bandwidth set to the bus rate 
 (``--astra-bandwidth``, GB/s of 2^30 bytes); ASTRA-sim's job span is its last ``sys[i]
 finished``. Per job it also runs the copies on their own fitted network (``own network``) and the
 default copies (``own measured``: the meeting, then the measured time) for their replay of the
-trace. A second table lists these (``--json``: ``astra`` per row).
+trace. A second table lists these (``--json``: ``astra`` per row). ``--cross`` names earlier
+capture folders of the same job: a third table gives, per rank count and rate, the mean error and
+mean absolute error over every cross-pair of the sets (each unlimited run predicting each slowed
+run, and back; ``--json``: ``cross_pairs``).
 
 Prints one table (``--json``: one object). Cost: a capture is a few seconds of torchrun per job;
 linking and replaying a job well under a second per rank; an ASTRA-sim run about a second.
@@ -139,6 +143,34 @@ def astra_row(row: dict, fast: Path, job: Path, fast_rate: float, fast_measured:
     return out
 
 
+def cross_pairs(folders: list[Path], ranks_list: list[int], rates: list[str], medium: str) -> list[dict]:
+    """Over several capture sets of one job (each folder as ``--out`` fills it): for each rank count
+    and slowed rate, every unlimited run predicting every slowed run and back, in ``simulate``; the
+    mean error and the mean absolute error of each direction. A pair's two runs differ by the
+    network and by whatever else the host did to them, so the spread says how far one pair can be
+    trusted."""
+    rows = []
+    for ranks in ranks_list:
+        fast = [linked(folder / f"r{ranks}_{UNLIMITED}") for folder in folders]
+        fast_reports = [replayed(job, f"bandwidth=1Gbit/s{medium}") for job in fast]
+        for rate in rates[1:]:
+            slow = [linked(folder / f"r{ranks}_{rate}") for folder in folders]
+            slow_measured = [replayed(job)["measured_us"] for job in slow]
+            forward, back = [], []
+            for job, report in zip(fast, fast_reports):
+                predicted = replayed(job, f"bandwidth={rate}{medium}")["simulated_us"]
+                forward += [predicted / measured - 1 for measured in slow_measured]
+                fast_rate = report["network"]["fitted"][0]["bandwidth_bytes_per_s"]
+                back += [replayed(other, f"bandwidth={fast_rate}B/s{medium}")["simulated_us"] / report["measured_us"] - 1
+                         for other in slow]
+            rows.append({"ranks": ranks, "loopback": rate, "pairs": len(forward),
+                         "from_unlimited_mean": round(sum(forward) / len(forward), 4),
+                         "from_unlimited_mae": round(sum(map(abs, forward)) / len(forward), 4),
+                         "to_unlimited_mean": round(sum(back) / len(back), 4),
+                         "to_unlimited_mae": round(sum(map(abs, back)) / len(back), 4)})
+    return rows
+
+
 def ms(us: float | None) -> str:
     return f"{us / 1000:,.1f} ms" if us is not None else "-"
 
@@ -164,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", choices=("mlp", "conv", "fsdp", "pipeline"), default="mlp",
                         help="capture_ddp.py's model: DDP of an MLP or a conv net, FSDP2 of the MLP, or a pipeline of its layers (send / recv)")
     parser.add_argument("--zero", action="store_true", help="capture_ddp.py's --zero (ZeroRedundancyOptimizer)")
+    parser.add_argument("--cross", type=Path, nargs="+", default=[],
+                        help="earlier capture folders of the same job (as --out filled them): also print the "
+                             "errors over every cross-pair of --out and these (simulate)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.rates[0] != UNLIMITED:
@@ -214,8 +249,9 @@ def main(argv: list[str] | None = None) -> int:
                 row["astra"] = {binary.name: astra_row(row, fast, job, fast_rate, fast_report["measured_us"], binary)
                                 for binary in binaries}
             rows.append(row)
+    cross = cross_pairs([args.out, *args.cross], args.ranks, args.rates, medium) if args.cross else []
     if args.json:
-        print(json.dumps({"medium": args.medium or "bus", "rows": rows}, indent=1))
+        print(json.dumps({"medium": args.medium or "bus", "rows": rows, "cross_pairs": cross}, indent=1))
         return 0
     print(f"medium: {args.medium or 'bus'}; 'fitted' is the trace's own gloo network (its fitted/tbf rate)")
     print(f"{'ranks':>5}  {'loopback':>9}  {'measured':>10}  {'own':>6}  {'fitted':>16}  "
@@ -237,6 +273,13 @@ def main(argv: list[str] | None = None) -> int:
                       f"{figures['own_network']:>9.4f}  {ms(figures['from_unlimited_us']):>15}  "
                       f"{pct(figures['from_unlimited_error']):>7}  {ms(figures['to_unlimited_us']):>13}  "
                       f"{pct(figures['to_unlimited_error']):>7}")
+    if cross:
+        print(f"\ncross-pairs of {1 + len(args.cross)} capture sets (simulate; mean error, mean absolute error)")
+        print(f"{'ranks':>5}  {'loopback':>9}  {'pairs':>5}  {'from unlimited':>16}  {'to unlimited':>16}")
+        for row in cross:
+            print(f"{row['ranks']:>5}  {row['loopback']:>9}  {row['pairs']:>5}  "
+                  f"{pct(row['from_unlimited_mean']):>7}, {100 * row['from_unlimited_mae']:5.1f}%  "
+                  f"{pct(row['to_unlimited_mean']):>7}, {100 * row['to_unlimited_mae']:5.1f}%")
     return 0
 
 

@@ -172,6 +172,27 @@ def test_lanes_hint_for_streams_that_ran_at_once(tmp_path):
     assert lanes["ratio"] == 1.0 and not any("--model lanes" in note for note in lanes["notes"])
 
 
+def test_lanes_hint_for_collectives_a_cpu_backend_ran_at_once(tmp_path):
+    # A (10 µs, measured 100-110) forks collective Y (worker 3) and, after B (110-112), collective
+    # X (worker 2, measured 112-142). Y ran wholly beside X (measured 110-138; no busy part of its
+    # own: it lies at its end, so its worker's pickup is 28 µs). Under astra-sim's one collective
+    # in flight, Y takes the unit when A ends (10) and holds it through its pickup (to 38); X, ready
+    # at 12, waits the 26 µs it held it and ends at 68: 1.62 for a 42 µs span, and a note. Under
+    # lanes each worker runs its own: 42 µs, and no note.
+    from linker.write.chakra_wire import make_attr
+    from sim_graphs import cpu_coll
+    y = cpu_coll(3, 0, [1], start=110, tid=3)
+    y.attrs.append(make_attr("inclusive_dur_micros", 28))
+    path = write_et(tmp_path / "workers.et", [cpu(1, 10, start=100), cpu(4, 2, [1], start=110),
+                                              cpu_coll(2, 30, [4], start=112, tid=2), y])
+    doc = orjson.loads(run("simulate", path, "--json").stdout)
+    assert doc["ratio"] == pytest.approx(68 / 42, abs=1e-3)
+    notes = [note for note in doc["notes"] if "--model lanes replays each worker on its own" in note]
+    assert len(notes) == 1 and "collectives waited 26 µs for the one collective in flight" in notes[0], doc["notes"]
+    lanes = orjson.loads(run("simulate", path, "--model", "lanes", "--json").stdout)
+    assert lanes["ratio"] == 1.0 and not any("--model lanes" in note for note in lanes["notes"])
+
+
 # --- the command line ----------------------------------------------------------------------------
 
 

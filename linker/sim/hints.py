@@ -1,10 +1,11 @@
 """Hints for ``et-link simulate``: when the other replay model fits the trace better.
 
-Model ``astra-sim`` (as ASTRA-sim itself) runs one CPU op and one GPU compute op at a time per
-rank. A rank whose CPU threads ran in parallel (a data loader, autograd threads, a pool of
-workers), or whose GPU streams ran compute kernels at once (a side stream, communication kernels
-the trace names no collective of), is then replayed with that work in series, so the simulated
-step grows; model ``lanes`` gives each thread and each stream its own unit. What that costs is
+Model ``astra-sim`` (as ASTRA-sim itself) runs one CPU op, one GPU compute op and one collective
+at a time per rank. A rank whose CPU threads ran in parallel (a data loader, autograd threads, a
+pool of workers), whose GPU streams ran compute kernels at once (a side stream, communication
+kernels the trace names no collective of), or whose CPU backend ran collectives at once on its
+workers (gloo's two) is then replayed with that work in series, so the simulated step grows;
+model ``lanes`` gives each thread and each stream its own unit. What that costs is
 read from the replay itself: the time the critical path's ops waited for their unit while an op of
 another thread or stream held it (O(path)). Overlap as measured would mislead: a kernel of a few
 µs that waits behind a 9 ms one of another stream costs the replay 9 ms though it overlapped it by
@@ -49,10 +50,11 @@ def parallel_cpu_time(graph: SimGraph) -> float:
 
 
 def unit_waits_across_lanes(rp: Replay, path: list[PathStep]) -> dict[tuple[int, str], float]:
-    """Per (rank position, unit name: "cpu", "gpu"), the µs of the critical path an op of one lane
-    (thread, stream) spent holding the unit that the next op on the path, of another lane, waited
-    for: what running those lanes one op at a time added to the step. The path's steps tile it, so
-    the total is at most the simulated end. O(path)."""
+    """Per (rank position, unit name: "cpu", "gpu", "comm"), the µs of the critical path an op of
+    one lane (thread, stream) spent holding the unit that the next op on the path, of another lane,
+    waited for (held from its issue: a collective holds its unit while its worker's pickup and its
+    peers keep it from starting): what running those lanes one op at a time added to the step. The
+    path's steps tile it, so the total is at most the simulated end. O(path)."""
     waits: dict[tuple[int, str], float] = {}
     for before, step in zip(path, path[1:]):
         if step.via != "unit" or step.graph is None or before.graph is None:
@@ -60,7 +62,7 @@ def unit_waits_across_lanes(rp: Replay, path: list[PathStep]) -> dict[tuple[int,
         if before.graph.lane_keys[before.graph.lane[before.local]] == step.graph.lane_keys[step.graph.lane[step.local]]:
             continue
         key = rp.unit_names[rp.unit_of[step.node]]
-        held = min(before.end - before.start, rp.issue[step.node] - rp.ready[step.node])
+        held = min(before.end - rp.issue[before.node], rp.issue[step.node] - rp.ready[step.node])
         waits[key] = waits.get(key, 0.0) + max(0.0, held)
     return waits
 
@@ -94,4 +96,10 @@ def lanes_hints(graphs: list[SimGraph], model: str, ratios: list[float | None], 
                          f"another stream's op held it (of a {format_us(step)} measured step): model astra-sim, "
                          "as ASTRA-sim, runs one GPU compute op at a time per rank where the streams ran at once; "
                          "--model lanes replays each stream on its own")
+        waited = waits.get((position, "comm"), 0.0)
+        if waited >= PARALLEL_SHARE * step:
+            notes.append(f"on {whose} critical path collectives waited {format_us(waited)} for the one collective "
+                         f"in flight while another worker's collective held it (of a {format_us(step)} measured step): "
+                         "model astra-sim, as ASTRA-sim, runs one collective at a time per rank, where a CPU backend "
+                         "ran them at once on its workers; --model lanes replays each worker on its own")
     return notes
