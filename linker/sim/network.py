@@ -348,12 +348,24 @@ def _is_cpu(graph, u: int) -> bool:
 
 def _issue_order(graph, u: int) -> tuple:
     """The replay's issue order of a collective on its rank (``engine._issue_key``): GPU ones by
-    measured start, CPU ones (after them) by id (their issue order but for two a group's workers
-    started within µs, whose ``collective_order`` edge keeps the issue order)."""
+    measured start, CPU ones (after them) by id (``_in_issue_order`` puts the numbered ones in
+    number order)."""
     if _is_cpu(graph, u):
         return (1, graph.ids[u], graph.ids[u])
     start = graph.start[u]
     return (0, start if start == start else math.inf, graph.ids[u])
+
+
+def _in_issue_order(graph) -> list[int]:
+    """A rank's communication nodes in issue order (``_issue_order``), its CPU collectives that
+    carry an issue number (``comm_seq``) in number order among the places they hold: an id is
+    given when a worker starts the record, and two workers that start within µs can take theirs
+    against their issue (``plan.cpu_comm.issue_order``). O(c log c)."""
+    order = sorted(graph.comm, key=lambda u: _issue_order(graph, u))
+    places = [k for k, u in enumerate(order) if _is_cpu(graph, u) and graph.comm[u].seq is not None]
+    for k, u in zip(places, sorted((order[k] for k in places), key=lambda u: graph.comm[u].seq)):
+        order[k] = u
+    return order
 
 
 def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) -> tuple[list[Episode], int]:
@@ -370,8 +382,7 @@ def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) 
         member_index.update((u, k) for k, u in enumerate(members))
     for r, (graph, base) in enumerate(zip(graphs, offsets)):
         current: dict[tuple[str, str], Episode] = {}  # (backend, pg) -> the open episode
-        order = sorted(graph.comm, key=lambda u: _issue_order(graph, u))
-        for u in order:
+        for u in _in_issue_order(graph):
             info = graph.comm[u]
             v = base + u
             g = groups.group_of[v]
