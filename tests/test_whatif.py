@@ -508,3 +508,24 @@ def test_a_collective_run_beside_the_earlier_one_moves_with_the_medium(tmp_path)
             checked += 1
         offset += len(graph)
     assert checked == 4
+
+
+def test_episodes_follow_the_issue_order(tmp_path):
+    """``ddp_gloo_swapped``: on rank 2 the ET ids of a step's two all-reduces run against their
+    issue. The network fit's episodes still take each rank's collectives in issue order: read
+    episode by episode, a rank's issue numbers ascend (a gap where its ET lost one). Before, rank 2
+    put the step's second all-reduce, issue 7, in the episode of issues 4 and 5, and began the
+    next one with issue 6."""
+    from conftest import FIXTURES as ALL, linked_rank
+    from linker.sim.engine import match_communication, node_offsets
+    from linker.sim.network import fit_job
+
+    graphs = [load_graph(linked_rank(tmp_path, ALL / "ddp_gloo_swapped", rank, ".et"), rank) for rank in range(4)]
+    offsets = node_offsets(graphs)
+    groups = match_communication(graphs, offsets, None)
+    duration = [d for graph in graphs for d in graph.duration]
+    episodes = [e for mine in fit_job(graphs, offsets, groups, duration).episodes.values() for e in mine]
+    assert sum(len(e.nodes) for e in episodes) == 39
+    for r, graph in enumerate(graphs):
+        numbers = [graph.comm[v - offsets[r]].seq for e in episodes if e.rank == graph.rank for v in e.nodes]
+        assert numbers == sorted(numbers) and len(numbers) >= 9, (r, numbers)
