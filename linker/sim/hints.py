@@ -67,12 +67,24 @@ def unit_waits_across_lanes(rp: Replay, path: list[PathStep]) -> dict[tuple[int,
     return waits
 
 
+# Per unit of model astra-sim: what waited, the unit, what held it, how the model runs (as
+# ASTRA-sim), and what lanes gives a unit of its own.
+_UNIT_WORDS = {
+    "cpu": ("CPU ops", "the one CPU unit", "another thread's op", " runs one CPU op at a time per rank", "each thread"),
+    "gpu": ("GPU ops", "the one GPU unit", "another stream's op", ", as ASTRA-sim, runs one GPU compute op at a time "
+            "per rank where the streams ran at once", "each stream"),
+    "comm": ("collectives", "the one collective in flight", "another worker's collective", ", as ASTRA-sim, runs "
+             "one collective at a time per rank, where a CPU backend ran them at once on its workers", "each worker"),
+}
+
+
 def lanes_hints(graphs: list[SimGraph], model: str, ratios: list[float | None], rp: Replay,
                 path: list[PathStep]) -> list[str]:
     """A note per rank replayed ``SLOW_RATIO`` or more slower than measured (``ratios``: simulated
     / measured step per rank) whose critical path (of the replay ``rp``) waited at least
-    ``PARALLEL_SHARE`` of its measured step for the one CPU (or GPU) unit while another thread's
-    (stream's) op held it, when the model runs one op of each at a time."""
+    ``PARALLEL_SHARE`` of its measured step for the one CPU unit (GPU unit, collective in flight)
+    while another thread's op (stream's op, worker's collective) held it, when the model runs one
+    of each at a time."""
     if model != ASTRA_SIM:
         return []
     waits = unit_waits_across_lanes(rp, path)
@@ -84,22 +96,12 @@ def lanes_hints(graphs: list[SimGraph], model: str, ratios: list[float | None], 
         if step <= 0:
             continue
         whose = f"rank {graph.rank}'s" if len(graphs) > 1 else "the"
-        waited = waits.get((position, "cpu"), 0.0)
-        if waited >= PARALLEL_SHARE * step:
-            notes.append(f"on {whose} critical path CPU ops waited {format_us(waited)} for the one CPU unit while "
-                         f"another thread's op held it (its CPU threads ran in parallel for "
-                         f"{format_us(parallel_cpu_time(graph))} of the {format_us(step)} measured step): model "
-                         "astra-sim runs one CPU op at a time per rank; --model lanes replays each thread on its own")
-        waited = waits.get((position, "gpu"), 0.0)
-        if waited >= PARALLEL_SHARE * step:
-            notes.append(f"on {whose} critical path GPU ops waited {format_us(waited)} for the one GPU unit while "
-                         f"another stream's op held it (of a {format_us(step)} measured step): model astra-sim, "
-                         "as ASTRA-sim, runs one GPU compute op at a time per rank where the streams ran at once; "
-                         "--model lanes replays each stream on its own")
-        waited = waits.get((position, "comm"), 0.0)
-        if waited >= PARALLEL_SHARE * step:
-            notes.append(f"on {whose} critical path collectives waited {format_us(waited)} for the one collective "
-                         f"in flight while another worker's collective held it (of a {format_us(step)} measured step): "
-                         "model astra-sim, as ASTRA-sim, runs one collective at a time per rank, where a CPU backend "
-                         "ran them at once on its workers; --model lanes replays each worker on its own")
+        for unit, (ops, one, holder, model_runs, each) in _UNIT_WORDS.items():
+            waited = waits.get((position, unit), 0.0)
+            if waited < PARALLEL_SHARE * step:
+                continue
+            measured = (f"its CPU threads ran in parallel for {format_us(parallel_cpu_time(graph))} of the "
+                        f"{format_us(step)} measured step" if unit == "cpu" else f"of a {format_us(step)} measured step")
+            notes.append(f"on {whose} critical path {ops} waited {format_us(waited)} for {one} while {holder} held it "
+                         f"({measured}): model astra-sim{model_runs}; --model lanes replays {each} on its own")
     return notes
