@@ -76,3 +76,44 @@ def test_the_job_replays_its_span(tmp_path, model):
 def test_no_dependency_contradicts_the_measured_timeline(tmp_path):
     """``scripts/order_check.py`` finds no contradicted edge on any rank (JSON)."""
     checked_by_script("order_check.py", [linked_rank(tmp_path, JOB, rank) for rank in RANKS])
+
+
+def _two_workers(tmp_path) -> list:
+    """Two ranks on one clock, each: A (100-110) forks collective Y (worker 3) and, after B
+    (110-112), collective X (worker 2, 112-142), issued first (the smaller id). Y ran wholly beside
+    X (110-138): no busy part of its own, so its worker's pickup is 28 µs. The job's span: 42 µs."""
+    from linker.sim.load import load_graph
+    from linker.write.chakra_wire import make_attr
+    from sim_graphs import cpu, cpu_coll, write_et
+
+    graphs = []
+    for rank in (0, 1):
+        y = cpu_coll(3, 0, [1], start=110, tid=3)
+        y.attrs.append(make_attr("inclusive_dur_micros", 28))
+        specs = [cpu(1, 10, start=100), cpu(4, 2, [1], start=110), cpu_coll(2, 30, [4], start=112, tid=2), y]
+        graphs.append(load_graph(write_et(tmp_path / f"rank{rank}.et", specs), rank))
+    return graphs
+
+
+def test_a_collective_run_beside_the_earlier_one_is_issued_after_it(tmp_path):
+    """Under astra-sim's one collective in flight, Y (ready when A ends, 2 µs before X) does not
+    take the unit before X, issued before it, has ended; it then ends at once (its 28 µs beside X
+    are over): the job replays its 42 µs. Before, Y held the unit through its pickup (10-38) and X
+    ran after it: 68 µs (1.62). The ASTRA-sim workload copies give Y's timed node an edge from X."""
+    from linker.batch.astra_collectives import cpu_collective_edits
+    from linker.sim.engine import ASTRA_SIM, measured_release, replay
+
+    graphs = _two_workers(tmp_path)
+    result = replay(graphs, ASTRA_SIM, release=measured_release(graphs))
+    assert max(e for e in result.end if e == e) == pytest.approx(42.0)
+    edits = cpu_collective_edits(graphs, None).edits
+    for mine in edits:
+        assert mine[3].sync_id is None and mine[3].after_id == 2 and mine[2].after_id is None
+    from linker.batch.astra_setup import copy_for_astra
+    from linker.model import et_def_pb2 as pb
+    from linker.write.chakra_wire import iter_frames
+
+    copy_for_astra(tmp_path / "rank0.et", tmp_path / "workload.0.et", edits[0])
+    nodes = {n.id: n for n in (pb.Node.FromString(f.payload) for f in iter_frames(tmp_path / "workload.0.et")
+                               if f.index > 0)}
+    assert list(nodes[3].data_deps) == [1, 2] and nodes[3].duration_micros == 0

@@ -24,7 +24,11 @@ files' own start: delay nodes included) does with it:
   and receive (the receiver cannot go on before the sender issued it), then each side's
   ``COMP_NODE`` for the rest of its replayed time;
 - a collective the replay runs alone on each rank (it ran under the group's previous one on
-  another worker, or some rank's ET lost it): that ``COMP_NODE`` only, for its replayed time.
+  another worker, or some rank's ET lost it): that ``COMP_NODE`` only, for its replayed time; one
+  that ran under the previous one also depends on the collective issued before it on its rank,
+  as the replay issues it (``engine.CommGroups.issued_after``: with one collective in flight, a
+  worker that took the later-issued one a few µs first would otherwise hold the rank's collective
+  unit through its whole time beside the earlier one).
   ASTRA-sim holds one collective in flight per rank and meets every rank at each: as a collective
   it would make every rank wait for the slowest one's previous collective, which the run did not
   do (measured on a 4-rank gloo job with no communication time: 6-7 ms per rank from that alone).
@@ -78,11 +82,13 @@ class NodeEdit:
     id; ``sync_id`` not None: after a 1-byte collective of that new id, which the timed node
     depends on (the meeting takes the collective's dependencies); ``carried`` not None (the
     ``network`` form): (new id, Chakra type, bytes) of a collective after the meeting that the
-    timed node depends on instead."""
+    timed node depends on instead; ``after_id`` not None (one replayed alone that ran under the
+    collective issued before it): that collective's id, which the timed node depends on too."""
 
     timed_us: int
     sync_id: int | None = None
     carried: tuple[int, int, int] | None = None
+    after_id: int | None = None
 
 
 @dataclass
@@ -133,7 +139,9 @@ def cpu_collective_edits(graphs: list[SimGraph], comm_groups: dict[str, list[int
             if issue != issue or end != end:
                 continue  # never ran in the replay: left as it is
             if rp.groups.group_of[base + u] < 0:  # replayed alone: no peer to meet
-                edits[r][graph.ids[u]] = NodeEdit(timed_us=round(end - issue))
+                before = rp.groups.issued_after.get(base + u)
+                edits[r][graph.ids[u]] = NodeEdit(timed_us=round(end - issue),
+                                                  after_id=None if before is None else graph.ids[before - base])
                 continue
             info = graph.comm[u]
             if info.role != COLL:  # a send and its receive: the replay's pair, as ASTRA-sim pairs them

@@ -354,6 +354,8 @@ def copy_for_astra(source: Path, target: Path, edits: dict[int, NodeEdit],
             if edit.sync_id is None:
                 timed.ctrl_deps.extend(node.ctrl_deps)
                 timed.data_deps.extend(node.data_deps)
+                if edit.after_id is not None and edit.after_id not in timed.data_deps:
+                    timed.data_deps.append(edit.after_id)
             else:
                 meeting = pb.Node()
                 meeting.CopyFrom(node)

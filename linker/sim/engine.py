@@ -124,6 +124,9 @@ class CommGroups:
     type_mismatch: dict[str, str] = field(default_factory=dict)  # pg -> first disagreement, in words
     waited: dict[int, list[float]] = field(default_factory=dict)  # g -> per member: measured wait for peers
     pickup: dict[int, float] = field(default_factory=dict)  # CPU collective -> its worker's measured pickup delay
+    # CPU collective replayed alone because it ran under the group's previous one -> the collective
+    # issued before it on its rank (``_match_group``): model astra-sim issues it after that one ended.
+    issued_after: dict[int, int] = field(default_factory=dict)
     # CPU collective -> the part of its pickup inside its own record: it communicated there, under
     # the group's earlier collective (``_cpu_pickups``); what-ifs move it with the medium.
     shared: dict[int, float] = field(default_factory=dict)
@@ -442,14 +445,18 @@ def _match_group(graphs, offsets: list[int], pg: str, positions: list[int], list
         lists = [[by_number.get(number) for number in every] for by_number in numbered]
     under = _ran_under_previous(graphs, offsets, lists) if SERIALISED_ALONE else set()
     alone = cut = 0
+    previous: list[int | None] = [None] * len(lists)  # per member rank, its last collective so far
     for k in range(max(len(nodes) for nodes in lists)):
         g = len(groups.members)
-        members = [nodes[k] for nodes in lists if k < len(nodes) and nodes[k] is not None]
+        at_k = [nodes[k] if k < len(nodes) else None for nodes in lists]
+        members = [u for u in at_k if u is not None]
+        before, previous = previous, [u if u is not None else p for u, p in zip(at_k, previous)]
         if numbered is not None and len(members) < len(positions):
             cut += 1  # the ETs of some ranks lost it: the others replay theirs alone
             continue
         if len(members) == len(positions) and any(u in under for u in members):
             alone += 1
+            groups.issued_after.update((u, p) for u, p in zip(at_k, before) if p is not None)
             continue
         groups.members.append(members)
         groups.expected.append(len(positions))
@@ -703,6 +710,11 @@ class _Loop:
         self.arrived = [0] * len(rp.groups.members)
         self.events: list[tuple[float, int, int]] = []  # (time, kind, node or -node)
         self.touched: list[int] = []
+        # One collective in flight per rank (model astra-sim): a collective replayed alone because
+        # it ran under the one issued before it is not issued before that one ended, whenever it
+        # became ready (``CommGroups.issued_after``; ASTRA-sim's workload copies give it that edge).
+        self.after = rp.groups.issued_after if rp.model == ASTRA_SIM else {}
+        self.parked: dict[int, list[tuple[int, float]]] = {}  # node -> (collective, ready) waiting for its end
 
     def run(self) -> None:
         """Releases every rank's first nodes, then takes the events in time order; after all those
@@ -776,9 +788,17 @@ class _Loop:
             rp.cause[v], rp.cause_kind[v] = cause, CAUSE_DEPENDENCY if cause >= 0 else CAUSE_NONE
             heapq.heappush(self.events, (t, END, v))
         else:
-            key = self.priority[v] if self.id_order else (t, self.priority[v])
-            heapq.heappush(self.queues[unit], (key, t, v))
-            self.touched.append(unit)
+            before = self.after.get(v)
+            if before is not None and rp.end[before] != rp.end[before]:  # not ended yet: parked until then
+                self.parked.setdefault(before, []).append((v, t))
+                return
+            self.queue(v, unit, t)
+
+    def queue(self, v: int, unit: int, ready: float) -> None:
+        """Node v, ready at ``ready``, waits on its unit (touched) for its turn."""
+        key = self.priority[v] if self.id_order else (ready, self.priority[v])
+        heapq.heappush(self.queues[unit], (key, ready, v))
+        self.touched.append(unit)
 
     def issue_touched(self, t: float) -> None:
         """Each unit touched at this instant, free and with ready nodes, issues its best one."""
@@ -843,6 +863,8 @@ class _Loop:
             self.busy[unit] = 0
             self.last_on_unit[unit] = u
             self.touched.append(unit)
+        for v, ready in self.parked.pop(u, ()):
+            self.queue(v, rp.unit_of[v], ready)
         indegree, succ_nodes = self.indegree, self.succ_nodes
         for k in range(self.succ_offsets[u], self.succ_offsets[u + 1]):
             v = succ_nodes[k]
