@@ -33,7 +33,10 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
   the trace) is replayed alone by those that hold it. One that ran, on some rank, while the group's
   previous one still ran (``_ran_under_previous``) is replayed alone on every rank, for the part that
   outlasted the previous one: matching it would make each rank wait for every rank's previous
-  collective, which the run did not do.
+  collective, which the run did not do. Under ``astra-sim`` (one collective in flight per rank) it
+  is not issued before the collective issued before it on its rank has ended
+  (``CommGroups.issued_after``), however early it became ready: its worker may have taken it µs
+  before the earlier one's, and it would hold the unit through its time beside that one.
 - measured waits (``holds``, from ``measured_holds``; ``et-link simulate --waits measured``, the
   default): an op that, when measured, started after everything it depends on had finished (as
   the replay ends them) waited for something the graph does not hold. Replaying the trace as
