@@ -80,17 +80,19 @@ def test_no_dependency_contradicts_the_measured_timeline(tmp_path):
 
 def _two_workers(tmp_path) -> list:
     """Two ranks on one clock, each: A (100-110) forks collective Y (worker 3) and, after B
-    (110-112), collective X (worker 2, 112-142), issued first (the smaller id). Y ran wholly beside
-    X (110-138): no busy part of its own, so its worker's pickup is 28 µs. The job's span: 42 µs."""
+    (110-112), collective X (worker 2, 112-142), issued first (issue number 0, Y's 1). Y ran
+    wholly beside X (110-138): no busy part of its own, so its worker's pickup is 28 µs. The job's
+    span: 42 µs."""
     from linker.sim.load import load_graph
     from linker.write.chakra_wire import make_attr
     from sim_graphs import cpu, cpu_coll, write_et
 
     graphs = []
     for rank in (0, 1):
-        y = cpu_coll(3, 0, [1], start=110, tid=3)
-        y.attrs.append(make_attr("inclusive_dur_micros", 28))
-        specs = [cpu(1, 10, start=100), cpu(4, 2, [1], start=110), cpu_coll(2, 30, [4], start=112, tid=2), y]
+        x, y = cpu_coll(2, 30, [4], start=112, tid=2), cpu_coll(3, 0, [1], start=110, tid=3)
+        x.attrs.append(make_attr("comm_seq", 0))
+        y.attrs += [make_attr("comm_seq", 1), make_attr("inclusive_dur_micros", 28)]
+        specs = [cpu(1, 10, start=100), cpu(4, 2, [1], start=110), x, y]
         graphs.append(load_graph(write_et(tmp_path / f"rank{rank}.et", specs), rank))
     return graphs
 

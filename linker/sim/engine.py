@@ -128,7 +128,8 @@ class CommGroups:
     waited: dict[int, list[float]] = field(default_factory=dict)  # g -> per member: measured wait for peers
     pickup: dict[int, float] = field(default_factory=dict)  # CPU collective -> its worker's measured pickup delay
     # CPU collective replayed alone because it ran under the group's previous one -> the collective
-    # issued before it on its rank (``_match_group``): model astra-sim issues it after that one ended.
+    # issued before it on its rank, where the group's collectives carry issue numbers
+    # (``_match_group``): model astra-sim issues it after that one ended.
     issued_after: dict[int, int] = field(default_factory=dict)
     # CPU collective -> the part of its pickup inside its own record: it communicated there, under
     # the group's earlier collective (``_cpu_pickups``); what-ifs move it with the medium.
@@ -459,7 +460,8 @@ def _match_group(graphs, offsets: list[int], pg: str, positions: list[int], list
             continue
         if len(members) == len(positions) and any(u in under for u in members):
             alone += 1
-            groups.issued_after.update((u, p) for u, p in zip(at_k, before) if p is not None)
+            if numbered is not None:  # issue numbers: the order the plan serialised them in (ids may swap)
+                groups.issued_after.update((u, p) for u, p in zip(at_k, before) if p is not None)
             continue
         groups.members.append(members)
         groups.expected.append(len(positions))
