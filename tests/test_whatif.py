@@ -165,10 +165,12 @@ def test_an_episode_gives_back_no_more_than_it_holds():
 
 
 # ---------------------------------------------------------------------------------------------
-# The real what-if: tests/fixtures/whatif/<rate>/ (docs/whatif.md, tests/fixtures/README.md)
+# The real what-if: tests/fixtures/whatif/<rate>/ and whatif_quiet/<rate>/ (docs/whatif.md,
+# tests/fixtures/README.md)
 # ---------------------------------------------------------------------------------------------
 
-WHATIF_BOUND = 0.05
+QUIET = Path(__file__).parent / "fixtures" / "whatif_quiet"
+WHATIF_BOUND = 0.10  # issue 43's bound for one pair (the cross-pair spread is in docs/whatif.md)
 
 
 def measured_job_span_us(job: Path) -> float:
@@ -185,23 +187,33 @@ def measured_job_span_us(job: Path) -> float:
     return last - first
 
 
-@pytest.fixture(scope="module")
-def whatif_jobs(tmp_path_factory) -> dict[str, Path]:
-    """Both fixture captures linked as ``et-link batch --format et`` links them, each with a
+def _linked_pair(root: Path, out: Path) -> dict[str, Path]:
+    """Both captures of ``root`` linked as ``et-link batch --format et`` links them, each with a
     what-if answered in its summary.json: the unlimited job asked about 1 Gbit/s, the slowed one
     about the unlimited trace's fitted network (the unlimited loopback as that trace shows it)."""
     from linker import link_job
 
-    out = tmp_path_factory.mktemp("whatif")
     linked = {}
     network = "bandwidth=1Gbit/s"
     for rate in ("unlimited", "1gbit"):
-        job = FIXTURES / rate
+        job = root / rate
         linked[rate] = out / rate
         summary = link_job(str(job / "device.*.json.gz"), linked[rate], str(job / "host.*.json.gz"), fmt="et",
                            workers=1, network=network)
         network = f"bandwidth={summary.simulator['network']['fitted'][0]['bandwidth_bytes_per_s']}B/s"
     return linked
+
+
+@pytest.fixture(scope="module")
+def whatif_jobs(tmp_path_factory) -> dict[str, Path]:
+    """The pair captured on a shared host (``whatif``), linked (``_linked_pair``)."""
+    return _linked_pair(FIXTURES, tmp_path_factory.mktemp("whatif"))
+
+
+@pytest.fixture(scope="module")
+def quiet_jobs(tmp_path_factory) -> dict[str, Path]:
+    """The pair captured on a quiet host (``whatif_quiet``), linked (``_linked_pair``)."""
+    return _linked_pair(QUIET, tmp_path_factory.mktemp("whatif_quiet"))
 
 
 def raw_bus_fit(linked: Path) -> dict:
@@ -210,8 +222,9 @@ def raw_bus_fit(linked: Path) -> dict:
     ``comm_size``, ``comm_seq`` (issue order), measured start, measured duration
     (``inclusive_dur_micros``) and the time the replay holds it for (``duration_micros``). A
     collective every rank holds that started, on no rank, before the earlier ones there had
-    ended is matched: its part is its duration less its wait for the last rank's start; the
-    others are a rank's own, for their duration, and join the rank's episode. Each episode (a
+    ended is matched: its time is the longest over the ranks of their parts (a part: the duration
+    less the wait for the last rank's start); the others are a rank's own, for their duration, and
+    join the rank's episode. Each episode (a
     matched collective and the ones joining it) is a row: steps 2(N-1) and bus bytes 2(N-1)S per
     all-reduce. Least squares of time = steps * latency + bytes / bandwidth; latency 0 (the whole
     time over the bytes) where the rows cannot tell it apart or the fit gives it < 0."""
@@ -244,7 +257,8 @@ def raw_bus_fit(linked: Path) -> dict:
         for seq in sorted(held):
             start, _, duration, size = held[seq]
             if seq in matched:
-                part = max(0, duration - (max(other[seq][0] for other in ranks) - start))
+                last = max(other[seq][0] for other in ranks)
+                part = max(max(0, other[seq][2] - (last - other[seq][0])) for other in ranks)
                 episode = [0, 0.0, 0.0]
                 rows.append(episode)
             else:
@@ -280,27 +294,27 @@ def test_the_fixture_job_spans_are_what_simulate_measures(whatif_jobs):
         assert report.ratio == pytest.approx(1.0, abs=0.01)
 
 
-def test_a_slowed_loopback_predicted_from_the_unlimited_trace(whatif_jobs):
+def test_a_slowed_loopback_predicted_from_the_unlimited_trace(quiet_jobs):
     from linker import simulate
 
-    measured_slow = measured_job_span_us(FIXTURES / "1gbit")
-    measured_fast = measured_job_span_us(FIXTURES / "unlimited")
+    measured_slow = measured_job_span_us(QUIET / "1gbit")
+    measured_fast = measured_job_span_us(QUIET / "unlimited")
     # the limit matters to this job: "no change" would be more than twice the bound off
     assert measured_slow > (1 + 2 * WHATIF_BOUND) * measured_fast
-    predicted = simulate(whatif_jobs["unlimited"], network="bandwidth=1Gbit/s").report
+    predicted = simulate(quiet_jobs["unlimited"], network="bandwidth=1Gbit/s").report
     assert predicted.simulated_us == pytest.approx(measured_slow, rel=WHATIF_BOUND)
     assert predicted.network.fitted[0].medium == "bus" and predicted.network.kept == 0
-    (slow_fit,) = _summary_network(whatif_jobs["1gbit"])["fitted"]  # what simulate --network fits (below)
+    (slow_fit,) = _summary_network(quiet_jobs["1gbit"])["fitted"]  # what simulate --network fits (below)
     # the bus the slowed trace shows is the rate tbf was given (per-rank links would read half of it)
     assert slow_fit["bandwidth_bytes_per_s"] == pytest.approx(125e6, rel=0.10)
 
 
-def test_the_unlimited_loopback_predicted_from_the_slowed_trace(whatif_jobs):
+def test_the_unlimited_loopback_predicted_from_the_slowed_trace(quiet_jobs):
     from linker import simulate
 
-    (fast_fit,) = _summary_network(whatif_jobs["unlimited"])["fitted"]
-    predicted = simulate(whatif_jobs["1gbit"], network=f"bandwidth={fast_fit['bandwidth_bytes_per_s']}B/s").report
-    assert predicted.simulated_us == pytest.approx(measured_job_span_us(FIXTURES / "unlimited"), rel=WHATIF_BOUND)
+    (fast_fit,) = _summary_network(quiet_jobs["unlimited"])["fitted"]
+    predicted = simulate(quiet_jobs["1gbit"], network=f"bandwidth={fast_fit['bandwidth_bytes_per_s']}B/s").report
+    assert predicted.simulated_us == pytest.approx(measured_job_span_us(QUIET / "unlimited"), rel=WHATIF_BOUND)
 
 
 def _summary_network(linked: Path) -> dict:
@@ -318,9 +332,9 @@ def test_summary_holds_the_fitted_network_of_the_raw_collectives(whatif_jobs, ra
     assert fit["measured_us"] == pytest.approx(raw["measured_us"], rel=1e-6)
 
 
-def test_summary_answers_the_what_if_of_batch_network(whatif_jobs):
-    fast, slow = _summary_network(whatif_jobs["unlimited"]), _summary_network(whatif_jobs["1gbit"])
-    raw_fast, raw_slow = raw_bus_fit(whatif_jobs["unlimited"]), raw_bus_fit(whatif_jobs["1gbit"])
+def test_summary_answers_the_what_if_of_batch_network(quiet_jobs):
+    fast, slow = _summary_network(quiet_jobs["unlimited"]), _summary_network(quiet_jobs["1gbit"])
+    raw_fast, raw_slow = raw_bus_fit(quiet_jobs["unlimited"]), raw_bus_fit(quiet_jobs["1gbit"])
     forward, back = fast["what_if"], slow["what_if"]
     assert forward["given"] == "bandwidth=1Gbit/s" and forward["network"]["fitted"] == fast["fitted"]
     assert back["network"]["fitted"] == slow["fitted"]
@@ -331,12 +345,12 @@ def test_summary_answers_the_what_if_of_batch_network(whatif_jobs):
     assert back["network"]["change_us"] == pytest.approx(
         raw_slow["bus_bytes"] * (1 / raw_fast["bandwidth"] - 1 / raw_slow["bandwidth"]) * 1e6, rel=1e-5)
     for answer, job in ((forward, "unlimited"), (back, "1gbit")):
-        assert answer["measured_us"] == pytest.approx(measured_job_span_us(FIXTURES / job), rel=1e-3)
+        assert answer["measured_us"] == pytest.approx(measured_job_span_us(QUIET / job), rel=1e-3)
         assert answer["predicted_over_measured"] == pytest.approx(answer["predicted_us"] / answer["measured_us"],
                                                                   abs=1e-4)
     # and each prediction is the other run, within the bound
-    assert forward["predicted_us"] == pytest.approx(measured_job_span_us(FIXTURES / "1gbit"), rel=WHATIF_BOUND)
-    assert back["predicted_us"] == pytest.approx(measured_job_span_us(FIXTURES / "unlimited"), rel=WHATIF_BOUND)
+    assert forward["predicted_us"] == pytest.approx(measured_job_span_us(QUIET / "1gbit"), rel=WHATIF_BOUND)
+    assert back["predicted_us"] == pytest.approx(measured_job_span_us(QUIET / "unlimited"), rel=WHATIF_BOUND)
 
 
 def test_batch_without_network_writes_the_fit_and_no_what_if(tmp_path):
@@ -469,7 +483,7 @@ def test_astra_setup_cli_writes_the_network_form_and_refuses_a_bad_one(whatif_jo
     assert good.exit_code == 0, good.output
     assert "standing for the CPU collectives' bus" in (tmp_path / "at_1gbit" / "network.yml").read_text()
     assert "bandwidth: [ 0.05821 ]" in (tmp_path / "at_1gbit" / "network.yml").read_text()
-    assert "stands for the CPU collectives' bus as simulate --network fits it: 938.9 Mbit/s" in good.output
+    assert "stands for the CPU collectives' bus as simulate --network fits it: 870.9 Mbit/s" in good.output
 
 
 def test_a_collective_run_beside_the_earlier_one_moves_with_the_medium(tmp_path):

@@ -15,11 +15,13 @@ the second as measured:
 2. **Fit** (``fit_network``): the network part of the measured collectives is fitted to the
    trace's own collectives, per backend (CPU collectives: gloo, MPI, UCC; GPU collectives: NCCL,
    RCCL), by least squares on ``measured = steps * latency + medium_bytes / bandwidth``. What is
-   measured for a collective is what the replay holds it for: a CPU collective's part after the
-   last rank arrived (its busy time less its measured wait for peers: docs/fidelity.md) plus the
-   parts the replay runs alone after it (a collective that ran under the previous one shares the
-   medium with it: the two are one *episode* on the bus); a GPU collective's transfer (its
-   shortest member). When every episode has the same steps-to-bytes ratio (a DDP job sends the
+   measured for a collective is its group's transfer: for a CPU collective the longest of its
+   members' parts after the last rank arrived (a part is its busy time less its measured wait for
+   peers: docs/fidelity.md; the last rank to arrive sends all its bytes after it, one that arrived
+   early may have sent some before, into its sockets), plus the parts the replay runs alone after
+   it (a collective that ran under the previous one shares the medium with it: the two are one
+   *episode* on the bus); for a GPU collective its shortest member. (Before 2026-11-30 each rank's
+   own part: the slowed loopbacks' buses read 1.02–1.22 of the tbf rate, now 0.92–1.08.) When every episode has the same steps-to-bytes ratio (a DDP job sends the
    same buckets every step) latency and bandwidth are not told apart: the whole time is taken as
    bandwidth (latency 0), which the report says.
 3. **Re-timing** (``retime``): each episode's replayed time becomes its measured time plus the
@@ -202,7 +204,11 @@ class Episode:
     matched across ranks or alone) and the ones after it on the same rank and group that the
     replay runs alone (they ran under it, sharing the medium). ``measured_us``: what the replay
     holds them for (the first's part after the last arrival, the others' durations);
-    ``parts[k]``: that part of ``nodes[k]``."""
+    ``parts[k]``: that part of ``nodes[k]``. ``transfer_us``: what the fit reads, the same but for
+    a matched CPU collective first, whose part is its group's transfer, the longest of its members'
+    parts after the last arrival (``group_extra``: that, less this rank's part): the last rank to
+    arrive sends all its bytes after it, while one that arrived early may have sent some before,
+    into its sockets, and its part after the last arrival is shorter."""
 
     backend: str
     rank: int
@@ -214,10 +220,15 @@ class Episode:
     npus: int = 1
     types: list[int] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
+    group_extra: float = 0.0
 
     @property
     def measured_us(self) -> float:
         return sum(self.parts)
+
+    @property
+    def transfer_us(self) -> float:
+        return sum(self.parts) + self.group_extra
 
 
 @dataclass
@@ -246,11 +257,11 @@ class FittedNetwork:
 
 
 def fit_network(episodes: list[Episode], backend: str, medium: str) -> FittedNetwork | None:
-    """Least squares of ``measured = steps * latency + bytes / bandwidth`` over ``episodes``
-    (latency >= 0, bandwidth > 0); None without an episode that carries bytes. When the episodes
+    """Least squares of ``transfer = steps * latency + bytes / bandwidth`` over ``episodes``
+    (``Episode.transfer_us``; latency >= 0, bandwidth > 0); None without an episode that carries bytes. When the episodes
     cannot tell latency from bandwidth (one steps-to-bytes ratio, or a negative latency fitted)
     latency is 0 and the bandwidth reproduces the total. O(episodes)."""
-    rows = [(e.steps, medium_bytes(e.per_rank_bytes, e.npus, medium), e.measured_us) for e in episodes
+    rows = [(e.steps, medium_bytes(e.per_rank_bytes, e.npus, medium), e.transfer_us) for e in episodes
             if e.per_rank_bytes > 0]
     if not rows:
         return None
@@ -398,11 +409,12 @@ def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) 
                 kept += 1
                 continue
             backend = "cpu" if _is_cpu(graph, u) else "gpu"
-            part = duration[v]
+            part, group_part = duration[v], None
             if g >= 0:
                 waits = groups.waited.get(g)
-                if waits is not None:
-                    part = max(0.0, duration[v] - waits[member_index[v]] * comm_factor)
+                if waits is not None:  # CPU collectives on one clock: parts after the last arrival
+                    after_last = [max(0.0, duration[m] - w * comm_factor) for m, w in zip(groups.members[g], waits)]
+                    part, group_part = after_last[member_index[v]], max(after_last)
                 else:  # clocks disagree: the group's transfer, its shortest member (engine.replay)
                     part = transfer.get(g)
                     if part is None:
@@ -412,6 +424,8 @@ def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) 
             if g >= 0 or episode is None or backend == "gpu":
                 episode = current[key] = Episode(backend, graph.rank, info.pg_name, [], [], npus=npus)
                 episodes.append(episode)
+                if group_part is not None:
+                    episode.group_extra = group_part - part
             episode.nodes.append(v)
             episode.parts.append(part)
             episode.steps += shape[0]
