@@ -500,7 +500,9 @@ def _handoff_edges(et_plus: EtPlus, busy: BusyTimes, parts: OpParts, ctrl: array
         if cause == JOIN:
             source = finished_by.get(source, source)
         at = op_starts[target] if resumed is None else resumed
-        source = parts.ran_before(source, busy.spawned_at.get(target, at) if at != at else at)
+        if math.isnan(at):  # a worker's thread root, no start of its own: where its spawner began
+            at = busy.spawned_at.get(target, at)
+        source = parts.ran_before(source, at)
         if resumed is not None:
             target = parts.after(target, resumed)
         if source != target and source != prev[target] and source != ctrl[target]:

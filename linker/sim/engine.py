@@ -792,18 +792,19 @@ class _Loop:
             cause = self.dep_cause[v]
             rp.cause[v], rp.cause_kind[v] = cause, CAUSE_DEPENDENCY if cause >= 0 else CAUSE_NONE
             heapq.heappush(self.events, (t, END, v))
-        else:
-            before = self.after.get(v)
-            if before is not None and rp.end[before] != rp.end[before]:  # not ended yet: parked until then
-                self.parked.setdefault(before, []).append((v, t))
-                return
-            self.queue(v, unit, t)
+        elif not (self.after and self.parked_until_issued_before_ends(v, t)):
+            key = self.priority[v] if self.id_order else (t, self.priority[v])
+            heapq.heappush(self.queues[unit], (key, t, v))
+            self.touched.append(unit)
 
-    def queue(self, v: int, unit: int, ready: float) -> None:
-        """Node v, ready at ``ready``, waits on its unit (touched) for its turn."""
-        key = self.priority[v] if self.id_order else (ready, self.priority[v])
-        heapq.heappush(self.queues[unit], (key, ready, v))
-        self.touched.append(unit)
+    def parked_until_issued_before_ends(self, v: int, t: float) -> bool:
+        """Whether node v, ready at ``t``, waits for the collective issued before it to end
+        (``after``) before it joins its unit's queue: parked until then (``end``)."""
+        before = self.after.get(v)
+        if before is None or not math.isnan(self.rp.end[before]):  # none, or it has ended
+            return False
+        self.parked.setdefault(before, []).append((v, t))
+        return True
 
     def issue_touched(self, t: float) -> None:
         """Each unit touched at this instant, free and with ready nodes, issues its best one."""
@@ -868,8 +869,9 @@ class _Loop:
             self.busy[unit] = 0
             self.last_on_unit[unit] = u
             self.touched.append(unit)
-        for v, ready in self.parked.pop(u, ()):
-            self.queue(v, rp.unit_of[v], ready)
+        if self.parked:
+            for v, ready in self.parked.pop(u, ()):
+                self.become_ready(v, ready)  # u has ended: queued, ready since then
         indegree, succ_nodes = self.indegree, self.succ_nodes
         for k in range(self.succ_offsets[u], self.succ_offsets[u + 1]):
             v = succ_nodes[k]
