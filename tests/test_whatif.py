@@ -543,3 +543,40 @@ def test_episodes_follow_the_issue_order(tmp_path):
     for r, graph in enumerate(graphs):
         numbers = [graph.comm[v - offsets[r]].seq for e in episodes if e.rank == graph.rank for v in e.nodes]
         assert numbers == sorted(numbers) and len(numbers) >= 9, (r, numbers)
+
+
+def _beside_a_late_peer(tmp_path) -> list:
+    """Two ranks on one clock, each: A (100-110) forks collective Y (worker 3), B then issues
+    collective X (worker 2; issue numbers X 0, Y 1). B lasts 2 µs on rank 0 and 10 on rank 1, so
+    X's last member arrives at 120 and both X records end at 142: X's part after the last arrival
+    is 22 µs. Y ran wholly beside X (record 110-138, no busy part of its own), from before X's
+    last arrival: its 28 µs beside X are longer than X's part. Both collectives all-reduce 1,024
+    bytes."""
+    from linker.sim.load import load_graph
+    from sim_graphs import cpu_coll
+
+    graphs = []
+    for rank, b_dur in ((0, 2), (1, 10)):
+        x, y = cpu_coll(2, 142 - 110 - b_dur, [4], start=110 + b_dur, tid=2), cpu_coll(3, 0, [1], start=110, tid=3)
+        x.attrs.append(make_attr("comm_seq", 0))
+        y.attrs += [make_attr("comm_seq", 1), make_attr("inclusive_dur_micros", 28)]
+        specs = [cpu(1, 10, start=100), cpu(4, b_dur, [1], start=110), x, y]
+        graphs.append(load_graph(write_et(tmp_path / f"rank{rank}.et", specs), rank))
+    return graphs
+
+
+@pytest.mark.parametrize("model", ["astra-sim", "lanes"])
+def test_a_collective_beside_the_earlier_one_ends_with_it_on_a_slower_network(tmp_path, model):
+    """``_beside_a_late_peer`` on a bus a quarter as fast as the one the job fits: the ranks' four
+    all-reduces of 1,024 bytes put 2 x (2 x 1,024) bytes on the bus after X's last arrival (120),
+    measured in X's 22 µs, so 88 µs now: the job ends at 208, a 108 µs span from 100. Y's time
+    beside X ends with X's new time. Before, it grew by X's episode factor (4) as a whole, its 6 µs
+    before X's last arrival with it (28 x 4 = 112 µs from 110): the job ended at 222 (122 µs)."""
+    graphs = _beside_a_late_peer(tmp_path)
+    measured = replay(graphs, model, release=measured_release(graphs))
+    assert max(e for e in measured.end if e == e) == pytest.approx(42.0)  # from 100, the job's start
+    bus = 2 * 2 * 1024 / 22e-6  # bytes/s: the bus the job shows
+    result = replay(graphs, model, release=measured_release(graphs), network=NetworkSpec.parse(f"bandwidth={bus / 4}B/s"))
+    (fit,) = result.network.fitted
+    assert fit.bandwidth == pytest.approx(bus)
+    assert max(e for e in result.end if e == e) == pytest.approx(108.0)

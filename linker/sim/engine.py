@@ -24,8 +24,9 @@ Semantics (those of ASTRA-sim's workload layer over Chakra's FeederV3):
 - CPU collectives (gloo, MPI, UCC; on a CPU lane) start (arrive, in a job) as long after their
   dependencies finish as their worker took to pick them up when measured (``_cpu_pickups``: the
   host's time, which ``Scale`` leaves as it is, but for the part the collective spent
-  communicating beside the group's earlier one, which the comm factor and a network what-if
-  scale: ``CommGroups.shared``; counted from when the node was ready, so a unit
+  communicating beside the group's earlier one, which the comm factor scales and a network
+  what-if stretches as the earlier one: ``CommGroups.shared``, ``network.retime``; counted from
+  when the node was ready, so a unit
   that freed later than that adds nothing); in a
   job on one clock each member ends its own measured time after the last arrival (``_cpu_waits``).
   They are matched by their issue number (``comm_seq``)
@@ -135,14 +136,15 @@ class CommGroups:
     # the group's earlier collective (``_cpu_pickups``); what-ifs move it with the medium.
     shared: dict[int, float] = field(default_factory=dict)
 
-    def scale_shared(self, v: int, factor: float) -> None:
+    def resize_shared(self, v: int, length: float) -> None:
         """Make the part of v's pickup spent communicating under the group's earlier collective
-        ``factor`` times as long (a what-if's change of that medium: ``Scale``'s comm factor, a
-        network episode's)."""
+        ``length`` µs long (never below 0; a what-if's change of that medium: ``Scale``'s comm
+        factor, a network episode's change). Nothing for a collective without such a part."""
         part = self.shared.get(v)
         if part:
-            self.pickup[v] += part * (factor - 1.0)
-            self.shared[v] = part * factor
+            length = max(0.0, length)
+            self.pickup[v] += length - part
+            self.shared[v] = length
 
 
 @dataclass(kw_only=True)
@@ -658,8 +660,8 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     groups = match_communication(graphs, offsets, comm_groups)
     _cpu_pickups(graphs, offsets, groups)
     if scale.factor(COMM) != 1.0:
-        for v in list(groups.shared):
-            groups.scale_shared(v, scale.factor(COMM))
+        for v, part in list(groups.shared.items()):
+            groups.resize_shared(v, part * scale.factor(COMM))
     what_if = retime(graphs, offsets, groups, duration, scale.factor(COMM), network) if network is not None else None
     nan = array("d", [math.nan])
     result = Replay(

@@ -27,11 +27,18 @@ the second as measured:
 3. **Re-timing** (``retime``): each episode's replayed time becomes its measured time plus the
    change of its network part, ``network_us(given) - network_us(fitted)``: the given bandwidth,
    the given latency or else the fitted one. The change is applied to the episode's first
-   collective and, where that would go below 0, to the next ones (never below 0). The time a
-   later collective of the episode communicated beside the first before its own part (kept in
-   its pickup by the replay: ``engine.CommGroups.shared``) moves by the episode's factor, the
-   episode's new time over its measured one. Beyond these, matching, pickups and waits are the
-   replay's own.
+   collective and, where that would go below 0, to the next ones (never below 0). A collective
+   that ran beside earlier ones (the rank's episode before it, or, for a later collective of an
+   episode, the ones before it there) spent part of that time communicating, held in its pickup
+   by the replay (``engine.CommGroups.shared``, which ends where they ended): the part that lies
+   within their measured parts (their time after the last arrival) stretches as they did, so
+   that it ends where they now end; the part before (their wait for peers) is kept. (Until
+   2026-11-30 the whole of it moved by the episode's factor, its new time over its measured one:
+   a gloo worker that took the second all-reduce of a step before the first's last member
+   arrived counted that wait with it, and predicting 4 ranks at 500 Mbit/s from their unlimited
+   loopback, the second ended 19-110 ms after the first's new end on the steps where that
+   happened: +12.3% on average over 16 pairs of captures, +7.1% now.) Beyond these,
+   matching, pickups and waits are the replay's own.
 
 A send's or receive's transfer (a pipeline's stages: docs/durations.md, "Sends and receives on
 the CPU") is one step of its bytes, which cross the medium once (bus or links); its measured part
@@ -221,6 +228,7 @@ class Episode:
     types: list[int] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
     group_extra: float = 0.0
+    beside: "Episode | None" = None  # the rank's open episode of the same group when this one began
 
     @property
     def measured_us(self) -> float:
@@ -422,7 +430,8 @@ def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) 
             key = (backend, info.pg_name)
             episode = current.get(key)
             if g >= 0 or episode is None or backend == "gpu":
-                episode = current[key] = Episode(backend, graph.rank, info.pg_name, [], [], npus=npus)
+                episode = current[key] = Episode(backend, graph.rank, info.pg_name, [], [], npus=npus,
+                                                 beside=episode)
                 episodes.append(episode)
                 if group_part is not None:
                     episode.group_extra = group_part - part
@@ -465,6 +474,7 @@ def retime(graphs, offsets: list[int], groups, duration, comm_factor: float, spe
     job = fit_job(graphs, offsets, groups, duration, comm_factor, spec.medium)
     result.kept = job.kept
     changes: dict[tuple, CollectiveChange] = {}
+    new_parts: dict[int, list[float]] = {}  # id(episode) -> its parts once re-timed
     for backend, mine in job.episodes.items():
         fit = job.fits[backend]
         if fit is None:
@@ -490,17 +500,39 @@ def retime(graphs, offsets: list[int], groups, duration, comm_factor: float, spe
                 row.count += 1
                 row.measured_network_us += before
                 row.what_if_network_us += after
-            measured = episode.measured_us
+            was = [duration[v] for v in episode.nodes]
             _apply(episode, change, duration)
-            if measured > 0:  # the time its later collectives ran beside the first moves alike
-                for v in episode.nodes:
-                    groups.scale_shared(v, max(0.0, measured + change) / measured)
+            new_parts[id(episode)] = [part + duration[v] - d for v, part, d in zip(episode.nodes, episode.parts, was)]
             result.retimed += len(episode.nodes)
+        for episode in mine:
+            _move_shared(episode, new_parts, groups)
     result.changes = sorted(changes.values(), key=lambda c: (c.backend, c.process_group, c.comm_type, c.bytes))
     if result.kept:
         result.notes.append(f"{result.kept} collective node(s) kept as measured: a type without a volume rule, or "
                             f"a group whose size the files do not tell (one rank's file alone)")
     return result
+
+
+def _move_shared(episode: Episode, new_parts: dict[int, list[float]], groups) -> None:
+    """Move the time each collective of ``episode`` communicated beside earlier ones
+    (``groups.shared``, which ends where they ended) with their re-timing: the first collective
+    ran beside the rank's episode before it (``Episode.beside``), a later one beside the ones
+    before it in this episode. Of its time, the part within their measured parts (their time
+    after the last arrival) is stretched as they were (``new_parts``: new over measured), so that
+    it ends where they now end; the part before (their wait for peers) is kept. O(len(episode))."""
+    for k, v in enumerate(episode.nodes):
+        shared = groups.shared.get(v)
+        if not shared:
+            continue
+        if k:
+            measured, now = sum(episode.parts[:k]), sum(new_parts[id(episode)][:k])
+        elif episode.beside is not None:
+            measured, now = episode.beside.measured_us, sum(new_parts[id(episode.beside)])
+        else:
+            continue
+        within = min(shared, measured)
+        if within > 0:
+            groups.resize_shared(v, shared - within + within * now / measured)
 
 
 def _apply(episode: Episode, change: float, duration) -> None:
