@@ -14,7 +14,8 @@ profiler starts and stops it in ``start_trace`` / ``stop_trace``: the ET covers 
 active window (for scheduled workloads, the ``active`` steps; ``ProfilerStep#N`` appears in both files).
 The summary's ``window`` block checks this after the fact by comparing record-function ids.
 
-Workloads: mlp_steps, threads, main_thread_only, dataloader, transformer, autograd_threads (see ``WORKLOADS``).
+Workloads: mlp_steps, threads, main_thread_only, dataloader, transformer, autograd_threads,
+et_beyond_trace (the ET observer run by hand over more steps than the profiler; see ``WORKLOADS``).
 A multi-rank DDP-over-gloo job with Chakra's recipe (``torchrun``, ``host.<rank>.json`` /
 ``device.<rank>.json``): ``scripts/capture_ddp.py``.
 """
@@ -346,6 +347,35 @@ def run_transformer(torch: Any, options: CaptureOptions, et_path: Path, kineto_p
             prof.step()
 
 
+def run_et_beyond_trace(torch: Any, options: CaptureOptions, et_path: Path, kineto_path: Path) -> None:
+    """MLP training where the ET observer runs by hand over more steps than the profiler (the
+    recipe of older tools: ``observer.start()`` before the loop, the profiler around some steps):
+    each step a ``record_function("ProfilerStep#N")``; the ET covers steps 1 to ``steps`` + 2,
+    the profiler steps 2 to ``steps`` + 1, so both files hold the middle ones and the ET one step
+    more on each side."""
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
+
+    model = _mlp(torch)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    inputs, targets = torch.randn(options.batch, 32), torch.randn(options.batch, 8)
+    observer = ExecutionTraceObserver().register_callback(str(et_path))
+    prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+    last = options.steps + 2
+    for step in range(last + 2):
+        if step == 1:
+            observer.start()
+        if step == 2:
+            prof.start()
+        with record_function(f"ProfilerStep#{step}"):
+            _train_step(torch, model, optimizer, inputs, targets)
+        if step == last - 1:
+            prof.stop()
+        if step == last:
+            observer.stop()
+    observer.unregister_callback()
+    prof.export_chrome_trace(str(kineto_path))
+
+
 WORKLOADS: dict[str, Callable[[Any, CaptureOptions, Path, Path], None]] = {
     "mlp_steps": run_mlp_steps,
     "threads": run_threads,
@@ -354,6 +384,7 @@ WORKLOADS: dict[str, Callable[[Any, CaptureOptions, Path, Path], None]] = {
     "dataloader_workers": run_dataloader_workers,
     "transformer": run_transformer,
     "autograd_threads": run_autograd_threads,
+    "et_beyond_trace": run_et_beyond_trace,
 }
 
 

@@ -247,3 +247,56 @@ def test_a_checkout_without_the_shared_traces_skips_with_relative_reasons(tmp_pa
         assert "needs ../shared/traces/" in line and "(see README: Real test traces)" in line, line
         reason = line.split(": ", 1)[1]
         assert str(tmp_path) not in reason and "/work" not in reason, line
+
+
+def _ops_under_untimed_top_level_ops(et_path: Path, kineto_path: Path) -> tuple[int, int, list[str], set[int]]:
+    """From the two files alone: (ET ops without a Kineto event of their record-function id, those
+    of them under a top-level op (parent a root) none of whose ops has one, those top-level ops'
+    names in file order, their threads that hold no top-level op with an event)."""
+    nodes = orjson.loads(gzip.decompress(et_path.read_bytes()))["nodes"]
+    events = orjson.loads(gzip.decompress(kineto_path.read_bytes()))["traceEvents"]
+    timed_ids = {e["args"]["Record function id"] for e in events
+                 if e.get("ph") == "X" and "Record function id" in e.get("args", {})}
+    attr = {n["id"]: {a["name"]: a["value"] for a in n["attrs"]} for n in nodes}
+    roots = {n["id"] for n in nodes if n["name"].startswith("[pytorch|profiler|execution_trace|")}
+    parent = {n["id"]: n["ctrl_deps"] for n in nodes}
+
+    def top(i):
+        while parent[i] not in roots:
+            i = parent[i]
+        return i
+
+    ops = [n for n in nodes if n["id"] not in roots]
+    untimed = [n for n in ops if attr[n["id"]]["rf_id"] not in timed_ids]
+    timed_tops = {top(n["id"]) for n in ops if attr[n["id"]]["rf_id"] in timed_ids}
+    dark_tops = [n["id"] for n in ops if parent[n["id"]] in roots and n["id"] not in timed_tops]
+    under = sum(1 for n in untimed if top(n["id"]) in set(dark_tops))
+    names = {n["id"]: n["name"] for n in nodes}
+    threads = {attr[t]["tid"] for t in dark_tops} - {attr[t]["tid"] for t in timed_tops}
+    return len(untimed), under, [names[t] for t in dark_tops], threads
+
+
+@pytest.mark.parametrize("case", ["et_beyond_trace", "main_thread_only", "mlp_steps"])
+def test_an_et_that_covers_more_than_its_timing_trace_is_named(tmp_path, case):
+    """``et_beyond_trace``: the ET observer ran one step before and one after the profiler
+    (``scripts/capture_traces.py``); ``main_thread_only``: the profiler recorded one of four
+    threads. The link says how many of the unmatched ops lie under top-level ops with no event,
+    names them and says which of the two it is; counts and names are computed here from the two
+    files (record-function ids). ``mlp_steps`` (both over the same steps) gets no such line."""
+    et, kineto = fixture_pair("cpu", case)
+    result = run("--et-file", et, "--kineto-file", kineto, "-o", tmp_path / "out.json")
+    assert result.exit_code == 0
+    unmatched, under, names, threads = _ops_under_untimed_top_level_ops(et, kineto)
+    lines = [line for line in result.output.splitlines() if "top-level ops with no event" in line]
+    if case == "mlp_steps":
+        assert unmatched == 0 and not lines
+        return
+    assert under == unmatched > 0 and len(lines) == 1
+    shown = ", ".join(repr(name) for name in names[:3]) + (", ..." if len(names) > 3 else "")
+    assert f"{under:,} of the {unmatched:,} unmatched ET ops lie under {len(names)} top-level ops" in lines[0]
+    assert f"({shown})" in lines[0]
+    if case == "et_beyond_trace":
+        assert names == ["ProfilerStep#1", "ProfilerStep#5"] and not threads
+        assert "an ET observer started before the profiler or stopped after it" in lines[0]
+    else:
+        assert len(threads) == 3 and f"on {len(threads)} ET thread(s) with no op in the timing trace" in lines[0]

@@ -6,7 +6,7 @@ import re
 from array import array
 from dataclasses import asdict, dataclass, field
 
-from linker.read.et import ExecutionTrace
+from linker.read.et import ROOT_NAMES, ExecutionTrace
 from linker.link.gpu import (BEFORE_TRACE, OUTSIDE_WINDOW, REASON_WORDS, UNDER_ANNOTATION, UNDER_GRAPH_OP, UNDER_OP,
                              UNDER_PROCESS_ROOT, UNDER_PYTHON_FUNCTION, GpuAttribution)
 from linker.link.intervals import NESTING_SLACK_US
@@ -235,6 +235,9 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
     violations = nesting_violations(et, kineto, match.event_of_op, nesting)
     if violations:
         warnings.append(wrong_links_warning(violations))
+    beyond = untimed_top_level_ops(et, event_of_op, len(et_missing))
+    if beyond:
+        warnings.append(beyond)
     return LinkReport(
         et_file=et.path, kineto_file=kineto.path, et_schema=et.schema, et_layout=et.layout,
         method=match.method, method_reason=notes + match.notes,
@@ -257,6 +260,67 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
         seconds=round(seconds, 3), match_stats=match.stats,
         gpu_events_in_trace=len(kineto.gpu_events), gpu_accounting=gpu_accounting(gpu),
     )
+
+
+# An ET that covers more than its timing trace: the share of its ops left unmatched, and the share
+# of those under top-level ops with no event at all, from which the report says so.
+BEYOND_TRACE_UNMATCHED, BEYOND_TRACE_SHARE = 0.10, 0.90
+
+
+def untimed_top_level_ops(et: ExecutionTrace, event_of_op: list[int], unmatched: int) -> str | None:
+    """A warning when the ET covers more than the timing trace: at least ``BEYOND_TRACE_UNMATCHED``
+    of its ops unmatched, ``BEYOND_TRACE_SHARE`` of those under top-level ops (ops whose parent
+    is a process or thread root) none of whose ops has an event, while other top-level ops are
+    linked (an ET observer started before the profiler, or stopped after it). None otherwise.
+    O(n)."""
+    ops = et.op_indices()
+    if not ops or unmatched < BEYOND_TRACE_UNMATCHED * len(ops):
+        return None
+    top = _top_level_ops(et)
+    size: dict[int, int] = {}
+    timed: set[int] = set()
+    for i in ops:
+        size[top[i]] = size.get(top[i], 0) + 1
+        if event_of_op[i] >= 0:
+            timed.add(top[i])
+    untimed = [t for t in size if t not in timed]
+    inside = sum(size[t] for t in untimed)
+    if not timed or not untimed or inside < BEYOND_TRACE_SHARE * unmatched:
+        return None
+    untimed.sort()
+    names = ", ".join(repr(et.names[t]) for t in untimed[:3]) + (", ..." if len(untimed) > 3 else "")
+    elsewhere = {et.tid[t] for t in untimed} - {et.tid[t] for t in timed}
+    why = (f"on {len(elsewhere):,} ET thread(s) with no op in the timing trace" if elsewhere
+           else "outside the stretch the timing trace covers (an ET observer started before the profiler or stopped "
+                "after it: record both over the same steps)")
+    return (f"{inside:,} of the {unmatched:,} unmatched ET ops lie under {len(untimed):,} top-level ops with no event in "
+            f"the timing trace ({names}), {why}; those ops keep no measured time")
+
+
+def _top_level_ops(et: ExecutionTrace) -> list[int]:
+    """Per node, the top-level op above it (itself for one whose parent is a root or missing), -1 for
+    a root. O(n): each node's chain is walked once, then remembered."""
+    parent, names = et.parent_index(), et.names
+    unknown, walking = -2, -3
+    top = [unknown] * len(names)
+    for i in range(len(names)):
+        chain = []
+        j = i
+        while top[j] == unknown:
+            if names[j] in ROOT_NAMES:
+                top[j] = -1
+                break
+            p = parent[j]
+            if p < 0 or names[p] in ROOT_NAMES:
+                top[j] = j
+                break
+            top[j] = walking
+            chain.append(j)
+            j = p
+        above = top[j] if top[j] != walking else -1  # walking: a parent cycle, under no top-level op
+        for k in chain:
+            top[k] = above
+    return top
 
 
 def wrong_links_warning(violations: int) -> str:
