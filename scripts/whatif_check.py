@@ -34,7 +34,8 @@ default copies (``own measured``: the meeting, then the measured time) for their
 trace. A second table lists these (``--json``: ``astra`` per row). ``--cross`` names earlier
 capture folders of the same job: a third table gives, per rank count and rate, the mean error and
 mean absolute error over every cross-pair of the sets (each unlimited run predicting each slowed
-run, and back; ``--json``: ``cross_pairs``).
+run, and back; ``--json``: ``cross_pairs``), with how the errors go with the CPU time the two
+runs of a pair spent (the what-if keeps the source run's).
 
 Prints one table (``--json``: one object). Cost: a capture is a few seconds of torchrun per job;
 linking and replaying a job well under a second per rank; an ASTRA-sim run about a second.
@@ -46,6 +47,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -148,27 +150,51 @@ def cross_pairs(folders: list[Path], ranks_list: list[int], rates: list[str], me
     and slowed rate, every unlimited run predicting every slowed run and back, in ``simulate``; the
     mean error and the mean absolute error of each direction. A pair's two runs differ by the
     network and by whatever else the host did to them, so the spread says how far one pair can be
-    trusted."""
+    trusted. What a what-if keeps as measured, the CPU time, is set beside it: per direction the
+    correlation of a pair's error with the CPU busy time its target run spent beyond its source
+    run (per rank, as a share of the target's span; ``cpu_beyond``) and the error a least-squares
+    line gives at equal CPU time (``at_equal_cpu``)."""
     rows = []
     for ranks in ranks_list:
         fast = [linked(folder / f"r{ranks}_{UNLIMITED}") for folder in folders]
         fast_reports = [replayed(job, f"bandwidth=1Gbit/s{medium}") for job in fast]
+        fast_cpu = [replayed(job)["busy_us"]["cpu"] / ranks for job in fast]
         for rate in rates[1:]:
             slow = [linked(folder / f"r{ranks}_{rate}") for folder in folders]
-            slow_measured = [replayed(job)["measured_us"] for job in slow]
-            forward, back = [], []
-            for job, report in zip(fast, fast_reports):
+            slow_own = [replayed(job) for job in slow]
+            slow_measured = [report["measured_us"] for report in slow_own]
+            slow_cpu = [report["busy_us"]["cpu"] / ranks for report in slow_own]
+            forward, back, forward_cpu, back_cpu = [], [], [], []
+            for job, report, cpu in zip(fast, fast_reports, fast_cpu):
                 predicted = replayed(job, f"bandwidth={rate}{medium}")["simulated_us"]
                 forward += [predicted / measured - 1 for measured in slow_measured]
+                forward_cpu += [(other_cpu - cpu) / measured for other_cpu, measured in zip(slow_cpu, slow_measured)]
                 fast_rate = report["network"]["fitted"][0]["bandwidth_bytes_per_s"]
                 back += [replayed(other, f"bandwidth={fast_rate}B/s{medium}")["simulated_us"] / report["measured_us"] - 1
                          for other in slow]
-            rows.append({"ranks": ranks, "loopback": rate, "pairs": len(forward),
-                         "from_unlimited_mean": round(sum(forward) / len(forward), 4),
-                         "from_unlimited_mae": round(sum(map(abs, forward)) / len(forward), 4),
-                         "to_unlimited_mean": round(sum(back) / len(back), 4),
-                         "to_unlimited_mae": round(sum(map(abs, back)) / len(back), 4)})
+                back_cpu += [(cpu - other_cpu) / report["measured_us"] for other_cpu in slow_cpu]
+            row = {"ranks": ranks, "loopback": rate, "pairs": len(forward)}
+            for name, errors, cpu_beyond in (("from_unlimited", forward, forward_cpu), ("to_unlimited", back, back_cpu)):
+                row[f"{name}_mean"] = round(sum(errors) / len(errors), 4)
+                row[f"{name}_mae"] = round(sum(map(abs, errors)) / len(errors), 4)
+                row[f"{name}_vs_cpu"] = _against_cpu(errors, cpu_beyond)
+            rows.append(row)
     return rows
+
+
+def _against_cpu(errors: list[float], cpu_beyond: list[float]) -> dict | None:
+    """The errors' correlation with the target's CPU time beyond the source's, and the error at
+    equal CPU time (the least-squares line's intercept); None where either does not vary."""
+    if len(errors) < 2 or len(set(errors)) < 2 or len(set(cpu_beyond)) < 2:
+        return None
+    line = statistics.linear_regression(cpu_beyond, errors)
+    return {"correlation": round(statistics.correlation(cpu_beyond, errors), 3),
+            "at_equal_cpu": round(line.intercept, 4), "slope": round(line.slope, 3),
+            "cpu_beyond_mean": round(sum(cpu_beyond) / len(cpu_beyond), 4)}
+
+
+def _vs_cpu(figures: dict | None) -> str:
+    return "-" if figures is None else f"{figures['correlation']:+.2f}, {pct(figures['at_equal_cpu'])}"
 
 
 def ms(us: float | None) -> str:
@@ -274,12 +300,17 @@ def main(argv: list[str] | None = None) -> int:
                       f"{pct(figures['from_unlimited_error']):>7}  {ms(figures['to_unlimited_us']):>13}  "
                       f"{pct(figures['to_unlimited_error']):>7}")
     if cross:
-        print(f"\ncross-pairs of {1 + len(args.cross)} capture sets (simulate; mean error, mean absolute error)")
-        print(f"{'ranks':>5}  {'loopback':>9}  {'pairs':>5}  {'from unlimited':>16}  {'to unlimited':>16}")
+        print(f"\ncross-pairs of {1 + len(args.cross)} capture sets (simulate; mean error, mean absolute error; "
+              f"'vs CPU': the errors' correlation with the CPU time the target run spent beyond the source, "
+              f"and the error at equal CPU time)")
+        print(f"{'ranks':>5}  {'loopback':>9}  {'pairs':>5}  {'from unlimited':>16}  {'vs CPU':>14}  "
+              f"{'to unlimited':>16}  {'vs CPU':>14}")
         for row in cross:
             print(f"{row['ranks']:>5}  {row['loopback']:>9}  {row['pairs']:>5}  "
                   f"{pct(row['from_unlimited_mean']):>7}, {100 * row['from_unlimited_mae']:5.1f}%  "
-                  f"{pct(row['to_unlimited_mean']):>7}, {100 * row['to_unlimited_mae']:5.1f}%")
+                  f"{_vs_cpu(row['from_unlimited_vs_cpu']):>14}  "
+                  f"{pct(row['to_unlimited_mean']):>7}, {100 * row['to_unlimited_mae']:5.1f}%  "
+                  f"{_vs_cpu(row['to_unlimited_vs_cpu']):>14}")
     return 0
 
 
