@@ -520,19 +520,15 @@ def _move_shared(episode: Episode, new_parts: dict[int, list[float]], groups) ->
     before it in this episode. Of its time, the part within their measured parts (their time
     after the last arrival) is stretched as they were (``new_parts``: new over measured), so that
     it ends where they now end; the part before (their wait for peers) is kept. O(len(episode))."""
-    for k, v in enumerate(episode.nodes):
-        shared = groups.shared.get(v)
-        if not shared:
-            continue
-        if k:
-            measured, now = sum(episode.parts[:k]), sum(new_parts[id(episode)][:k])
-        elif episode.beside is not None:
-            measured, now = episode.beside.measured_us, sum(new_parts[id(episode.beside)])
-        else:
-            continue
-        within = min(shared, measured)
+    beside = episode.beside
+    earlier = (beside.measured_us, sum(new_parts[id(beside)])) if beside is not None else (0.0, 0.0)
+    ran, ran_now = 0.0, 0.0  # this episode's parts before the node, measured and re-timed
+    for k, (v, part, new_part) in enumerate(zip(episode.nodes, episode.parts, new_parts[id(episode)])):
+        measured, now = earlier if k == 0 else (ran, ran_now)
+        within = min(groups.shared.get(v, 0.0), measured)
         if within > 0:
-            groups.resize_shared(v, shared - within + within * now / measured)
+            groups.resize_shared(v, groups.shared[v] - within + within * now / measured)
+        ran, ran_now = ran + part, ran_now + new_part
 
 
 def _apply(episode: Episode, change: float, duration) -> None:
