@@ -72,6 +72,24 @@ def test_a_stream_held_past_the_event_it_was_told_to_wait_for_names_the_untraced
     assert report.ratio == 1.0
 
 
+def test_a_kernel_that_started_as_another_streams_kernel_ended_names_that_kernel(tmp_path):
+    """cpu 1 (100-110) launches kernel 2 on stream 7 (110-1110) and kernel 3 on stream 8: ready at
+    110, while kernel 2 ran, kernel 3 ran from 1090, in the last twentieth of kernel 2's time
+    (1060-1110): its 980 µs wait is ``other_stream_kernel`` (the device was busy with kernel 2, or
+    kernel 3 depended on it through something the trace lost). cpu 4 (110-120) launches kernel 5
+    on stream 9, run from 1200, 90 µs after kernel 2 ended: ``unexplained_gpu_idle`` (1,080 µs);
+    and a copy on stream 10, run from 1100 inside kernel 2's last stretch: a copy engine's work, not
+    held by a kernel, ``unexplained_gpu_idle`` (980 µs). Before, all three were
+    ``unexplained_gpu_idle``."""
+    path = write_et(tmp_path / "busy.et", [
+        cpu(1, 10, start=100), gpu(2, 1000, deps=[1], stream=7, start=110), gpu(3, 10, deps=[1], stream=8, start=1090),
+        cpu(4, 10, deps=[1], start=110), gpu(5, 10, deps=[4], stream=9, start=1200),
+        gpu(6, 10, deps=[4], stream=10, start=1100, name="Memcpy HtoD (Pinned -> Device)")])
+    report = linker.simulate(path, model="lanes").report
+    assert report.waits.by_cause == {"other_stream_kernel": 980.0, "unexplained_gpu_idle": 1080.0 + 980.0}
+    assert report.ratio == 1.0
+
+
 def test_scaling_leaves_the_measured_waits_as_they_are(hand):
     report = linker.simulate(hand, model="lanes", scale="gpu=0.5").report
     # cpu 0-10; kernel 2 ready 10, held 30: 40-42.5; kernel 3 42.5-45; kernel 5 20-21

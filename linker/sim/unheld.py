@@ -82,13 +82,21 @@ def graph_clock_skew(graph: SimGraph) -> ClockSkew:
 
 
 # Why a GPU op waited, as far as the graph tells (``gpu_waits``): it has no timed host op among its
-# dependencies (launched before the trace began, or by a call the trace did not record); its stream
-# had been told to wait for an event (an ``event_wait`` edge, ``plan.waits``) and the op still
-# started after the op the graph ties that event to had ended: the event was recorded by work the
-# trace does not show (another process's stream, work before the trace); or everything it depends on
-# had finished and its stream sat idle all the same.
+# dependencies (launched before the trace began, or by a call the trace did not record); a kernel of
+# another stream of its device ran when it became ready and it started as that kernel was ending
+# (``_held_by_another_stream``): the device was busy with it, or the op depended on it through
+# something the trace did not record; its stream had been told to wait for an event
+# (an ``event_wait`` edge, ``plan.waits``) and the op still started after the op the graph ties that
+# event to had ended: the event was recorded by work the trace does not show (another process's
+# stream, work before the trace); or everything it depends on had finished and its stream sat idle
+# all the same.
 LAUNCHED_BEFORE_TRACE, UNEXPLAINED_GPU_IDLE = "launched_before_trace", "unexplained_gpu_idle"
-UNTRACED_EVENT = "untraced_event"
+UNTRACED_EVENT, OTHER_STREAM_KERNEL = "untraced_event", "other_stream_kernel"
+# A kernel's last stretch, as a share of its time, in which an op that waited for the device may
+# start: a kernel of many waves frees the device's SMs as its last blocks end, so the op starts
+# before the kernel's end (up to 94 us before the end of a 6.4 ms kernel on an HTA trace), or just
+# after it (``DEVICE_FREED_US``).
+LAST_WAVE_SHARE, DEVICE_FREED_US = 0.05, 5.0
 _EVENT_WAIT = "event_wait"  # the plan's cause for a stream's wait on an event (``plan.dependency_plan``)
 # A host op that started after everything it depends on had finished in the replay's terms: the
 # thread was held by something the graph does not hold (a blocking call that waited for GPU work
@@ -98,7 +106,7 @@ UNEXPLAINED_HOST_WAIT = "unexplained_host_wait"
 # end (start and duration each rounded) and an op's start can disagree by up to 1.5 µs where there
 # was no wait at all; replayed as waits, such crumbs add up along a chain (2-3% on CPU traces).
 HOLD_MIN_US = 2.0
-WAIT_CAUSES = (LAUNCHED_BEFORE_TRACE, UNTRACED_EVENT, UNEXPLAINED_GPU_IDLE, UNEXPLAINED_HOST_WAIT)
+WAIT_CAUSES = (LAUNCHED_BEFORE_TRACE, OTHER_STREAM_KERNEL, UNTRACED_EVENT, UNEXPLAINED_GPU_IDLE, UNEXPLAINED_HOST_WAIT)
 
 
 def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: bool = False
@@ -113,6 +121,7 @@ def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: 
         return []
     start, dur, kind = graph.start, graph.duration, graph.kind  # a dependency ends as the replay ends it
     skew = graph_clock_skew(graph)
+    kernels: dict | None = None  # made at the first wait: ``_kernels_by_stream``
     found = []
     for u in range(len(graph)):
         if kind[u] not in (GPU, COMM) or start[u] != start[u] or graph.lane_keys[graph.lane[u]][0] == "cpu":
@@ -140,14 +149,58 @@ def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: 
             continue
         wait = start[u] - ready
         if wait >= min_us:
-            found.append((u, wait, _gpu_cause(launched, after_event)))
+            if not launched:
+                cause = LAUNCHED_BEFORE_TRACE
+            else:
+                kernels = _kernels_by_stream(graph) if kernels is None else kernels
+                cause = (OTHER_STREAM_KERNEL if _held_by_another_stream(graph, kernels, u, ready)
+                         else UNTRACED_EVENT if after_event else UNEXPLAINED_GPU_IDLE)
+            found.append((u, wait, cause))
     return found
 
 
-def _gpu_cause(launched: bool, after_event: bool) -> str:
-    if not launched:
-        return LAUNCHED_BEFORE_TRACE
-    return UNTRACED_EVENT if after_event else UNEXPLAINED_GPU_IDLE
+def _is_kernel(graph: SimGraph, u: int) -> bool:
+    """A timed op on a GPU stream that runs on the SMs: not a copy or a set (CUPTI's names
+    "Memcpy ..." / "Memset ...", which copy engines run)."""
+    return (graph.kind[u] in (GPU, COMM) and graph.lane_keys[graph.lane[u]][0] == "gpu"
+            and graph.start[u] == graph.start[u] and not graph.names[u].startswith(("Memcpy", "Memset")))
+
+
+def _kernels_by_stream(graph: SimGraph) -> dict[tuple, dict[object, tuple[list[float], list[int]]]]:
+    """Per device, per stream: its kernels' starts in order and the kernels (a stream runs one at
+    a time, so the one running at a time is the last that started before it). O(n log n)."""
+    by_stream: dict[tuple, list[tuple[float, int]]] = {}
+    for u in range(len(graph)):
+        if _is_kernel(graph, u):
+            _, device, stream = graph.lane_keys[graph.lane[u]]
+            by_stream.setdefault((device, stream), []).append((graph.start[u], u))
+    kernels: dict = {}
+    for (device, stream), ops in by_stream.items():
+        ops.sort()
+        kernels.setdefault(device, {})[stream] = ([s for s, _ in ops], [u for _, u in ops])
+    return kernels
+
+
+def _held_by_another_stream(graph: SimGraph, kernels: dict, u: int, ready: float) -> bool:
+    """Whether kernel u, ready at ``ready``, started as a kernel of another stream of its device
+    that was running then was ending: in its last ``LAST_WAVE_SHARE`` of its time or up to
+    ``DEVICE_FREED_US`` after it. Either the device was busy with that kernel (one of many waves
+    holds every SM until its last blocks end; which SMs u needed the trace does not say) or u
+    depended on it through something the trace did not record (an event recorded by a call outside
+    it): the graph holds no edge either way. O(streams of the device x log kernels)."""
+    if not _is_kernel(graph, u):
+        return False
+    _, device, stream = graph.lane_keys[graph.lane[u]]
+    began = graph.start[u]
+    for other, (starts, ops) in kernels.get(device, {}).items():
+        k = bisect_right(starts, ready + HOLD_MIN_US) - 1  # the kernel of that stream running at ``ready``
+        if other == stream or k < 0:
+            continue
+        holder = ops[k]
+        end = starts[k] + graph.measured_dur[holder]
+        if end > ready and end - LAST_WAVE_SHARE * graph.measured_dur[holder] <= began <= end + DEVICE_FREED_US:
+            return True
+    return False
 
 
 def host_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: bool = False

@@ -5,8 +5,8 @@ A *wait node* (``WAIT_NODE_NAME``) stands for time an op spent waiting for nothi
 holds (work queued before the trace, an event recorded outside it, another process): it depends
 on what the held op depends on (the same ``ctrl_deps`` and ``data_deps``, with their causes),
 lasts the wait, and the held op gets one more data dependency, on the wait node, whose cause is
-the wait's (``sim.unheld.WAIT_CAUSES``: ``launched_before_trace``, ``untraced_event``,
-``unexplained_gpu_idle``, ``unexplained_host_wait``). A
+the wait's (``sim.unheld.WAIT_CAUSES``: ``launched_before_trace``, ``other_stream_kernel``,
+``untraced_event``, ``unexplained_gpu_idle``, ``unexplained_host_wait``). A
 simulator that takes the graph literally (ASTRA-sim, ``et-link simulate``) then starts the op as
 late after its dependencies as it started when measured. The node runs on the held op's unit: a
 GPU ``COMP_NODE`` on its stream for a GPU or communication op, a CPU ``COMP_NODE`` on its thread
