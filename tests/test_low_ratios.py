@@ -18,6 +18,7 @@ from linker.pipeline import link_pair
 from linker.sim.engine import LANES, replay
 from linker.sim.load import load_graph
 from linker.sim.report import build_report, format_text
+from linker.sim.unheld import WAIT_CAUSES
 from tracetools import load_trace
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -108,6 +109,9 @@ def test_simulate_names_the_gpu_wait_the_graph_cannot_reproduce(replayed):
     wait = report.unheld_gpu_wait[0]
     text = format_text(report)
     assert "the graph cannot reproduce" in text and wait.streams[0].lane in text
+    for largest in wait.largest:  # each of the largest waits with its cause, one of the named ones
+        assert largest["cause"] in WAIT_CAUSES and f"(id {largest['id']}) " in text
+        assert f"({largest['cause']})" in text
     # What the replay misses is within what the note names.
     assert report.measured_us - report.simulated_us <= wait.us
     host_end = max(e["ts"] + e["dur"] for e in events if e.get("cat") in HOST_CATS)

@@ -53,7 +53,7 @@ class UnheldWait:
     rank: int
     us: float  # the largest per-stream total
     streams: list[StreamWait] = field(default_factory=list)  # streams with waits, largest first
-    largest: list[dict] = field(default_factory=list)  # {id, name, lane, us}, largest first
+    largest: list[dict] = field(default_factory=list)  # {id, name, lane, us, cause}, largest first
 
 
 def graph_clock_skew(graph: SimGraph) -> ClockSkew:
@@ -261,9 +261,9 @@ def unheld_gpu_wait(graph: SimGraph, min_us: float = 1.0) -> UnheldWait:
     result.streams = sorted((StreamWait(lane_label(graph.lane_keys[lane]), round(total, 1), count)
                              for lane, (total, count) in by_lane.items()), key=lambda s: -s.us)
     result.us = result.streams[0].us if result.streams else 0.0
-    largest = sorted(((wait, u) for u, wait, _ in waits), reverse=True)[:LARGEST]
+    largest = sorted(((wait, u, cause) for u, wait, cause in waits), reverse=True)[:LARGEST]
     result.largest = [{"id": graph.ids[u], "name": graph.names[u], "lane": lane_label(graph.lane_keys[graph.lane[u]]),
-                       "us": round(wait, 1)} for wait, u in largest]
+                       "us": round(wait, 1), "cause": cause} for wait, u, cause in largest]
     return result
 
 
@@ -276,11 +276,11 @@ def unheld_note(wait: UnheldWait, measured_us: float, simulated_us: float, job: 
     if measured_us <= 0 or simulated_us >= SHORT * measured_us or wait.us < 0.01 * measured_us:
         return None
     top = wait.streams[0]
-    largest = ", ".join(f"{w['name'][:60]!r} (id {w['id']}) {format_us(w['us'])}" for w in wait.largest)
+    largest = ", ".join(f"{w['name'][:60]!r} (id {w['id']}) {format_us(w['us'])} ({w['cause']})" for w in wait.largest)
     return (f"{'rank ' + str(wait.rank) + ': ' if job else ''}the measured step holds at least "
             f"{format_us(wait.us)} ({wait.us / measured_us:.0%}) the graph cannot reproduce: GPU ops that "
             f"started after everything they depend on had finished ({top.lane}: {top.ops} ops waited "
             f"{format_us(top.us)} in all; largest: {largest}). They waited for something the graph does not "
             f"hold (a wait the trace did not record or that could not be placed, work queued before "
-            f"profiling started, other processes, peer ranks); the replay starts them at once, so it "
-            f"can run short by up to that much")
+            f"profiling started, another stream's kernel holding the device, other processes, peer ranks); "
+            f"the replay starts them at once, so it can run short by up to that much")
