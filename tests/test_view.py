@@ -177,6 +177,18 @@ def test_page_carries_the_reports_notes(tmp_path):
     assert "<li>on the critical path CPU ops waited" in page and "--model lanes" in page
 
 
+def test_a_wait_node_of_the_file_shows_its_cause(tmp_path):
+    """A host op (100-110) launches a kernel that ran at 150-155; the file carries the 40 µs its
+    stream sat idle as a wait node of cause ``unexplained_gpu_idle`` (``write.wait_nodes``). The
+    page's bar for that wait names the cause in its hover text, as the critical path's row does."""
+    from linker.write.wait_nodes import Wait, add_wait_nodes
+
+    path = write_et(tmp_path / "waited.et", [cpu(1, 10, start=100), gpu(2, 5, deps=[1], start=150)])
+    add_wait_nodes(path, [Wait(2, 40.0, "unexplained_gpu_idle", 40.0)], first_id=4)
+    page = html_page(tmp_path, path).read_text()
+    assert page.count("cause: unexplained_gpu_idle") == 1
+
+
 def test_html_without_plotly_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
     import builtins
 

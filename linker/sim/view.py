@@ -77,6 +77,7 @@ def _bar_trace(go, tl: RankTimeline, indices: list[int], name: str, color: str, 
     text = [f"{html.escape(_short(graph.names[bars.node[i]]))}<br>node {graph.ids[bars.node[i]]}, "
             f"{KIND_NAMES[graph.kind[bars.node[i]]]}, {bars.side[i]} {bars.state[i]}<br>"
             f"{format_us(bars.start[i])} → {format_us(bars.end[i])} ({format_us(bars.end[i] - bars.start[i])})"
+            + (f"<br>cause: {graph.wait_nodes[bars.node[i]]}" if bars.node[i] in graph.wait_nodes else "")
             for i in indices]
     marker = {"color": color, "line": {"width": 0}}
     if pattern:
