@@ -313,3 +313,25 @@ def test_trace_out_shows_the_wait_for_peers_and_the_replayed_busy_time(tmp_path)
     busy = {(e["pid"], e["args"]["id"]): e["args"]["replayed_busy_us"] for e in events if "replayed_busy_us" in e["args"]}
     assert busy == {(1, 1): 10, (1, 2): 8, (2, 1): 20, (2, 2): 4}
     assert orjson.dumps(events)  # still plain JSON
+
+
+def test_trace_out_names_each_measured_waits_cause(tmp_path):
+    """Kernel 2 (launched by cpu 1, 100-110) ran at 140: the replay holds it back 30 µs as a
+    measured wait (``unexplained_gpu_idle``); the same wait carried by the file as a wait node. The
+    simulated event of the held kernel, and that of the wait node, give the cause (and the held
+    one its µs)."""
+    from linker.sim.engine import measured_holds
+    from linker.sim.perfetto import trace_events
+    from linker.write.wait_nodes import Wait, add_wait_nodes
+
+    held = write_et(tmp_path / "held.et", [cpu(1, 10, start=100), gpu(2, 5, deps=[1], start=140)])
+    graphs = [load_graph(held)]
+    events = [e for e in trace_events(replay(graphs, holds=measured_holds(graphs))) if e["ph"] == "X"]
+    (kernel,) = [e for e in events if e["name"] == "kernel2" and e["pid"] == 2]
+    assert (kernel["args"]["wait_cause"], kernel["args"]["measured_wait_us"]) == ("unexplained_gpu_idle", 30.0)
+    carried = write_et(tmp_path / "carried.et", [cpu(1, 10, start=100), gpu(2, 5, deps=[1], start=140)])
+    add_wait_nodes(carried, [Wait(2, 30.0, "unexplained_gpu_idle", 30.0)], first_id=4)
+    graph = load_graph(carried)
+    events = [e for e in trace_events(replay([graph])) if e["ph"] == "X" and e["pid"] == 2]
+    causes = {e["args"]["id"]: e["args"].get("wait_cause") for e in events}
+    assert causes == {1: None, 2: None, 4: "unexplained_gpu_idle"}

@@ -11,7 +11,9 @@ so both sides share one time axis; simulated times start at 0. Event args: node 
 measured events ``replayed_busy_us``, the part of the measured time the simulator replays as busy
 (a nested CPU op's exclusive time; a collective's transfer without its wait for peers); for the
 simulated events the time the node waited after it was ready (its unit was busy, or peers had not
-arrived). A collective that held its unit waiting for peer ranks also gets a slice "waiting for
+arrived) and, for a measured wait (a wait node of the file, or a node the replay held back by one:
+``Replay.holds``), ``wait_cause`` (``sim.unheld.WAIT_CAUSES``; a held node's ``measured_wait_us``
+too). A collective that held its unit waiting for peer ranks also gets a slice "waiting for
 peers: <name>" before it on its simulated lane. Nodes never issued are absent from the simulated
 side. ``et-link simulate --html`` draws the same comparison with the nesting and waits resolved.
 Written atomically (no file on failure); the inputs are refused as output. Cost: O(n) events.
@@ -85,9 +87,13 @@ def trace_events(rp: Replay) -> list[dict]:
                                "tid": tids[SIMULATED][lane], "ts": rp.issue[u], "dur": rp.start[u] - rp.issue[u],
                                "args": {"id": node_id, "kind": "wait for peer ranks"}})
             if rp.end[u] == rp.end[u]:
+                args = {"id": node_id, "kind": kind, "waited_us": rp.start[u] - rp.ready[u]}
+                if local in graph.wait_nodes:  # a measured wait the file carries
+                    args["wait_cause"] = graph.wait_nodes[local]
+                elif u in rp.holds:  # a measured wait the replay held it back by
+                    args["measured_wait_us"], args["wait_cause"] = rp.holds[u][0], rp.holds[u][1]
                 events.append({"ph": "X", "name": name, "pid": pids[SIMULATED], "tid": tids[SIMULATED][lane],
-                               "ts": rp.start[u], "dur": rp.end[u] - rp.start[u],
-                               "args": {"id": node_id, "kind": kind, "waited_us": rp.start[u] - rp.ready[u]}})
+                               "ts": rp.start[u], "dur": rp.end[u] - rp.start[u], "args": args})
     return events
 
 
