@@ -54,6 +54,14 @@ def test_hand_graph_both_ratios_and_causes(hand, model):
     assert "wait" not in explained.critical_path_us_by_kind
 
 
+def test_the_nodes_table_gives_each_held_nodes_wait_cause(hand):
+    """``Simulation.nodes_table``: kernel 2 held 30 µs (``unexplained_gpu_idle``), kernel 5 20 µs
+    (``launched_before_trace``: no launcher), the others none."""
+    rows = linker.simulate(hand).nodes_table(as_rows=True)
+    assert {row["id"]: row["wait_cause"] for row in rows} == {
+        1: "", 2: "unexplained_gpu_idle", 3: "", 5: "launched_before_trace"}
+
+
 def test_a_stream_held_past_the_event_it_was_told_to_wait_for_names_the_untraced_event(tmp_path):
     """Kernel 4's stream was told to wait for an event (its ``event_wait`` edge ties the event to
     kernel 2, which ended at 15); kernel 4 was launched by cpu 3, ended at 20, yet ran at 60: the

@@ -203,6 +203,15 @@ class Replay:
         r = self.rank_of(u)
         return self.graphs[r], u - self.offsets[r]
 
+    def wait_cause(self, u: int) -> str:
+        """The cause of the measured wait global node u stands for (a wait node of its file) or was
+        held back by (``holds``); "" for neither. O(log ranks)."""
+        graph, local = self.local(u)
+        if local in graph.wait_nodes:
+            return graph.wait_nodes[local]
+        hold = self.holds.get(u)
+        return hold[1] if hold is not None else ""
+
     @property
     def node_count(self) -> int:
         return len(self.duration)

@@ -88,10 +88,11 @@ def trace_events(rp: Replay) -> list[dict]:
                                "args": {"id": node_id, "kind": "wait for peer ranks"}})
             if rp.end[u] == rp.end[u]:
                 args = {"id": node_id, "kind": kind, "waited_us": rp.start[u] - rp.ready[u]}
-                if local in graph.wait_nodes:  # a measured wait the file carries
-                    args["wait_cause"] = graph.wait_nodes[local]
-                elif u in rp.holds:  # a measured wait the replay held it back by
-                    args["measured_wait_us"], args["wait_cause"] = rp.holds[u][0], rp.holds[u][1]
+                cause = rp.wait_cause(u)
+                if cause:
+                    args["wait_cause"] = cause
+                if u in rp.holds:  # a measured wait the replay held it back by
+                    args["measured_wait_us"] = rp.holds[u][0]
                 events.append({"ph": "X", "name": name, "pid": pids[SIMULATED], "tid": tids[SIMULATED][lane],
                                "ts": rp.start[u], "dur": rp.end[u] - rp.start[u], "args": args})
     return events
