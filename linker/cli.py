@@ -300,27 +300,29 @@ def _check_waits(waits: str) -> None:
         fail(str(err))
 
 
-def _write_file_waits(outcome, waits: str, schedule: Schedule) -> int:
+def _write_file_waits(outcome, waits: str, schedule: Schedule) -> str:
     """The output's measured waits written into it (``sim.file_waits``, imported only when the
-    output needs them); a failure in one line."""
+    output needs them), in words for the summary ("" for none); a failure in one line."""
     if not wants_file_waits(outcome, waits):
-        return 0
-    from linker.sim.file_waits import write_file_waits
+        return ""
+    from linker.sim.file_waits import waits_in_words, write_file_waits
 
     try:
-        return write_file_waits(outcome.output, schedule)
+        written = write_file_waits(outcome.output, schedule)
     except EtLinkError as err:
         fail(f"{err} (the output was written without its measured waits)", EXIT_INPUT)
+    return (f"{len(written)} wait node(s) written (--waits explained leaves them out); by cause, how many and "
+            f"their time: {waits_in_words(written)}") if written else ""
 
 
 def _finish_pair(outcome, et_file: Path, kineto_file: Path, quiet: bool, min_linked: Optional[float],
-                 wait_nodes: int = 0) -> None:
-    """The summary and the --min-linked verdict, once the outputs are written."""
+                 wait_nodes: str = "") -> None:
+    """The summary and the --min-linked verdict, once the outputs are written (``wait_nodes``: the
+    wait nodes written, in words)."""
     if not quiet:
         typer.echo(outcome.report.summary(outcome.seconds), err=True)
         if wait_nodes:
-            typer.echo(f"  measured waits no dependency explains: {wait_nodes} wait node(s) written "
-                       "(--waits explained leaves them out)", err=True)
+            typer.echo(f"  measured waits no dependency explains: {wait_nodes}", err=True)
         typer.echo(f"  wrote {outcome.output}" + (f", report {outcome.report_path}" if outcome.report_path else ""),
                    err=True)
     if min_linked is not None and outcome.report.linked_pct < min_linked:

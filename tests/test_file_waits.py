@@ -44,7 +44,7 @@ def test_an_idle_stream_becomes_a_wait_node_of_its_measured_length(tmp_path):
     path = idle_gpu(tmp_path / "idle.et")
     assert waits_to_write(load_graph(path)) == [Wait(2, 40.0, "unexplained_gpu_idle", 40.0)]
     assert ratio(path) == pytest.approx(15 / 55, abs=1e-4)  # the graph alone: 10 + 5 of a 55 µs step
-    assert write_file_waits(path) == 1
+    assert len(write_file_waits(path)) == 1
     graph = load_graph(path)
     (w,) = graph.wait_nodes
     assert graph.names[w] == WAIT_NODE_NAME and graph.duration[w] == 40 and graph.wait_nodes[w] == "unexplained_gpu_idle"
@@ -73,7 +73,7 @@ def test_a_wait_on_a_unit_that_ran_other_work_is_not_written(tmp_path):
 
 def test_a_file_is_given_its_wait_nodes_once(tmp_path):
     path = idle_gpu(tmp_path / "idle.et")
-    assert write_file_waits(path) == 1
+    assert len(write_file_waits(path)) == 1
     before = path.read_bytes()
     with pytest.raises(TraceInputError, match="already holds measured-wait nodes"):
         add_wait_nodes(path, [Wait(2, 5.0, "unexplained_gpu_idle", 5.0)], 100)
@@ -165,6 +165,29 @@ def test_an_unknown_waits_rule_is_one_line(tmp_path):
                                       "-o", str(tmp_path / "x.json"), "--waits", "some"])
     assert result.exit_code == 2 and "unknown --waits 'some'" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
+
+
+def test_the_summary_gives_the_wait_nodes_by_cause(tmp_path):
+    """The link's summary names the wait nodes it wrote by cause, with how many and their time,
+    the longest cause first; counted here from the output's wait nodes (``wait_cause``,
+    ``sim_dur``) on the ``gpu_v111`` fixture."""
+    from linker.model.units import format_us
+
+    out = tmp_path / "v111.json"
+    result = CliRunner().invoke(app, ["--et-file", str(GPU_PAIR[0]), "--kineto-file", str(GPU_PAIR[1]), "-o", str(out)])
+    assert result.exit_code == 0, result.stderr
+    by_cause: dict[str, list] = {}
+    for node in json.loads(out.read_text())["nodes"]:
+        if node["name"] == WAIT_NODE_NAME:
+            total = by_cause.setdefault(node["wait_cause"], [0, 0.0])
+            total[0] += 1
+            total[1] += node["sim_dur"]
+    assert len(by_cause) >= 2  # other_stream_kernel and unexplained_gpu_idle on this fixture
+    words = ", ".join(f"{cause} {count} ({format_us(us)})"
+                      for cause, (count, us) in sorted(by_cause.items(), key=lambda item: -item[1][1]))
+    count = sum(count for count, _ in by_cause.values())
+    assert (f"measured waits no dependency explains: {count} wait node(s) written (--waits explained leaves them "
+            f"out); by cause, how many and their time: {words}") in result.stderr
 
 
 def test_lanes_give_wait_nodes_no_time_and_hold_every_wait(tmp_path):

@@ -39,6 +39,7 @@ from linker.model.waits import wants_file_waits
 from linker.sim.engine import ASTRA_SIM, BY_READY, Scale, measured_holds, replay
 from linker.sim.graph import CPU, GPU, NO_TIME, SimGraph
 from linker.sim.load import load_graph
+from linker.model.units import format_us
 from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes
 
 MIN_WAIT_US = 1.0  # a .et's unit: shorter waits round away in one format and not the other
@@ -117,15 +118,29 @@ def with_wait_nodes(graph: SimGraph, holds: dict) -> tuple[SimGraph, dict[int, i
     return waited, {n + j: u for j, u in enumerate(held)}
 
 
-def write_file_waits(path: str | os.PathLike, schedule: Schedule | None = None) -> int:
+def write_file_waits(path: str | os.PathLike, schedule: Schedule | None = None) -> list[Wait]:
     """Read the output at ``path`` back (``schedule``: how, ``load_graph``'s; serial by default), find
-    its waits and write them into it as wait nodes; returns how many. Raises TraceInputError when
-    it cannot be read or written (the output is then left as it was)."""
+    its waits and write them into it as wait nodes; returns the waits written (each with its
+    cause). Raises TraceInputError when it cannot be read or written (the output is then left as
+    it was)."""
     graph = load_graph(path, 0, schedule)
     waits = waits_to_write(graph)
-    if not waits:
-        return 0
-    return add_wait_nodes(path, waits, max(graph.ids) + 1)
+    if waits:
+        add_wait_nodes(path, waits, max(graph.ids) + 1)
+    return waits
+
+
+def waits_in_words(waits: list[Wait]) -> str:
+    """The wait nodes written, by cause, with how many and how long they last in the file:
+    "other_stream_kernel 3 (1.20 ms), unexplained_gpu_idle 12 (40 µs)", the longest cause first.
+    O(len(waits))."""
+    by_cause: dict[str, list[float]] = {}
+    for wait in waits:
+        total = by_cause.setdefault(wait.cause, [0, 0.0])
+        total[0] += 1
+        total[1] += wait.micros
+    return ", ".join(f"{cause} {count} ({format_us(us)})"
+                     for cause, (count, us) in sorted(by_cause.items(), key=lambda item: -item[1][1]))
 
 
 def add_file_waits(outcome, waits: str, schedule: Schedule | None = None) -> int:
@@ -134,4 +149,4 @@ def add_file_waits(outcome, waits: str, schedule: Schedule | None = None) -> int
     ops (module docstring); returns the wait nodes written. ``schedule``: ``write_file_waits``'."""
     if not wants_file_waits(outcome, waits):
         return 0
-    return write_file_waits(outcome.output, schedule)
+    return len(write_file_waits(outcome.output, schedule))
