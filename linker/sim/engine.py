@@ -203,14 +203,17 @@ class Replay:
         r = self.rank_of(u)
         return self.graphs[r], u - self.offsets[r]
 
-    def wait_cause(self, u: int) -> str:
-        """The cause of the measured wait global node u stands for (a wait node of its file) or was
-        held back by (``holds``); "" for neither. O(log ranks)."""
-        graph, local = self.local(u)
-        if local in graph.wait_nodes:
-            return graph.wait_nodes[local]
-        hold = self.holds.get(u)
-        return hold[1] if hold is not None else ""
+    def wait_causes(self, r: int) -> list[str]:
+        """Per node of rank position r, the cause of the measured wait it stands for (a wait node
+        of its file) or was held back by (``holds``); "" for neither. O(nodes of the rank + holds)."""
+        graph, base = self.graphs[r], self.offsets[r]
+        causes = [""] * len(graph)
+        for u, (_, cause, _) in self.holds.items():
+            if base <= u < base + len(graph):
+                causes[u - base] = cause
+        for local, cause in graph.wait_nodes.items():
+            causes[local] = cause
+        return causes
 
     @property
     def node_count(self) -> int:

@@ -73,6 +73,7 @@ def trace_events(rp: Replay) -> list[dict]:
                 for position, lane in enumerate(order):
                     tids[side][lane] = position + 1
                     events += _metadata(pid, position + 1, "thread_name", lanes[lane], position + 1)
+        causes = rp.wait_causes(r)
         for local in range(len(graph)):
             name, lane, kind = graph.names[local], graph.lane[local], KIND_NAMES[graph.kind[local]]
             node_id = graph.ids[local]
@@ -88,9 +89,8 @@ def trace_events(rp: Replay) -> list[dict]:
                                "args": {"id": node_id, "kind": "wait for peer ranks"}})
             if rp.end[u] == rp.end[u]:
                 args = {"id": node_id, "kind": kind, "waited_us": rp.start[u] - rp.ready[u]}
-                cause = rp.wait_cause(u)
-                if cause:
-                    args["wait_cause"] = cause
+                if causes[local]:
+                    args["wait_cause"] = causes[local]
                 if u in rp.holds:  # a measured wait the replay held it back by
                     args["measured_wait_us"] = rp.holds[u][0]
                 events.append({"ph": "X", "name": name, "pid": pids[SIMULATED], "tid": tids[SIMULATED][lane],

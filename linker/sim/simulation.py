@@ -82,7 +82,7 @@ class Simulation:
         ``measured_start_us``, ``measured_us``, ``start_us``, ``end_us`` (NaN when never run),
         ``drift_us`` (``start_us - measured_start_us``: how late the replay ran it), ``waited_us``
         (issued after it was ready), ``wait_cause`` (the measured wait it stands for or was held
-        back by, ``Replay.wait_cause``; "" for none). A DataFrame (needs pandas), or with
+        back by, ``Replay.wait_causes``; "" for none). A DataFrame (needs pandas), or with
         ``as_rows`` a list of dicts. O(n)."""
         from linker.link.tables import make_table
         from linker.sim.explain import measured_origins
@@ -91,7 +91,7 @@ class Simulation:
         origins, offsets, _ = measured_origins(rp)
         columns = {"rank": [], "id": [], "name": [], "kind": [], "ts_us": [], "measured_start_us": [],
                    "measured_us": [], "start_us": [], "end_us": [], "drift_us": [], "waited_us": [], "wait_cause": []}
-        for graph, base, origin, offset in zip(rp.graphs, rp.offsets, origins, offsets):
+        for r, (graph, base, origin, offset) in enumerate(zip(rp.graphs, rp.offsets, origins, offsets)):
             n = len(graph)
             shift = offset - origin  # file clock -> replay clock
             measured_start = [s + shift for s in graph.start]
@@ -107,11 +107,5 @@ class Simulation:
             columns["end_us"] += list(rp.end[base:base + n])
             columns["drift_us"] += [s - m for s, m in zip(start, measured_start)]
             columns["waited_us"] += [i - r for i, r in zip(rp.issue[base:base + n], rp.ready[base:base + n])]
-            causes = [""] * n  # ``Replay.wait_cause`` of each node, from the few that have one
-            for u, (_, cause, _) in rp.holds.items():
-                if base <= u < base + n:
-                    causes[u - base] = cause
-            for local, cause in graph.wait_nodes.items():
-                causes[local] = cause
-            columns["wait_cause"] += causes
+            columns["wait_cause"] += rp.wait_causes(r)
         return make_table(columns, as_rows)
