@@ -229,6 +229,7 @@ class Episode:
     sizes: list[int] = field(default_factory=list)
     group_extra: float = 0.0
     beside: "Episode | None" = None  # the rank's open episode of the same group when this one began
+    parts_now: list[float] = field(default_factory=list)  # ``parts`` once a what-if re-timed them (``retime``)
 
     @property
     def measured_us(self) -> float:
@@ -474,7 +475,6 @@ def retime(graphs, offsets: list[int], groups, duration, comm_factor: float, spe
     job = fit_job(graphs, offsets, groups, duration, comm_factor, spec.medium)
     result.kept = job.kept
     changes: dict[tuple, CollectiveChange] = {}
-    new_parts: dict[int, list[float]] = {}  # id(episode) -> its parts once re-timed
     for backend, mine in job.episodes.items():
         fit = job.fits[backend]
         if fit is None:
@@ -502,10 +502,10 @@ def retime(graphs, offsets: list[int], groups, duration, comm_factor: float, spe
                 row.what_if_network_us += after
             was = [duration[v] for v in episode.nodes]
             _apply(episode, change, duration)
-            new_parts[id(episode)] = [part + duration[v] - d for v, part, d in zip(episode.nodes, episode.parts, was)]
+            episode.parts_now = [part + duration[v] - d for v, part, d in zip(episode.nodes, episode.parts, was)]
             result.retimed += len(episode.nodes)
         for episode in mine:
-            _move_shared(episode, new_parts, groups)
+            _move_shared(episode, groups)
     result.changes = sorted(changes.values(), key=lambda c: (c.backend, c.process_group, c.comm_type, c.bytes))
     if result.kept:
         result.notes.append(f"{result.kept} collective node(s) kept as measured: a type without a volume rule, or "
@@ -513,17 +513,17 @@ def retime(graphs, offsets: list[int], groups, duration, comm_factor: float, spe
     return result
 
 
-def _move_shared(episode: Episode, new_parts: dict[int, list[float]], groups) -> None:
+def _move_shared(episode: Episode, groups) -> None:
     """Move the time each collective of ``episode`` communicated beside earlier ones
     (``groups.shared``, which ends where they ended) with their re-timing: the first collective
     ran beside the rank's episode before it (``Episode.beside``), a later one beside the ones
     before it in this episode. Of its time, the part within their measured parts (their time
-    after the last arrival) is stretched as they were (``new_parts``: new over measured), so that
+    after the last arrival) is stretched as they were (``Episode.parts_now`` over ``parts``), so that
     it ends where they now end; the part before (their wait for peers) is kept. O(len(episode))."""
     beside = episode.beside
-    earlier = (beside.measured_us, sum(new_parts[id(beside)])) if beside is not None else (0.0, 0.0)
+    earlier = (beside.measured_us, sum(beside.parts_now)) if beside is not None else (0.0, 0.0)
     ran, ran_now = 0.0, 0.0  # this episode's parts before the node, measured and re-timed
-    for k, (v, part, new_part) in enumerate(zip(episode.nodes, episode.parts, new_parts[id(episode)])):
+    for k, (v, part, new_part) in enumerate(zip(episode.nodes, episode.parts, episode.parts_now)):
         measured, now = earlier if k == 0 else (ran, ran_now)
         within = min(groups.shared.get(v, 0.0), measured)
         if within > 0:

@@ -193,8 +193,10 @@ def _held_by_another_stream(graph: SimGraph, kernels: dict, u: int, ready: float
     _, device, stream = graph.lane_keys[graph.lane[u]]
     began = graph.start[u]
     for other, (starts, ops) in kernels.get(device, {}).items():
+        if other == stream:
+            continue
         k = bisect_right(starts, ready + HOLD_MIN_US) - 1  # the kernel of that stream running at ``ready``
-        if other == stream or k < 0:
+        if k < 0:
             continue
         holder = ops[k]
         end = starts[k] + graph.measured_dur[holder]
