@@ -301,28 +301,36 @@ def _check_waits(waits: str) -> None:
 
 
 def _write_file_waits(outcome, waits: str, schedule: Schedule) -> str:
-    """The output's measured waits written into it (``sim.file_waits``, imported only when the
-    output needs them), in words for the summary ("" for none); a failure in one line."""
+    """The device's holds written into the output as dependencies, then, under ``--waits measured``,
+    its measured waits as wait nodes (``sim.file_waits``, imported only when the output needs
+    them), in lines of words for the summary ("" for neither); a failure in one line."""
     if not wants_file_waits(outcome, waits):
         return ""
-    from linker.sim.file_waits import waits_in_words, write_file_waits
+    from linker.sim.file_waits import waits_in_words, write_device_edges, write_file_waits
 
     try:
-        written = write_file_waits(outcome.output, schedule)
+        edges, graph = write_device_edges(outcome.output, schedule)
+        written = write_file_waits(outcome.output, schedule, graph) if waits == MEASURED_WAITS else []
     except EtLinkError as err:
         fail(f"{err} (the output was written without its measured waits)", EXIT_INPUT)
-    return (f"{len(written)} wait node(s) written (--waits explained leaves them out); by cause, how many and "
-            f"their time: {waits_in_words(written)}") if written else ""
+    lines = []
+    if edges:
+        lines.append(f"kernels that waited for another stream's kernel to free the device: {edges}, each written as "
+                     f"a dependency on the part of that kernel that ran until it started (other_stream_kernel)")
+    if written:
+        lines.append(f"measured waits no dependency explains: {len(written)} wait node(s) written (--waits explained "
+                     f"leaves them out); by cause, how many and their time: {waits_in_words(written)}")
+    return "\n".join(lines)
 
 
 def _finish_pair(outcome, et_file: Path, kineto_file: Path, quiet: bool, min_linked: Optional[float],
                  wait_nodes: str = "") -> None:
     """The summary and the --min-linked verdict, once the outputs are written (``wait_nodes``: the
-    wait nodes written, in words)."""
+    edges and wait nodes the wait step wrote, in lines of words)."""
     if not quiet:
         typer.echo(outcome.report.summary(outcome.seconds), err=True)
-        if wait_nodes:
-            typer.echo(f"  measured waits no dependency explains: {wait_nodes}", err=True)
+        for line in wait_nodes.splitlines():
+            typer.echo(f"  {line}", err=True)
         typer.echo(f"  wrote {outcome.output}" + (f", report {outcome.report_path}" if outcome.report_path else ""),
                    err=True)
     if min_linked is not None and outcome.report.linked_pct < min_linked:

@@ -16,7 +16,7 @@ from linker.cli import app
 from linker.model.errors import TraceInputError
 from linker.pipeline import link_pair
 from linker.sim.engine import ASTRA_SIM, Scale, replay
-from linker.sim.file_waits import add_file_waits, waits_to_write, write_file_waits
+from linker.sim.file_waits import add_file_waits, waits_to_write, write_device_edges, write_file_waits
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
 from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes
@@ -84,8 +84,11 @@ def test_a_file_is_given_its_wait_nodes_once(tmp_path):
 def test_gpu_pair_carries_its_waits_as_nodes(tmp_path, suffix):
     """The GPU fixture pair, linked as ``et-link`` links it: each wait node sits right before the op
     it holds (the same dependencies, then the op depends on it with the wait's cause); the file
-    alone replays the measured step, and without its wait nodes exactly what the output linked
-    with ``--waits explained`` replays."""
+    alone replays the measured step (within docs/fidelity.md's [0.98, 1.02]: the ``.et`` gives the
+    kernel an NCCL kernel held an edge from it, where a wait node held it to its measured start,
+    so the 4 µs the replay starts that NCCL kernel early carry on: 0.991), and without its wait
+    nodes exactly what the output linked with ``--waits explained`` replays, which is the
+    pipeline's output with the device's holds as edges (``write_device_edges``)."""
     out, plain = tmp_path / f"waits{suffix}", tmp_path / f"explained{suffix}"
     runner = CliRunner()
     for path, waits in ((out, "measured"), (plain, "explained")):
@@ -102,11 +105,13 @@ def test_gpu_pair_carries_its_waits_as_nodes(tmp_path, suffix):
         (u,) = held
         assert graph.edge_cause(u, w) == cause
         assert sorted(ids[d] for d in graph.deps_of(w)) == sorted(ids[d] for d in graph.deps_of(u) if d != w)
-    assert ratio(out) == pytest.approx(1.0, abs=0.005)
+    assert 0.98 <= ratio(out) <= 1.02
     assert ratio(out, wait_nodes=False) == pytest.approx(ratio(plain), abs=1e-9)
     assert linker.simulate(out).report.waits.ratio_explained == pytest.approx(ratio(plain), abs=1e-3)
     assert runner.invoke(app, ["validate", str(out)]).exit_code == 0
-    assert plain.read_bytes() == link_pair(*GPU_PAIR, tmp_path / f"pipeline{suffix}").output.read_bytes()
+    pipeline = link_pair(*GPU_PAIR, tmp_path / f"pipeline{suffix}").output
+    write_device_edges(pipeline)
+    assert plain.read_bytes() == pipeline.read_bytes()
 
 
 def test_json_wait_nodes_name_their_op_and_wait(tmp_path):

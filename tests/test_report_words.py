@@ -53,3 +53,16 @@ def test_the_page_lists_the_critical_paths_drift_as_explain_does(mlp_output, tmp
     assert "et-link simulate --explain" in section
     assert "landmark" not in page  # the per-lane list in plain words
     assert "where each lane gains or loses time" in page
+
+
+def test_the_critical_paths_rows_shorten_a_kernels_long_name(tmp_path):
+    """A C++ kernel's name runs to hundreds of characters: the text's critical-path row gives it with
+    its template arguments and parameters elided, the JSON report in full."""
+    from sim_graphs import cpu, gpu, write_et
+
+    name = "void fbgemm::split_embedding_kernel<float, float, 2ul>(" + ", ".join(["at::Accessor<float, 1ul>"] * 20) + ")"
+    path = write_et(tmp_path / "long.et", [cpu(1, 10, start=0), gpu(2, 50, deps=[1], start=10, name=name)])
+    simulation = linker.simulate(path)
+    row = next(line for line in simulation.text().splitlines() if "gpu " in line and "fbgemm" in line)
+    assert row.endswith("void fbgemm::split_embedding_kernel<…>") and name not in row
+    assert any(op.name == name for op in simulation.report.critical_path)

@@ -24,6 +24,9 @@ def check_waits(value: str) -> str:
 
 def wants_file_waits(outcome, waits: str) -> bool:
     """Whether the wait step has work on a link's output (``pipeline.PairOutcome``, its ``et_plus``
-    still held): the measured waits asked for, and GPU or communication ops in the output (on
-    CPU-only outputs the waits change no replay). Raises OptionError on an unknown ``waits``."""
-    return check_waits(waits) == MEASURED_WAITS and outcome.et_plus is not None and bool(outcome.et_plus.gpu_nodes)
+    still held): GPU or communication ops in the output (on CPU-only outputs the waits change no
+    replay). Under either ``waits``: a kernel that waited for another stream's kernel gets its
+    edge (``sim.device_edges``); the measured waits are written only under "measured". Raises
+    OptionError on an unknown ``waits``."""
+    check_waits(waits)
+    return outcome.et_plus is not None and bool(outcome.et_plus.gpu_nodes)

@@ -36,7 +36,8 @@ LINK_WORDS = {"start": "the start", "unit": "waiting for its resource", "peer": 
               "dependency": "a dependency", "parent": "its parent op", "thread_order": "the previous op on its thread",
               "launch": "its launching op", "stream_order": "the previous op on its stream",
               "sync": "a synchronize", "event_wait": "an event wait", "fork": "a thread fork", "join": "a thread join",
-              "collective_order": "the previous collective", "rank_start": "its rank's start"}
+              "collective_order": "the previous collective", "rank_start": "its rank's start",
+              "other_stream_kernel": "another stream's kernel freeing the device"}
 
 
 def short_name(name: str, limit: int = SHORT_NAME) -> str:

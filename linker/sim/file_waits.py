@@ -35,11 +35,13 @@ from bisect import bisect_left
 from itertools import accumulate
 
 from linker.schedule import Schedule
-from linker.model.waits import wants_file_waits
+from linker.model.waits import MEASURED_WAITS, wants_file_waits
+from linker.sim.device_edges import device_edges
 from linker.sim.engine import ASTRA_SIM, BY_READY, Scale, measured_holds, replay
 from linker.sim.graph import CPU, GPU, NO_TIME, SimGraph
 from linker.sim.load import load_graph
 from linker.model.units import format_us
+from linker.write.node_edits import edit_nodes
 from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes
 
 MIN_WAIT_US = 1.0  # a .et's unit: shorter waits round away in one format and not the other
@@ -118,12 +120,27 @@ def with_wait_nodes(graph: SimGraph, holds: dict) -> tuple[SimGraph, dict[int, i
     return waited, {n + j: u for j, u in enumerate(held)}
 
 
-def write_file_waits(path: str | os.PathLike, schedule: Schedule | None = None) -> list[Wait]:
-    """Read the output at ``path`` back (``schedule``: how, ``load_graph``'s; serial by default), find
-    its waits and write them into it as wait nodes; returns the waits written (each with its
-    cause). Raises TraceInputError when it cannot be read or written (the output is then left as
-    it was)."""
+def write_device_edges(path: str | os.PathLike, schedule: Schedule | None = None) -> tuple[int, SimGraph]:
+    """Read the output at ``path`` back (``schedule``: how, ``load_graph``'s; serial by default) and
+    write into it, as dependencies, the kernels that waited for another stream's kernel to free
+    the device (``sim.device_edges``); returns how many kernels got such an edge and the graph as
+    the file now holds it (read again only when it was rewritten). Raises TraceInputError when it
+    cannot be read or written (the output is then left as it was)."""
     graph = load_graph(path, 0, schedule)
+    edits, pieces = device_edges(graph)
+    if not edits:
+        return 0, graph
+    edit_nodes(path, edits, pieces)
+    return sum(len(edit.add) for edit in edits.values()), load_graph(path, 0, schedule)
+
+
+def write_file_waits(path: str | os.PathLike, schedule: Schedule | None = None,
+                     graph: SimGraph | None = None) -> list[Wait]:
+    """Read the output at ``path`` back (``schedule``: how, ``load_graph``'s; serial by default;
+    ``graph``: the file as read already), find its waits and write them into it as wait nodes;
+    returns the waits written (each with its cause). Raises TraceInputError when it cannot be
+    read or written (the output is then left as it was)."""
+    graph = load_graph(path, 0, schedule) if graph is None else graph
     waits = waits_to_write(graph)
     if waits:
         add_wait_nodes(path, waits, max(graph.ids) + 1)
@@ -144,9 +161,11 @@ def waits_in_words(waits: list[Wait]) -> str:
 
 
 def add_file_waits(outcome, waits: str, schedule: Schedule | None = None) -> int:
-    """After a link (``pipeline.PairOutcome``, its ``et_plus`` still held): write the output's
-    measured waits into it when ``waits`` is "measured" and the output has GPU or communication
-    ops (module docstring); returns the wait nodes written. ``schedule``: ``write_file_waits``'."""
+    """After a link (``pipeline.PairOutcome``, its ``et_plus`` still held), on an output with GPU or
+    communication ops (module docstring): the device's holds written as dependencies
+    (``write_device_edges``), then, when ``waits`` is "measured", its measured waits as wait
+    nodes; returns the wait nodes written. ``schedule``: ``write_file_waits``'."""
     if not wants_file_waits(outcome, waits):
         return 0
-    return len(write_file_waits(outcome.output, schedule))
+    _, graph = write_device_edges(outcome.output, schedule)
+    return len(write_file_waits(outcome.output, schedule, graph)) if waits == MEASURED_WAITS else 0

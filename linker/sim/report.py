@@ -43,7 +43,7 @@ from linker.model.units import format_us, unit_for
 from linker.sim.critical import CriticalOp, PathLink, PathStep, critical_path, path_links, time_by_kind, top_ops
 from linker.sim.diagnose import Diagnosis, diagnose
 from linker.sim.engine import Replay, measured_release
-from linker.sim.explain import LINK_WORDS, drift_report, format_drift
+from linker.sim.explain import LINK_WORDS, drift_report, format_drift, short_name
 from linker.sim.graph import KIND_NAMES
 from linker.sim.unheld import UnheldWait, unheld_gpu_wait, unheld_note
 
@@ -419,7 +419,7 @@ def format_text(report: SimReport) -> str:
         lines.append(f"  {'time on path':>12}  {'share':>5}  {'count':>5}  kind  op")
         for op in report.critical_path:
             share = op.us / report.simulated_us if report.simulated_us > 0 else 0.0
-            lines.append(f"  {_us(op.us, unit):>12}  {share:>5.0%}  {op.count:>5}  {op.kind:<4}  {op.name}")
+            lines.append(f"  {_us(op.us, unit):>12}  {share:>5.0%}  {op.count:>5}  {op.kind:<4}  {short_name(op.name)}")
     if report.drift is not None:
         lines += format_drift(report.drift, report.measured_us)
     for note in report.notes:

@@ -84,7 +84,7 @@ def graph_clock_skew(graph: SimGraph) -> ClockSkew:
 # Why a GPU op waited, as far as the graph tells (``gpu_waits``): it has no timed host op among its
 # dependencies (launched before the trace began, or by a call the trace did not record); a kernel of
 # another stream of its device ran when it became ready and it started as that kernel was ending
-# (``_held_by_another_stream``): the device was busy with it, or the op depended on it through
+# (``_other_stream_holder``): the device was busy with it, or the op depended on it through
 # something the trace did not record; its stream had been told to wait for an event
 # (an ``event_wait`` edge, ``plan.waits``) and the op still started after the op the graph ties that
 # event to had ended: the event was recorded by work the trace does not show (another process's
@@ -153,10 +153,23 @@ def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: 
                 cause = LAUNCHED_BEFORE_TRACE
             else:
                 kernels = _kernels_by_stream(graph) if kernels is None else kernels
-                cause = (OTHER_STREAM_KERNEL if _held_by_another_stream(graph, kernels, u, ready)
+                cause = (OTHER_STREAM_KERNEL if _other_stream_holder(graph, kernels, u, ready) >= 0
                          else UNTRACED_EVENT if after_event else UNEXPLAINED_GPU_IDLE)
             found.append((u, wait, cause))
     return found
+
+
+def device_holds(graph: SimGraph) -> list[tuple[int, int]]:
+    """(kernel, holder) for each wait of ``gpu_waits`` whose cause is ``OTHER_STREAM_KERNEL``: the
+    kernel of another stream of its device that held the device until the kernel started
+    (``_other_stream_holder``), in node order. ``write.device_edges`` turns each into a dependency
+    of the kernel on the part of its holder that ran until then. O(n + E + waits x streams x log
+    kernels)."""
+    waits = [(u, wait) for u, wait, cause in gpu_waits(graph) if cause == OTHER_STREAM_KERNEL]
+    if not waits:
+        return []
+    kernels = _kernels_by_stream(graph)
+    return [(u, _other_stream_holder(graph, kernels, u, graph.start[u] - wait)) for u, wait in waits]
 
 
 def _is_kernel(graph: SimGraph, u: int) -> bool:
@@ -181,15 +194,15 @@ def _kernels_by_stream(graph: SimGraph) -> dict[tuple, dict[object, tuple[list[f
     return kernels
 
 
-def _held_by_another_stream(graph: SimGraph, kernels: dict, u: int, ready: float) -> bool:
-    """Whether kernel u, ready at ``ready``, started as a kernel of another stream of its device
-    that was running then was ending: in its last ``LAST_WAVE_SHARE`` of its time or up to
-    ``DEVICE_FREED_US`` after it. Either the device was busy with that kernel (one of many waves
+def _other_stream_holder(graph: SimGraph, kernels: dict, u: int, ready: float) -> int:
+    """The kernel of another stream of u's device that was running when kernel u became ready
+    (``ready``) and was ending as u started: u started in its last ``LAST_WAVE_SHARE`` of its time
+    or up to ``DEVICE_FREED_US`` after it; -1 for none. Either the device was busy with that kernel (one of many waves
     holds every SM until its last blocks end; which SMs u needed the trace does not say) or u
     depended on it through something the trace did not record (an event recorded by a call outside
     it): the graph holds no edge either way. O(streams of the device x log kernels)."""
     if not _is_kernel(graph, u):
-        return False
+        return -1
     _, device, stream = graph.lane_keys[graph.lane[u]]
     began = graph.start[u]
     for other, (starts, ops) in kernels.get(device, {}).items():
@@ -201,8 +214,8 @@ def _held_by_another_stream(graph: SimGraph, kernels: dict, u: int, ready: float
         holder = ops[k]
         end = starts[k] + graph.measured_dur[holder]
         if end > ready and end - LAST_WAVE_SHARE * graph.measured_dur[holder] <= began <= end + DEVICE_FREED_US:
-            return True
-    return False
+            return holder
+    return -1
 
 
 def host_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: bool = False

@@ -1,0 +1,220 @@
+"""Edits of a written output's nodes: a node's busy time cut short, its dependencies re-pointed or
+added to, and new nodes that continue it (``Piece``), in an ET+ JSON or a ``.et`` (plain or gzip),
+atomically.
+
+What to edit is the caller's to decide (``sim.device_edges``: a kernel that held the device
+until another stream's kernel started, cut there); this module only writes it. A cut node keeps
+its id, measured start and measured time (JSON ``dur``/``inclusive_dur``; ``.et``
+``inclusive_dur_micros``, added when absent) and its busy time becomes its first part
+(``sim_dur`` / ``duration_micros``); each later part is a ``Piece``: same name, unit and parent,
+``continues`` naming the node, on the measured timeline where it ran, after the part before it
+(``stream_order``). Pieces are appended after the file's nodes, ids above the file's largest.
+Cost: one copy of the file; only the edited nodes are decoded (JSON: the others are kept as the
+bytes they were written as, ``.et``: frames copied as bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from linker.model import et_def_pb2 as pb
+from linker.model.errors import TraceInputError
+from linker.read.files import read_trace_bytes
+from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
+from linker.write.protobuf_wire import decode_varint
+from linker.write.sink import atomic_output
+
+_NODE_KEYS = ("name", "cat", "ph", "ctrl_deps", "stream", "device", "attrs")  # what a JSON piece takes of its node
+_PIECE_ATTRS = ("is_cpu_op", "tid", "stream", "device")  # what a .et piece takes of its node
+
+
+@dataclass
+class NodeEdit:
+    """What changes on one node: ``busy`` its new busy time (µs; None: as written), ``repoint``
+    dependencies replaced (old id -> new id, the cause kept), ``add`` dependencies appended with
+    their causes."""
+
+    busy: float | None = None
+    repoint: dict[int, int] = field(default_factory=dict)
+    add: list[tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A later part of node ``continues``: id ``id``, beginning ``offset`` µs after the node's
+    measured start and lasting ``micros``, after node ``after`` (cause ``cause``)."""
+
+    id: int
+    continues: int
+    offset: float
+    micros: float
+    after: int
+    cause: str
+
+
+def edit_nodes(path: str | Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> None:
+    """Rewrite ``path`` (ET+ JSON or ``.et``, by suffix) with ``edits`` (node id -> its edit) and
+    ``pieces`` appended. Raises TraceInputError when the file cannot be read or written or lacks
+    a node named."""
+    path = Path(path)
+    if not edits and not pieces:
+        return
+    if path.name.lower().endswith((".et", ".et.gz")):
+        _edit_chakra(path, edits, pieces)
+    else:
+        _edit_json(path, edits, pieces)
+
+
+def _missing(path: Path, ids) -> TraceInputError:
+    return TraceInputError(path, f"has no node with id {min(ids)} to edit")
+
+
+# --- ET+ JSON ------------------------------------------------------------------------------------
+
+
+class _Id(msgspec.Struct):
+    id: object = None
+
+
+_FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])  # an object's keys, their values as written
+_NODE_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+_NODE_IDS = msgspec.json.Decoder(list[_Id])
+_NODES_PER_WRITE = 4096  # nodes joined into one write (a gzip output compresses each write)
+
+
+def _edit_json(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> None:
+    data = read_trace_bytes(path)
+    try:
+        doc = _FIELDS.decode(data)
+        nodes: list = _NODE_RAWS.decode(doc["nodes"])
+        ids = [node.id for node in _NODE_IDS.decode(doc["nodes"])]
+    except (msgspec.DecodeError, KeyError) as err:
+        raise TraceInputError(path, f"not an ET+ JSON document ({err})") from None
+    wanted = set(edits) | {piece.continues for piece in pieces}
+    decoded = {}
+    for k, node_id in enumerate(ids):
+        if node_id in wanted:
+            decoded[node_id] = (k, {key: msgspec.json.decode(raw) for key, raw in _FIELDS.decode(nodes[k]).items()})
+    if wanted - decoded.keys():
+        raise _missing(path, wanted - decoded.keys())
+    added = [msgspec.json.encode(_json_piece(decoded[piece.continues][1], piece)) for piece in pieces]
+    for node_id, edit in edits.items():
+        k, node = decoded[node_id]
+        _edit_json_node(node, edit)
+        nodes[k] = msgspec.json.encode(node)
+    with atomic_output(path) as out:
+        for k, (key, raw) in enumerate(doc.items()):
+            out.write((b"{" if k == 0 else b",") + msgspec.json.encode(key) + b":")
+            if key != "nodes":
+                out.write(raw)
+                continue
+            every = nodes + added
+            for j in range(0, len(every), _NODES_PER_WRITE):  # a piece at a time: no second copy of the document
+                out.write((b"[" if j == 0 else b",") + b",".join(every[j:j + _NODES_PER_WRITE]))
+            out.write(b"]" if every else b"[]")
+        out.write(b"}")
+
+
+def _edit_json_node(node: dict, edit: NodeEdit) -> None:
+    if edit.busy is not None:
+        node["sim_dur"] = round(edit.busy, 3)
+    deps = node.get("data_deps") or []
+    causes = node.get("data_dep_causes")
+    named = isinstance(causes, list) and len(causes) == len(deps)
+    deps = [edit.repoint.get(dep, dep) for dep in deps]
+    for dep, cause in edit.add:
+        deps.append(dep)
+        if named:
+            causes.append(cause)
+    node["data_deps"] = deps
+    if named:
+        node["data_dep_causes"] = causes
+
+
+def _json_piece(node: dict, piece: Piece) -> dict:
+    """The JSON node of ``piece``, a later part of ``node`` (its fields as written)."""
+    made = {"id": piece.id}
+    made.update((key, node[key]) for key in _NODE_KEYS if key in node)
+    if isinstance(node.get("ts"), (int, float)):
+        made["ts"] = round(node["ts"] + piece.offset, 3)
+    made.update({"dur": round(piece.micros, 3), "continues": piece.continues, "sim_dur": round(piece.micros, 3),
+                 "data_deps": [piece.after], "data_dep_causes": [piece.cause]})
+    return made
+
+
+# --- Chakra .et ----------------------------------------------------------------------------------
+
+
+def _node_id(payload: bytes) -> int:
+    """The id of a Node payload: field 1, which every writer puts first."""
+    if payload[:1] == b"\x08":
+        return decode_varint(payload, 1)[0]
+    return pb.Node.FromString(payload).id
+
+
+def _edit_chakra(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> None:
+    continued = {piece.continues for piece in pieces}
+    wanted = set(edits) | continued
+    sources: dict[int, pb.Node] = {}
+    seen: set[int] = set()
+    pending: list[bytes] = []
+    with EtWriter(path) as writer:
+        for frame in iter_frames(path):
+            if frame.index == 0:
+                writer.write_metadata(parse_metadata(frame, path))
+                continue
+            payload = frame.payload
+            node_id = _node_id(payload)
+            if node_id in wanted:
+                seen.add(node_id)
+                node = pb.Node.FromString(payload)
+                if node_id in continued:
+                    sources[node_id] = pb.Node.FromString(payload)
+                if node_id in edits:
+                    _edit_chakra_node(node, edits[node_id])
+                    payload = node.SerializeToString()
+            pending.append(encode_varint(len(payload)) + payload)
+            if len(pending) >= 4096:
+                writer.write_frames_bytes(b"".join(pending), len(pending))
+                pending.clear()
+        if wanted - seen:
+            raise _missing(path, wanted - seen)
+        for piece in pieces:
+            made = _chakra_piece(sources[piece.continues], piece).SerializeToString()
+            pending.append(encode_varint(len(made)) + made)
+        if pending:
+            writer.write_frames_bytes(b"".join(pending), len(pending))
+
+
+def _edit_chakra_node(node: pb.Node, edit: NodeEdit) -> None:
+    if edit.busy is not None:
+        if find_attr(node, "inclusive_dur_micros") is None:  # the measured time stays readable
+            node.attr.append(make_attr("inclusive_dur_micros", node.duration_micros, "int64_val"))
+        node.duration_micros = round(edit.busy)
+    for k, dep in enumerate(node.data_deps):
+        node.data_deps[k] = edit.repoint.get(dep, dep)
+    attr = find_attr(node, "data_dep_causes")
+    named = attr is not None and len(attr.string_list.values) == len(node.data_deps)
+    for dep, cause in edit.add:
+        node.data_deps.append(dep)
+        if named:
+            attr.string_list.values.append(cause)
+
+
+def _chakra_piece(node: pb.Node, piece: Piece) -> pb.Node:
+    """The ``.et`` node of ``piece``, a later part of ``node``."""
+    made = pb.Node(id=piece.id, name=node.name, type=node.type, duration_micros=round(piece.micros),
+                   start_time_micros=node.start_time_micros + round(piece.offset))
+    made.ctrl_deps.extend(node.ctrl_deps)
+    made.data_deps.append(piece.after)
+    for key in _PIECE_ATTRS:
+        attr = find_attr(node, key)
+        if attr is not None:
+            made.attr.append(attr)
+    made.attr.append(make_attr("continues", piece.continues, "int64_val"))
+    made.attr.append(make_attr("inclusive_dur_micros", round(piece.micros), "int64_val"))
+    made.attr.append(make_attr("data_dep_causes", [piece.cause], "string_list"))
+    return made

@@ -1,0 +1,118 @@
+"""A kernel that waited for another stream's kernel to free the device gets a dependency on the part
+of that kernel that ran until it started (``sim.device_edges``, ``write.node_edits``)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import linker
+from conftest import shared_trace
+from linker.cli import app
+from linker.sim.engine import LANES, replay
+from linker.sim.file_waits import write_device_edges
+from linker.sim.load import load_graph
+from sim_graphs import coll, cpu, gpu, write_et
+
+
+def _busy_device(path, holder=gpu, held_at=1090):
+    """cpu 1 (100-110) launches kernel 2 on stream 7 (110-1110, 1000 µs), then kernel 4 after it on
+    stream 7 (1110-1120), and kernel 3 on stream 8: ready at 110, it ran from ``held_at``."""
+    return write_et(path, [cpu(1, 10, start=100), holder(2, 1000, deps=[1], stream=7, start=110),
+                           gpu(3, 10, deps=[1], stream=8, start=held_at), gpu(4, 10, deps=[2, 1], stream=7, start=1110)])
+
+
+def _node(graph, node_id):
+    return list(graph.ids).index(node_id)
+
+
+def test_the_holder_is_cut_where_the_waiting_kernel_started(tmp_path):
+    """Kernel 3 started at 1090, in the last twentieth of kernel 2: kernel 2 keeps 110-1090 (980 µs
+    busy, its measured 1000 kept), a piece continuing it runs 1090-1110 after it, kernel 3 depends
+    on kernel 2 (``other_stream_kernel``) and kernel 4, which depended on kernel 2, on the piece.
+    The graph alone (no holds) then starts kernel 3 at 1090 - 100 = 990, as measured; before, at 10."""
+    path = _busy_device(tmp_path / "busy.et")
+    before = replay([load_graph(path)], LANES)
+    assert before.start[_node(before.graphs[0], 3)] == 10
+    edges, graph = write_device_edges(path)
+    assert edges == 1
+    two, three, four = (_node(graph, i) for i in (2, 3, 4))
+    (piece,) = graph.continues
+    assert graph.continues[piece] == 2 and graph.ids[piece] == 5  # above the file's ids
+    assert (graph.duration[two], graph.measured_dur[two]) == (980, 1000)
+    assert (graph.start[piece], graph.duration[piece], graph.lane_keys[graph.lane[piece]]) == (1090, 20, ("gpu", 0, 7))
+    assert list(graph.deps_of(piece)) == [two] and graph.edge_cause(piece, two) == "stream_order"
+    assert two in graph.deps_of(three)  # (these hand-made nodes name no causes, so the edge names none)
+    assert piece in graph.deps_of(four) and two not in graph.deps_of(four)
+    rp = replay([graph], LANES)
+    assert (rp.start[three], rp.start[piece], rp.end[piece], rp.start[four]) == (990, 990, 1010, 1010)
+    report = linker.simulate(path, model="lanes", waits="explained").report
+    assert report.ratio == 1.0 and report.waits.by_cause == {}
+
+
+def test_a_kernel_that_started_as_the_holder_ended_depends_on_it_whole(tmp_path):
+    """Kernel 3 started at 1112, 2 µs after kernel 2 ended: an edge from kernel 2, nothing cut."""
+    path = _busy_device(tmp_path / "after.et", held_at=1112)
+    assert write_device_edges(path)[0] == 1
+    graph = load_graph(path)
+    assert not graph.continues and graph.duration[_node(graph, 2)] == 1000
+    assert _node(graph, 2) in graph.deps_of(_node(graph, 3))
+
+
+def test_a_communication_kernel_is_never_cut(tmp_path):
+    """A collective held kernel 3 until 1090, 20 µs before its end: its node is a collective, so it is
+    not cut and kernel 3's wait stays a measured wait (the file unchanged)."""
+    path = _busy_device(tmp_path / "coll.et", holder=coll)
+    before = path.read_bytes()
+    assert write_device_edges(path)[0] == 0
+    assert path.read_bytes() == before
+    assert linker.simulate(path, model="lanes").report.waits.by_cause == {"other_stream_kernel": 980.0}
+
+
+def _kernel_durations(kineto) -> dict[int, float]:
+    """The GPU kernels of a Kineto trace, read from the file itself: correlation -> dur (µs)."""
+    events = json.loads(gzip.decompress(kineto.read_bytes()))["traceEvents"]
+    return {e["args"]["correlation"]: e["dur"] for e in events
+            if e.get("ph") == "X" and e.get("cat") == "kernel" and "correlation" in e.get("args", {})}
+
+
+def test_a_public_trace_holds_its_device_waits_as_edges(tmp_path):
+    """HTA's ``trace_diff`` control trace: kernels of stream 20 that waited for a stream-7 kernel's
+    last wave. Each such edge comes from a part that ended as its kernel started (up to 1 µs after:
+    no part is cut shorter; up to 5 µs before, for a kernel that started just after the other
+    ended); each cut kernel's parts add up to its ``dur`` in the Kineto file; the
+    JSON and the ``.et`` hold the same pieces and edges; and the graph alone (``--waits
+    explained``, lanes) replays at least 0.95 of the step (0.940 before: the waits were delays)."""
+    kineto = shared_trace("sweep", "hta__trace_diff__control__control.json.gz")
+    outputs = {}
+    for suffix in (".json", ".et"):
+        out = tmp_path / f"control{suffix}"
+        result = CliRunner().invoke(app, ["--kineto-file", str(kineto), "-o", str(out), "--waits", "explained"])
+        assert result.exit_code == 0, result.stderr
+        outputs[suffix] = out
+    assert "waited for another stream's kernel to free the device" in result.stderr
+    nodes = {node["id"]: node for node in json.loads(outputs[".json"].read_text())["nodes"]}
+    held = [(node, dep) for node in nodes.values()
+            for dep, cause in zip(node.get("data_deps", []), node.get("data_dep_causes", []))
+            if cause == "other_stream_kernel"]
+    assert len(held) >= 10
+    for node, dep in held:
+        part = nodes[dep]
+        assert part["stream"] != node["stream"] and part["device"] == node["device"]
+        assert -1.0 <= node["ts"] - (part["ts"] + part["sim_dur"]) <= 5.0  # DEVICE_FREED_US after it at most
+    measured = _kernel_durations(kineto)
+    parts: dict[int, float] = {}
+    for node in nodes.values():
+        if "continues" in node and "stream" in node:
+            parts[node["continues"]] = parts.get(node["continues"], 0.0) + node["sim_dur"]
+    assert parts
+    for holder, later in parts.items():
+        assert nodes[holder]["sim_dur"] + later == pytest.approx(measured[nodes[holder]["correlation"]], abs=1e-6)
+    et = load_graph(outputs[".et"])
+    assert {et.ids[u]: op for u, op in et.continues.items() if et.lane_keys[et.lane[u]][0] == "gpu"} == \
+        {node_id: node["continues"] for node_id, node in nodes.items() if "continues" in node and "stream" in node}
+    for suffix, out in outputs.items():
+        assert linker.simulate(out, model="lanes", waits="explained").report.ratio >= 0.95, suffix
