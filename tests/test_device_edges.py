@@ -13,7 +13,9 @@ import linker
 from conftest import shared_trace
 from linker.cli import app
 from linker.sim.engine import LANES, replay
+from linker.sim.device_edges import device_edges, edited_graph
 from linker.sim.file_waits import write_device_edges
+from linker.pipeline import link_pair
 from linker.sim.load import load_graph
 from sim_graphs import coll, cpu, gpu, write_et
 
@@ -51,6 +53,27 @@ def test_the_holder_is_cut_where_the_waiting_kernel_started(tmp_path):
     assert (rp.start[three], rp.start[piece], rp.end[piece], rp.start[four]) == (990, 990, 1010, 1010)
     report = linker.simulate(path, model="lanes", waits="explained").report
     assert report.ratio == 1.0 and report.waits.by_cause == {}
+
+
+def _as_read(graph) -> dict:
+    """A graph's nodes by id: name, kind, unit, busy, measured start and time, its dependencies'
+    ids with their causes, the op it continues."""
+    lanes = [graph.lane_keys[lane] for lane in graph.lane]
+    start = [None if s != s else s for s in graph.start]  # an untimed node's NaN, comparable
+    return {graph.ids[u]: (graph.names[u], graph.kind[u], lanes[u], graph.duration[u], start[u],
+                           graph.measured_dur[u], sorted((graph.ids[d], graph.edge_cause(u, d)) for d in graph.deps_of(u)),
+                           graph.continues.get(u))
+            for u in range(len(graph))}
+
+
+def test_the_edited_graph_is_the_file_read_again(tmp_path):
+    """``write_device_edges`` hands on the graph it edited instead of reading the file again: the
+    same nodes, times, dependencies and causes as ``load_graph`` reads from the rewritten file."""
+    path = _busy_device(tmp_path / "busy.et")
+    graph = load_graph(path)
+    edits, pieces = device_edges(graph)
+    _, edited = write_device_edges(path)
+    assert _as_read(edited) == _as_read(load_graph(path)) == _as_read(edited_graph(graph, edits, pieces))
 
 
 def test_a_kernel_that_started_as_the_holder_ended_depends_on_it_whole(tmp_path):
@@ -111,6 +134,12 @@ def test_a_public_trace_holds_its_device_waits_as_edges(tmp_path):
     assert parts
     for holder, later in parts.items():
         assert nodes[holder]["sim_dur"] + later == pytest.approx(measured[nodes[holder]["correlation"]], abs=1e-6)
+    assert not device_edges(load_graph(outputs[".json"]))[0]  # written once: nothing more to add
+    raw = link_pair(None, kineto, tmp_path / "raw.json").output  # the link's own output, before the edges
+    graph = load_graph(raw)
+    edits, pieces = device_edges(graph)
+    _, edited = write_device_edges(raw)
+    assert _as_read(edited) == _as_read(load_graph(raw)) == _as_read(edited_graph(graph, edits, pieces))
     et = load_graph(outputs[".et"])
     assert {et.ids[u]: op for u, op in et.continues.items() if et.lane_keys[et.lane[u]][0] == "gpu"} == \
         {node_id: node["continues"] for node_id, node in nodes.items() if "continues" in node and "stream" in node}

@@ -36,7 +36,7 @@ from itertools import accumulate
 
 from linker.schedule import Schedule
 from linker.model.waits import MEASURED_WAITS, wants_file_waits
-from linker.sim.device_edges import device_edges
+from linker.sim.device_edges import device_edges, edited_graph
 from linker.sim.engine import ASTRA_SIM, BY_READY, Scale, measured_holds, replay
 from linker.sim.graph import CPU, GPU, NO_TIME, SimGraph
 from linker.sim.load import load_graph
@@ -124,14 +124,14 @@ def write_device_edges(path: str | os.PathLike, schedule: Schedule | None = None
     """Read the output at ``path`` back (``schedule``: how, ``load_graph``'s; serial by default) and
     write into it, as dependencies, the kernels that waited for another stream's kernel to free
     the device (``sim.device_edges``); returns how many kernels got such an edge and the graph as
-    the file now holds it (read again only when it was rewritten). Raises TraceInputError when it
+    the file now holds it (``device_edges.edited_graph``: not read again). Raises TraceInputError when it
     cannot be read or written (the output is then left as it was)."""
     graph = load_graph(path, 0, schedule)
     edits, pieces = device_edges(graph)
     if not edits:
         return 0, graph
     edit_nodes(path, edits, pieces)
-    return sum(len(edit.add) for edit in edits.values()), load_graph(path, 0, schedule)
+    return sum(len(edit.add) for edit in edits.values()), edited_graph(graph, edits, pieces)
 
 
 def write_file_waits(path: str | os.PathLike, schedule: Schedule | None = None,

@@ -27,7 +27,8 @@ from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_fr
 from linker.write.protobuf_wire import decode_varint
 from linker.write.sink import atomic_output
 
-_NODE_KEYS = ("name", "cat", "ph", "ctrl_deps", "stream", "device", "attrs")  # what a JSON piece takes of its node
+_NODE_KEYS = ("name", "cat", "ph", "stream", "device", "attrs")  # what a JSON piece takes of its node
+_PARENT_KEYS = ("ctrl_deps", "parent")  # the parent key of a JSON node, as its layout has it
 _PIECE_ATTRS = ("is_cpu_op", "tid", "stream", "device")  # what a .et piece takes of its node
 
 
@@ -138,6 +139,7 @@ def _json_piece(node: dict, piece: Piece) -> dict:
     """The JSON node of ``piece``, a later part of ``node`` (its fields as written)."""
     made = {"id": piece.id}
     made.update((key, node[key]) for key in _NODE_KEYS if key in node)
+    made.update((key, piece.continues) for key in _PARENT_KEYS if key in node)  # as an op's later pieces
     if isinstance(node.get("ts"), (int, float)):
         made["ts"] = round(node["ts"] + piece.offset, 3)
     made.update({"dur": round(piece.micros, 3), "continues": piece.continues, "sim_dur": round(piece.micros, 3),
@@ -208,7 +210,7 @@ def _chakra_piece(node: pb.Node, piece: Piece) -> pb.Node:
     """The ``.et`` node of ``piece``, a later part of ``node``."""
     made = pb.Node(id=piece.id, name=node.name, type=node.type, duration_micros=round(piece.micros),
                    start_time_micros=node.start_time_micros + round(piece.offset))
-    made.ctrl_deps.extend(node.ctrl_deps)
+    made.ctrl_deps.append(piece.continues)  # as an op's later pieces
     made.data_deps.append(piece.after)
     for key in _PIECE_ATTRS:
         attr = find_attr(node, key)
