@@ -107,41 +107,9 @@ def edited_graph(graph: SimGraph, edits: dict[int, NodeEdit], pieces: list[Piece
     dependencies changed, the pieces appended after the nodes (each on its node's unit, timed where
     it lay). O(n + E)."""
     index = {node_id: u for u, node_id in enumerate(graph.ids)}
-    n = len(graph)
-    causes = list(graph.cause_names)
-    code = {name: k for k, name in enumerate(causes)}
-
-    def cause_code(name: str) -> int:
-        if name not in code:
-            code[name] = len(causes)
-            causes.append(name)
-        return code[name]
-
-    index.update((piece.id, n + j) for j, piece in enumerate(pieces))  # appended after the nodes
-    by_node = {index[node_id]: edit for node_id, edit in edits.items()}
-    # The file's causes, as it reads them back: a file that names none (hand-made) names only the
-    # pieces' (a piece is written with its cause), its nodes' added dependencies unnamed.
-    named = bool(graph.dep_cause)
-    unnamed = cause_code("")
-    duration = array("d", graph.duration)
-    offsets, nodes, dep_cause = array("q", [0]), array("q"), bytearray()
-    old_offsets, old_nodes, old_causes = graph.dep_offsets, graph.dep_nodes, graph.dep_cause
-    for u in range(n):
-        lo, hi = old_offsets[u], old_offsets[u + 1]
-        edit = by_node.get(u)
-        if edit is None:
-            nodes.extend(old_nodes[lo:hi])
-            dep_cause.extend(old_causes[lo:hi] if named else bytes([unnamed]) * (hi - lo))
-        else:
-            if edit.busy is not None:
-                duration[u] = edit.busy
-            for k in range(lo, hi):
-                nodes.append(index[edit.repoint.get(graph.ids[old_nodes[k]], graph.ids[old_nodes[k]])])
-                dep_cause.append(old_causes[k] if named else unnamed)
-            for dep, cause in edit.add:
-                nodes.append(index[dep])
-                dep_cause.append(cause_code(cause) if named else unnamed)
-        offsets.append(len(nodes))
+    index.update((piece.id, len(graph) + j) for j, piece in enumerate(pieces))  # appended after the nodes
+    causes = _Causes(graph)
+    duration, offsets, nodes, dep_cause = _edited_dependencies(graph, edits, index, causes)
     ids, names, kind = array("q", graph.ids), list(graph.names), bytearray(graph.kind)
     start, measured, lane = array("d", graph.start), array("d", graph.measured_dur), array("q", graph.lane)
     continues = dict(graph.continues)
@@ -157,12 +125,63 @@ def edited_graph(graph: SimGraph, edits: dict[int, NodeEdit], pieces: list[Piece
         lane.append(graph.lane[u])
         if piece.after != piece.continues:  # its parent (``ctrl_deps``) is its node, as written
             nodes.append(u)
-            dep_cause.append(cause_code(PARENT))
+            dep_cause.append(causes.code(PARENT))
         nodes.append(index[piece.after])
-        dep_cause.append(cause_code(piece.cause))
+        dep_cause.append(causes.code(piece.cause))
         offsets.append(len(nodes))
-    if not named and not pieces:
+    if not causes.named and not pieces:
         dep_cause = bytearray()  # the file still names no cause
     return SimGraph(graph.path, graph.rank, ids, names, kind, duration, start, measured, lane, graph.lane_keys,
                     offsets, nodes, list(graph.missing_deps), dict(graph.comm), list(graph.notes), dep_cause,
-                    causes, dict(graph.host_gap), continues, dict(graph.wait_nodes))
+                    causes.names, dict(graph.host_gap), continues, dict(graph.wait_nodes))
+
+
+class _Causes:
+    """A graph's cause names, grown as edits name new ones. ``named``: whether its file names any
+    (a hand-made file may not; its edges then read back as "", but for the pieces', written with
+    their causes)."""
+
+    def __init__(self, graph: SimGraph):
+        self.names = list(graph.cause_names)
+        self._code = {name: k for k, name in enumerate(self.names)}
+        self.named = bool(graph.dep_cause)
+
+    def code(self, name: str) -> int:
+        if name not in self._code:
+            self._code[name] = len(self.names)
+            self.names.append(name)
+        return self._code[name]
+
+    def of_added(self, name: str) -> int:
+        """The code an added dependency of a node reads back with (unnamed where the file names none)."""
+        return self.code(name if self.named else "")
+
+
+def _edited_dependencies(graph: SimGraph, edits: dict[int, NodeEdit], index: dict[int, int], causes: _Causes
+                         ) -> tuple[array, array, array, bytearray]:
+    """The busy times and the dependency CSR (offsets, nodes, cause codes) of ``graph``'s nodes with
+    ``edits`` applied (``index``: id -> node number, the pieces' included). O(n + E)."""
+    by_node = {index[node_id]: edit for node_id, edit in edits.items()}
+    unnamed = causes.code("")
+    duration = array("d", graph.duration)
+    offsets, nodes, dep_cause = array("q", [0]), array("q"), bytearray()
+    old_offsets, old_nodes, old_causes = graph.dep_offsets, graph.dep_nodes, graph.dep_cause
+    for u in range(len(graph)):
+        lo, hi = old_offsets[u], old_offsets[u + 1]
+        edit = by_node.get(u)
+        if edit is None:
+            nodes.extend(old_nodes[lo:hi])
+            dep_cause.extend(old_causes[lo:hi] if causes.named else bytes([unnamed]) * (hi - lo))
+            offsets.append(len(nodes))
+            continue
+        if edit.busy is not None:
+            duration[u] = edit.busy
+        for k in range(lo, hi):
+            dep = graph.ids[old_nodes[k]]
+            nodes.append(index[edit.repoint.get(dep, dep)])
+            dep_cause.append(old_causes[k] if causes.named else unnamed)
+        for dep, cause in edit.add:
+            nodes.append(index[dep])
+            dep_cause.append(causes.of_added(cause))
+        offsets.append(len(nodes))
+    return duration, offsets, nodes, dep_cause
