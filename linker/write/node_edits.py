@@ -15,6 +15,7 @@ bytes they were written as, ``.et``: frames copied as bytes).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,8 +81,8 @@ class _Id(msgspec.Struct):
     id: object = None
 
 
-_FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])  # an object's keys, their values as written
-_NODE_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+JSON_FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])  # an object's keys, their values as written
+JSON_NODES = msgspec.json.Decoder(list[msgspec.Raw])  # a document's nodes, each as written
 _NODE_IDS = msgspec.json.Decoder(list[_Id])
 _NODES_PER_WRITE = 4096  # nodes joined into one write (a gzip output compresses each write)
 
@@ -89,8 +90,8 @@ _NODES_PER_WRITE = 4096  # nodes joined into one write (a gzip output compresses
 def _edit_json(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> None:
     data = read_trace_bytes(path)
     try:
-        doc = _FIELDS.decode(data)
-        nodes: list = _NODE_RAWS.decode(doc["nodes"])
+        doc = JSON_FIELDS.decode(data)
+        nodes: list = JSON_NODES.decode(doc["nodes"])
         ids = [node.id for node in _NODE_IDS.decode(doc["nodes"])]
     except (msgspec.DecodeError, KeyError) as err:
         raise TraceInputError(path, f"not an ET+ JSON document ({err})") from None
@@ -98,7 +99,7 @@ def _edit_json(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> N
     decoded = {}
     for k, node_id in enumerate(ids):
         if node_id in wanted:
-            decoded[node_id] = (k, {key: msgspec.json.decode(raw) for key, raw in _FIELDS.decode(nodes[k]).items()})
+            decoded[node_id] = (k, {key: msgspec.json.decode(raw) for key, raw in JSON_FIELDS.decode(nodes[k]).items()})
     if wanted - decoded.keys():
         raise _missing(path, wanted - decoded.keys())
     added = [msgspec.json.encode(_json_piece(decoded[piece.continues][1], piece)) for piece in pieces]
@@ -106,16 +107,22 @@ def _edit_json(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> N
         k, node = decoded[node_id]
         _edit_json_node(node, edit)
         nodes[k] = msgspec.json.encode(node)
+    write_json_document(path, doc, nodes + added)
+
+
+def write_json_document(path: Path, doc: dict, nodes: list) -> None:
+    """Write an ET+ JSON document atomically: ``doc``'s keys and values as read (``msgspec.Raw``),
+    its ``nodes`` replaced by ``nodes`` (each a node's bytes), a few thousand nodes a write (no
+    second copy of the document in memory)."""
     with atomic_output(path) as out:
         for k, (key, raw) in enumerate(doc.items()):
             out.write((b"{" if k == 0 else b",") + msgspec.json.encode(key) + b":")
             if key != "nodes":
                 out.write(raw)
                 continue
-            every = nodes + added
-            for j in range(0, len(every), _NODES_PER_WRITE):  # a piece at a time: no second copy of the document
-                out.write((b"[" if j == 0 else b",") + b",".join(every[j:j + _NODES_PER_WRITE]))
-            out.write(b"]" if every else b"[]")
+            for j in range(0, len(nodes), _NODES_PER_WRITE):
+                out.write((b"[" if j == 0 else b",") + b",".join(nodes[j:j + _NODES_PER_WRITE]))
+            out.write(b"]" if nodes else b"[]")
         out.write(b"}")
 
 
@@ -150,11 +157,32 @@ def _json_piece(node: dict, piece: Piece) -> dict:
 # --- Chakra .et ----------------------------------------------------------------------------------
 
 
-def _node_id(payload: bytes) -> int:
+def payload_node_id(payload: bytes) -> int:
     """The id of a Node payload: field 1, which every writer puts first."""
     if payload[:1] == b"\x08":
         return decode_varint(payload, 1)[0]
     return pb.Node.FromString(payload).id
+
+
+def rewrite_et_nodes(path: Path, change: Callable[[bytes], Iterable[bytes]],
+                     appended: Callable[[], Iterable[bytes]] = tuple) -> None:
+    """Rewrite a ``.et`` atomically, frame by frame: its metadata as it was, each node's payload
+    replaced by the payloads ``change`` returns for it (itself, edited, or with nodes before it),
+    then ``appended()``'s. What ``change`` or ``appended`` raise leaves the file as it was.
+    O(file bytes) plus what they decode."""
+    pending: list[bytes] = []
+    with EtWriter(path) as writer:
+        for frame in iter_frames(path):
+            if frame.index == 0:
+                writer.write_metadata(parse_metadata(frame, path))
+                continue
+            pending.extend(encode_varint(len(payload)) + payload for payload in change(frame.payload))
+            if len(pending) >= 4096:
+                writer.write_frames_bytes(b"".join(pending), len(pending))
+                pending.clear()
+        pending.extend(encode_varint(len(payload)) + payload for payload in appended())
+        if pending:
+            writer.write_frames_bytes(b"".join(pending), len(pending))
 
 
 def _edit_chakra(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> None:
@@ -162,33 +190,26 @@ def _edit_chakra(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) ->
     wanted = set(edits) | continued
     sources: dict[int, pb.Node] = {}
     seen: set[int] = set()
-    pending: list[bytes] = []
-    with EtWriter(path) as writer:
-        for frame in iter_frames(path):
-            if frame.index == 0:
-                writer.write_metadata(parse_metadata(frame, path))
-                continue
-            payload = frame.payload
-            node_id = _node_id(payload)
-            if node_id in wanted:
-                seen.add(node_id)
-                node = pb.Node.FromString(payload)
-                if node_id in continued:
-                    sources[node_id] = pb.Node.FromString(payload)
-                if node_id in edits:
-                    _edit_chakra_node(node, edits[node_id])
-                    payload = node.SerializeToString()
-            pending.append(encode_varint(len(payload)) + payload)
-            if len(pending) >= 4096:
-                writer.write_frames_bytes(b"".join(pending), len(pending))
-                pending.clear()
+
+    def change(payload: bytes) -> tuple[bytes]:
+        node_id = payload_node_id(payload)
+        if node_id not in wanted:
+            return (payload,)
+        seen.add(node_id)
+        if node_id in continued:
+            sources[node_id] = pb.Node.FromString(payload)
+        if node_id in edits:
+            node = pb.Node.FromString(payload)
+            _edit_chakra_node(node, edits[node_id])
+            payload = node.SerializeToString()
+        return (payload,)
+
+    def appended() -> list[bytes]:
         if wanted - seen:
             raise _missing(path, wanted - seen)
-        for piece in pieces:
-            made = _chakra_piece(sources[piece.continues], piece).SerializeToString()
-            pending.append(encode_varint(len(made)) + made)
-        if pending:
-            writer.write_frames_bytes(b"".join(pending), len(pending))
+        return [_chakra_piece(sources[piece.continues], piece).SerializeToString() for piece in pieces]
+
+    rewrite_et_nodes(path, change, appended)
 
 
 def _edit_chakra_node(node: pb.Node, edit: NodeEdit) -> None:

@@ -30,9 +30,8 @@ import msgspec
 from linker.model import et_def_pb2 as pb
 from linker.model.errors import TraceInputError
 from linker.read.files import read_trace_bytes
-from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
-from linker.write.protobuf_wire import decode_varint
-from linker.write.sink import atomic_output
+from linker.write.chakra_wire import find_attr, make_attr
+from linker.write.node_edits import JSON_FIELDS, JSON_NODES, payload_node_id, rewrite_et_nodes, write_json_document
 
 WAIT_NODE_NAME = "[et-link|measured_wait]"
 WAIT_CAUSE_KEY = "wait_cause"  # the wait's cause, on the wait node (JSON key, .et string attribute)
@@ -81,10 +80,7 @@ class _Named(msgspec.Struct):
     name: Any = None
 
 
-_FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])  # an object's keys, their values as written
-_NODE_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _NODE_NAMES = msgspec.json.Decoder(list[_Named])
-_NODES_PER_WRITE = 4096  # nodes joined into one write (a gzip output compresses each write)
 
 
 def _add_to_json(path: Path, waits: list[Wait], first_id: int) -> int:
@@ -95,8 +91,8 @@ def _add_to_json(path: Path, waits: list[Wait], first_id: int) -> int:
     bytes): a scan of the document and of its nodes' ids and names, the held nodes decoded."""
     data = read_trace_bytes(path)
     try:
-        doc = _FIELDS.decode(data)
-        raws = _NODE_RAWS.decode(doc["nodes"])
+        doc = JSON_FIELDS.decode(data)
+        raws = JSON_NODES.decode(doc["nodes"])
         named = _NODE_NAMES.decode(doc["nodes"])
     except (msgspec.DecodeError, KeyError) as err:
         raise TraceInputError(path, f"not an ET+ JSON document ({err})") from None
@@ -107,7 +103,7 @@ def _add_to_json(path: Path, waits: list[Wait], first_id: int) -> int:
     added = []
     for k, wait in enumerate(waits):
         at = position[wait.node_id]
-        held = _FIELDS.decode(nodes[at])
+        held = JSON_FIELDS.decode(nodes[at])
         deps, causes = _value(held, "data_deps"), _value(held, "data_dep_causes")
         node = _wait_node(held, first_id + k, wait, deps or [], causes or [])
         held["data_deps"] = msgspec.Raw(msgspec.json.encode((deps or []) + [node["id"]]))
@@ -115,18 +111,7 @@ def _add_to_json(path: Path, waits: list[Wait], first_id: int) -> int:
             held["data_dep_causes"] = msgspec.Raw(msgspec.json.encode(causes + [wait.cause]))
         nodes[at] = msgspec.json.encode(held)
         added.append(msgspec.json.encode(node))
-    with atomic_output(path) as out:
-        for k, (key, raw) in enumerate(doc.items()):
-            out.write(b"{" if k == 0 else b",")
-            out.write(msgspec.json.encode(key) + b":")
-            if key != "nodes":
-                out.write(raw)
-                continue
-            every = nodes + added
-            for j in range(0, len(every), _NODES_PER_WRITE):  # a piece at a time: no second copy of the document
-                out.write((b"[" if j == 0 else b",") + b",".join(every[j:j + _NODES_PER_WRITE]))
-            out.write(b"]" if every else b"[]")
-        out.write(b"}")
+    write_json_document(path, doc, nodes + added)
     return len(added)
 
 
@@ -153,13 +138,6 @@ def _wait_node(held: dict, node_id: int, wait: Wait, deps: list, causes: list) -
 
 
 # --- Chakra .et ----------------------------------------------------------------------------------
-
-
-def _node_id(payload: bytes) -> int:
-    """The id of a Node payload: field 1, which every writer puts first."""
-    if payload[:1] == b"\x08":
-        return decode_varint(payload, 1)[0]
-    return pb.Node.FromString(payload).id
 
 
 def wait_node_message(held: pb.Node, node_id: int, wait: Wait) -> pb.Node:
@@ -196,29 +174,21 @@ def _hold(held: pb.Node, wait_id: int, cause: str) -> None:
 def _add_to_chakra(path: Path, waits: list[Wait], first_id: int) -> int:
     wanted = {wait.node_id: (first_id + k, wait) for k, wait in enumerate(waits)}
     marker = WAIT_NODE_NAME.encode()
-    pending: list[bytes] = []
     written = 0
-    with EtWriter(path) as writer:
-        for frame in iter_frames(path):
-            if frame.index == 0:
-                writer.write_metadata(parse_metadata(frame, path))
-                continue
-            payload = frame.payload
-            if marker in payload and pb.Node.FromString(payload).name == WAIT_NODE_NAME:
-                raise _already(path)
-            entry = wanted.get(_node_id(payload))
-            if entry is not None:
-                held = pb.Node.FromString(payload)
-                wait_id, wait = entry
-                node = wait_node_message(held, wait_id, wait).SerializeToString()
-                _hold(held, wait_id, wait.cause)
-                payload = held.SerializeToString()
-                pending.append(encode_varint(len(node)) + node)
-                written += 1
-            pending.append(encode_varint(len(payload)) + payload)
-            if len(pending) >= 4096:
-                writer.write_frames_bytes(b"".join(pending), len(pending))
-                pending.clear()
-        if pending:
-            writer.write_frames_bytes(b"".join(pending), len(pending))
+
+    def change(payload: bytes) -> tuple[bytes, ...]:
+        nonlocal written
+        if marker in payload and pb.Node.FromString(payload).name == WAIT_NODE_NAME:
+            raise _already(path)
+        entry = wanted.get(payload_node_id(payload))
+        if entry is None:
+            return (payload,)
+        held = pb.Node.FromString(payload)
+        wait_id, wait = entry
+        node = wait_node_message(held, wait_id, wait).SerializeToString()
+        _hold(held, wait_id, wait.cause)
+        written += 1
+        return node, held.SerializeToString()
+
+    rewrite_et_nodes(path, change)
     return written
