@@ -76,6 +76,18 @@ def test_the_edited_graph_is_the_file_read_again(tmp_path):
     assert _as_read(edited) == _as_read(load_graph(path)) == _as_read(edited_graph(graph, edits, pieces))
 
 
+def test_a_faster_holder_starts_the_kernel_it_held_earlier(tmp_path):
+    """What the edge buys over a wait of fixed length: with GPU work at half its time, kernel 2's first
+    part runs 10-500 (from cpu 1's end), so kernel 3 starts at 500; held as a measured wait instead
+    (the file without the edge), it would still wait its 980 µs after its launch: 990."""
+    path = _busy_device(tmp_path / "fast.et")
+    held = linker.simulate(path, model="lanes", scale="gpu=0.5").replay
+    assert held.start[_node(held.graphs[0], 3)] == 990
+    write_device_edges(path)
+    rp = linker.simulate(path, model="lanes", scale="gpu=0.5").replay
+    assert rp.start[_node(rp.graphs[0], 3)] == 500
+
+
 def test_a_kernel_that_started_as_the_holder_ended_depends_on_it_whole(tmp_path):
     """Kernel 3 started at 1112, 2 µs after kernel 2 ended: an edge from kernel 2, nothing cut."""
     path = _busy_device(tmp_path / "after.et", held_at=1112)
