@@ -24,7 +24,8 @@ def _busy_device(path, holder=gpu, held_at=1090):
     """cpu 1 (100-110) launches kernel 2 on stream 7 (110-1110, 1000 µs), then kernel 4 after it on
     stream 7 (1110-1120), and kernel 3 on stream 8: ready at 110, it ran from ``held_at``."""
     return write_et(path, [cpu(1, 10, start=100), holder(2, 1000, deps=[1], stream=7, start=110),
-                           gpu(3, 10, deps=[1], stream=8, start=held_at), gpu(4, 10, deps=[2, 1], stream=7, start=1110)])
+                           gpu(3, 10, deps=[1], stream=8, start=held_at),
+                           gpu(4, 10, deps=[2, 1], stream=7, start=1110)])
 
 
 def _node(graph, node_id):
@@ -60,9 +61,9 @@ def _as_read(graph) -> dict:
     ids with their causes, the op it continues."""
     lanes = [graph.lane_keys[lane] for lane in graph.lane]
     start = [None if s != s else s for s in graph.start]  # an untimed node's NaN, comparable
+    deps = [sorted((graph.ids[d], graph.edge_cause(u, d)) for d in graph.deps_of(u)) for u in range(len(graph))]
     return {graph.ids[u]: (graph.names[u], graph.kind[u], lanes[u], graph.duration[u], start[u],
-                           graph.measured_dur[u], sorted((graph.ids[d], graph.edge_cause(u, d)) for d in graph.deps_of(u)),
-                           graph.continues.get(u))
+                           graph.measured_dur[u], deps[u], graph.continues.get(u))
             for u in range(len(graph))}
 
 

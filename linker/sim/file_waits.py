@@ -1,5 +1,8 @@
-"""The measured waits an output carries as wait nodes (``write.wait_nodes``), so that a simulator
-fed the file alone (ASTRA-sim) replays the step as measured (docs/fidelity.md, "Waits in the files").
+"""What an output with GPU ops gains after its link, when it is read back: first, as dependencies,
+the kernels that waited for another stream's kernel to free the device (``write_device_edges``,
+``sim.device_edges``; under either ``--waits``); then, under ``--waits measured``, the measured
+waits no dependency explains, as wait nodes (``write.wait_nodes``), so that a simulator fed the
+file alone (ASTRA-sim) replays the step as measured (docs/fidelity.md, "Waits in the files").
 
 Which ops: those ``engine.measured_holds`` finds (``unheld.gpu_waits`` and ``unheld.host_waits``:
 an op that started, as measured, after everything it depends on had finished), kept where the
@@ -22,8 +25,8 @@ of one link can differ by a few wait nodes at the edges.
 Written only into outputs with GPU or communication ops: on a CPU-only trace the host waits
 changed no replay measured (the shared CPU pairs and fixtures replay within 1e-4 with or without
 them), while finding them costs reading the output again (10-15 s on the 360k-node CPU pair).
-Cost: one read of the output (``load_graph``), O(n + E) to find the waits, two replays of the
-rank, one copy of the file when any wait is written.
+Cost: one read of the output (``load_graph``), O(n + E) to find the device's holds and the waits,
+two replays of the rank, one copy of the file when any edge is written and one when any wait is.
 """
 
 from __future__ import annotations

@@ -162,8 +162,8 @@ def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: 
 def device_holds(graph: SimGraph) -> list[tuple[int, int]]:
     """(kernel, holder) for each wait of ``gpu_waits`` whose cause is ``OTHER_STREAM_KERNEL``: the
     kernel of another stream of its device that held the device until the kernel started
-    (``_other_stream_holder``), in node order. ``write.device_edges`` turns each into a dependency
-    of the kernel on the part of its holder that ran until then. O(n + E + waits x streams x log
+    (``_other_stream_holder``), in node order. ``sim.device_edges`` turns each into a dependency of
+    the kernel on the part of its holder that ran until then. O(n + E + waits x streams x log
     kernels)."""
     waits = [(u, wait) for u, wait, cause in gpu_waits(graph) if cause == OTHER_STREAM_KERNEL]
     if not waits:
@@ -197,10 +197,11 @@ def _kernels_by_stream(graph: SimGraph) -> dict[tuple, dict[object, tuple[list[f
 def _other_stream_holder(graph: SimGraph, kernels: dict, u: int, ready: float) -> int:
     """The kernel of another stream of u's device that was running when kernel u became ready
     (``ready``) and was ending as u started: u started in its last ``LAST_WAVE_SHARE`` of its time
-    or up to ``DEVICE_FREED_US`` after it; -1 for none. Either the device was busy with that kernel (one of many waves
-    holds every SM until its last blocks end; which SMs u needed the trace does not say) or u
-    depended on it through something the trace did not record (an event recorded by a call outside
-    it): the graph holds no edge either way. O(streams of the device x log kernels)."""
+    or up to ``DEVICE_FREED_US`` after it; -1 for none. Either the device was busy with that kernel
+    (one of many waves holds every SM until its last blocks end; which SMs u needed the trace does
+    not say) or u depended on it through something the trace did not record (an event recorded by
+    a call outside it): the link's graph holds no edge either way; the output gets one
+    (``sim.device_edges``). O(streams of the device x log kernels)."""
     if not _is_kernel(graph, u):
         return -1
     _, device, stream = graph.lane_keys[graph.lane[u]]
