@@ -82,8 +82,9 @@ def write_et_plus(result: "LinkResult", output: str | os.PathLike,
     JSON, ``.et``/``.et.gz`` Chakra protobuf) and the report JSON to ``report_file`` if given;
     atomically (nothing is left on failure), never over an input. Fills the report's dependency
     counts. ``waits``: "measured" (the output carries the measured waits no dependency explains
-    as wait nodes, as ``et-link`` writes it) or "explained" (left out). Returns the
-    ``PairOutcome`` (``.report``, ``.output``). Write a result once."""
+    as wait nodes, as ``et-link`` writes it) or "explained" (left out); under either, a kernel
+    that waited for another stream's kernel to free the device depends on it (docs/durations.md).
+    Returns the ``PairOutcome`` (``.report``, ``.output``). Write a result once."""
     from linker.pipeline import write_linked
     from linker.model.waits import check_waits
     from linker.sim.file_waits import add_file_waits
