@@ -89,6 +89,35 @@ def test_a_faster_holder_starts_the_kernel_it_held_earlier(tmp_path):
     assert rp.start[_node(rp.graphs[0], 3)] == 500
 
 
+def _frame_order(path) -> list[tuple[int, list[int]]]:
+    """A ``.et``'s nodes in file order: (id, the ids it depends on)."""
+    from linker.model import et_def_pb2 as pb
+    from linker.write.chakra_wire import iter_frames
+
+    nodes = [pb.Node.FromString(frame.payload) for frame in iter_frames(path) if frame.index]
+    return [(node.id, [*node.data_deps, *node.ctrl_deps]) for node in nodes]
+
+
+def _out_of_order(path) -> list[tuple[int, int]]:
+    """(node, dependency) pairs of a ``.et`` where the dependency comes later in the file."""
+    order = _frame_order(path)
+    position = {node_id: k for k, (node_id, _) in enumerate(order)}
+    return [(node_id, dep) for node_id, deps in order for dep in deps if position.get(dep, -1) > position[node_id]]
+
+
+def test_the_file_stays_in_a_topological_order(tmp_path):
+    """Kernel 3, written before the kernel that held it, gains a dependency on it: the rewrite holds
+    kernel 3 back until kernel 2 and its piece are written; the piece comes right after kernel 2,
+    before kernel 4, which now depends on it."""
+    path = write_et(tmp_path / "order.et", [cpu(1, 10, start=100), gpu(3, 10, deps=[1], stream=8, start=1090),
+                                            gpu(2, 1000, deps=[1], stream=7, start=110),
+                                            gpu(4, 10, deps=[2, 1], stream=7, start=1110)])
+    assert [node_id for node_id, _ in _frame_order(path)] == [1, 3, 2, 4]
+    assert write_device_edges(path)[0] == 1
+    assert [node_id for node_id, _ in _frame_order(path)] == [1, 2, 5, 3, 4]
+    assert not _out_of_order(path)
+
+
 def test_a_kernel_that_started_as_the_holder_ended_depends_on_it_whole(tmp_path):
     """Kernel 3 started at 1112, 2 µs after kernel 2 ended: an edge from kernel 2, nothing cut."""
     path = _busy_device(tmp_path / "after.et", held_at=1112)
@@ -158,3 +187,4 @@ def test_a_public_trace_holds_its_device_waits_as_edges(tmp_path):
         {node_id: node["continues"] for node_id, node in nodes.items() if "continues" in node and "stream" in node}
     for suffix, out in outputs.items():
         assert linker.simulate(out, model="lanes", waits="explained").report.ratio >= 0.95, suffix
+    assert not _out_of_order(outputs[".et"])  # every dependency before its dependent, as written

@@ -6,11 +6,13 @@ What to edit is the caller's to decide (``sim.device_edges``: a kernel that held
 until another stream's kernel started, cut there); this module only writes it. A cut node keeps
 its id, measured start and measured time (JSON ``dur``/``inclusive_dur``; ``.et``
 ``inclusive_dur_micros``, added when absent) and its busy time becomes its first part
-(``sim_dur`` / ``duration_micros``); each later part is a ``Piece``: same name, unit and parent,
-``continues`` naming the node, on the measured timeline where it ran, after the part before it
-(``stream_order``). Pieces are appended after the file's nodes, ids above the file's largest.
-Cost: one copy of the file; only the edited nodes are decoded (JSON: the others are kept as the
-bytes they were written as, ``.et``: frames copied as bytes).
+(``sim_dur`` / ``duration_micros``); each later part is a ``Piece``: same name and unit, the node
+as its parent and in ``continues``, as an op's later pieces have them, on the measured timeline
+where it ran, after the part before it (``stream_order``), ids above the file's largest. JSON:
+pieces appended after the nodes; ``.et``: each right after the part before it, and the file kept
+in a topological order (``_TopologicalOrder``). Cost: one copy of the file; only the edited
+nodes are decoded (JSON: the others are kept as the bytes they were written as, ``.et``: frames
+copied as bytes, but while a node is held back).
 """
 
 from __future__ import annotations
@@ -186,30 +188,82 @@ def rewrite_et_nodes(path: Path, change: Callable[[bytes], Iterable[bytes]],
 
 
 def _edit_chakra(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> None:
-    continued = {piece.continues for piece in pieces}
-    wanted = set(edits) | continued
-    sources: dict[int, pb.Node] = {}
-    seen: set[int] = set()
-
-    def change(payload: bytes) -> tuple[bytes]:
-        node_id = payload_node_id(payload)
-        if node_id not in wanted:
-            return (payload,)
-        seen.add(node_id)
-        if node_id in continued:
-            sources[node_id] = pb.Node.FromString(payload)
-        if node_id in edits:
-            node = pb.Node.FromString(payload)
-            _edit_chakra_node(node, edits[node_id])
-            payload = node.SerializeToString()
-        return (payload,)
+    order = _TopologicalOrder(edits, pieces)
 
     def appended() -> list[bytes]:
-        if wanted - seen:
-            raise _missing(path, wanted - seen)
-        return [_chakra_piece(sources[piece.continues], piece).SerializeToString() for piece in pieces]
+        if order.wanted - order.seen:
+            raise _missing(path, order.wanted - order.seen)
+        return order.rest()
 
-    rewrite_et_nodes(path, change, appended)
+    rewrite_et_nodes(path, order.change, appended)
+
+
+class _TopologicalOrder:
+    """The edited ``.et``'s frames in a topological order, as the writer wrote the file
+    (docs/formats.md: a streaming reader meets every dependency before its dependent): a node's
+    later parts right after it; a node that gains a dependency on one not yet written (a part of
+    a kernel further on) held back, with whatever depends on it, until that one is written. Frames
+    are decoded only where edited, continued or while a node is held back. O(file) plus O(h x k)
+    for k nodes held back at once over h nodes written meanwhile."""
+
+    def __init__(self, edits: dict[int, NodeEdit], pieces: list[Piece]):
+        self.edits = edits
+        self.parts: dict[int, list[Piece]] = {}
+        for piece in pieces:
+            self.parts.setdefault(piece.continues, []).append(piece)
+        self.wanted = set(edits) | set(self.parts)
+        self.seen: set[int] = set()
+        # the nodes a new dependency points to: a written one is in ``written``
+        self.targets = {dep for edit in edits.values() for dep, _ in edit.add}
+        self.targets.update(new for edit in edits.values() for new in edit.repoint.values())
+        self.written: set[int] = set()
+        self.held: list[tuple[int, bytes, pb.Node, set[int]]] = []  # id, payload, node, what it waits for
+        self.held_ids: set[int] = set()
+
+    def change(self, payload: bytes) -> list[bytes]:
+        node_id = payload_node_id(payload)
+        if not self.held and node_id not in self.wanted and node_id not in self.targets:
+            return [payload]
+        node = pb.Node.FromString(payload)
+        if node_id in self.wanted:
+            self.seen.add(node_id)
+        if node_id in self.edits:
+            _edit_chakra_node(node, self.edits[node_id])
+            payload = node.SerializeToString()
+        needs = {dep for dep in (*node.data_deps, *node.ctrl_deps)
+                 if dep in self.held_ids or (dep in self.targets and dep not in self.written)}
+        if needs:
+            self.held.append((node_id, payload, node, needs))
+            self.held_ids.add(node_id)
+            return []
+        return self._write(node_id, payload, node)
+
+    def _write(self, node_id: int, payload: bytes, node: pb.Node) -> list[bytes]:
+        """The node's frame, its later parts', and then those of every held node now free."""
+        out, ready = [], [(node_id, payload, node)]
+        while ready:
+            node_id, payload, node = ready.pop(0)
+            out.append(payload)
+            self.written.add(node_id)
+            for piece in self.parts.get(node_id, ()):
+                out.append(_chakra_piece(node, piece).SerializeToString())
+                self.written.add(piece.id)
+            still = []
+            for entry in self.held:
+                entry[3].difference_update(self.written)
+                if entry[3]:
+                    still.append(entry)
+                else:
+                    ready.append(entry[:3])
+                    self.held_ids.discard(entry[0])
+            self.held = still
+        return out
+
+    def rest(self) -> list[bytes]:
+        """What is still held back at the end (a dependency the file never wrote), in file order."""
+        rest = [entry[1] for entry in self.held]
+        self.held = []
+        return rest
 
 
 def _edit_chakra_node(node: pb.Node, edit: NodeEdit) -> None:
