@@ -95,6 +95,9 @@ def test_gpu_pair_carries_its_waits_as_nodes(tmp_path, suffix):
         result = runner.invoke(app, ["--et-file", str(GPU_PAIR[0]), "--kineto-file", str(GPU_PAIR[1]), "-o", str(path),
                                      "--waits", waits])
         assert result.exit_code == 0, result.stderr
+    # the .et's times are whole µs: one kernel an NCCL kernel held becomes an edge there (a wait in the JSON)
+    edges = "kernels that waited for another stream's kernel to free the device: 1,"
+    assert (edges in result.stderr) == (suffix == ".et")
     graph = load_graph(out)
     assert graph.wait_nodes
     ids = list(graph.ids)
