@@ -48,7 +48,17 @@ def wire_graph_facts(path: Path) -> dict:
         "missing_data": sum(1 for n in nodes for d in n.get(5, []) if d not in known),
         "self_ctrl": [n[1][0] for n in nodes if n[1][0] in n.get(4, [])],
         "types": [n[3][0] for n in nodes],
+        "written_later": _written_later(nodes),
     }
+
+
+def _written_later(nodes: list[dict]) -> int:
+    """Dependencies (ctrl and data) naming a node written after the one that has them."""
+    position = {}
+    for k, node in enumerate(nodes):
+        position.setdefault(node[1][0], k)
+    return sum(1 for k, node in enumerate(nodes) for dep in node.get(4, []) + node.get(5, [])
+               if position.get(dep, -1) > k)
 
 
 def test_real_chakra_file_counts_and_findings():
@@ -72,6 +82,8 @@ def test_real_chakra_file_counts_and_findings():
     # the 7 NCCL kernels carry comm_type / comm_size and pass.
     assert result.violation("comm_on_cpu").count == 14
     assert result.violation("comm_type_missing").count == 14
+    # its dependencies do not all come before their nodes, as a streaming reader would meet them
+    assert result.violation("dependency_written_later").count == facts["written_later"] > 0
     assert not result.ok
 
 
@@ -142,6 +154,17 @@ def test_valid_chakra_file(tmp_path, name):
     assert result.counts_by_type == {"COMP_NODE": 4, "COMM_COLL_NODE": 1}
     assert result.node_count == 5 and result.schema == "1.1.1-chakra.0.0.4"
     assert "OK" in format_result(result)
+
+
+def test_a_dependency_written_later_is_a_warning(tmp_path):
+    """et-link writes a ``.et`` in a topological order (docs/formats.md); a node written before a
+    node it depends on is named, as a warning (the file still replays)."""
+    nodes = [comp(1), comp(3, ctrl=[1], data=[2]), comp(2, ctrl=[1])]
+    result = validate_file(write(tmp_path, nodes))
+    later = result.violation("dependency_written_later")
+    assert result.ok and (later.count, later.node_ids) == (1, [3]) and "depends on 2" in later.details[0]
+    assert validate_file(write(tmp_path, [comp(1), comp(2, ctrl=[1]), comp(3, ctrl=[1], data=[2])])).ok
+    assert "dependency_written_later" not in kinds(validate_file(write(tmp_path, valid_graph())))
 
 
 def test_dangling_dependencies(tmp_path):

@@ -12,7 +12,8 @@ Invariants (ASTRA-sim's feeder aborts on the graph ones):
 - the graph of ctrl + data dependencies is acyclic (a node on a cycle is named);
 - Chakra: the first message is a non-empty ``GlobalMetadata``; COMM nodes carry ``comm_type``
   (collectives) and ``comm_size`` > 0 as ``int64_val``, are not CPU ops, and collectives whose
-  ``comm_type`` ASTRA-sim cannot simulate are warned about.
+  ``comm_type`` ASTRA-sim cannot simulate are warned about; so is a dependency written after the
+  node that has it (et-link writes a topological order: a streaming reader meets it late).
 
 Cost: one streaming pass over a Chakra file (one msgspec pass for JSON), then O(nodes + deps)
 time for the graph checks. Memory: O(nodes + deps) in flat arrays plus one id -> index dict

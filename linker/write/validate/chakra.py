@@ -146,7 +146,7 @@ def validate_chakra(path: str | os.PathLike, max_examples: int = DEFAULT_MAX_EXA
             elif node_type not in _KNOWN_NODE_TYPES:
                 log.add("unknown_node_type", node.id, f"type {node_type}")
             table.add_node(node.id, node.ctrl_deps, node.data_deps)
-    check_dependency_graph(table, log, "dangling_ctrl_dep")
+    check_dependency_graph(table, log, "dangling_ctrl_dep", file_order=True)
     counts = {_type_name(node_type): count for node_type, count in sorted(type_counts.items())}
     return make_result(p, FORMAT_CHAKRA, "protobuf", _metadata_schema(metadata), len(table), counts, log)
 

@@ -50,11 +50,15 @@ class DependencyTable:
         return len(self.node_ids)
 
 
-def check_dependency_graph(table: DependencyTable, log: ViolationLog, ctrl_kind: str = "dangling_ctrl_dep") -> None:
-    """Report duplicate ids, dangling dependencies (``ctrl_kind`` for ctrl deps) and cycles.
+def check_dependency_graph(table: DependencyTable, log: ViolationLog, ctrl_kind: str = "dangling_ctrl_dep",
+                           file_order: bool = False) -> None:
+    """Report duplicate ids, dangling dependencies (``ctrl_kind`` for ctrl deps) and cycles; with
+    ``file_order`` (a ``.et``: et-link writes a topological order, docs/formats.md), each
+    dependency written after the node that has it, as a warning.
 
-    A graph whose edges all point the same way in file order is acyclic (checked first); otherwise Kahn's algorithm finds the nodes on or behind a cycle and a walk over their
-    dependencies names node-disjoint cycles. Cost: O(nodes + deps) time and memory.
+    A graph whose edges all point the same way in file order is acyclic (checked first); otherwise
+    Kahn's algorithm finds the nodes on or behind a cycle and a walk over their dependencies names
+    node-disjoint cycles. Cost: O(nodes + deps) time and memory.
     """
     index = _index_ids(table, log)
     owners = _dependency_owners(table)
@@ -62,8 +66,13 @@ def check_dependency_graph(table: DependencyTable, log: ViolationLog, ctrl_kind:
     if NO_EDGE in sources:
         owners = [owner for source, owner in zip(sources, owners) if source != NO_EDGE]
         sources = [source for source in sources if source != NO_EDGE]
-    if all(source < owner for source, owner in zip(sources, owners)) or \
-            all(source > owner for source, owner in zip(sources, owners)):
+    forward = all(source < owner for source, owner in zip(sources, owners))
+    if file_order and not forward:
+        for source, owner in zip(sources, owners):
+            if source > owner:
+                log.add("dependency_written_later", table.node_ids[owner],
+                        f"depends on {table.node_ids[source]}, written {source - owner:,} node(s) later")
+    if forward or all(source > owner for source, owner in zip(sources, owners)):
         return
     unprocessed = _kahn_unprocessed(len(table), sources, owners)
     if not unprocessed:

@@ -39,6 +39,8 @@ _KIND_LIST = (
     ViolationKind("dangling_ctrl_dep", ERROR, "ctrl_deps id is not a node of the file"),
     ViolationKind("dangling_data_dep", ERROR, "data_deps id is not a node of the file"),
     ViolationKind("cycle", ERROR, "cycle in the ctrl+data dependency graph (count: disjoint cycles found)"),
+    ViolationKind("dependency_written_later", WARNING,
+                  ".et dependency written after the node that has it (a streaming reader meets it late)"),
     ViolationKind("unknown_node_type", ERROR, "node type is not a NodeType value"),
     ViolationKind("invalid_node_type", WARNING, "node type is INVALID_NODE (skipped by ASTRA-sim)"),
     ViolationKind("comm_on_cpu", ERROR, "COMM node marked is_cpu_op=true (ASTRA-sim: comm node should not be on CPU)"),
