@@ -98,10 +98,10 @@ def _edit_json(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> N
     except (msgspec.DecodeError, KeyError) as err:
         raise TraceInputError(path, f"not an ET+ JSON document ({err})") from None
     wanted = set(edits) | {piece.continues for piece in pieces}
-    decoded = {}
+    decoded = {}  # node id -> (position, its fields as written)
     for k, node_id in enumerate(ids):
         if node_id in wanted:
-            decoded[node_id] = (k, {key: msgspec.json.decode(raw) for key, raw in JSON_FIELDS.decode(nodes[k]).items()})
+            decoded[node_id] = (k, JSON_FIELDS.decode(nodes[k]))
     if wanted - decoded.keys():
         raise _missing(path, wanted - decoded.keys())
     added = [msgspec.json.encode(_json_piece(decoded[piece.continues][1], piece)) for piece in pieces]
@@ -128,20 +128,27 @@ def write_json_document(path: Path, doc: dict, nodes: list) -> None:
         out.write(b"}")
 
 
+def json_value(fields: dict, key: str):
+    """A node's field (its fields as written: ``msgspec.Raw``), decoded; None when absent."""
+    return msgspec.json.decode(fields[key]) if key in fields else None
+
+
 def _edit_json_node(node: dict, edit: NodeEdit) -> None:
+    """Edit a node's fields as written (``msgspec.Raw``): only those that change are encoded again,
+    the rest stay the bytes they were."""
     if edit.busy is not None:
-        node["sim_dur"] = round(edit.busy, 3)
-    deps = node.get("data_deps") or []
-    causes = node.get("data_dep_causes")
+        node["sim_dur"] = msgspec.Raw(msgspec.json.encode(round(edit.busy, 3)))
+    deps = json_value(node, "data_deps") or []
+    causes = json_value(node, "data_dep_causes")
     named = isinstance(causes, list) and len(causes) == len(deps)
     deps = [edit.repoint.get(dep, dep) for dep in deps]
     for dep, cause in edit.add:
         deps.append(dep)
         if named:
             causes.append(cause)
-    node["data_deps"] = deps
+    node["data_deps"] = msgspec.Raw(msgspec.json.encode(deps))
     if named:
-        node["data_dep_causes"] = causes
+        node["data_dep_causes"] = msgspec.Raw(msgspec.json.encode(causes))
 
 
 def _json_piece(node: dict, piece: Piece) -> dict:
@@ -149,8 +156,9 @@ def _json_piece(node: dict, piece: Piece) -> dict:
     made = {"id": piece.id}
     made.update((key, node[key]) for key in _NODE_KEYS if key in node)
     made.update((key, piece.continues) for key in _PARENT_KEYS if key in node)  # as an op's later pieces
-    if isinstance(node.get("ts"), (int, float)):
-        made["ts"] = round(node["ts"] + piece.offset, 3)
+    ts = json_value(node, "ts")
+    if isinstance(ts, (int, float)):
+        made["ts"] = round(ts + piece.offset, 3)
     made.update({"dur": round(piece.micros, 3), "continues": piece.continues, "sim_dur": round(piece.micros, 3),
                  "data_deps": [piece.after], "data_dep_causes": [piece.cause]})
     return made

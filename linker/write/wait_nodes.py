@@ -31,7 +31,8 @@ from linker.model import et_def_pb2 as pb
 from linker.model.errors import TraceInputError
 from linker.read.files import read_trace_bytes
 from linker.write.chakra_wire import find_attr, make_attr
-from linker.write.node_edits import JSON_FIELDS, JSON_NODES, payload_node_id, rewrite_et_nodes, write_json_document
+from linker.write.node_edits import (JSON_FIELDS, JSON_NODES, json_value, payload_node_id, rewrite_et_nodes,
+                                     write_json_document)
 
 WAIT_NODE_NAME = "[et-link|measured_wait]"
 WAIT_CAUSE_KEY = "wait_cause"  # the wait's cause, on the wait node (JSON key, .et string attribute)
@@ -104,7 +105,7 @@ def _add_to_json(path: Path, waits: list[Wait], first_id: int) -> int:
     for k, wait in enumerate(waits):
         at = position[wait.node_id]
         held = JSON_FIELDS.decode(nodes[at])
-        deps, causes = _value(held, "data_deps"), _value(held, "data_dep_causes")
+        deps, causes = json_value(held, "data_deps"), json_value(held, "data_dep_causes")
         node = _wait_node(held, first_id + k, wait, deps or [], causes or [])
         held["data_deps"] = msgspec.Raw(msgspec.json.encode((deps or []) + [node["id"]]))
         if causes is not None and len(causes) == len(deps or []):
@@ -113,11 +114,6 @@ def _add_to_json(path: Path, waits: list[Wait], first_id: int) -> int:
         added.append(msgspec.json.encode(node))
     write_json_document(path, doc, nodes + added)
     return len(added)
-
-
-def _value(fields: dict, key: str):
-    """A node's field, decoded (None when absent)."""
-    return msgspec.json.decode(fields[key]) if key in fields else None
 
 
 def _wait_node(held: dict, node_id: int, wait: Wait, deps: list, causes: list) -> dict:
