@@ -116,6 +116,22 @@ def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: 
     order; the cause is one of ``WAIT_CAUSES``. An op after a wait node of the file
     (``SimGraph.wait_nodes``) is left out (its wait is in the file), or, ``through_wait_nodes``,
     measured as if the wait node were not there (a replay that gives wait nodes no time). O(n + E)."""
+    return [(u, wait, cause) for u, wait, cause, _ in _gpu_waits(graph, min_us, through_wait_nodes)]
+
+
+def device_holds(graph: SimGraph) -> list[tuple[int, int]]:
+    """(kernel, holder) for each wait of ``gpu_waits`` whose cause is ``OTHER_STREAM_KERNEL``: the
+    kernel of another stream of its device that held the device until the kernel started
+    (``_other_stream_holder``), in node order. ``sim.device_edges`` turns each into a dependency of
+    the kernel on the part of its holder that ran until then. O(n + E + waits x streams x log
+    kernels)."""
+    return [(u, holder) for u, _, cause, holder in _gpu_waits(graph, HOLD_MIN_US, False)
+            if cause == OTHER_STREAM_KERNEL]
+
+
+def _gpu_waits(graph: SimGraph, min_us: float, through_wait_nodes: bool) -> list[tuple[int, float, str, int]]:
+    """``gpu_waits``' rows, each with the kernel of another stream that held the device until it
+    started (-1 unless the cause is ``OTHER_STREAM_KERNEL``)."""
     first, _ = graph.measured_span()
     if first != first:
         return []
@@ -149,27 +165,16 @@ def gpu_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes: 
             continue
         wait = start[u] - ready
         if wait >= min_us:
+            holder = -1
             if not launched:
                 cause = LAUNCHED_BEFORE_TRACE
             else:
                 kernels = _kernels_by_stream(graph) if kernels is None else kernels
-                cause = (OTHER_STREAM_KERNEL if _other_stream_holder(graph, kernels, u, ready) >= 0
+                holder = _other_stream_holder(graph, kernels, u, ready)
+                cause = (OTHER_STREAM_KERNEL if holder >= 0
                          else UNTRACED_EVENT if after_event else UNEXPLAINED_GPU_IDLE)
-            found.append((u, wait, cause))
+            found.append((u, wait, cause, holder))
     return found
-
-
-def device_holds(graph: SimGraph) -> list[tuple[int, int]]:
-    """(kernel, holder) for each wait of ``gpu_waits`` whose cause is ``OTHER_STREAM_KERNEL``: the
-    kernel of another stream of its device that held the device until the kernel started
-    (``_other_stream_holder``), in node order. ``sim.device_edges`` turns each into a dependency of
-    the kernel on the part of its holder that ran until then. O(n + E + waits x streams x log
-    kernels)."""
-    waits = [(u, wait) for u, wait, cause in gpu_waits(graph) if cause == OTHER_STREAM_KERNEL]
-    if not waits:
-        return []
-    kernels = _kernels_by_stream(graph)
-    return [(u, _other_stream_holder(graph, kernels, u, graph.start[u] - wait)) for u, wait in waits]
 
 
 def _is_kernel(graph: SimGraph, u: int) -> bool:
