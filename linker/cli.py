@@ -306,11 +306,10 @@ def _write_file_waits(outcome, waits: str, schedule: Schedule) -> str:
     them), in lines of words for the summary ("" for neither); a failure in one line."""
     if not wants_file_waits(outcome, waits):
         return ""
-    from linker.sim.file_waits import waits_in_words, write_device_edges, write_file_waits
+    from linker.sim.file_waits import waits_in_words, write_wait_step
 
     try:
-        edges, graph = write_device_edges(outcome.output, schedule)
-        written = write_file_waits(outcome.output, schedule, graph) if waits == MEASURED_WAITS else []
+        edges, written = write_wait_step(outcome.output, waits, schedule)
     except EtLinkError as err:
         fail(f"{err} (the output was written without its measured waits)", EXIT_INPUT)
     lines = []

@@ -163,12 +163,20 @@ def waits_in_words(waits: list[Wait]) -> str:
                      for cause, (count, us) in sorted(by_cause.items(), key=lambda item: -item[1][1]))
 
 
+def write_wait_step(path: str | os.PathLike, waits: str, schedule: Schedule | None = None
+                    ) -> tuple[int, list[Wait]]:
+    """The wait step on the output at ``path`` (module docstring): the device's holds written as
+    dependencies (``write_device_edges``), then, when ``waits`` is "measured", the measured waits
+    as wait nodes (``write_file_waits``, on the graph the first step left). Returns how many
+    kernels got an edge and the waits written. ``schedule``: ``load_graph``'s."""
+    edges, graph = write_device_edges(path, schedule)
+    return edges, write_file_waits(path, schedule, graph) if waits == MEASURED_WAITS else []
+
+
 def add_file_waits(outcome, waits: str, schedule: Schedule | None = None) -> int:
-    """After a link (``pipeline.PairOutcome``, its ``et_plus`` still held), on an output with GPU or
-    communication ops (module docstring): the device's holds written as dependencies
-    (``write_device_edges``), then, when ``waits`` is "measured", its measured waits as wait
-    nodes; returns the wait nodes written. ``schedule``: ``write_file_waits``'."""
+    """After a link (``pipeline.PairOutcome``, its ``et_plus`` still held): the wait step
+    (``write_wait_step``) on an output with GPU or communication ops (module docstring); returns
+    the wait nodes written."""
     if not wants_file_waits(outcome, waits):
         return 0
-    _, graph = write_device_edges(outcome.output, schedule)
-    return len(write_file_waits(outcome.output, schedule, graph)) if waits == MEASURED_WAITS else 0
+    return len(write_wait_step(outcome.output, waits, schedule)[1])
