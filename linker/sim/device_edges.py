@@ -47,7 +47,7 @@ def device_edges(graph: SimGraph) -> tuple[dict[int, NodeEdit], list[Piece]]:
     (module docstring); pieces take ids above the graph's largest. Empty when there are none."""
     by_holder: dict[int, list[int]] = {}
     for u, holder in device_holds(graph):
-        if holder >= 0 and holder not in graph.deps_of(u):
+        if holder not in graph.deps_of(u):
             by_holder.setdefault(holder, []).append(u)
     if not by_holder:
         return {}, []
