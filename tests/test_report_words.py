@@ -38,11 +38,11 @@ def test_a_capture_of_three_iterations_says_so(mlp_output):
 
 def test_the_page_lists_the_critical_paths_drift_as_explain_does(mlp_output, tmp_path):
     pytest.importorskip("plotly", reason="needs plotly (pip install 'et-link[view]')")
-    simulation = linker.simulate(mlp_output)
+    simulation = linker.simulate(mlp_output, scale="cpu=0.5")  # a what-if: the path drifts
     page_path = tmp_path / "page.html"
     simulation.write_html(page_path)
     page = page_path.read_text()
-    explained = linker.simulate(mlp_output, top=10)
+    explained = linker.simulate(mlp_output, top=10, scale="cpu=0.5")
     from linker.sim.explain import drift_report
 
     drift = drift_report(explained.replay, 10, explained.path)
@@ -66,3 +66,18 @@ def test_the_critical_paths_rows_shorten_a_kernels_long_name(tmp_path):
     row = next(line for line in simulation.text().splitlines() if "gpu " in line and "fbgemm" in line)
     assert row.endswith("void fbgemm::split_embedding_kernel<…>") and name not in row
     assert any(op.name == name for op in simulation.report.critical_path)
+
+
+def test_the_page_says_so_when_no_op_of_the_path_moves(tmp_path):
+    """A replay that keeps the measured timing along its path but for the rounding: no drift row,
+    and the page says why (as ``--explain`` does)."""
+    pytest.importorskip("plotly", reason="needs plotly (pip install 'et-link[view]')")
+    from sim_graphs import cpu, write_et
+
+    # Measured A 100-110, B 111-121: replayed back to back, B starts 1 µs early (a jump under 2 µs).
+    path = write_et(tmp_path / "r.et", [cpu(1, 10, start=100), cpu(2, 10, [1], start=111)])
+    page_path = tmp_path / "page.html"
+    linker.simulate(path).write_html(page_path)
+    section = page_path.read_text().split("where the replay drifts along the critical path", 1)[1]
+    assert "<td>largest</td>" not in section.split("</table>", 1)[0]
+    assert "No op of the path drifts by more than 1 µs, and no jump reaches 2 µs" in section

@@ -17,8 +17,11 @@ peer rank at a collective, and the measured wait the replay held it back by afte
 continues.
 
 ``first``: the first node of the path whose drift exceeds ``THRESHOLD`` of the measured span (at
-least 1 µs). ``largest``: the ``top`` largest jumps by size. ``end_drift_us``: simulated end −
-measured end. Cost: O(n) to find the path's end, O(path) after.
+least 1 µs). ``largest``: the ``top`` largest jumps by size, of ``JUMP_FLOOR_US`` or more: a
+smaller jump is the rounding of the times the file holds (a ``.et`` holds whole µs, so an op and
+the one it waited for can disagree by up to 1.5 µs where nothing moved), not a place where the
+replay gains or loses time. ``end_drift_us``: simulated end − measured end. Cost: O(n) to find the
+path's end, O(path) after.
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ from __future__ import annotations
 from linker.sim.critical import PathStep, critical_path
 from linker.sim.engine import Replay, measured_release
 from linker.sim.graph import KIND_NAMES, lane_label
+from linker.sim.unheld import HOLD_MIN_US
 from linker.model.units import format_us
 
 THRESHOLD = 0.005  # share of the measured span a drift must exceed to be "the first place"
+JUMP_FLOOR_US = HOLD_MIN_US  # the least jump listed among the largest: below it, the rounding of the times
 SHORT_NAME = 80  # characters of an op's name in the text (a C++ kernel's full name runs to 900)
 
 # How a node was reached, in words (the JSON keeps the names: "unit", "peer", "launch"...).
@@ -101,10 +106,11 @@ def drift_report(rp: Replay, top: int = 5, path: list[PathStep] | None = None) -
         if first is None and abs(drift) > threshold:
             first = place
         previous = drift
-    largest = sorted(places, key=lambda p: (-abs(p["jump_us"]), p["simulated_start_us"]))[:top]
+    jumps = [place for place in places if abs(place["jump_us"]) >= JUMP_FLOOR_US]
+    largest = sorted(jumps, key=lambda p: (-abs(p["jump_us"]), p["simulated_start_us"]))[:top]
     return {"origin": "earliest measured start" if joint else "each rank's own start",
             "end_drift_us": round(simulated_end - measured_end, 3), "threshold_us": round(threshold, 3),
-            "first": first, "largest": largest, "path_nodes_timed": len(places)}
+            "first": first, "largest": largest, "jump_floor_us": JUMP_FLOOR_US, "path_nodes_timed": len(places)}
 
 
 def format_drift(drift: dict, measured_us: float | None = None) -> list[str]:
@@ -135,9 +141,13 @@ def format_drift(drift: dict, measured_us: float | None = None) -> list[str]:
         lines.append(f"  no node of the path drifts by more than {format_us(drift['threshold_us'])}{share}")
     else:
         lines.append(f"  first beyond {format_us(drift['threshold_us'])}{share}: " + line(drift["first"]))
+    floor = format_us(drift["jump_floor_us"])
     if drift["largest"]:
-        lines.append("  largest jumps:")
+        lines.append(f"  largest jumps ({floor} or more):")
         lines += [f"    {line(place)}" for place in drift["largest"]]
+    else:
+        lines.append(f"  no jump of {floor} or more: along the path the replay keeps the measured timing "
+                     "(smaller jumps are the rounding of the times in the file)")
     return lines
 
 

@@ -212,7 +212,8 @@ PATH_DRIFT = ("Where the replay drifts, along the critical path (the list <code>
               "prints): drift is the simulated start minus the measured start from one origin ({origin}); "
               "jump is the change of drift since the previous op of the path; held by: what the op waited for "
               "in the replay. The first row is the first op of the path that drifts by more than {threshold}; "
-              "the others, the largest jumps.")
+              "the others, the largest jumps of {floor} or more (a smaller one is the rounding of the times "
+              "in the file).")
 
 
 def _divergence_table(tl: RankTimeline) -> str:
@@ -235,9 +236,11 @@ def _drift_table(drift: dict, job: bool) -> str:
     """The critical path's drift places (``explain.drift_report``), as ``--explain`` lists them."""
     places = ([("first", drift["first"])] if drift["first"] is not None else []) + \
         [("largest", place) for place in drift["largest"]]
-    intro = PATH_DRIFT.format(origin=html.escape(drift["origin"]), threshold=format_us(drift["threshold_us"]))
+    threshold, floor = format_us(drift["threshold_us"]), format_us(drift["jump_floor_us"])
+    intro = PATH_DRIFT.format(origin=html.escape(drift["origin"]), threshold=threshold, floor=floor)
     if not places:
-        return f"<p class='note'>{intro}</p><p class='note'>No op of the path drifts.</p>"
+        return (f"<p class='note'>{intro}</p><p class='note'>No op of the path drifts by more than {threshold}, "
+                f"and no jump reaches {floor}: along the path the replay keeps the measured timing.</p>")
 
     def held(place: dict) -> str:
         words = LINK_WORDS.get(place["held_by"], place["held_by"])
