@@ -118,10 +118,18 @@ def _linked_et(tmp_path, et, kineto, name):
 SERIAL, SPLIT = Schedule.serial(), Schedule.forced()  # a plain .et read by one process, or two
 
 
-@pytest.mark.parametrize("pair", ["cpu_threads", "dlrm_rank3"])
+@pytest.mark.parametrize("pair", ["cpu_threads", "dlrm_rank3", "gpu_v111"])
 def test_two_process_read_gives_the_one_process_graph(tmp_path, pair):
-    et, kineto = fixture_pair("cpu", "threads") if pair == "cpu_threads" else dlrm_pair(3)
-    path = _linked_et(tmp_path, et, kineto, f"{pair}.et")
+    """Also on a GPU output after its wait step (kernels' pieces, their edges, wait nodes)."""
+    if pair == "gpu_v111":
+        from linker.sim.file_waits import add_file_waits
+
+        path = tmp_path / "gpu.et"
+        outcome = link_pair(*fixture_pair("gpu", "gpu_v111"), path, LinkOptions(), None)
+        assert add_file_waits(outcome, "measured") > 0
+    else:
+        et, kineto = fixture_pair("cpu", "threads") if pair == "cpu_threads" else dlrm_pair(3)
+        path = _linked_et(tmp_path, et, kineto, f"{pair}.et")
     offset, index = frame_boundary(path, path.stat().st_size // 2)
     assert 0 < offset < path.stat().st_size and index > 1  # a real split, mid-file
     assert [f.offset for f in iter_frames(path)][index] == offset

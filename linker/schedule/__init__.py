@@ -72,10 +72,10 @@ class Schedule:
 
     kineto_child: bool = False  # read, check and nest a large Kineto trace in a forked child
     fields_child: bool = False  # encode a large ET's own fields of a ``.et`` output in a forked child
-    split_load: bool = False  # ``simulate``: read a large plain ``.et`` in two processes
+    split_load: bool = False  # read a large plain ``.et`` back in two processes (``sim.load``)
     one_shot: bool = False  # the process ends with the command: no collection, no freeing
     child_min_bytes: int = 2 << 20  # smaller inputs are read (and encoded) quickly where they are
-    split_min_bytes: int = 64 << 20  # smaller ``.et`` files are read quickly enough by one process
+    split_min_bytes: int = 16 << 20  # smaller ``.et`` files are read about as fast by one process
     fields_batch_nodes: int = 2048  # nodes the fields child encodes between two reports of its progress
     wait_for_fields: bool = False  # the ``.et`` writer waits for the fields child to be done (tests)
     output_room: bool = False  # a large plain JSON output's file filled from a thread while linking
@@ -168,7 +168,8 @@ class Schedule:
         return call_in_children(work, calls, processes)
 
     def splits_load(self, path) -> bool:
-        """Whether ``simulate`` reads the plain ``.et`` at ``path`` in two processes."""
+        """Whether the plain ``.et`` at ``path`` is read (``sim.load``: by ``simulate``, by the wait
+        step after a link, by a batch's setup) in two processes."""
         return self.split_load and _at_least(path, self.split_min_bytes) and can_fork()
 
     def collector_paused(self):
