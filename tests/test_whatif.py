@@ -383,8 +383,9 @@ def _copy_nodes(path: Path) -> dict[int, pb.Node]:
     return {node.id: node for node in (pb.Node.FromString(f.payload) for f in iter_frames(path) if f.index)}
 
 
-def _attr(node: pb.Node, name: str):
-    return next(getattr(a, a.WhichOneof("value")) for a in node.attr if a.name == name)
+def _attr(node: pb.Node, name: str, *default):
+    """The value of ``node``'s attribute ``name``; ``default`` when given and the node has none."""
+    return next((getattr(a, a.WhichOneof("value")) for a in node.attr if a.name == name), *default)
 
 
 def _astra_ring_us(size: int, npus: int, gbps: float) -> float:
@@ -401,8 +402,9 @@ def test_astra_copies_carry_the_gloo_collectives_on_the_fitted_bus(whatif_jobs, 
     """The ``network`` form: network.yml is the bus the trace's collectives fit, as links of rate / N;
     each matched all-reduce is the 1-byte meeting, then an all-reduce of its episode's bytes (the
     ones every rank's episode carried), then the rank's time less the network's, as a COMP_NODE
-    (taken from the next of the episode's nodes where it would go below 0). Expected values from
-    the .et files' raw fields and the measured form's copies."""
+    (taken from the next of the episode's nodes where it would go below 0); where the network's
+    time is above the rank's whole episode, the difference taken from the CPU ops after it.
+    Expected values from the .et files' raw fields and the measured form's copies."""
     from linker.batch.astra_setup import setup_for_files
 
     linked = whatif_jobs["unlimited"]
@@ -431,6 +433,7 @@ def test_astra_copies_carry_the_gloo_collectives_on_the_fitted_bus(whatif_jobs, 
     assert [sum(sizes[r][i] for i in episodes[r][1][-1]) for r in (0, 1)] == [789_504 + 263_168, 789_504]
     for rank, (measured, mine) in enumerate(episodes):
         nodes = _copy_nodes(tmp_path / "network" / f"workload.{rank}.et")
+        owed = []  # the µs each episode's network time is above the rank's parts of it (its debt)
         for k, ids in enumerate(mine):
             carried_bytes = min(sum(sizes[r][i] for i in episodes[r][1][k]) for r in (0, 1))
             head = nodes[ids[0]]
@@ -444,6 +447,26 @@ def test_astra_copies_carry_the_gloo_collectives_on_the_fitted_bus(whatif_jobs, 
                 taken = min(was, left)
                 left -= taken
                 assert nodes[i].duration_micros == pytest.approx(was - taken, abs=1)
+            owed.append(left)
+        # the debts are taken back from the CPU ops after the episodes, on the thread that waited
+        # for them: the ops' durations fall by their sum, each op to 0 at most, nothing else moves
+        original = _copy_nodes(linked / f"rank.{rank}.et")
+        shortened = {i: original[i].duration_micros - node.duration_micros for i, node in nodes.items()
+                     if i in original and original[i].type == pb.COMP_NODE and
+                     node.duration_micros != original[i].duration_micros}
+        assert all(0 < cut <= original[i].duration_micros for i, cut in shortened.items())
+        assert all(nodes[i].type == pb.COMP_NODE and _attr(nodes[i], "is_cpu_op") for i in shortened)
+        (tid,) = {_attr(original[i], "tid") for i in shortened}
+        first_owed = min(original[ids[-1]].start_time_micros for ids, debt in zip(mine, owed) if debt >= 0.5)
+        assert min(original[i].start_time_micros for i in shortened) > first_owed
+        # every debt but the last episode's is repaid in full (a step's ops follow it); the last
+        # one as far as the thread's ops after it hold: those are all at 0 where it is not
+        tolerance = len(owed) + len(shortened)
+        assert sum(owed[:-1]) > 1_000 and sum(owed[:-1]) - tolerance <= sum(shortened.values()) <= sum(owed) + tolerance
+        if sum(shortened.values()) < sum(owed) - tolerance:
+            thread = [node for node in original.values() if node.type == pb.COMP_NODE and _attr(node, "tid", None) == tid]
+            joined = min(node.start_time_micros for node in thread if set(node.data_deps) & set(mine[-1]))
+            assert all(nodes[node.id].duration_micros == 0 for node in thread if node.start_time_micros >= joined)
 
 
 def test_the_network_form_needs_a_job_of_cpu_collectives_only(tmp_path):

@@ -51,7 +51,18 @@ episode's first node and, where that would go below 0, from the next ones'. On t
 ASTRA-sim replays the trace as the measured form does; with another bandwidth or latency in
 ``network.yml`` its own network model moves the collectives. The meeting stays: it makes the
 ranks start the carried collective together (a rank that issued it first would otherwise run its
-first ring steps alone). Cost: one job replay, O(c log c) after.
+first ring steps alone).
+
+A rank whose parts of an episode are shorter than the network's time for it (it sent some of its
+bytes before the last rank arrived, or the fit, a least squares over every episode, is above this
+one) still takes the network's whole time in ASTRA-sim, and ends late by the difference: its
+*debt*. ``simulate --network`` ends it at its measured end plus the change of the network's time,
+earlier than the meeting plus the network's new time by that same debt, whatever the network. So
+the debt is taken back from the rank's CPU ops that waited for the episode (``_repay``): from the
+first of them, then along its thread, each down to 0 at most. The rank then goes on where its
+measured run did (its own replay) or where ``simulate`` puts it (a what-if), and the copies move
+with ``network.yml`` as before: only the time the network carries depends on it. Cost: one job
+replay, O(c log c) after, and O(n + e) per rank that owes a debt.
 """
 
 from __future__ import annotations
@@ -60,7 +71,7 @@ from dataclasses import dataclass, field
 
 from linker.model.errors import OptionError
 from linker.sim.engine import ASTRA_SIM, Replay, replay
-from linker.sim.graph import COLL, SimGraph
+from linker.sim.graph import COLL, CPU, SimGraph
 from linker.sim.network import BUS, FittedNetwork, fit_job, volume
 from linker.sim.network_fit import DEFAULT_TOPOLOGY, FITTED_TYPES, NetworkFit, collective_ns, stated
 
@@ -83,12 +94,15 @@ class NodeEdit:
     depends on (the meeting takes the collective's dependencies); ``carried`` not None (the
     ``network`` form): (new id, Chakra type, bytes) of a collective after the meeting that the
     timed node depends on instead; ``after_id`` not None (one replayed alone that ran under the
-    collective issued before it): that collective's id, which the timed node depends on too."""
+    collective issued before it): that collective's id, which the timed node depends on too.
+    ``kept`` (the ``network`` form's repayment, ``_repay``): not a collective but a CPU op, written
+    as it is with ``duration_micros`` = ``timed_us``."""
 
     timed_us: int
     sync_id: int | None = None
     carried: tuple[int, int, int] | None = None
     after_id: int | None = None
+    kept: bool = False
 
 
 @dataclass
@@ -102,6 +116,7 @@ class CpuCollectives:
     network: NetworkFit | None = None
     bus: FittedNetwork | None = None
     carried: int = 0
+    repaid: float = 0.0  # µs taken from CPU ops after collectives that ran longer than measured (``_repay``)
     notes: list[str] = field(default_factory=list)
 
 
@@ -184,6 +199,7 @@ def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id:
                          collectives=bus.collectives, measured_us=bus.measured_us, modelled_us=bus.modelled_us,
                          mean_abs_error=bus.mean_abs_error)
     episodes: dict[int, list] = {}  # group -> its members' episodes
+    debts: dict[int, list[tuple[int, float]]] = {}  # rank position -> (episode's last node, µs owed)
     for episode in job.episodes["cpu"]:
         g = rp.groups.group_of[episode.nodes[0]]
         if g >= 0 and episode.types[0] in FITTED_TYPES:
@@ -212,4 +228,48 @@ def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id:
             head.carried = (next_id[r], first.types[0], size)
             next_id[r] += 1
             result.carried += 1
+            if left >= 0.5:  # less is below the file's resolution (whole µs)
+                debts.setdefault(r, []).append((episode.nodes[-1] - base, left))
+    for r, owed in debts.items():
+        result.repaid += _repay(graphs[r], result.edits[r], owed)
     result.network, result.bus = network, bus
+
+
+def _repay(graph: SimGraph, edits: dict[int, NodeEdit], owed: list[tuple[int, float]]) -> float:
+    """Take each of a rank's debts (``owed``: (the episode's last collective, µs its parts fell
+    short of the network's time)) from the CPU ops that waited for that collective: from the one
+    that started first among those that depend on it, then along its thread in measured order,
+    each op down to 0 at most (``_carry``). The ops are written as they are with the shorter
+    ``duration_micros`` (a ``NodeEdit`` with ``kept``). Returns the µs taken. O(n + e) for the
+    rank."""
+    ends = {u for u, _ in owed}
+    waiting: dict[int, list[int]] = {}
+    for v in range(len(graph)):
+        if graph.kind[v] == CPU:
+            for d in graph.deps_of(v):
+                if d in ends:
+                    waiting.setdefault(d, []).append(v)
+    by_lane: dict[int, list[int]] = {}
+    for v in sorted((v for v in range(len(graph)) if graph.kind[v] == CPU and graph.start[v] == graph.start[v]),
+                    key=graph.start.__getitem__):
+        by_lane.setdefault(graph.lane[v], []).append(v)
+    place = {v: k for lane in by_lane.values() for k, v in enumerate(lane)}
+    remaining: dict[int, float] = {}
+    repaid = 0.0
+    for end, debt in owed:
+        first = min((v for v in waiting.get(end, ()) if v in place), key=graph.start.__getitem__, default=None)
+        if first is None:
+            continue
+        lane = by_lane[graph.lane[first]]
+        for v in lane[place[first]:]:
+            if debt <= 0:
+                break
+            node_id = graph.ids[v]
+            if node_id in edits and not edits[node_id].kept:
+                continue
+            has = remaining.get(v, graph.duration[v])
+            taken = min(has, debt)
+            if taken > 0:
+                remaining[v], debt, repaid = has - taken, debt - taken, repaid + taken
+                edits[node_id] = NodeEdit(timed_us=max(0, round(has - taken)), kept=True)
+    return repaid
