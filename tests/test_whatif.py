@@ -90,6 +90,29 @@ def _end(result) -> float:
     return max(e for e in result.end if e == e)
 
 
+def test_a_collective_begun_after_its_ranks_episode_ended_opens_its_own(tmp_path):
+    """An episode is a collective and the ones the replay runs alone after it that began, on that
+    rank, before the episode's collectives had ended (they shared the medium); one that began later
+    (the other ranks' ETs lost it, a step on) is an episode of its own, not more of the first one's
+    transfer."""
+    from linker.sim.network import fit_job
+
+    def numbered(spec, seq):  # gloo's issue number: a collective only some ranks hold is replayed alone
+        spec.attrs.append(make_attr("comm_seq", seq))
+        return spec
+
+    both = [cpu(1, 100, start=0), numbered(_gloo(2, 2020, 100_000, [1], 100), 0), cpu(3, 100, [2], start=2120)]
+    beside = both + [numbered(_gloo(4, 6020, 300_000, [1], 1000), 1)]  # began while the matched one ran
+    later = both + [numbered(_gloo(4, 6020, 300_000, [3], 2220), 1)]  # began after it had ended
+    for extra, expected in ((beside, [[2, 4]]), (later, [[2], [4]])):
+        graphs = [load_graph(write_et(tmp_path / "rank0.et", both), 0),
+                  load_graph(write_et(tmp_path / "rank1.et", extra), 1)]
+        rp = replay(graphs, ASTRA_SIM, release=measured_release(graphs))
+        job = fit_job(graphs, rp.offsets, rp.groups, rp.duration)
+        assert [[graphs[1].ids[v - rp.offsets[1]] for v in e.nodes] for e in job.episodes["cpu"] if e.rank == 1] \
+            == expected
+
+
 def test_the_fit_finds_the_network_the_collectives_were_timed_on(tmp_path):
     graphs = _job(tmp_path)
     release = measured_release(graphs)
@@ -224,7 +247,8 @@ def raw_bus_fit(linked: Path) -> dict:
     collective every rank holds that started, on no rank, before the earlier ones there had
     ended is matched: its time is the longest over the ranks of their parts (a part: the duration
     less the wait for the last rank's start); the others are a rank's own, for their duration, and
-    join the rank's episode. Each episode (a
+    join the rank's episode when they started before its collectives had all ended (else they
+    open one of their own). Each episode (a
     matched collective and the ones joining it) is a row: steps 2(N-1) and bus bytes 2(N-1)S per
     all-reduce. Least squares of time = steps * latency + bytes / bandwidth; latency 0 (the whole
     time over the bytes) where the rows cannot tell it apart or the fit gives it < 0."""
@@ -253,9 +277,9 @@ def raw_bus_fit(linked: Path) -> dict:
     matched = {seq for seq in set.intersection(*(set(held) for held in ranks)) if seq not in under}
     rows, collectives = [], 0
     for held in ranks:
-        episode = None
+        episode, open_until = None, -math.inf
         for seq in sorted(held):
-            start, _, duration, size = held[seq]
+            start, measured, duration, size = held[seq]
             if seq in matched:
                 last = max(other[seq][0] for other in ranks)
                 part = max(max(0, other[seq][2] - (last - other[seq][0])) for other in ranks)
@@ -263,9 +287,10 @@ def raw_bus_fit(linked: Path) -> dict:
                 rows.append(episode)
             else:
                 part = duration
-                if episode is None:
+                if episode is None or start >= open_until:
                     episode = [0, 0.0, 0.0]
                     rows.append(episode)
+            open_until = start + measured if not episode[0] else max(open_until, start + measured)
             episode[0] += 2 * (n - 1)
             episode[1] += 2 * (n - 1) * size
             episode[2] += part
@@ -388,13 +413,13 @@ def _attr(node: pb.Node, name: str, *default):
     return next((getattr(a, a.WhichOneof("value")) for a in node.attr if a.name == name), *default)
 
 
-def _astra_ring_us(size: int, npus: int, gbps: float) -> float:
+def _astra_ring_us(size: int, npus: int, gbps: float, latency_ns: float = 0.0) -> float:
     """ASTRA-sim's congestion-unaware time of a ring all-reduce alone on a FullyConnected network
-    of links of ``gbps`` GB/s (2^30 bytes), latency 0, et-link's system file (endpoint delay
-    10 ns, local memory 1,600 GB/s): 10 + 2(N-1)(10 + floor(m / B)) + (N-1) 3 floor(m / 1600 GB/s),
-    m = S / N (ASTRA-sim's Ring.cc and BasicTopology, as docs/astra-sim.md derives)."""
+    of links of ``gbps`` GB/s (2^30 bytes), ``latency_ns`` a link, et-link's system file (endpoint
+    delay 10 ns, local memory 1,600 GB/s): 10 + 2(N-1)(10 + floor(L + m / B)) + (N-1) 3 floor(m /
+    1600 GB/s), m = S / N (ASTRA-sim's Ring.cc and BasicTopology, as docs/astra-sim.md derives)."""
     message = size // npus
-    per_step = math.floor(message / (gbps * 2 ** 30 / 1e9))
+    per_step = math.floor(latency_ns + message / (gbps * 2 ** 30 / 1e9))
     return (10 + 2 * (npus - 1) * (10 + per_step) + (npus - 1) * 3 * math.floor(message / 1600)) / 1000
 
 
@@ -469,6 +494,36 @@ def test_astra_copies_carry_the_gloo_collectives_on_the_fitted_bus(whatif_jobs, 
             assert all(nodes[node.id].duration_micros == 0 for node in thread if node.start_time_micros >= joined)
 
 
+def test_astra_copies_retime_the_collectives_run_alone_for_the_network_written(tmp_path):
+    """A collective only one rank's ET kept has no meeting and no collective ASTRA-sim could time:
+    in the ``network`` form its replayed time moves by ASTRA-sim's time for it on the network
+    written less on the fitted one, as simulate --network moves it; on the fitted network it keeps
+    its replayed time."""
+    from dataclasses import replace
+
+    from linker.batch.astra_collectives import cpu_collective_edits, retime_alone
+
+    def numbered(spec, seq):
+        spec.attrs.append(make_attr("comm_seq", seq))
+        return spec
+
+    both = [cpu(1, 100, start=0), numbered(_gloo(2, 2020, 100_000, [1], 100), 0), cpu(3, 100, [2], start=2120)]
+    mine = both + [numbered(_gloo(4, 6020, 300_000, [3], 2220), 1), cpu(5, 100, [4], start=8240)]
+    graphs = [load_graph(write_et(tmp_path / "rank0.et", both), 0), load_graph(write_et(tmp_path / "rank1.et", mine), 1)]
+    carried = cpu_collective_edits(graphs, None, "network")
+    assert [(e.rank, e.node_ids) for e in carried.alone] == [(1, [4])]
+    replayed = carried.edits[1][4].timed_us
+    assert replayed == 6020 and carried.edits[1][4].carried is None
+    retime_alone(carried, carried.network)
+    assert carried.edits[1][4].timed_us == replayed
+    fitted = carried.network
+    slower = replace(fitted, bandwidth_gbps=fitted.bandwidth_gbps / 4)
+    retime_alone(carried, slower)
+    change = (_astra_ring_us(300_000, 2, slower.bandwidth_gbps, fitted.latency_ns)
+              - _astra_ring_us(300_000, 2, fitted.bandwidth_gbps, fitted.latency_ns))
+    assert change > 1_000 and carried.edits[1][4].timed_us == pytest.approx(replayed + change, abs=1)
+
+
 def test_the_network_form_needs_a_job_of_cpu_collectives_only(tmp_path):
     from linker.batch.astra_collectives import check_form, cpu_collective_edits
 
@@ -478,7 +533,14 @@ def test_the_network_form_needs_a_job_of_cpu_collectives_only(tmp_path):
     assert carried.network.latency_ns == pytest.approx(10_000) and carried.bus.latency_told_apart
     # each collective's measured time is its network time: nothing is left for the timed part
     assert all(edit.timed_us <= 1 and edit.carried[2] in (100_000, 300_000) for edits in carried.edits
-               for edit in edits.values())
+               for edit in edits.values() if not edit.kept)
+    # ASTRA-sim's 1-byte meeting before each carried collective takes its 2 ring steps of latency too:
+    # 10 + 2 (10 + 10,000) ns, taken from the CPU op after each collective (100 us measured)
+    meeting_us = (10 + 2 * (10 + 10_000)) / 1000
+    assert [{i: edit.timed_us for i, edit in edits.items() if edit.kept} for edits in carried.edits] == \
+        [{3: round(100 - meeting_us), 5: round(100 - meeting_us)}] * 2
+    # (and the carried collective's own time, within the written bandwidth's 4 digits of the part's)
+    assert carried.repaid == pytest.approx(4 * meeting_us, abs=0.5)
     assert cpu_collective_edits(graphs, None).network is None  # the measured form by default
     single = cpu_collective_edits(graphs[:1], None, "network")
     assert single.edits == [{}] and "single rank" in single.notes[0]

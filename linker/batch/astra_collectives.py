@@ -106,6 +106,19 @@ class NodeEdit:
 
 
 @dataclass
+class AloneEpisode:
+    """A rank's collectives the replay runs alone, one after the other (none matched across the
+    ranks: the other ranks' ETs lost the first), in the ``network`` form: their node ids, Chakra
+    types and sizes, and the ranks of their process group (``retime_alone``)."""
+
+    rank: int
+    node_ids: list[int]
+    types: list[int]
+    sizes: list[int]
+    npus: int
+
+
+@dataclass
 class CpuCollectives:
     """The workload copies' CPU collectives: per rank position node id -> ``NodeEdit``; in the
     ``network`` form the network the carried collectives were timed on (``network``, with the
@@ -117,6 +130,7 @@ class CpuCollectives:
     bus: FittedNetwork | None = None
     carried: int = 0
     repaid: float = 0.0  # µs taken from CPU ops after collectives that ran longer than measured (``_repay``)
+    alone: list[AloneEpisode] = field(default_factory=list)  # the network form's, for ``retime_alone``
     notes: list[str] = field(default_factory=list)
 
 
@@ -204,12 +218,16 @@ def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id:
         g = rp.groups.group_of[episode.nodes[0]]
         if g >= 0 and episode.types[0] in FITTED_TYPES:
             episodes.setdefault(g, []).append(episode)
+        elif g < 0 and all(t in FITTED_TYPES for t in episode.types):
+            r = rp.rank_of(episode.nodes[0])
+            result.alone.append(AloneEpisode(r, [graphs[r].ids[v - rp.offsets[r]] for v in episode.nodes],
+                                             episode.types, episode.sizes, episode.npus))
     for members in episodes.values():
         first = members[0]
         one_byte = volume(first.types[0], 1, first.npus)[1]
         size = round(min(e.per_rank_bytes for e in members) / one_byte)
-        network_us = collective_ns(first.types[0], size, first.npus, topology, network.bandwidth_gbps,
-                                   network.latency_ns) / 1000
+        network_us = sum(collective_ns(first.types[0], carried, first.npus, topology, network.bandwidth_gbps,
+                                       network.latency_ns) for carried in (1, size)) / 1000  # the meeting too
         for episode in members:
             r = rp.rank_of(episode.nodes[0])
             graph, base = graphs[r], rp.offsets[r]
@@ -233,6 +251,32 @@ def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id:
     for r, owed in debts.items():
         result.repaid += _repay(graphs[r], result.edits[r], owed)
     result.network, result.bus = network, bus
+
+
+def retime_alone(cpu: CpuCollectives, written: NetworkFit) -> None:
+    """The ``network`` form's collectives that run alone (``AloneEpisode``: no meeting, so no
+    collective ASTRA-sim could time) re-timed for the network file actually written (``written``:
+    the fitted one, or the bandwidth or latency a what-if gave): each episode's replayed time
+    changes by ASTRA-sim's time for its collectives on ``written`` less their time on the fitted
+    network, from its first node and, where that would go below 0, the next ones (as ``simulate
+    --network`` re-times them). Nothing changes on the fitted network. O(alone collectives)."""
+    fitted = cpu.network
+    if fitted is None:
+        return
+    for episode in cpu.alone:
+        change = sum(collective_ns(t, size, episode.npus, written.topology, written.bandwidth_gbps,
+                                   written.latency_ns)
+                     - collective_ns(t, size, episode.npus, fitted.topology, fitted.bandwidth_gbps,
+                                     fitted.latency_ns)
+                     for t, size in zip(episode.types, episode.sizes)) / 1000
+        edits = cpu.edits[episode.rank]
+        for node_id in episode.node_ids:
+            edit = edits.get(node_id)
+            if edit is None or change == 0:
+                continue
+            now = max(0.0, edit.timed_us + change)
+            change -= now - edit.timed_us
+            edit.timed_us = round(now)
 
 
 def _repay(graph: SimGraph, edits: dict[int, NodeEdit], owed: list[tuple[int, float]]) -> float:

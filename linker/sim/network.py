@@ -402,6 +402,7 @@ def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) 
         member_index.update((u, k) for k, u in enumerate(members))
     for r, (graph, base) in enumerate(zip(graphs, offsets)):
         current: dict[tuple[str, str], Episode] = {}  # (backend, pg) -> the open episode
+        open_until: dict[tuple[str, str], float] = {}  # (backend, pg) -> the open episode's latest measured end
         for u in _in_issue_order(graph):
             info = graph.comm[u]
             v = base + u
@@ -430,12 +431,16 @@ def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) 
                         part = transfer[g] = min(duration[m] for m in groups.members[g])
             key = (backend, info.pg_name)
             episode = current.get(key)
-            if g >= 0 or episode is None or backend == "gpu":
+            began, ended = graph.start[u], graph.start[u] + graph.measured_dur[u]
+            if g >= 0 or episode is None or backend == "gpu" or began >= open_until[key]:
                 episode = current[key] = Episode(backend, graph.rank, info.pg_name, [], [], npus=npus,
                                                  beside=episode)
                 episodes.append(episode)
                 if group_part is not None:
                     episode.group_extra = group_part - part
+                open_until[key] = ended
+            elif ended > open_until[key]:
+                open_until[key] = ended
             episode.nodes.append(v)
             episode.parts.append(part)
             episode.steps += shape[0]
