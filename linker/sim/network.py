@@ -19,8 +19,10 @@ the second as measured:
    members' parts after the last rank arrived (a part is its busy time less its measured wait for
    peers: docs/fidelity.md; the last rank to arrive sends all its bytes after it, one that arrived
    early may have sent some before, into its sockets), plus the parts the replay runs alone after
-   it (a collective that ran under the previous one shares the medium with it: the two are one
-   *episode* on the bus); for a GPU collective its shortest member. (Before 2026-11-30 each rank's
+   it (a collective that ran under the previous one, begun on that rank before the episode's
+   collectives had ended, shares the medium with it: the two are one *episode* on the bus; one
+   begun later, such as one the other ranks' ETs lost a step on, is an episode of its own); for a
+   GPU collective its shortest member. (Before 2026-11-30 each rank's
    own part: the slowed loopbacks' buses read 1.02–1.22 of the tbf rate, now 0.92–1.08.) When every episode has the same steps-to-bytes ratio (a DDP job sends the
    same buckets every step) latency and bandwidth are not told apart: the whole time is taken as
    bandwidth (latency 0), which the report says.
@@ -209,7 +211,8 @@ def network_us(steps: int, bytes_on_medium: float, bandwidth: float, latency_us:
 class Episode:
     """One rank's run of collectives the replay holds back to back: a collective (``nodes[0]``,
     matched across ranks or alone) and the ones after it on the same rank and group that the
-    replay runs alone (they ran under it, sharing the medium). ``measured_us``: what the replay
+    replay runs alone and that began, as measured, before the episode's collectives had all
+    ended (they ran under it, sharing the medium). ``measured_us``: what the replay
     holds them for (the first's part after the last arrival, the others' durations);
     ``parts[k]``: that part of ``nodes[k]``. ``transfer_us``: what the fit reads, the same but for
     a matched CPU collective first, whose part is its group's transfer, the longest of its members'
