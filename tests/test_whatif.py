@@ -494,14 +494,14 @@ def test_astra_copies_carry_the_gloo_collectives_on_the_fitted_bus(whatif_jobs, 
             assert all(nodes[node.id].duration_micros == 0 for node in thread if node.start_time_micros >= joined)
 
 
-def test_astra_copies_retime_the_collectives_run_alone_for_the_network_written(tmp_path):
-    """A collective only one rank's ET kept has no meeting and no collective ASTRA-sim could time:
-    in the ``network`` form its replayed time moves by ASTRA-sim's time for it on the network
-    written less on the fitted one, as simulate --network moves it; on the fitted network it keeps
-    its replayed time."""
+def test_astra_copies_retime_what_the_carried_collectives_do_not_hold(tmp_path):
+    """A collective only one rank's ET kept has no meeting and no collective ASTRA-sim could time,
+    and a rank's episode may hold more than the bytes every member's held: in the ``network`` form
+    that time moves by ASTRA-sim's time for those bytes on the network written less on the fitted
+    one, as simulate --network moves it; on the fitted network it keeps its replayed time."""
     from dataclasses import replace
 
-    from linker.batch.astra_collectives import cpu_collective_edits, retime_alone
+    from linker.batch.astra_collectives import cpu_collective_edits, retime_uncarried
 
     def numbered(spec, seq):
         spec.attrs.append(make_attr("comm_seq", seq))
@@ -511,17 +511,33 @@ def test_astra_copies_retime_the_collectives_run_alone_for_the_network_written(t
     mine = both + [numbered(_gloo(4, 6020, 300_000, [3], 2220), 1), cpu(5, 100, [4], start=8240)]
     graphs = [load_graph(write_et(tmp_path / "rank0.et", both), 0), load_graph(write_et(tmp_path / "rank1.et", mine), 1)]
     carried = cpu_collective_edits(graphs, None, "network")
-    assert [(e.rank, e.node_ids) for e in carried.alone] == [(1, [4])]
+    assert [(e.rank, e.node_ids) for e in carried.uncarried] == [(1, [4])]
     replayed = carried.edits[1][4].timed_us
     assert replayed == 6020 and carried.edits[1][4].carried is None
-    retime_alone(carried, carried.network)
+    retime_uncarried(carried, carried.network)
     assert carried.edits[1][4].timed_us == replayed
     fitted = carried.network
     slower = replace(fitted, bandwidth_gbps=fitted.bandwidth_gbps / 4)
-    retime_alone(carried, slower)
+    retime_uncarried(carried, slower)
     change = (_astra_ring_us(300_000, 2, slower.bandwidth_gbps, fitted.latency_ns)
               - _astra_ring_us(300_000, 2, fitted.bandwidth_gbps, fitted.latency_ns))
     assert change > 1_000 and carried.edits[1][4].timed_us == pytest.approx(replayed + change, abs=1)
+    # a matched episode holding more than every member's (rank 1 ran its second all-reduce under
+    # the first; rank 0's ET lost it): the carried collective holds the bytes both held, rank 1's
+    # rest moves as the one run alone did
+    beside = both + [numbered(_gloo(4, 6020, 300_000, [1], 1000), 1)]
+    graphs = [load_graph(write_et(tmp_path / "rank0.et", both), 0), load_graph(write_et(tmp_path / "rank1.et", beside), 1)]
+    carried = cpu_collective_edits(graphs, None, "network")
+    assert [(e.rank, e.node_ids, e.carried) for e in carried.uncarried] == [(1, [2, 4], (pb.ALL_REDUCE, 100_000))]
+    before = [dict((i, e.timed_us) for i, e in edits.items()) for edits in carried.edits]
+    fitted = carried.network
+    slower = replace(fitted, bandwidth_gbps=fitted.bandwidth_gbps / 4)
+    retime_uncarried(carried, slower)
+    change = (_astra_ring_us(300_000, 2, slower.bandwidth_gbps, fitted.latency_ns)
+              - _astra_ring_us(300_000, 2, fitted.bandwidth_gbps, fitted.latency_ns))
+    after = [dict((i, e.timed_us) for i, e in edits.items()) for edits in carried.edits]
+    assert after[0] == before[0]
+    assert sum(after[1].values()) - sum(before[1].values()) == pytest.approx(change, abs=2)
 
 
 def test_the_network_form_needs_a_job_of_cpu_collectives_only(tmp_path):

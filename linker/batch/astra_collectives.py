@@ -106,16 +106,19 @@ class NodeEdit:
 
 
 @dataclass
-class AloneEpisode:
-    """A rank's collectives the replay runs alone, one after the other (none matched across the
-    ranks: the other ranks' ETs lost the first), in the ``network`` form: their node ids, Chakra
-    types and sizes, and the ranks of their process group (``retime_alone``)."""
+class Uncarried:
+    """A rank's episode (its collectives' node ids, Chakra types and sizes, its process group's
+    size) whose bytes ASTRA-sim's network carries only in part, in the ``network`` form: one the
+    replay runs alone (``carried`` None: no meeting, so no collective ASTRA-sim could time), or a
+    matched one holding more than the bytes every member's episode held (``carried``: the
+    collective written, (type, size)). ``retime_uncarried`` re-times the rest."""
 
     rank: int
     node_ids: list[int]
     types: list[int]
     sizes: list[int]
     npus: int
+    carried: tuple[int, int] | None = None
 
 
 @dataclass
@@ -130,7 +133,7 @@ class CpuCollectives:
     bus: FittedNetwork | None = None
     carried: int = 0
     repaid: float = 0.0  # µs taken from CPU ops after collectives that ran longer than measured (``_repay``)
-    alone: list[AloneEpisode] = field(default_factory=list)  # the network form's, for ``retime_alone``
+    uncarried: list[Uncarried] = field(default_factory=list)  # the network form's, for ``retime_uncarried``
     notes: list[str] = field(default_factory=list)
 
 
@@ -220,8 +223,8 @@ def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id:
             episodes.setdefault(g, []).append(episode)
         elif g < 0 and all(t in FITTED_TYPES for t in episode.types):
             r = rp.rank_of(episode.nodes[0])
-            result.alone.append(AloneEpisode(r, [graphs[r].ids[v - rp.offsets[r]] for v in episode.nodes],
-                                             episode.types, episode.sizes, episode.npus))
+            result.uncarried.append(Uncarried(r, [graphs[r].ids[v - rp.offsets[r]] for v in episode.nodes],
+                                              episode.types, episode.sizes, episode.npus))
     for members in episodes.values():
         first = members[0]
         one_byte = volume(first.types[0], 1, first.npus)[1]
@@ -248,27 +251,35 @@ def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id:
             result.carried += 1
             if left >= 0.5:  # less is below the file's resolution (whole µs)
                 debts.setdefault(r, []).append((episode.nodes[-1] - base, left))
+            if episode.per_rank_bytes > one_byte * size and all(t in FITTED_TYPES for t in episode.types):
+                result.uncarried.append(Uncarried(r, [graph.ids[v - base] for v in episode.nodes], episode.types,
+                                                  episode.sizes, episode.npus, (first.types[0], size)))
     for r, owed in debts.items():
         result.repaid += _repay(graphs[r], result.edits[r], owed)
     result.network, result.bus = network, bus
 
 
-def retime_alone(cpu: CpuCollectives, written: NetworkFit) -> None:
-    """The ``network`` form's collectives that run alone (``AloneEpisode``: no meeting, so no
-    collective ASTRA-sim could time) re-timed for the network file actually written (``written``:
-    the fitted one, or the bandwidth or latency a what-if gave): each episode's replayed time
-    changes by ASTRA-sim's time for its collectives on ``written`` less their time on the fitted
-    network, from its first node and, where that would go below 0, the next ones (as ``simulate
-    --network`` re-times them). Nothing changes on the fitted network. O(alone collectives)."""
+def retime_uncarried(cpu: CpuCollectives, written: NetworkFit) -> None:
+    """Re-time, for the network file actually written (``written``: the fitted one, or the
+    bandwidth or latency a what-if gave), the collectives' time the carried collectives do not
+    hold (``Uncarried``): each such episode's timed parts change by ASTRA-sim's time for its
+    collectives on ``written`` less on the fitted network, less that change for the collective
+    carried for it, from its first node and, where that would go below 0, the next ones (as
+    ``simulate --network`` re-times an episode's bytes). Nothing changes on the fitted network.
+    O(such collectives)."""
     fitted = cpu.network
     if fitted is None:
         return
-    for episode in cpu.alone:
-        change = sum(collective_ns(t, size, episode.npus, written.topology, written.bandwidth_gbps,
-                                   written.latency_ns)
-                     - collective_ns(t, size, episode.npus, fitted.topology, fitted.bandwidth_gbps,
-                                     fitted.latency_ns)
-                     for t, size in zip(episode.types, episode.sizes)) / 1000
+
+    def change_ns(comm_type: int, size: int, npus: int) -> int:
+        return (collective_ns(comm_type, size, npus, written.topology, written.bandwidth_gbps, written.latency_ns)
+                - collective_ns(comm_type, size, npus, fitted.topology, fitted.bandwidth_gbps, fitted.latency_ns))
+
+    for episode in cpu.uncarried:
+        change = sum(change_ns(t, size, episode.npus) for t, size in zip(episode.types, episode.sizes))
+        if episode.carried is not None:
+            change -= change_ns(*episode.carried, episode.npus)
+        change /= 1000
         edits = cpu.edits[episode.rank]
         for node_id in episode.node_ids:
             edit = edits.get(node_id)
@@ -280,40 +291,42 @@ def retime_alone(cpu: CpuCollectives, written: NetworkFit) -> None:
 
 
 def _repay(graph: SimGraph, edits: dict[int, NodeEdit], owed: list[tuple[int, float]]) -> float:
-    """Take each of a rank's debts (``owed``: (the episode's last collective, µs its parts fell
-    short of the network's time)) from the CPU ops that waited for that collective: from the one
-    that started first among those that depend on it, then along its thread in measured order,
-    each op down to 0 at most (``_carry``). The ops are written as they are with the shorter
-    ``duration_micros`` (a ``NodeEdit`` with ``kept``). Returns the µs taken. O(n + e) for the
-    rank."""
-    ends = {u for u, _ in owed}
+    """Take a rank's debts (``owed``: (a collective, µs it ends later than its replayed time:
+    ``_carry``)) back from the CPU ops that waited for them. A debt starts at the first op (in
+    measured order) that depends on its collective; along that op's thread the ops from there on
+    are shortened, each down to 0 at most, by what the thread still owes: at each such op the
+    larger of what it owed and that debt (a thread held up by two late collectives is late by the
+    later of the two, not by their sum). The ops are written as they are with the shorter
+    ``duration_micros`` (a ``NodeEdit`` with ``kept``). Returns the µs taken. O(n log n + e) for
+    the rank."""
+    late = dict(owed)
+    joins: dict[int, float] = {}  # first op waiting for a late collective -> the debt it starts
     waiting: dict[int, list[int]] = {}
     for v in range(len(graph)):
-        if graph.kind[v] == CPU:
+        if graph.kind[v] == CPU and graph.start[v] == graph.start[v]:
             for d in graph.deps_of(v):
-                if d in ends:
+                if d in late:
                     waiting.setdefault(d, []).append(v)
+    for u, debt in owed:
+        if u in waiting:
+            first = min(waiting[u], key=graph.start.__getitem__)
+            joins[first] = max(joins.get(first, 0.0), debt)
     by_lane: dict[int, list[int]] = {}
     for v in sorted((v for v in range(len(graph)) if graph.kind[v] == CPU and graph.start[v] == graph.start[v]),
                     key=graph.start.__getitem__):
         by_lane.setdefault(graph.lane[v], []).append(v)
-    place = {v: k for lane in by_lane.values() for k, v in enumerate(lane)}
-    remaining: dict[int, float] = {}
     repaid = 0.0
-    for end, debt in owed:
-        first = min((v for v in waiting.get(end, ()) if v in place), key=graph.start.__getitem__, default=None)
-        if first is None:
+    for lane in by_lane.values():
+        if not any(v in joins for v in lane):
             continue
-        lane = by_lane[graph.lane[first]]
-        for v in lane[place[first]:]:
-            if debt <= 0:
-                break
+        owing = 0.0
+        for v in lane:
+            owing = max(owing, joins.get(v, 0.0))
             node_id = graph.ids[v]
-            if node_id in edits and not edits[node_id].kept:
+            if owing <= 0 or (node_id in edits and not edits[node_id].kept):
                 continue
-            has = remaining.get(v, graph.duration[v])
-            taken = min(has, debt)
+            taken = min(graph.duration[v], owing)
             if taken > 0:
-                remaining[v], debt, repaid = has - taken, debt - taken, repaid + taken
-                edits[node_id] = NodeEdit(timed_us=max(0, round(has - taken)), kept=True)
+                owing, repaid = owing - taken, repaid + taken
+                edits[node_id] = NodeEdit(timed_us=max(0, round(graph.duration[v] - taken)), kept=True)
     return repaid

@@ -43,7 +43,7 @@ from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
 from linker.sim.network_fit import (ENDPOINT_DELAY_NS, LOCAL_MEM_BW_GBPS, Collective, NetworkFit, fit_network)
 from linker.batch.astra_collectives import (MEASURED_FORM, CpuCollectives, NodeEdit, cpu_collective_edits, is_cpu_comm,
-                                           retime_alone)
+                                           retime_uncarried)
 from linker.sim.network import format_rate
 
 SETUP_DIR = "astra"
@@ -203,7 +203,7 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
         notes += cpu.notes
         if cpu.network is not None:
             fit = bus_network(cpu, overrides)
-            retime_alone(cpu, fit)
+            retime_uncarried(cpu, fit)
         _remove_stale(setup, {f"{WORKLOAD_PREFIX}.{npu}.et" for _, npu in workload}, renumbered)
         for (path, npu), graph, edit in zip(workload, graphs * 2 if single else graphs,
                                             edits * 2 if single else edits):
