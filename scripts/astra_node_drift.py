@@ -70,8 +70,8 @@ def main(argv=None) -> int:
         return 0
 
     from linker import simulate
-    from linker.batch.astra_collectives import cpu_collective_edits, retime_uncarried
-    from linker.batch.astra_setup import bus_network, setup_for_files
+    from linker.batch.astra_collectives import cpu_collective_edits
+    from linker.batch.astra_setup import setup_for_files
     from linker.sim.load import load_graph
     from linker.sim.network import NetworkSpec
 
@@ -84,10 +84,7 @@ def main(argv=None) -> int:
     groups_path = args.job / "comm_groups.json"
     groups = json.loads(groups_path.read_text()) if groups_path.exists() else None
     graphs = [load_graph(path, rank) for rank, path in enumerate(files)]
-    cpu = cpu_collective_edits(graphs, groups, args.form)
-    if cpu.network is not None:  # as the setup writes them (``astra_setup``)
-        retime_uncarried(cpu, bus_network(cpu, overrides))
-    edits = cpu.edits
+    edits = cpu_collective_edits(graphs, groups, args.form, given=overrides).edits  # as the setup writes them
     with tempfile.TemporaryDirectory() as work:
         setup = Path(work) / "astra"
         setup_for_files([args.job], setup, overrides)

@@ -67,7 +67,7 @@ replay, O(c log c) after, and O(n + e) per rank that owes a debt.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from linker.model.errors import OptionError
 from linker.sim.engine import ASTRA_SIM, Replay, replay
@@ -147,10 +147,13 @@ def _is_cpu_collective(graph: SimGraph, u: int) -> bool:
 
 
 def cpu_collective_edits(graphs: list[SimGraph], comm_groups: dict[str, list[int]] | None,
-                         form: str = MEASURED_FORM, topology: str | None = None) -> CpuCollectives:
+                         form: str = MEASURED_FORM, topology: str | None = None,
+                         given: dict | None = None) -> CpuCollectives:
     """Per rank position: node id -> ``NodeEdit`` for its CPU collectives (module docstring), in
     ``form``; the ``network`` form on ``topology`` (default ``FullyConnected``) where the job's
-    collectives are all CPU ones with a bus to fit, else the ``measured`` form with a note. Empty
+    collectives are all CPU ones with a bus to fit, else the ``measured`` form with a note; its
+    copies made for the fitted network with ``given``'s values in its place (``bandwidth_gbps``,
+    ``latency_ns``: the network file written, ``astra_setup.bus_network``). Empty
     edits when the job has no CPU collective or is a single rank (run as 2 NPUs replaying one
     file: its collectives meet at once and take the network's time)."""
     edits: list[dict[int, NodeEdit]] = [{} for _ in graphs]
@@ -192,14 +195,19 @@ def cpu_collective_edits(graphs: list[SimGraph], comm_groups: dict[str, list[int
             next_id[r] += 1
     result = CpuCollectives(edits)
     if form == NETWORK_FORM:
-        _carry(result, rp, timed, next_id, topology or DEFAULT_TOPOLOGY)
+        _carry(result, rp, timed, next_id, topology or DEFAULT_TOPOLOGY, given or {})
     return result
 
 
-def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id: list[int], topology: str) -> None:
+def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id: list[int], topology: str,
+           given: dict) -> None:
     """The ``network`` form over the measured one's edits (``timed``: each matched member's part
     from the meeting): fit the bus, time each matched episode's bytes on the ASTRA-sim network
-    that stands for it, and take that time from the episode's timed parts. O(c log c)."""
+    that stands for it, and take that time from the episode's timed parts; a collective that then
+    ends later than its replayed time, by at most the network's time for the episode on the network
+    written (``given`` in the fitted one's place), owes the difference to the ops that wait for it
+    (``_repay``); what the carried collectives do not hold is re-timed for that network
+    (``retime_uncarried``). O(c log c), and O(n log n + e) per rank that owes."""
     graphs = rp.graphs
     if any(info.role == COLL and not _is_cpu_collective(graph, u) for graph in graphs for u, info in graph.comm.items()):
         result.notes.append("--astra-cpu-collectives network: the job has GPU collectives, which the network is "
@@ -215,8 +223,9 @@ def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id:
     network = NetworkFit(topology, npus, stated(bus.bandwidth / npus / _GB), stated(bus.latency_us * 1000), True,
                          collectives=bus.collectives, measured_us=bus.measured_us, modelled_us=bus.modelled_us,
                          mean_abs_error=bus.mean_abs_error)
+    written = replace(network, **{name: given[name] for name in ("bandwidth_gbps", "latency_ns") if name in given})
     episodes: dict[int, list] = {}  # group -> its members' episodes
-    debts: dict[int, list[tuple[int, float]]] = {}  # rank position -> (episode's last node, µs owed)
+    debts: dict[int, list[tuple[int, float]]] = {}  # rank position -> (a collective, µs it ends late)
     for episode in job.episodes["cpu"]:
         g = rp.groups.group_of[episode.nodes[0]]
         if g >= 0 and episode.types[0] in FITTED_TYPES:
@@ -229,8 +238,9 @@ def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id:
         first = members[0]
         one_byte = volume(first.types[0], 1, first.npus)[1]
         size = round(min(e.per_rank_bytes for e in members) / one_byte)
-        network_us = sum(collective_ns(first.types[0], carried, first.npus, topology, network.bandwidth_gbps,
-                                       network.latency_ns) for carried in (1, size)) / 1000  # the meeting too
+        network_us, written_us = (sum(collective_ns(first.types[0], carried, first.npus, topology, net.bandwidth_gbps,
+                                                    net.latency_ns) for carried in (1, size)) / 1000
+                                  for net in (network, written))  # the meeting's and the carried collective's
         for episode in members:
             r = rp.rank_of(episode.nodes[0])
             graph, base = graphs[r], rp.offsets[r]
@@ -246,17 +256,19 @@ def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id:
                 taken = min(part, left)
                 left -= taken
                 edit.timed_us = max(0, round(part - taken))
+                if left >= 0.5:  # it ends late (less is below the file's µs): by no more than the network's time
+                    debts.setdefault(r, []).append((v - base, min(left, written_us)))
             head.carried = (next_id[r], first.types[0], size)
             next_id[r] += 1
             result.carried += 1
-            if left >= 0.5:  # less is below the file's resolution (whole µs)
-                debts.setdefault(r, []).append((episode.nodes[-1] - base, left))
             if episode.per_rank_bytes > one_byte * size and all(t in FITTED_TYPES for t in episode.types):
                 result.uncarried.append(Uncarried(r, [graph.ids[v - base] for v in episode.nodes], episode.types,
                                                   episode.sizes, episode.npus, (first.types[0], size)))
     for r, owed in debts.items():
-        result.repaid += _repay(graphs[r], result.edits[r], owed)
+        at = slice(rp.offsets[r], rp.offsets[r] + len(graphs[r]))
+        result.repaid += _repay(graphs[r], result.edits[r], owed, rp.issue[at], rp.end[at])
     result.network, result.bus = network, bus
+    retime_uncarried(result, written)
 
 
 def retime_uncarried(cpu: CpuCollectives, written: NetworkFit) -> None:
@@ -290,38 +302,35 @@ def retime_uncarried(cpu: CpuCollectives, written: NetworkFit) -> None:
             edit.timed_us = round(now)
 
 
-def _repay(graph: SimGraph, edits: dict[int, NodeEdit], owed: list[tuple[int, float]]) -> float:
-    """Take a rank's debts (``owed``: (a collective, µs it ends later than its replayed time:
-    ``_carry``)) back from the CPU ops that waited for them. A debt starts at the first op (in
-    measured order) that depends on its collective; along that op's thread the ops from there on
-    are shortened, each down to 0 at most, by what the thread still owes: at each such op the
-    larger of what it owed and that debt (a thread held up by two late collectives is late by the
-    later of the two, not by their sum). The ops are written as they are with the shorter
+def _repay(graph: SimGraph, edits: dict[int, NodeEdit], owed: list[tuple[int, float]], issue, end) -> float:
+    """Take a rank's debts (``owed``: (a collective, µs it ends later than the replay ends it:
+    ``_carry``)) back from the CPU ops that waited for them, walking each thread in measured order
+    with what it owes: an op that waited for a late collective owes that collective's lateness less
+    the time the op waited beyond it (``issue`` / ``end``: the replay's times of the rank's nodes);
+    an op that waited for anything (its start after the thread's previous op's end) owes that much
+    less; each op gives what it can, down to 0. The ops are written as they are with the shorter
     ``duration_micros`` (a ``NodeEdit`` with ``kept``). Returns the µs taken. O(n log n + e) for
     the rank."""
     late = dict(owed)
-    joins: dict[int, float] = {}  # first op waiting for a late collective -> the debt it starts
-    waiting: dict[int, list[int]] = {}
+    joins: dict[int, float] = {}  # op -> the lateness a late collective it waited for gives it
     for v in range(len(graph)):
-        if graph.kind[v] == CPU and graph.start[v] == graph.start[v]:
-            for d in graph.deps_of(v):
-                if d in late:
-                    waiting.setdefault(d, []).append(v)
-    for u, debt in owed:
-        if u in waiting:
-            first = min(waiting[u], key=graph.start.__getitem__)
-            joins[first] = max(joins.get(first, 0.0), debt)
+        if graph.kind[v] != CPU or issue[v] != issue[v]:
+            continue
+        for d in graph.deps_of(v):
+            if d in late and end[d] == end[d]:
+                joins[v] = max(joins.get(v, 0.0), late[d] - (issue[v] - end[d]))
     by_lane: dict[int, list[int]] = {}
-    for v in sorted((v for v in range(len(graph)) if graph.kind[v] == CPU and graph.start[v] == graph.start[v]),
-                    key=graph.start.__getitem__):
+    for v in sorted((v for v in range(len(graph)) if graph.kind[v] == CPU and issue[v] == issue[v]),
+                    key=issue.__getitem__):
         by_lane.setdefault(graph.lane[v], []).append(v)
     repaid = 0.0
     for lane in by_lane.values():
-        if not any(v in joins for v in lane):
-            continue
-        owing = 0.0
+        owing, previous_end = 0.0, None
         for v in lane:
+            if previous_end is not None and issue[v] > previous_end:
+                owing = max(0.0, owing - (issue[v] - previous_end))  # a wait on the thread absorbs it
             owing = max(owing, joins.get(v, 0.0))
+            previous_end = end[v]
             node_id = graph.ids[v]
             if owing <= 0 or (node_id in edits and not edits[node_id].kept):
                 continue

@@ -42,8 +42,7 @@ from linker.sim.graph import COLL, META, RECV, SEND, SimGraph
 from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
 from linker.sim.network_fit import (ENDPOINT_DELAY_NS, LOCAL_MEM_BW_GBPS, Collective, NetworkFit, fit_network)
-from linker.batch.astra_collectives import (MEASURED_FORM, CpuCollectives, NodeEdit, cpu_collective_edits, is_cpu_comm,
-                                           retime_uncarried)
+from linker.batch.astra_collectives import MEASURED_FORM, CpuCollectives, NodeEdit, cpu_collective_edits, is_cpu_comm
 from linker.sim.network import format_rate
 
 SETUP_DIR = "astra"
@@ -65,8 +64,8 @@ def network_yaml(fit: NetworkFit) -> str:
     if fit.cpu_bus is not None:
         head = (f"# written by et-link {__version__}: {fit.topology} standing for the CPU collectives' bus of "
                 f"{fit.cpu_bus['bandwidth']} shared by the {fit.npus} NPUs,\n# each link at the bus rate / "
-                f"{fit.npus}: for a bus of R GB/s (2^30 bytes) write bandwidth R / {fit.npus} (et-link's "
-                f"docs/whatif.md)\n")
+                f"{fit.npus}: for a bus of R GB/s (2^30 bytes), et-link astra-setup --astra-bandwidth R / "
+                f"{fit.npus}\n# (the workload copies are made for the network written: et-link's docs/whatif.md)\n")
     else:
         head = (f"# written by et-link {__version__}: {fit.topology}, fitted to the measured collectives "
                 f"(see et-link's docs/astra-sim.md)\n")
@@ -198,12 +197,11 @@ def write_setup(files: list[tuple[Path, int]], graphs: list[SimGraph], comm_grou
     try:
         setup.mkdir(parents=True, exist_ok=True)
         copies, edited, metadata, renumbered_peers, computed_peers = [], [], [], [], []
-        cpu = cpu_collective_edits(_as_written(files, graphs), comm_groups, form, overrides.get("topology"))
+        cpu = cpu_collective_edits(_as_written(files, graphs), comm_groups, form, overrides.get("topology"), overrides)
         edits = cpu.edits
         notes += cpu.notes
         if cpu.network is not None:
             fit = bus_network(cpu, overrides)
-            retime_uncarried(cpu, fit)
         _remove_stale(setup, {f"{WORKLOAD_PREFIX}.{npu}.et" for _, npu in workload}, renumbered)
         for (path, npu), graph, edit in zip(workload, graphs * 2 if single else graphs,
                                             edits * 2 if single else edits):
