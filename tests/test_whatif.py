@@ -90,29 +90,6 @@ def _end(result) -> float:
     return max(e for e in result.end if e == e)
 
 
-def test_a_collective_begun_after_its_ranks_episode_ended_opens_its_own(tmp_path):
-    """An episode is a collective and the ones the replay runs alone after it that began, on that
-    rank, before the episode's collectives had ended (they shared the medium); one that began later
-    (the other ranks' ETs lost it, a step on) is an episode of its own, not more of the first one's
-    transfer."""
-    from linker.sim.network import fit_job
-
-    def numbered(spec, seq):  # gloo's issue number: a collective only some ranks hold is replayed alone
-        spec.attrs.append(make_attr("comm_seq", seq))
-        return spec
-
-    both = [cpu(1, 100, start=0), numbered(_gloo(2, 2020, 100_000, [1], 100), 0), cpu(3, 100, [2], start=2120)]
-    beside = both + [numbered(_gloo(4, 6020, 300_000, [1], 1000), 1)]  # began while the matched one ran
-    later = both + [numbered(_gloo(4, 6020, 300_000, [3], 2220), 1)]  # began after it had ended
-    for extra, expected in ((beside, [[2, 4]]), (later, [[2], [4]])):
-        graphs = [load_graph(write_et(tmp_path / "rank0.et", both), 0),
-                  load_graph(write_et(tmp_path / "rank1.et", extra), 1)]
-        rp = replay(graphs, ASTRA_SIM, release=measured_release(graphs))
-        job = fit_job(graphs, rp.offsets, rp.groups, rp.duration)
-        assert [[graphs[1].ids[v - rp.offsets[1]] for v in e.nodes] for e in job.episodes["cpu"] if e.rank == 1] \
-            == expected
-
-
 def test_the_fit_finds_the_network_the_collectives_were_timed_on(tmp_path):
     graphs = _job(tmp_path)
     release = measured_release(graphs)
@@ -247,8 +224,7 @@ def raw_bus_fit(linked: Path) -> dict:
     collective every rank holds that started, on no rank, before the earlier ones there had
     ended is matched: its time is the longest over the ranks of their parts (a part: the duration
     less the wait for the last rank's start); the others are a rank's own, for their duration, and
-    join the rank's episode when they started before its collectives had all ended (else they
-    open one of their own). Each episode (a
+    join the rank's episode. Each episode (a
     matched collective and the ones joining it) is a row: steps 2(N-1) and bus bytes 2(N-1)S per
     all-reduce. Least squares of time = steps * latency + bytes / bandwidth; latency 0 (the whole
     time over the bytes) where the rows cannot tell it apart or the fit gives it < 0."""
@@ -277,9 +253,9 @@ def raw_bus_fit(linked: Path) -> dict:
     matched = {seq for seq in set.intersection(*(set(held) for held in ranks)) if seq not in under}
     rows, collectives = [], 0
     for held in ranks:
-        episode, open_until = None, -math.inf
+        episode = None
         for seq in sorted(held):
-            start, measured, duration, size = held[seq]
+            start, _, duration, size = held[seq]
             if seq in matched:
                 last = max(other[seq][0] for other in ranks)
                 part = max(max(0, other[seq][2] - (last - other[seq][0])) for other in ranks)
@@ -287,10 +263,9 @@ def raw_bus_fit(linked: Path) -> dict:
                 rows.append(episode)
             else:
                 part = duration
-                if episode is None or start >= open_until:
+                if episode is None:
                     episode = [0, 0.0, 0.0]
                     rows.append(episode)
-            open_until = start + measured if not episode[0] else max(open_until, start + measured)
             episode[0] += 2 * (n - 1)
             episode[1] += 2 * (n - 1) * size
             episode[2] += part
@@ -533,8 +508,10 @@ def test_astra_copies_retime_what_the_carried_collectives_do_not_hold(tmp_path):
         spec.attrs.append(make_attr("comm_seq", seq))
         return spec
 
-    both = [cpu(1, 100, start=0), numbered(_gloo(2, 2020, 100_000, [1], 100), 0), cpu(3, 100, [2], start=2120)]
-    mine = both + [numbered(_gloo(4, 6020, 300_000, [3], 2220), 1), cpu(5, 100, [4], start=8240)]
+    # rank 1's first all-reduce, which rank 0's ET lost, then one both hold: the first runs alone
+    both = [cpu(1, 100, start=0), numbered(_gloo(2, 2020, 100_000, [1], 100), 1), cpu(3, 100, [2], start=2120)]
+    mine = [cpu(5, 100, start=0), numbered(_gloo(4, 6020, 300_000, [5], 100), 0), cpu(1, 100, [4], start=6120),
+            numbered(_gloo(2, 2020, 100_000, [1], 6220), 1), cpu(3, 100, [2], start=8240)]
     graphs = [load_graph(write_et(tmp_path / "rank0.et", both), 0), load_graph(write_et(tmp_path / "rank1.et", mine), 1)]
     carried = cpu_collective_edits(graphs, None, "network")
     assert [(e.rank, e.node_ids) for e in carried.uncarried] == [(1, [4])]
@@ -551,6 +528,7 @@ def test_astra_copies_retime_what_the_carried_collectives_do_not_hold(tmp_path):
     # a matched episode holding more than every member's (rank 1 ran its second all-reduce under
     # the first; rank 0's ET lost it): the carried collective holds the bytes both held, rank 1's
     # rest moves as the one run alone did
+    both = [cpu(1, 100, start=0), numbered(_gloo(2, 2020, 100_000, [1], 100), 0), cpu(3, 100, [2], start=2120)]
     beside = both + [numbered(_gloo(4, 6020, 300_000, [1], 1000), 1)]
     graphs = [load_graph(write_et(tmp_path / "rank0.et", both), 0), load_graph(write_et(tmp_path / "rank1.et", beside), 1)]
     carried = cpu_collective_edits(graphs, None, "network")

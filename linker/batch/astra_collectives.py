@@ -53,16 +53,19 @@ ASTRA-sim replays the trace as the measured form does; with another bandwidth or
 ranks start the carried collective together (a rank that issued it first would otherwise run its
 first ring steps alone).
 
-A rank whose parts of an episode are shorter than the network's time for it (it sent some of its
-bytes before the last rank arrived, or the fit, a least squares over every episode, is above this
-one) still takes the network's whole time in ASTRA-sim, and ends late by the difference: its
-*debt*. ``simulate --network`` ends it at its measured end plus the change of the network's time,
-earlier than the meeting plus the network's new time by that same debt, whatever the network. So
-the debt is taken back from the rank's CPU ops that waited for the episode (``_repay``): from the
-first of them, then along its thread, each down to 0 at most. The rank then goes on where its
-measured run did (its own replay) or where ``simulate`` puts it (a what-if), and the copies move
-with ``network.yml`` as before: only the time the network carries depends on it. Cost: one job
-replay, O(c log c) after, and O(n + e) per rank that owes a debt.
+The meeting's own network time (its ring steps' latency) is taken from the parts too. A rank whose
+parts of an episode are shorter than the network's time for it (it sent some of its bytes before
+the last rank arrived, or the fit, a least squares over every episode, is above this one) still
+takes the network's whole time in ASTRA-sim before them: each of the episode's collectives whose
+parts so far fall short ends late by the difference (at most the network's time on the network
+written). ``simulate --network`` ends it at its measured end plus the change of the network's
+time, earlier by that same difference. So the CPU ops that waited for a late collective give the
+time back (``_repay``), as far as the replay says they waited for it. What the carried collectives
+do not hold (collectives run alone; a rank's bytes beyond those every member's episode held) keeps
+its replayed time, re-timed for the network written (``retime_uncarried``). The copies are thus
+made for one network file (``given``: ``astra-setup --astra-bandwidth`` / ``--astra-latency``);
+a ``network.yml`` edited afterwards moves only the carried collectives. Cost: one job replay,
+O(c log c) after, and O(n log n + e) per rank that owes.
 """
 
 from __future__ import annotations

@@ -19,10 +19,8 @@ the second as measured:
    members' parts after the last rank arrived (a part is its busy time less its measured wait for
    peers: docs/fidelity.md; the last rank to arrive sends all its bytes after it, one that arrived
    early may have sent some before, into its sockets), plus the parts the replay runs alone after
-   it (a collective that ran under the previous one, begun on that rank before the episode's
-   collectives had ended, shares the medium with it: the two are one *episode* on the bus; one
-   begun later, such as one the other ranks' ETs lost a step on, is an episode of its own); for a
-   GPU collective its shortest member. (Before 2026-11-30 each rank's
+   it (a collective that ran under the previous one shares the medium with it: the two are one
+   *episode* on the bus); for a GPU collective its shortest member. (Before 2026-11-30 each rank's
    own part: the slowed loopbacks' buses read 1.02–1.22 of the tbf rate, now 0.92–1.08.) When every episode has the same steps-to-bytes ratio (a DDP job sends the
    same buckets every step) latency and bandwidth are not told apart: the whole time is taken as
    bandwidth (latency 0), which the report says.
@@ -211,8 +209,7 @@ def network_us(steps: int, bytes_on_medium: float, bandwidth: float, latency_us:
 class Episode:
     """One rank's run of collectives the replay holds back to back: a collective (``nodes[0]``,
     matched across ranks or alone) and the ones after it on the same rank and group that the
-    replay runs alone and that began, as measured, before the episode's collectives had all
-    ended (they ran under it, sharing the medium). ``measured_us``: what the replay
+    replay runs alone (they ran under it, sharing the medium). ``measured_us``: what the replay
     holds them for (the first's part after the last arrival, the others' durations);
     ``parts[k]``: that part of ``nodes[k]``. ``transfer_us``: what the fit reads, the same but for
     a matched CPU collective first, whose part is its group's transfer, the longest of its members'
@@ -405,7 +402,6 @@ def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) 
         member_index.update((u, k) for k, u in enumerate(members))
     for r, (graph, base) in enumerate(zip(graphs, offsets)):
         current: dict[tuple[str, str], Episode] = {}  # (backend, pg) -> the open episode
-        open_until: dict[tuple[str, str], float] = {}  # (backend, pg) -> the open episode's latest measured end
         for u in _in_issue_order(graph):
             info = graph.comm[u]
             v = base + u
@@ -434,16 +430,12 @@ def _episodes(graphs, offsets: list[int], groups, duration, comm_factor: float) 
                         part = transfer[g] = min(duration[m] for m in groups.members[g])
             key = (backend, info.pg_name)
             episode = current.get(key)
-            began, ended = graph.start[u], graph.start[u] + graph.measured_dur[u]
-            if g >= 0 or episode is None or backend == "gpu" or began >= open_until[key]:
+            if g >= 0 or episode is None or backend == "gpu":
                 episode = current[key] = Episode(backend, graph.rank, info.pg_name, [], [], npus=npus,
                                                  beside=episode)
                 episodes.append(episode)
                 if group_part is not None:
                     episode.group_extra = group_part - part
-                open_until[key] = ended
-            elif ended > open_until[key]:
-                open_until[key] = ended
             episode.nodes.append(v)
             episode.parts.append(part)
             episode.steps += shape[0]
