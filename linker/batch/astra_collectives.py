@@ -212,20 +212,10 @@ def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id:
     (``_repay``); what the carried collectives do not hold is re-timed for that network
     (``retime_uncarried``). O(c log c), and O(n log n + e) per rank that owes."""
     graphs = rp.graphs
-    if any(info.role == COLL and not _is_cpu_collective(graph, u) for graph in graphs for u, info in graph.comm.items()):
-        result.notes.append("--astra-cpu-collectives network: the job has GPU collectives, which the network is "
-                            "fitted to; the CPU collectives keep their measured form")
+    fitted = _bus_network(result, rp, topology)
+    if fitted is None:
         return
-    job = fit_job(graphs, rp.offsets, rp.groups, rp.duration, medium=BUS)
-    bus = job.fits.get("cpu")
-    if bus is None or not bus.bandwidth < float("inf"):
-        result.notes.append("--astra-cpu-collectives network: no CPU collective carries bytes over a bus to fit; "
-                            "the CPU collectives keep their measured form")
-        return
-    npus = len(graphs)
-    network = NetworkFit(topology, npus, stated(bus.bandwidth / npus / _GB), stated(bus.latency_us * 1000), True,
-                         collectives=bus.collectives, measured_us=bus.measured_us, modelled_us=bus.modelled_us,
-                         mean_abs_error=bus.mean_abs_error)
+    job, bus, network = fitted
     written = replace(network, **{name: given[name] for name in ("bandwidth_gbps", "latency_ns") if name in given})
     episodes: dict[int, list] = {}  # group -> its members' episodes
     debts: dict[int, list[tuple[int, float]]] = {}  # rank position -> (a collective, µs it ends late)
@@ -274,6 +264,28 @@ def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id:
     retime_uncarried(result, written)
 
 
+def _bus_network(result: CpuCollectives, rp: Replay, topology: str) -> tuple | None:
+    """(the job's episodes and fits, the CPU collectives' bus, the ASTRA-sim network of ``topology``
+    that stands for it) of the replay ``rp``; None, with a note on ``result``, when the job has GPU
+    collectives (the network file is theirs) or no CPU collective carries bytes. O(c log c)."""
+    graphs = rp.graphs
+    if any(info.role == COLL and not _is_cpu_collective(graph, u) for graph in graphs for u, info in graph.comm.items()):
+        result.notes.append("--astra-cpu-collectives network: the job has GPU collectives, which the network is "
+                            "fitted to; the CPU collectives keep their measured form")
+        return None
+    job = fit_job(graphs, rp.offsets, rp.groups, rp.duration, medium=BUS)
+    bus = job.fits.get("cpu")
+    if bus is None or not bus.bandwidth < float("inf"):
+        result.notes.append("--astra-cpu-collectives network: no CPU collective carries bytes over a bus to fit; "
+                            "the CPU collectives keep their measured form")
+        return None
+    npus = len(graphs)
+    network = NetworkFit(topology, npus, stated(bus.bandwidth / npus / _GB), stated(bus.latency_us * 1000), True,
+                         collectives=bus.collectives, measured_us=bus.measured_us, modelled_us=bus.modelled_us,
+                         mean_abs_error=bus.mean_abs_error)
+    return job, bus, network
+
+
 def retime_uncarried(cpu: CpuCollectives, written: NetworkFit) -> None:
     """Re-time, for the network file actually written (``written``: the fitted one, or the
     bandwidth or latency a what-if gave), the collectives' time the carried collectives do not
@@ -307,7 +319,7 @@ def retime_uncarried(cpu: CpuCollectives, written: NetworkFit) -> None:
 
 def _repay(graph: SimGraph, edits: dict[int, NodeEdit], owed: list[tuple[int, float]], issue, end) -> float:
     """Take a rank's debts (``owed``: (a collective, µs it ends later than the replay ends it:
-    ``_carry``)) back from the CPU ops that waited for them, walking each thread in measured order
+    ``_carry``)) back from the CPU ops that waited for them, walking each thread in the replay's order
     with what it owes: an op that waited for a late collective owes that collective's lateness less
     the time the op waited beyond it (``issue`` / ``end``: the replay's times of the rank's nodes);
     an op that waited for anything (its start after the thread's previous op's end) owes that much
