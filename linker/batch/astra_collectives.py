@@ -83,6 +83,14 @@ CPU_COLLECTIVE_FORMS = (MEASURED_FORM, NETWORK_FORM)
 _GB = float(1 << 30)
 
 
+GIVEN_FIELDS = ("npus", "bandwidth_gbps", "latency_ns")  # the network file's values a user may give (astra-setup)
+
+
+def given_values(overrides: dict) -> dict:
+    """The network file's values among ``overrides`` (``GIVEN_FIELDS``), to put in the fitted one's place."""
+    return {name: overrides[name] for name in GIVEN_FIELDS if name in overrides}
+
+
 def check_form(form: str) -> str:
     """``form`` when it is one of ``CPU_COLLECTIVE_FORMS``; raises OptionError otherwise."""
     if form not in CPU_COLLECTIVE_FORMS:
@@ -216,7 +224,7 @@ def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id:
     if fitted is None:
         return
     job, bus, network = fitted
-    written = replace(network, **{name: given[name] for name in ("bandwidth_gbps", "latency_ns") if name in given})
+    written = replace(network, **given_values(given))
     episodes: dict[int, list] = {}  # group -> its members' episodes
     debts: dict[int, list[tuple[int, float]]] = {}  # rank position -> (a collective, µs it ends late)
     for episode in job.episodes["cpu"]:

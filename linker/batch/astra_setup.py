@@ -42,7 +42,8 @@ from linker.sim.graph import COLL, META, RECV, SEND, SimGraph
 from linker.model import et_def_pb2 as pb
 from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
 from linker.sim.network_fit import (ENDPOINT_DELAY_NS, LOCAL_MEM_BW_GBPS, Collective, NetworkFit, fit_network)
-from linker.batch.astra_collectives import MEASURED_FORM, CpuCollectives, NodeEdit, cpu_collective_edits, is_cpu_comm
+from linker.batch.astra_collectives import (MEASURED_FORM, CpuCollectives, NodeEdit, cpu_collective_edits, given_values,
+                                           is_cpu_comm)
 from linker.sim.network import format_rate
 
 SETUP_DIR = "astra"
@@ -78,7 +79,7 @@ def bus_network(cpu: CpuCollectives, overrides: dict) -> NetworkFit:
     """The network file of the ``network`` form (``astra_collectives``): the network the carried
     collectives were timed on, with the user's values (``overrides``) in its place."""
     network = cpu.network
-    given = {name: overrides[name] for name in ("npus", "bandwidth_gbps", "latency_ns") if name in overrides}
+    given = given_values(overrides)
     bus = cpu.bus
     note = (f"it stands for the CPU collectives' bus as simulate --network fits it: {format_rate(bus.bandwidth)}, "
             f"latency {bus.latency_us:,.1f} us" + ("" if bus.latency_told_apart else " (not told apart)")
