@@ -16,10 +16,11 @@ from linker.cli import app
 from linker.model.errors import TraceInputError
 from linker.pipeline import link_pair
 from linker.sim.engine import ASTRA_SIM, Scale, replay
-from linker.sim.file_waits import add_file_waits, waits_to_write, write_device_edges, write_file_waits
+from linker.sim.file_waits import add_file_waits, waits_to_write, write_device_edges, write_file_waits, write_wait_step
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
-from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes
+from linker.write.node_edits import NodeEdit
+from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes, edit_and_add_waits
 from sim_graphs import cpu, gpu, write_et
 
 GPU_PAIR = (FIXTURES / "gpu" / "gpu_v111" / "et.json.gz", FIXTURES / "gpu" / "gpu_v111" / "kineto.json.gz")
@@ -115,6 +116,45 @@ def test_gpu_pair_carries_its_waits_as_nodes(tmp_path, suffix):
     pipeline = link_pair(*GPU_PAIR, tmp_path / f"pipeline{suffix}").output
     write_device_edges(pipeline)
     assert plain.read_bytes() == pipeline.read_bytes()
+
+
+@pytest.mark.parametrize("suffix", [".et", ".json"])
+def test_the_wait_step_rewrites_the_output_once_as_its_two_steps_would(tmp_path, suffix, monkeypatch):
+    """``write_wait_step`` reads the output back once and rewrites it once with the device's
+    holds and the wait nodes together: byte for byte the file the two steps give one after the
+    other (``write_device_edges``, then ``write_file_waits`` on the graph it hands on). The GPU
+    pair's ``.et`` has both (one edge, 12 wait nodes); its JSON waits only."""
+    from linker.write import node_edits, wait_nodes
+
+    linked = link_pair(*GPU_PAIR, tmp_path / f"linked{suffix}").output
+    once, twice = tmp_path / f"once{suffix}", tmp_path / f"twice{suffix}"
+    once.write_bytes(linked.read_bytes())
+    twice.write_bytes(linked.read_bytes())
+    edges, graph = write_device_edges(twice)
+    waits = write_file_waits(twice, graph=graph)
+    assert len(waits) >= 10 and edges == (1 if suffix == ".et" else 0)
+    rewrites = []
+    for module, name in ((node_edits, "rewrite_et_nodes"), (wait_nodes, "rewrite_et_nodes"),
+                         (node_edits, "write_json_document")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *args, original=original: rewrites.append(1) or original(*args))
+    assert write_wait_step(once, "measured") == (edges, waits)
+    assert once.read_bytes() == twice.read_bytes() != linked.read_bytes()
+    assert len(rewrites) == 1
+
+
+def test_a_wait_step_that_fails_leaves_the_output_as_it_was(tmp_path):
+    """An output that holds wait nodes already is refused by the rewrite before any of it is
+    written: an edit given with the waits is not written either."""
+    out = link_pair(*GPU_PAIR, tmp_path / "linked.et").output
+    write_wait_step(out, "measured")
+    graph = load_graph(out)
+    held = [u for u in range(len(graph)) if graph.names[u] != WAIT_NODE_NAME and graph.kind[u] == 1][0]
+    again = [Wait(graph.ids[held], 5.0, "unexplained_gpu_idle", 5.0)]
+    before = out.read_bytes()
+    with pytest.raises(TraceInputError, match="already holds measured-wait nodes"):
+        edit_and_add_waits(out, {graph.ids[held]: NodeEdit(busy=1.0)}, [], again, max(graph.ids) + 1)
+    assert out.read_bytes() == before
 
 
 def test_json_wait_nodes_name_their_op_and_wait(tmp_path):

@@ -26,7 +26,7 @@ Written only into outputs with GPU or communication ops: on a CPU-only trace the
 changed no replay measured (the shared CPU pairs and fixtures replay within 1e-4 with or without
 them), while finding them costs reading the output again (10-15 s on the 360k-node CPU pair).
 Cost: one read of the output (``load_graph``), O(n + E) to find the device's holds and the waits,
-two replays of the rank, one copy of the file when any edge is written and one when any wait is.
+two replays of the rank, and one copy of the file when any edge or wait is written.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from linker.sim.graph import CPU, GPU, NO_TIME, SimGraph
 from linker.sim.load import load_graph
 from linker.model.units import format_us
 from linker.write.node_edits import edit_nodes
-from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes
+from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes, edit_and_add_waits
 
 MIN_WAIT_US = 1.0  # a .et's unit: shorter waits round away in one format and not the other
 
@@ -129,12 +129,21 @@ def write_device_edges(path: str | os.PathLike, schedule: Schedule | None = None
     the device (``sim.device_edges``); returns how many kernels got such an edge and the graph as
     the file now holds it (``device_edges.edited_graph``: not read again). Raises TraceInputError when it
     cannot be read or written (the output is then left as it was)."""
-    graph = load_graph(path, 0, schedule)
-    edits, pieces = device_edges(graph)
-    if not edits:
-        return 0, graph
+    edits, pieces, graph = _device_edited(load_graph(path, 0, schedule))
     edit_nodes(path, edits, pieces)
-    return sum(len(edit.add) for edit in edits.values()), edited_graph(graph, edits, pieces)
+    return _edges(edits), graph
+
+
+def _device_edited(graph: SimGraph) -> tuple[dict, list, SimGraph]:
+    """The device's holds of ``graph`` as edits and pieces (``sim.device_edges``) and the graph
+    with them (``graph`` itself when there are none)."""
+    edits, pieces = device_edges(graph)
+    return edits, pieces, edited_graph(graph, edits, pieces) if edits else graph
+
+
+def _edges(edits: dict) -> int:
+    """The dependencies ``edits`` add: one per kernel that waited for another stream's kernel."""
+    return sum(len(edit.add) for edit in edits.values())
 
 
 def write_file_waits(path: str | os.PathLike, schedule: Schedule | None = None,
@@ -165,12 +174,15 @@ def waits_in_words(waits: list[Wait]) -> str:
 
 def write_wait_step(path: str | os.PathLike, waits: str, schedule: Schedule | None = None
                     ) -> tuple[int, list[Wait]]:
-    """The wait step on the output at ``path`` (module docstring): the device's holds written as
-    dependencies (``write_device_edges``), then, when ``waits`` is "measured", the measured waits
-    as wait nodes (``write_file_waits``, on the graph the first step left). Returns how many
+    """The wait step on the output at ``path`` (module docstring): read back once, the device's
+    holds found as dependencies (as ``write_device_edges`` writes them), then, when ``waits`` is
+    "measured", the measured waits on the graph so edited (as ``write_file_waits`` finds them),
+    and the file rewritten once with both (``wait_nodes.edit_and_add_waits``). Returns how many
     kernels got an edge and the waits written. ``schedule``: ``load_graph``'s."""
-    edges, graph = write_device_edges(path, schedule)
-    return edges, write_file_waits(path, schedule, graph) if waits == MEASURED_WAITS else []
+    edits, pieces, graph = _device_edited(load_graph(path, 0, schedule))
+    found = waits_to_write(graph) if waits == MEASURED_WAITS else []
+    edit_and_add_waits(path, edits, pieces, found, max(graph.ids) + 1)
+    return _edges(edits), found
 
 
 def add_file_waits(outcome, waits: str, schedule: Schedule | None = None) -> int:

@@ -79,37 +79,72 @@ def _missing(path: Path, ids) -> TraceInputError:
 # --- ET+ JSON ------------------------------------------------------------------------------------
 
 
-class _Id(msgspec.Struct):
+class _Named(msgspec.Struct):
+    """What a rewrite reads of every node of an ET+ JSON (the rest stays as written)."""
+
     id: object = None
+    name: object = None
 
 
 JSON_FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])  # an object's keys, their values as written
 JSON_NODES = msgspec.json.Decoder(list[msgspec.Raw])  # a document's nodes, each as written
-_NODE_IDS = msgspec.json.Decoder(list[_Id])
+_NODE_NAMES = msgspec.json.Decoder(list[_Named])
 _NODES_PER_WRITE = 4096  # nodes joined into one write (a gzip output compresses each write)
 
 
 def _edit_json(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> None:
-    data = read_trace_bytes(path)
-    try:
-        doc = JSON_FIELDS.decode(data)
-        nodes: list = JSON_NODES.decode(doc["nodes"])
-        ids = [node.id for node in _NODE_IDS.decode(doc["nodes"])]
-    except (msgspec.DecodeError, KeyError) as err:
-        raise TraceInputError(path, f"not an ET+ JSON document ({err})") from None
-    wanted = set(edits) | {piece.continues for piece in pieces}
-    decoded = {}  # node id -> (position, its fields as written)
-    for k, node_id in enumerate(ids):
-        if node_id in wanted:
-            decoded[node_id] = (k, JSON_FIELDS.decode(nodes[k]))
-    if wanted - decoded.keys():
-        raise _missing(path, wanted - decoded.keys())
-    added = [msgspec.json.encode(_json_piece(decoded[piece.continues][1], piece)) for piece in pieces]
-    for node_id, edit in edits.items():
-        k, node = decoded[node_id]
-        _edit_json_node(node, edit)
-        nodes[k] = msgspec.json.encode(node)
-    write_json_document(path, doc, nodes + added)
+    document = JsonDocument.read(path)
+    document.edit(edits, pieces)
+    document.write()
+
+
+class JsonDocument:
+    """An ET+ JSON output as a rewrite holds it: its keys and values as written (``doc``:
+    ``msgspec.Raw``) and its nodes as the bytes they were written as (``nodes``: views into the
+    file's bytes; an edited node encoded again; nodes added appended), with each node's ``ids``
+    and ``names``. ``read`` decodes the document's structure and its nodes' ids and names only;
+    ``write`` writes it back atomically. O(file bytes)."""
+
+    def __init__(self, path: Path, doc: dict, nodes: list, ids: list, names: list):
+        self.path, self.doc, self.nodes, self.ids, self.names = path, doc, nodes, ids, names
+
+    @classmethod
+    def read(cls, path: Path) -> "JsonDocument":
+        data = read_trace_bytes(path)
+        try:
+            doc = JSON_FIELDS.decode(data)
+            nodes: list = JSON_NODES.decode(doc["nodes"])
+            named = _NODE_NAMES.decode(doc["nodes"])
+        except (msgspec.DecodeError, KeyError) as err:
+            raise TraceInputError(path, f"not an ET+ JSON document ({err})") from None
+        return cls(path, doc, nodes, [node.id for node in named], [node.name for node in named])
+
+    def append(self, node: dict) -> None:
+        """Append a node made anew (its fields as values or ``msgspec.Raw``)."""
+        self.nodes.append(msgspec.json.encode(node))
+        self.ids.append(node["id"])
+        self.names.append(msgspec.json.decode(node["name"]) if isinstance(node["name"], msgspec.Raw) else node["name"])
+
+    def edit(self, edits: dict[int, NodeEdit], pieces: list[Piece]) -> None:
+        """Apply ``edits`` to the nodes they name and append ``pieces`` (module docstring); only
+        the edited and continued nodes are decoded. Raises TraceInputError when a node named is
+        missing."""
+        wanted = set(edits) | {piece.continues for piece in pieces}
+        decoded = {}  # node id -> (position, its fields as written)
+        for k, node_id in enumerate(self.ids):
+            if node_id in wanted:
+                decoded[node_id] = (k, JSON_FIELDS.decode(self.nodes[k]))
+        if wanted - decoded.keys():
+            raise _missing(self.path, wanted - decoded.keys())
+        for piece in pieces:  # made from the node as written, before its edit
+            self.append(_json_piece(decoded[piece.continues][1], piece))
+        for node_id, edit in edits.items():
+            k, node = decoded[node_id]
+            _edit_json_node(node, edit)
+            self.nodes[k] = msgspec.json.encode(node)
+
+    def write(self) -> None:
+        write_json_document(self.path, self.doc, self.nodes)
 
 
 def write_json_document(path: Path, doc: dict, nodes: list) -> None:
@@ -196,6 +231,13 @@ def rewrite_et_nodes(path: Path, change: Callable[[bytes], Iterable[bytes]],
 
 
 def _edit_chakra(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> None:
+    rewrite_et_nodes(path, *chakra_edits(path, edits, pieces))
+
+
+def chakra_edits(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]):
+    """``edits`` and ``pieces`` as the ``change`` and ``appended`` of ``rewrite_et_nodes``: the
+    edited file's frames in a topological order (``_TopologicalOrder``); ``appended`` raises
+    TraceInputError when a node named was not met."""
     order = _TopologicalOrder(edits, pieces)
 
     def appended() -> list[bytes]:
@@ -203,7 +245,7 @@ def _edit_chakra(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) ->
             raise _missing(path, order.wanted - order.seen)
         return order.rest()
 
-    rewrite_et_nodes(path, order.change, appended)
+    return order.change, appended
 
 
 class _TopologicalOrder:

@@ -23,16 +23,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from linker.model import et_def_pb2 as pb
 from linker.model.errors import TraceInputError
-from linker.read.files import read_trace_bytes
 from linker.write.chakra_wire import find_attr, make_attr
-from linker.write.node_edits import (JSON_FIELDS, JSON_NODES, json_value, payload_node_id, rewrite_et_nodes,
-                                     write_json_document)
+from linker.write.node_edits import (JSON_FIELDS, JsonDocument, NodeEdit, Piece, chakra_edits, edit_nodes,
+                                     json_value, payload_node_id, rewrite_et_nodes)
 
 WAIT_NODE_NAME = "[et-link|measured_wait]"
 WAIT_CAUSE_KEY = "wait_cause"  # the wait's cause, on the wait node (JSON key, .et string attribute)
@@ -58,13 +56,39 @@ def add_wait_nodes(path: str | Path, waits: list[Wait], first_id: int) -> int:
     ``waits``; wait node ids from ``first_id`` (above every id of the file). Returns the nodes
     written. Raises TraceInputError when the file cannot be read or written, or already holds
     wait nodes (a file is rewritten once, right after it is linked)."""
+    return edit_and_add_waits(path, {}, [], waits, first_id)
+
+
+def edit_and_add_waits(path: str | Path, edits: dict[int, NodeEdit], pieces: list[Piece], waits: list[Wait],
+                       first_id: int) -> int:
+    """Rewrite ``path`` once with ``edits`` and ``pieces`` (``node_edits.edit_nodes``) and then,
+    on the nodes so edited, a wait node before each held op of ``waits`` (``add_wait_nodes``):
+    the file ``edit_nodes`` then ``add_wait_nodes`` would leave, for one copy of it instead of
+    two. Returns the wait nodes written. Raises TraceInputError as those do; the file is then
+    left as it was."""
     path = Path(path)
     if not waits:
+        edit_nodes(path, edits, pieces)
         return 0
-    name = path.name.lower()
-    if name.endswith((".et", ".et.gz")):
-        return _add_to_chakra(path, waits, first_id)
-    return _add_to_json(path, waits, first_id)
+    if path.name.lower().endswith((".et", ".et.gz")):
+        edit, edited_rest = chakra_edits(path, edits, pieces)
+        hold, written = _chakra_holds(path, waits, first_id)
+
+        def change(payload: bytes) -> list[bytes]:
+            return [out for edited in edit(payload) for out in hold(edited)]
+
+        def appended() -> list[bytes]:
+            return [out for edited in edited_rest() for out in hold(edited)]
+
+        rewrite_et_nodes(path, change, appended)
+        return written()
+    document = JsonDocument.read(path)
+    if WAIT_NODE_NAME in document.names:
+        raise _already(path)
+    document.edit(edits, pieces)
+    _hold_json(document, waits, first_id)
+    document.write()
+    return len(waits)
 
 
 def _already(path: Path) -> TraceInputError:
@@ -74,34 +98,12 @@ def _already(path: Path) -> TraceInputError:
 # --- ET+ JSON ------------------------------------------------------------------------------------
 
 
-class _Named(msgspec.Struct):
-    """What of a node the rewrite reads of every node (the rest stays as written)."""
-
-    id: Any = None
-    name: Any = None
-
-
-_NODE_NAMES = msgspec.json.Decoder(list[_Named])
-
-
-def _add_to_json(path: Path, waits: list[Wait], first_id: int) -> int:
-    """The document's keys and nodes are kept as the bytes the writer wrote (the ET's own parts as
-    the ET had them); a held node's fields likewise, but for its ``data_deps`` and
-    ``data_dep_causes``, which gain the wait node; the wait nodes are appended. Written piece by
-    piece from views into the file's bytes: memory is the file's bytes and a view a node. O(file
-    bytes): a scan of the document and of its nodes' ids and names, the held nodes decoded."""
-    data = read_trace_bytes(path)
-    try:
-        doc = JSON_FIELDS.decode(data)
-        raws = JSON_NODES.decode(doc["nodes"])
-        named = _NODE_NAMES.decode(doc["nodes"])
-    except (msgspec.DecodeError, KeyError) as err:
-        raise TraceInputError(path, f"not an ET+ JSON document ({err})") from None
-    if any(node.name == WAIT_NODE_NAME for node in named):
-        raise _already(path)
-    position = {node.id: k for k, node in enumerate(named)}
-    nodes: list = raws  # each node as written (a view into ``data``) or, held, encoded again
-    added = []
+def _hold_json(document: JsonDocument, waits: list[Wait], first_id: int) -> None:
+    """The wait nodes of ``waits`` into ``document``: a held node's fields are kept as written
+    but for its ``data_deps`` and ``data_dep_causes``, which gain the wait node; the wait nodes
+    are appended. Only the held nodes are decoded."""
+    position = {node_id: k for k, node_id in enumerate(document.ids)}
+    nodes = document.nodes
     for k, wait in enumerate(waits):
         at = position[wait.node_id]
         held = JSON_FIELDS.decode(nodes[at])
@@ -111,9 +113,7 @@ def _add_to_json(path: Path, waits: list[Wait], first_id: int) -> int:
         if causes is not None and len(causes) == len(deps or []):
             held["data_dep_causes"] = msgspec.Raw(msgspec.json.encode(causes + [wait.cause]))
         nodes[at] = msgspec.json.encode(held)
-        added.append(msgspec.json.encode(node))
-    write_json_document(path, doc, nodes + added)
-    return len(added)
+        document.append(node)
 
 
 def _wait_node(held: dict, node_id: int, wait: Wait, deps: list, causes: list) -> dict:
@@ -167,7 +167,10 @@ def _hold(held: pb.Node, wait_id: int, cause: str) -> None:
         attr.string_list.values.append(cause)
 
 
-def _add_to_chakra(path: Path, waits: list[Wait], first_id: int) -> int:
+def _chakra_holds(path: Path, waits: list[Wait], first_id: int):
+    """The ``change`` of ``rewrite_et_nodes`` that puts a wait node before each held op of
+    ``waits`` (the held op gaining its dependency), and a count of the wait nodes written so far.
+    A node that is a wait node already is refused (``_already``)."""
     wanted = {wait.node_id: (first_id + k, wait) for k, wait in enumerate(waits)}
     marker = WAIT_NODE_NAME.encode()
     written = 0
@@ -186,5 +189,4 @@ def _add_to_chakra(path: Path, waits: list[Wait], first_id: int) -> int:
         written += 1
         return node, held.SerializeToString()
 
-    rewrite_et_nodes(path, change)
-    return written
+    return change, lambda: written
