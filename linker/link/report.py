@@ -221,23 +221,8 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
     adopted = gpu.placement_counts[UNDER_PROCESS_ROOT]  # launched before the trace: not in the share
     launched_in_trace = gpu_total - gpu.problem_counts[BEFORE_TRACE] - adopted
     gpu_linked = gpu.attributed
-    unattributed = [
-        {"name": l.event.name[:120], "correlation": l.event.args.correlation, "problem": l.problem}
-        for l in gpu.links if l.et_index < 0][:EXAMPLES]
-    warnings = list(warnings)
-    failures = {why: n for why, n in gpu.problem_counts.items() if why != BEFORE_TRACE}
-    if failures:  # work launched before the trace started is expected, not a failure
-        warnings.append("GPU ops not attached to any op: " + "; ".join(
-            f"{n} {REASON_WORDS[why]}" for why, n in sorted(failures.items())))  # keys: gpu_attribution.problems
-    if match.unpaired_et_threads:
-        warnings.append(f"ET threads {match.unpaired_et_threads} have no Kineto counterpart "
-                        "(their ops stay unlinked)")
     violations = nesting_violations(et, kineto, match.event_of_op, nesting)
-    if violations:
-        warnings.append(wrong_links_warning(violations))
-    beyond = untimed_top_level_ops(et, event_of_op, len(et_missing))
-    if beyond:
-        warnings.append(beyond)
+    warnings = list(warnings) + _link_warnings(et, match, gpu, violations, len(et_missing))
     return LinkReport(
         et_file=et.path, kineto_file=kineto.path, et_schema=et.schema, et_layout=et.layout,
         method=match.method, method_reason=notes + match.notes,
@@ -246,20 +231,50 @@ def build_report(et: ExecutionTrace, kineto: KinetoTrace, match: OpMatch, window
         kineto_cpu_events=len(in_window), gpu_events=gpu_total, gpu_events_linked=gpu_linked,
         # Work launched before the trace started cannot be attributed by anyone: not a failure.
         gpu_linked_pct=(round(100.0 * (gpu_linked - adopted) / launched_in_trace, 3) if launched_in_trace else 100.0),
-        gpu_attribution={"via": dict(gpu.via_counts), "problems": dict(gpu.problem_counts),
-                         "unattributed_examples": unattributed,
-                         "launch_names_not_in_known_list": dict(gpu.unknown_launch_names),
-                         "outside_window": gpu.outside_window,
-                         "placements": dict(gpu.placement_counts),
-                         "launch_names": dict(gpu.launch_names),
-                         "graph_launches": gpu.graph_launches,
-                         "graph_gpu_ops": gpu.graph_gpu_ops},
+        gpu_attribution=_gpu_attribution(gpu),
         unmatched=unmatched,
         threads=[asdict(p) | {"kineto_thread": list(p.kineto_thread)} for p in match.threads],
         window=_window_dict(window), nesting_violations=violations, warnings=warnings,
         seconds=round(seconds, 3), match_stats=match.stats,
         gpu_events_in_trace=len(kineto.gpu_events), gpu_accounting=gpu_accounting(gpu),
     )
+
+
+def _link_warnings(et: ExecutionTrace, match: OpMatch, gpu: GpuAttribution, violations: int,
+                   unlinked_ops: int) -> list[str]:
+    """The report's warnings of the link itself: GPU ops not attached (work launched before the
+    trace started is expected, not a failure), ET threads without a Kineto counterpart, links
+    that break the nesting (``violations``), ops left untimed."""
+    warnings = []
+    failures = {why: n for why, n in gpu.problem_counts.items() if why != BEFORE_TRACE}
+    if failures:
+        warnings.append("GPU ops not attached to any op: " + "; ".join(
+            f"{n} {REASON_WORDS[why]}" for why, n in sorted(failures.items())))  # keys: gpu_attribution.problems
+    if match.unpaired_et_threads:
+        warnings.append(f"ET threads {match.unpaired_et_threads} have no Kineto counterpart "
+                        "(their ops stay unlinked)")
+    if violations:
+        warnings.append(wrong_links_warning(violations))
+    beyond = untimed_top_level_ops(et, match.event_of_op, unlinked_ops)
+    if beyond:
+        warnings.append(beyond)
+    return warnings
+
+
+def _gpu_attribution(gpu: GpuAttribution) -> dict:
+    """The report's ``gpu_attribution``: how the GPU ops were attached, which were not (a few
+    examples) and why."""
+    unattributed = [
+        {"name": l.event.name[:120], "correlation": l.event.args.correlation, "problem": l.problem}
+        for l in gpu.links if l.et_index < 0][:EXAMPLES]
+    return {"via": dict(gpu.via_counts), "problems": dict(gpu.problem_counts),
+            "unattributed_examples": unattributed,
+            "launch_names_not_in_known_list": dict(gpu.unknown_launch_names),
+            "outside_window": gpu.outside_window,
+            "placements": dict(gpu.placement_counts),
+            "launch_names": dict(gpu.launch_names),
+            "graph_launches": gpu.graph_launches,
+            "graph_gpu_ops": gpu.graph_gpu_ops}
 
 
 # An ET that covers more than its timing trace: the share of its ops left unmatched, and the share

@@ -50,18 +50,13 @@ from pathlib import Path
 from linker.model.errors import TraceInputError
 from linker.read import timing_model as model
 from linker.read.nccl_nvtx import add_nccl_sizes
-from linker.read.sqlite_source import ALL_PROCESSES, sqlite_problem
+from linker.read.sqlite_source import (ALL_PROCESSES, TABLE_GRAPH_TRACE, TABLE_KERNEL, TABLE_MEMCPY, TABLE_MEMSET,
+                                      TABLE_NVTX, TABLE_RUNTIME, sqlite_problem)
 
 NVTX_PUSH_POP = 59
 PID_SQL = "(({col} >> 24) & 16777215)"
 TID_SQL = "({col} & 16777215)"
 VERSION_SUFFIX = re.compile(r"_v\d+$")
-TABLE_NVTX = "NVTX_EVENTS"
-TABLE_RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
-TABLE_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
-TABLE_MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
-TABLE_MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
-TABLE_GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 GRAPH_NAME = "CUDA graph "  # a whole-graph row's name: this and its graphId
 
 

@@ -52,18 +52,13 @@ import orjson
 from linker.model.errors import TraceInputError
 from linker.read.files import collector_paused, read_trace_bytes
 from linker.read.nsys_json_form import FORM_JSON, FORM_JSON_LINES, FORM_WORDS
+from linker.read.sqlite_source import (TABLE_GRAPH_TRACE, TABLE_KERNEL, TABLE_MEMCPY, TABLE_MEMSET, TABLE_NVTX,
+                                      TABLE_RUNTIME, TABLE_STRINGS)
 from linker.read.timing_model import MEMCPY_KINDS, MEMORY_KINDS
 
 CHUNK_BYTES = 1 << 23  # text decoded per decode_lines call
 MAX_SQL_VARIABLES = 999  # SQLite's smallest limit on a statement's parameters (builds before 3.32)
 
-TABLE_NVTX = "NVTX_EVENTS"
-TABLE_RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
-TABLE_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
-TABLE_MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
-TABLE_MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
-TABLE_GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
-TABLE_STRINGS = "StringIds"
 METADATA_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 GPU_ACTIVITY = ("start", "end", "deviceId", "streamId", "correlationId", "globalPid")
 # The tables and columns the SQLite reader reads (linker.read.nsys), in insertion order.

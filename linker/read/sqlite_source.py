@@ -27,6 +27,14 @@ ALL_PROCESSES = -1  # a reader's ``pid`` value: read every PyTorch process of th
 NSYS, NVPROF = "nsys", "nvprof"
 # Files a writer leaves beside a database while it is (or was, until the next open) at work.
 SIDE_FILES = ("-journal", "-wal")
+# The tables of an Nsight Systems export that et-link reads (both readers: ``nsys``, ``nsys_json``).
+TABLE_NVTX = "NVTX_EVENTS"
+TABLE_RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+TABLE_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+TABLE_MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+TABLE_MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+TABLE_GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+TABLE_STRINGS = "StringIds"
 
 
 def has_sqlite_header(path: str | os.PathLike) -> bool:
@@ -96,7 +104,7 @@ def table_columns(conn: sqlite3.Connection) -> dict[str, set[str]]:
 
 def source_kind(tables: dict[str, set[str]]) -> str | None:
     """``NSYS``, ``NVPROF`` or None, from the string table's name (PyProf tells them apart so)."""
-    if "StringIds" in tables:
+    if TABLE_STRINGS in tables:
         return NSYS
     if "StringTable" in tables:
         return NVPROF
