@@ -308,6 +308,8 @@ def _write_file_waits(outcome, waits: str, schedule: Schedule) -> str:
         return ""
     from linker.sim.file_waits import waits_in_words, write_wait_step
 
+    outcome.et_plus = None  # the link's state, freed: the read-back's memory comes in its place, not on top
+
     try:
         edges, written = write_wait_step(outcome.output, waits, schedule)
     except EtLinkError as err:

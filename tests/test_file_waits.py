@@ -143,6 +143,15 @@ def test_the_wait_step_rewrites_the_output_once_as_its_two_steps_would(tmp_path,
     assert len(rewrites) == 1
 
 
+def test_the_link_state_can_go_before_the_output_is_read_back(tmp_path):
+    """``add_file_waits(..., keep_link=False)`` (the command line's and a batch worker's way) lets
+    the link's state go before the read-back, and writes the same file as when it is kept."""
+    kept, let_go = (link_pair(*GPU_PAIR, tmp_path / name) for name in ("kept.et", "let_go.et"))
+    assert add_file_waits(kept, "measured") == add_file_waits(let_go, "measured", keep_link=False) > 0
+    assert kept.et_plus is not None and let_go.et_plus is None
+    assert kept.output.read_bytes() == let_go.output.read_bytes()
+
+
 def test_a_wait_step_that_fails_leaves_the_output_as_it_was(tmp_path):
     """An output that holds wait nodes already is refused by the rewrite before any of it is
     written: an edit given with the waits is not written either."""

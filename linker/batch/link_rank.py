@@ -64,9 +64,9 @@ def run_rank_task(task: RankTask) -> RankResult:
         task.report_path.unlink()
     try:
         outcome = link_pair(task.et, task.kineto, task.output, task.options)  # Schedule.serial()
-        wait_nodes = add_file_waits(outcome, task.options.waits)
         collectives = rank_collectives(outcome.et_plus).to_record()
         span = et_plus_span(outcome.et_plus)
+        wait_nodes = add_file_waits(outcome, task.options.waits, keep_link=False)
         outcome.et_plus = None
     except MismatchedPairError as err:
         return failed_result(task, f"not the same run: {err}", time.perf_counter() - started, _peak_rss_bytes())

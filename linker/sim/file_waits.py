@@ -185,10 +185,15 @@ def write_wait_step(path: str | os.PathLike, waits: str, schedule: Schedule | No
     return _edges(edits), found
 
 
-def add_file_waits(outcome, waits: str, schedule: Schedule | None = None) -> int:
+def add_file_waits(outcome, waits: str, schedule: Schedule | None = None, *, keep_link: bool = True) -> int:
     """After a link (``pipeline.PairOutcome``, its ``et_plus`` still held): the wait step
     (``write_wait_step``) on an output with GPU or communication ops (module docstring); returns
-    the wait nodes written."""
+    the wait nodes written. ``keep_link`` False: the link's state (``outcome.et_plus``) is let go
+    before the output is read back, so that the read-back's memory comes in its place, not on
+    top of it (the batch's workers and the command line, which need it no more: on a 1 M-row
+    Nsight Systems capture's JSON output, a peak of 3.0 GB instead of 4.3 GB)."""
     if not wants_file_waits(outcome, waits):
         return 0
+    if not keep_link:
+        outcome.et_plus = None
     return len(write_wait_step(outcome.output, waits, schedule)[1])
