@@ -313,7 +313,7 @@ def _write_file_waits(outcome, waits: str, schedule: Schedule) -> str:
     try:
         edges, written = write_wait_step(outcome.output, waits, schedule)
     except EtLinkError as err:
-        fail(f"{err} (the output was written without its measured waits)", EXIT_INPUT)
+        fail(f"{err} (the output is as linked: without the wait step's edges and wait nodes)", EXIT_INPUT)
     lines = []
     if edges:
         lines.append(f"kernels that waited for another stream's kernel to free the device: {edges}, each written as "

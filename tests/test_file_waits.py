@@ -166,6 +166,28 @@ def test_a_wait_step_that_fails_leaves_the_output_as_it_was(tmp_path):
     assert out.read_bytes() == before
 
 
+def test_a_wait_step_that_cannot_write_is_one_line_and_leaves_the_linked_output(tmp_path, monkeypatch):
+    """When the wait step fails (here: the rewrite cannot write its file), the command says so in
+    one line naming the file, exits non-zero, and the output is the link's, without edges or wait
+    nodes (the rewrite is atomic and the only one)."""
+    from linker.model.exit_status import EXIT_INPUT
+    from linker.write import wait_nodes
+
+    linked = link_pair(*GPU_PAIR, tmp_path / "linked.et").output
+    out = tmp_path / "out.et"
+
+    def full_disk(path, *args):
+        raise TraceInputError(path, "cannot write: No space left on device")
+
+    monkeypatch.setattr(wait_nodes, "rewrite_et_nodes", full_disk)
+    result = CliRunner().invoke(app, ["--et-file", str(GPU_PAIR[0]), "--kineto-file", str(GPU_PAIR[1]), "-o", str(out)])
+    assert result.exit_code == EXIT_INPUT
+    lines = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(lines) == 1 and str(out) in lines[0] and "without the wait step's edges and wait nodes" in lines[0]
+    assert "Traceback" not in result.stderr
+    assert out.read_bytes() == linked.read_bytes()
+
+
 def test_json_wait_nodes_name_their_op_and_wait(tmp_path):
     out = tmp_path / "waits.json"
     outcome = link_pair(*GPU_PAIR, out)
