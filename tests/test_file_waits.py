@@ -16,7 +16,7 @@ from linker.cli import app
 from linker.model.errors import TraceInputError
 from linker.pipeline import link_pair
 from linker.sim.engine import ASTRA_SIM, Scale, replay
-from linker.sim.file_waits import add_file_waits, waits_to_write, write_device_edges, write_file_waits, write_wait_step
+from linker.sim.file_waits import add_file_waits, waits_to_write, write_device_edges, write_wait_step
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
 from linker.write.node_edits import NodeEdit
@@ -45,7 +45,7 @@ def test_an_idle_stream_becomes_a_wait_node_of_its_measured_length(tmp_path):
     path = idle_gpu(tmp_path / "idle.et")
     assert waits_to_write(load_graph(path)) == [Wait(2, 40.0, "unexplained_gpu_idle", 40.0)]
     assert ratio(path) == pytest.approx(15 / 55, abs=1e-4)  # the graph alone: 10 + 5 of a 55 µs step
-    assert len(write_file_waits(path)) == 1
+    assert len(write_wait_step(path, "measured")[1]) == 1
     graph = load_graph(path)
     (w,) = graph.wait_nodes
     assert graph.names[w] == WAIT_NODE_NAME and graph.duration[w] == 40 and graph.wait_nodes[w] == "unexplained_gpu_idle"
@@ -66,7 +66,7 @@ def test_a_wait_on_a_unit_that_ran_other_work_is_not_written(tmp_path):
     at 10-15 µs, so kernel 3's wait node lasts 15-20 and kernel 3 starts at 20, as measured."""
     path = idle_gpu(tmp_path / "busy.et", busy_stream=True)
     assert waits_to_write(load_graph(path)) == [Wait(3, 5.0, "unexplained_gpu_idle", 10.0)]
-    write_file_waits(path)
+    write_wait_step(path, "measured")
     graph = load_graph(path)
     rp = replay([graph], ASTRA_SIM)
     assert rp.start[list(graph.ids).index(3)] == 20
@@ -74,7 +74,7 @@ def test_a_wait_on_a_unit_that_ran_other_work_is_not_written(tmp_path):
 
 def test_a_file_is_given_its_wait_nodes_once(tmp_path):
     path = idle_gpu(tmp_path / "idle.et")
-    assert len(write_file_waits(path)) == 1
+    assert len(write_wait_step(path, "measured")[1]) == 1
     before = path.read_bytes()
     with pytest.raises(TraceInputError, match="already holds measured-wait nodes"):
         add_wait_nodes(path, [Wait(2, 5.0, "unexplained_gpu_idle", 5.0)], 100)
@@ -122,7 +122,7 @@ def test_gpu_pair_carries_its_waits_as_nodes(tmp_path, suffix):
 def test_the_wait_step_rewrites_the_output_once_as_its_two_steps_would(tmp_path, suffix, monkeypatch):
     """``write_wait_step`` reads the output back once and rewrites it once with the device's
     holds and the wait nodes together: byte for byte the file the two steps give one after the
-    other (``write_device_edges``, then ``write_file_waits`` on the graph it hands on). The GPU
+    other (``write_device_edges``, then ``add_wait_nodes`` with the waits of the graph it hands on). The GPU
     pair's ``.et`` has both (one edge, 12 wait nodes); its JSON waits only."""
     from linker.write import node_edits, wait_nodes
 
@@ -131,7 +131,8 @@ def test_the_wait_step_rewrites_the_output_once_as_its_two_steps_would(tmp_path,
     once.write_bytes(linked.read_bytes())
     twice.write_bytes(linked.read_bytes())
     edges, graph = write_device_edges(twice)
-    waits = write_file_waits(twice, graph=graph)
+    waits = waits_to_write(graph)
+    add_wait_nodes(twice, waits, max(graph.ids) + 1)
     assert len(waits) >= 10 and edges == (1 if suffix == ".et" else 0)
     rewrites = []
     for module, name in ((node_edits, "rewrite_et_nodes"), (wait_nodes, "rewrite_et_nodes"),
@@ -274,7 +275,7 @@ def test_lanes_give_wait_nodes_no_time_and_hold_every_wait(tmp_path):
     unit, get no time and every measured wait is held instead, the one the file left out too:
     kernel 2 at 150 - 100 = 50, kernel 3 at 20, the step 60 µs as measured."""
     path = idle_gpu(tmp_path / "busy.et", busy_stream=True)
-    write_file_waits(path)
+    write_wait_step(path, "measured")
     simulation = linker.simulate(path, model="lanes")
     rp, graph = simulation.replay, simulation.replay.graphs[0]
     (w,) = graph.wait_nodes
@@ -310,7 +311,7 @@ def test_tables_show_wait_nodes_as_waits(tmp_path):
     row; on the critical path table it is named for its cause."""
     pytest.importorskip("pandas", reason="needs pandas")
     path = idle_gpu(tmp_path / "idle.et")
-    write_file_waits(path)
+    write_wait_step(path, "measured")
     nodes = linker.load(path).nodes_table(as_rows=True)
     (wait,) = [row for row in nodes if row["name"] == WAIT_NODE_NAME]
     assert (wait["kind"], wait["busy_us"], wait["sim_us"]) == ("wait", 0.0, 40.0)

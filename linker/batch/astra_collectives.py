@@ -232,9 +232,7 @@ def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id:
         if g >= 0 and episode.types[0] in FITTED_TYPES:
             episodes.setdefault(g, []).append(episode)
         elif g < 0 and all(t in FITTED_TYPES for t in episode.types):
-            r = rp.rank_of(episode.nodes[0])
-            result.uncarried.append(Uncarried(r, [graphs[r].ids[v - rp.offsets[r]] for v in episode.nodes],
-                                              episode.types, episode.sizes, episode.npus))
+            result.uncarried.append(_uncarried(rp, episode))
     for members in episodes.values():
         first = members[0]
         one_byte = volume(first.types[0], 1, first.npus)[1]
@@ -263,13 +261,21 @@ def _carry(result: CpuCollectives, rp: Replay, timed: dict[int, float], next_id:
             next_id[r] += 1
             result.carried += 1
             if episode.per_rank_bytes > one_byte * size and all(t in FITTED_TYPES for t in episode.types):
-                result.uncarried.append(Uncarried(r, [graph.ids[v - base] for v in episode.nodes], episode.types,
-                                                  episode.sizes, episode.npus, (first.types[0], size)))
+                result.uncarried.append(_uncarried(rp, episode, (first.types[0], size)))
     for r, owed in debts.items():
         at = slice(rp.offsets[r], rp.offsets[r] + len(graphs[r]))
         result.repaid += _repay(graphs[r], result.edits[r], owed, rp.issue[at], rp.end[at])
     result.network, result.bus = network, bus
     retime_uncarried(result, written)
+
+
+def _uncarried(rp: Replay, episode, carried: tuple[int, int] | None = None) -> Uncarried:
+    """``episode`` (a fitted episode of the replay ``rp``) as an ``Uncarried`` of its rank, its
+    nodes by id; ``carried``: the collective written for it, if any."""
+    r = rp.rank_of(episode.nodes[0])
+    graph, base = rp.graphs[r], rp.offsets[r]
+    return Uncarried(r, [graph.ids[v - base] for v in episode.nodes], episode.types, episode.sizes, episode.npus,
+                     carried)
 
 
 def _bus_network(result: CpuCollectives, rp: Replay, topology: str) -> tuple | None:
@@ -335,16 +341,14 @@ def _repay(graph: SimGraph, edits: dict[int, NodeEdit], owed: list[tuple[int, fl
     ``duration_micros`` (a ``NodeEdit`` with ``kept``). Returns the µs taken. O(n log n + e) for
     the rank."""
     late = dict(owed)
+    ops = [v for v in range(len(graph)) if graph.kind[v] == CPU and issue[v] == issue[v]]  # CPU ops issued
     joins: dict[int, float] = {}  # op -> the lateness a late collective it waited for gives it
-    for v in range(len(graph)):
-        if graph.kind[v] != CPU or issue[v] != issue[v]:
-            continue
+    for v in ops:
         for d in graph.deps_of(v):
             if d in late and end[d] == end[d]:
                 joins[v] = max(joins.get(v, 0.0), late[d] - (issue[v] - end[d]))
     by_lane: dict[int, list[int]] = {}
-    for v in sorted((v for v in range(len(graph)) if graph.kind[v] == CPU and issue[v] == issue[v]),
-                    key=issue.__getitem__):
+    for v in sorted(ops, key=issue.__getitem__):
         by_lane.setdefault(graph.lane[v], []).append(v)
     repaid = 0.0
     for lane in by_lane.values():

@@ -45,7 +45,7 @@ from linker.sim.graph import CPU, GPU, NO_TIME, SimGraph
 from linker.sim.load import load_graph
 from linker.model.units import format_us
 from linker.write.node_edits import edit_nodes
-from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes, edit_and_add_waits
+from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, edit_and_add_waits
 
 MIN_WAIT_US = 1.0  # a .et's unit: shorter waits round away in one format and not the other
 
@@ -146,19 +146,6 @@ def _edges(edits: dict) -> int:
     return sum(len(edit.add) for edit in edits.values())
 
 
-def write_file_waits(path: str | os.PathLike, schedule: Schedule | None = None,
-                     graph: SimGraph | None = None) -> list[Wait]:
-    """Read the output at ``path`` back (``schedule``: how, ``load_graph``'s; serial by default;
-    ``graph``: the file as read already), find its waits and write them into it as wait nodes;
-    returns the waits written (each with its cause). Raises TraceInputError when it cannot be
-    read or written (the output is then left as it was)."""
-    graph = load_graph(path, 0, schedule) if graph is None else graph
-    waits = waits_to_write(graph)
-    if waits:
-        add_wait_nodes(path, waits, max(graph.ids) + 1)
-    return waits
-
-
 def waits_in_words(waits: list[Wait]) -> str:
     """The wait nodes written, by cause, with how many and how long they last in the file:
     "other_stream_kernel 3 (1.20 ms), unexplained_gpu_idle 12 (40 µs)", the longest cause first.
@@ -176,7 +163,7 @@ def write_wait_step(path: str | os.PathLike, waits: str, schedule: Schedule | No
                     ) -> tuple[int, list[Wait]]:
     """The wait step on the output at ``path`` (module docstring): read back once, the device's
     holds found as dependencies (as ``write_device_edges`` writes them), then, when ``waits`` is
-    "measured", the measured waits on the graph so edited (as ``write_file_waits`` finds them),
+    "measured", the measured waits on the graph so edited (``waits_to_write``),
     and the file rewritten once with both (``wait_nodes.edit_and_add_waits``). Returns how many
     kernels got an edge and the waits written. ``schedule``: ``load_graph``'s."""
     edits, pieces, graph = _device_edited(load_graph(path, 0, schedule))
