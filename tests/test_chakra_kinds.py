@@ -55,3 +55,18 @@ def test_a_cpu_only_json_link_by_the_command_loads_no_replay_protobuf_or_numpy_m
     imported = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
     assert (tmp_path / "out.json").stat().st_size > 0 and "linker.plan.deps" in imported
     assert not {"google.protobuf", "linker.sim.engine", "linker.sim.load", "numpy.ma"} & imported
+
+
+@pytest.mark.parametrize("suffix, loads", [(".json", False), (".et", True)])
+def test_the_wait_step_of_a_json_output_loads_no_protobuf(tmp_path, suffix, loads):
+    """A GPU pair linked by the command runs the wait step (the output read back, replayed and
+    rewritten with wait nodes): for a JSON output that step reads and rewrites JSON only, so
+    ``google.protobuf`` stays unloaded; for a ``.et`` it is loaded (the check can see it)."""
+    pair = ROOT / "tests" / "fixtures" / "gpu" / "gpu_v111"
+    out = tmp_path / f"out{suffix}"
+    args = ["--et-file", str(pair / "et.json.gz"), "--kineto-file", str(pair / "kineto.json.gz"), "-o", str(out)]
+    run = subprocess.run([sys.executable, "-X", "importtime", "-c", "from linker.cli import main; main()", *args],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert "wait node(s) written" in run.stderr and "linker.sim.engine" in imported
+    assert ("google.protobuf" in imported) is loads

@@ -20,7 +20,8 @@ from linker.sim.file_waits import add_file_waits, waits_to_write, write_device_e
 from linker.sim.load import load_graph
 from linker.sim.report import build_report
 from linker.write.node_edits import NodeEdit
-from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, add_wait_nodes, edit_and_add_waits
+from linker.write.output_edits import add_wait_nodes, edit_and_add_waits
+from linker.write.wait_nodes import WAIT_NODE_NAME, Wait
 from sim_graphs import cpu, gpu, write_et
 
 GPU_PAIR = (FIXTURES / "gpu" / "gpu_v111" / "et.json.gz", FIXTURES / "gpu" / "gpu_v111" / "kineto.json.gz")
@@ -124,7 +125,7 @@ def test_the_wait_step_rewrites_the_output_once_as_its_two_steps_would(tmp_path,
     holds and the wait nodes together: byte for byte the file the two steps give one after the
     other (``write_device_edges``, then ``add_wait_nodes`` with the waits of the graph it hands on). The GPU
     pair's ``.et`` has both (one edge, 12 wait nodes); its JSON waits only."""
-    from linker.write import node_edits, wait_nodes
+    from linker.write import chakra_node_edits, node_edits
 
     linked = link_pair(*GPU_PAIR, tmp_path / f"linked{suffix}").output
     once, twice = tmp_path / f"once{suffix}", tmp_path / f"twice{suffix}"
@@ -135,8 +136,7 @@ def test_the_wait_step_rewrites_the_output_once_as_its_two_steps_would(tmp_path,
     add_wait_nodes(twice, waits, max(graph.ids) + 1)
     assert len(waits) >= 10 and edges == (1 if suffix == ".et" else 0)
     rewrites = []
-    for module, name in ((node_edits, "rewrite_et_nodes"), (wait_nodes, "rewrite_et_nodes"),
-                         (node_edits, "write_json_document")):
+    for module, name in ((chakra_node_edits, "rewrite_et_nodes"), (node_edits, "write_json_document")):
         original = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *args, original=original: rewrites.append(1) or original(*args))
     assert write_wait_step(once, "measured") == (edges, waits)
@@ -172,7 +172,7 @@ def test_a_wait_step_that_cannot_write_is_one_line_and_leaves_the_linked_output(
     one line naming the file, exits non-zero, and the output is the link's, without edges or wait
     nodes (the rewrite is atomic and the only one)."""
     from linker.model.exit_status import EXIT_INPUT
-    from linker.write import wait_nodes
+    from linker.write import chakra_node_edits
 
     linked = link_pair(*GPU_PAIR, tmp_path / "linked.et").output
     out = tmp_path / "out.et"
@@ -180,7 +180,7 @@ def test_a_wait_step_that_cannot_write_is_one_line_and_leaves_the_linked_output(
     def full_disk(path, *args):
         raise TraceInputError(path, "cannot write: No space left on device")
 
-    monkeypatch.setattr(wait_nodes, "rewrite_et_nodes", full_disk)
+    monkeypatch.setattr(chakra_node_edits, "rewrite_et_nodes", full_disk)
     result = CliRunner().invoke(app, ["--et-file", str(GPU_PAIR[0]), "--kineto-file", str(GPU_PAIR[1]), "-o", str(out)])
     assert result.exit_code == EXIT_INPUT
     lines = [line for line in result.stderr.splitlines() if "error" in line]

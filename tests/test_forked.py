@@ -1,5 +1,5 @@
 """Work split across processes: ``linker.schedule.fork`` and the two-process read of a large ``.et``
-by ``et-link simulate`` (``sim.load.load_chakra``), which must give the graph one process gives."""
+by ``et-link simulate`` (``sim.load_chakra.load_chakra``), which must give the graph one process gives."""
 
 from __future__ import annotations
 

@@ -181,7 +181,8 @@ def test_a_wait_node_of_the_file_shows_its_cause(tmp_path):
     """A host op (100-110) launches a kernel that ran at 150-155; the file carries the 40 µs its
     stream sat idle as a wait node of cause ``unexplained_gpu_idle`` (``write.wait_nodes``). The
     page's bar for that wait names the cause in its hover text, as the critical path's row does."""
-    from linker.write.wait_nodes import Wait, add_wait_nodes
+    from linker.write.output_edits import add_wait_nodes
+    from linker.write.wait_nodes import Wait
 
     path = write_et(tmp_path / "waited.et", [cpu(1, 10, start=100), gpu(2, 5, deps=[1], start=150)])
     add_wait_nodes(path, [Wait(2, 40.0, "unexplained_gpu_idle", 40.0)], first_id=4)
@@ -322,7 +323,8 @@ def test_trace_out_names_each_measured_waits_cause(tmp_path):
     one its µs)."""
     from linker.sim.engine import measured_holds
     from linker.sim.perfetto import trace_events
-    from linker.write.wait_nodes import Wait, add_wait_nodes
+    from linker.write.output_edits import add_wait_nodes
+    from linker.write.wait_nodes import Wait
 
     held = write_et(tmp_path / "held.et", [cpu(1, 10, start=100), gpu(2, 5, deps=[1], start=140)])
     graphs = [load_graph(held)]

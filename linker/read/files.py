@@ -66,6 +66,21 @@ def open_input(path: str | os.PathLike) -> IO[bytes]:
         raise TraceInputError(p, f"cannot read: {err.strerror or err}") from None
 
 
+def read_head(path: Path, size: int) -> bytes:
+    """The first ``size`` bytes of a file, inflated first when it is gzip (told by its magic, not
+    its suffix); fewer when the file is shorter. ``TraceInputError`` (one line) when it cannot be
+    opened or read. Cost: O(size)."""
+    with open_input(path) as raw:
+        try:
+            head = raw.read(size)
+            if head[:2] != GZIP_MAGIC:
+                return head
+            raw.seek(0)  # a gzip header and the first block fit 64 KiB of input
+            return zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(raw.read(1 << 16), size)
+        except (OSError, zlib.error) as err:
+            raise TraceInputError(path, f"cannot read: {err}") from None
+
+
 def read_trace_bytes(path: str | os.PathLike, inflate_into: Callable[[int], Any] | None = None
                      ) -> bytes | bytearray | memoryview:
     """Return the decompressed bytes of a trace file; gzip is detected by its magic bytes.

@@ -44,8 +44,8 @@ from linker.sim.engine import ASTRA_SIM, BY_READY, Scale, measured_holds, replay
 from linker.sim.graph import CPU, GPU, NO_TIME, SimGraph
 from linker.sim.load import load_graph
 from linker.model.units import format_us
-from linker.write.node_edits import edit_nodes
-from linker.write.wait_nodes import WAIT_NODE_NAME, Wait, edit_and_add_waits
+from linker.write.output_edits import edit_and_add_waits, edit_nodes
+from linker.write.wait_nodes import WAIT_NODE_NAME, Wait
 
 MIN_WAIT_US = 1.0  # a .et's unit: shorter waits round away in one format and not the other
 
@@ -164,7 +164,7 @@ def write_wait_step(path: str | os.PathLike, waits: str, schedule: Schedule | No
     """The wait step on the output at ``path`` (module docstring): read back once, the device's
     holds found as dependencies (as ``write_device_edges`` writes them), then, when ``waits`` is
     "measured", the measured waits on the graph so edited (``waits_to_write``),
-    and the file rewritten once with both (``wait_nodes.edit_and_add_waits``). Returns how many
+    and the file rewritten once with both (``output_edits.edit_and_add_waits``). Returns how many
     kernels got an edge and the waits written. ``schedule``: ``load_graph``'s."""
     edits, pieces, graph = _device_edited(load_graph(path, 0, schedule))
     found = waits_to_write(graph) if waits == MEASURED_WAITS else []

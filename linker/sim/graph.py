@@ -17,6 +17,10 @@ import functools
 import math
 from array import array
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from linker.model.errors import TraceInputError
 
 # Resource kinds.
 CPU, GPU, COMM, META = 0, 1, 2, 3
@@ -65,6 +69,26 @@ def transfer_lane(tid: int) -> tuple:
 
 def gpu_lane(device: int, stream: int) -> tuple:
     return ("gpu", device, stream)
+
+
+def host_comm_lane(tid: int, comm: CommInfo) -> tuple:
+    """A CPU backend's communication node's lane: a collective on its worker thread's, a send or
+    receive on its thread's transfer lane (``graph.transfer_lane``)."""
+    return transfer_lane(tid) if comm.role in (SEND, RECV) else cpu_lane(tid)
+
+
+def as_int(value: Any, default: int) -> int:
+    """An attribute's value as an int: a bool, an int or a decimal string; ``default`` otherwise."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return default
+    return default
 
 
 def lane_label(key: tuple) -> str:
@@ -278,3 +302,14 @@ class GraphBuilder:
                         self.measured_dur, self.lane, list(self.lane_index), offsets, nodes, missing,
                         self.comm, self.notes, dep_cause, sorted(cause_code, key=cause_code.get), self.host_gap,
                         self.continues, self.wait_nodes)
+
+
+def finish_graph(builder: GraphBuilder, path: Path) -> SimGraph:
+    """The graph of ``builder``'s rows; its errors (no nodes, a dependency on no node) raise
+    TraceInputError naming ``path``."""
+    if not builder.ids:
+        raise TraceInputError(path, "the trace holds no nodes")
+    try:
+        return builder.finish()
+    except ValueError as err:
+        raise TraceInputError(path, str(err)) from None

@@ -47,7 +47,8 @@ from linker.plan.comm import PROCESS_GROUP_INIT
 from linker.read.files import read_trace_bytes
 from linker.sim.graph import COMM, CPU, GPU, KIND_NAMES, META
 # The replay reader's slim Node parse and nested-layout tid lookup, shared rather than copied.
-from linker.sim.load import GPU_CATS, JSON, _SlimNode, _tid_of, file_kind, node_payloads
+from linker.sim.load import GPU_CATS, JSON, _tid_of, file_kind
+from linker.sim.load_chakra import SlimNode, node_payloads
 from linker.sim.critical import WAIT
 from linker.write.chakra_wire import attr_value
 from linker.write.protobuf_wire import decode_varint
@@ -322,7 +323,7 @@ def _as_int(value: Any) -> int | None:
 
 def _read_chakra(p: Path) -> SavedEtPlus:
     saved = SavedEtPlus(p, "et")
-    message = _SlimNode()
+    message = SlimNode()
     parse = message.ParseFromString
     cache: dict[bytes, tuple[str, Any] | None] = {}
     for index, payload in enumerate(node_payloads(p), start=1):

@@ -12,27 +12,24 @@ where it ran, after the part before it (``stream_order``), ids above the file's 
 pieces appended after the nodes; ``.et``: each right after the part before it, and the file kept
 in a topological order (``_TopologicalOrder``). Cost: one copy of the file; only the edited
 nodes are decoded (JSON: the others are kept as the bytes they were written as, ``.et``: frames
-copied as bytes, but while a node is held back).
+copied as bytes, but while a node is held back). This module holds what is common and the ET+
+JSON side; the ``.et`` side is ``chakra_node_edits``, and ``output_edits`` picks one by the
+file's suffix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
 
-from linker.model import et_def_pb2 as pb
 from linker.model.errors import TraceInputError
 from linker.read.files import read_trace_bytes
-from linker.write.chakra_wire import EtWriter, encode_varint, find_attr, iter_frames, make_attr, parse_metadata
-from linker.write.protobuf_wire import decode_varint
 from linker.write.sink import atomic_output
 
 _NODE_KEYS = ("name", "cat", "ph", "stream", "device", "attrs")  # what a JSON piece takes of its node
 _PARENT_KEYS = ("ctrl_deps", "parent")  # the parent key of a JSON node, as its layout has it
-_PIECE_ATTRS = ("is_cpu_op", "tid", "stream", "device")  # what a .et piece takes of its node
 
 
 @dataclass
@@ -59,20 +56,12 @@ class Piece:
     cause: str
 
 
-def edit_nodes(path: str | Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> None:
-    """Rewrite ``path`` (ET+ JSON or ``.et``, by suffix) with ``edits`` (node id -> its edit) and
-    ``pieces`` appended. Raises TraceInputError when the file cannot be read or written or lacks
-    a node named."""
-    path = Path(path)
-    if not edits and not pieces:
-        return
-    if path.name.lower().endswith((".et", ".et.gz")):
-        _edit_chakra(path, edits, pieces)
-    else:
-        _edit_json(path, edits, pieces)
+def is_chakra_path(path: Path) -> bool:
+    """Whether a rewrite takes ``path`` for a ``.et`` (by its suffix, as the writer named it)."""
+    return path.name.lower().endswith((".et", ".et.gz"))
 
 
-def _missing(path: Path, ids) -> TraceInputError:
+def missing_node(path: Path, ids) -> TraceInputError:
     return TraceInputError(path, f"has no node with id {min(ids)} to edit")
 
 
@@ -92,7 +81,8 @@ _NODE_NAMES = msgspec.json.Decoder(list[_Named])
 _NODES_PER_WRITE = 4096  # nodes joined into one write (a gzip output compresses each write)
 
 
-def _edit_json(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> None:
+def edit_json(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> None:
+    """``output_edits.edit_nodes`` on an ET+ JSON."""
     document = JsonDocument.read(path)
     document.edit(edits, pieces)
     document.write()
@@ -135,7 +125,7 @@ class JsonDocument:
             if node_id in wanted:
                 decoded[node_id] = (k, JSON_FIELDS.decode(self.nodes[k]))
         if wanted - decoded.keys():
-            raise _missing(self.path, wanted - decoded.keys())
+            raise missing_node(self.path, wanted - decoded.keys())
         for piece in pieces:  # made from the node as written, before its edit
             self.append(_json_piece(decoded[piece.continues][1], piece))
         for node_id, edit in edits.items():
@@ -196,152 +186,4 @@ def _json_piece(node: dict, piece: Piece) -> dict:
         made["ts"] = round(ts + piece.offset, 3)
     made.update({"dur": round(piece.micros, 3), "continues": piece.continues, "sim_dur": round(piece.micros, 3),
                  "data_deps": [piece.after], "data_dep_causes": [piece.cause]})
-    return made
-
-
-# --- Chakra .et ----------------------------------------------------------------------------------
-
-
-def payload_node_id(payload: bytes) -> int:
-    """The id of a Node payload: field 1, which every writer puts first."""
-    if payload[:1] == b"\x08":
-        return decode_varint(payload, 1)[0]
-    return pb.Node.FromString(payload).id
-
-
-def rewrite_et_nodes(path: Path, change: Callable[[bytes], Iterable[bytes]],
-                     appended: Callable[[], Iterable[bytes]] = tuple) -> None:
-    """Rewrite a ``.et`` atomically, frame by frame: its metadata as it was, each node's payload
-    replaced by the payloads ``change`` returns for it (itself, edited, or with nodes before it),
-    then ``appended()``'s. What ``change`` or ``appended`` raise leaves the file as it was.
-    O(file bytes) plus what they decode."""
-    pending: list[bytes] = []
-    with EtWriter(path) as writer:
-        for frame in iter_frames(path):
-            if frame.index == 0:
-                writer.write_metadata(parse_metadata(frame, path))
-                continue
-            pending.extend(encode_varint(len(payload)) + payload for payload in change(frame.payload))
-            if len(pending) >= 4096:
-                writer.write_frames_bytes(b"".join(pending), len(pending))
-                pending.clear()
-        pending.extend(encode_varint(len(payload)) + payload for payload in appended())
-        if pending:
-            writer.write_frames_bytes(b"".join(pending), len(pending))
-
-
-def _edit_chakra(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]) -> None:
-    rewrite_et_nodes(path, *chakra_edits(path, edits, pieces))
-
-
-def chakra_edits(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece]):
-    """``edits`` and ``pieces`` as the ``change`` and ``appended`` of ``rewrite_et_nodes``: the
-    edited file's frames in a topological order (``_TopologicalOrder``); ``appended`` raises
-    TraceInputError when a node named was not met."""
-    order = _TopologicalOrder(edits, pieces)
-
-    def appended() -> list[bytes]:
-        if order.wanted - order.seen:
-            raise _missing(path, order.wanted - order.seen)
-        return order.rest()
-
-    return order.change, appended
-
-
-class _TopologicalOrder:
-    """The edited ``.et``'s frames in a topological order, as the writer wrote the file
-    (docs/formats.md: a streaming reader meets every dependency before its dependent): a node's
-    later parts right after it; a node that gains a dependency on one not yet written (a part of
-    a kernel further on) held back, with whatever depends on it, until that one is written. Frames
-    are decoded only where edited, continued or while a node is held back. O(file) plus O(h x k)
-    for k nodes held back at once over h nodes written meanwhile."""
-
-    def __init__(self, edits: dict[int, NodeEdit], pieces: list[Piece]):
-        self.edits = edits
-        self.parts: dict[int, list[Piece]] = {}
-        for piece in pieces:
-            self.parts.setdefault(piece.continues, []).append(piece)
-        self.wanted = set(edits) | set(self.parts)
-        self.seen: set[int] = set()
-        # the nodes a new dependency points to: a written one is in ``written``
-        self.targets = {dep for edit in edits.values() for dep, _ in edit.add}
-        self.targets.update(new for edit in edits.values() for new in edit.repoint.values())
-        self.written: set[int] = set()
-        self.held: list[tuple[int, bytes, pb.Node, set[int]]] = []  # id, payload, node, what it waits for
-        self.held_ids: set[int] = set()
-
-    def change(self, payload: bytes) -> list[bytes]:
-        node_id = payload_node_id(payload)
-        if not self.held and node_id not in self.wanted and node_id not in self.targets:
-            return [payload]
-        node = pb.Node.FromString(payload)
-        if node_id in self.wanted:
-            self.seen.add(node_id)
-        if node_id in self.edits:
-            _edit_chakra_node(node, self.edits[node_id])
-            payload = node.SerializeToString()
-        needs = {dep for dep in (*node.data_deps, *node.ctrl_deps)
-                 if dep in self.held_ids or (dep in self.targets and dep not in self.written)}
-        if needs:
-            self.held.append((node_id, payload, node, needs))
-            self.held_ids.add(node_id)
-            return []
-        return self._write(node_id, payload, node)
-
-    def _write(self, node_id: int, payload: bytes, node: pb.Node) -> list[bytes]:
-        """The node's frame, its later parts', and then those of every held node now free."""
-        out, ready = [], [(node_id, payload, node)]
-        while ready:
-            node_id, payload, node = ready.pop(0)
-            out.append(payload)
-            self.written.add(node_id)
-            for piece in self.parts.get(node_id, ()):
-                out.append(_chakra_piece(node, piece).SerializeToString())
-                self.written.add(piece.id)
-            still = []
-            for entry in self.held:
-                entry[3].difference_update(self.written)
-                if entry[3]:
-                    still.append(entry)
-                else:
-                    ready.append(entry[:3])
-                    self.held_ids.discard(entry[0])
-            self.held = still
-        return out
-
-    def rest(self) -> list[bytes]:
-        """What is still held back at the end (a dependency the file never wrote), in file order."""
-        rest = [entry[1] for entry in self.held]
-        self.held = []
-        return rest
-
-
-def _edit_chakra_node(node: pb.Node, edit: NodeEdit) -> None:
-    if edit.busy is not None:
-        if find_attr(node, "inclusive_dur_micros") is None:  # the measured time stays readable
-            node.attr.append(make_attr("inclusive_dur_micros", node.duration_micros, "int64_val"))
-        node.duration_micros = round(edit.busy)
-    for k, dep in enumerate(node.data_deps):
-        node.data_deps[k] = edit.repoint.get(dep, dep)
-    attr = find_attr(node, "data_dep_causes")
-    named = attr is not None and len(attr.string_list.values) == len(node.data_deps)
-    for dep, cause in edit.add:
-        node.data_deps.append(dep)
-        if named:
-            attr.string_list.values.append(cause)
-
-
-def _chakra_piece(node: pb.Node, piece: Piece) -> pb.Node:
-    """The ``.et`` node of ``piece``, a later part of ``node``."""
-    made = pb.Node(id=piece.id, name=node.name, type=node.type, duration_micros=round(piece.micros),
-                   start_time_micros=node.start_time_micros + round(piece.offset))
-    made.ctrl_deps.append(piece.continues)  # as an op's later pieces
-    made.data_deps.append(piece.after)
-    for key in _PIECE_ATTRS:
-        attr = find_attr(node, key)
-        if attr is not None:
-            made.attr.append(attr)
-    made.attr.append(make_attr("continues", piece.continues, "int64_val"))
-    made.attr.append(make_attr("inclusive_dur_micros", round(piece.micros), "int64_val"))
-    made.attr.append(make_attr("data_dep_causes", [piece.cause], "string_list"))
     return made
