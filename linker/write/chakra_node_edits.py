@@ -24,9 +24,13 @@ _LANE_ATTRS = ("tid", "device", "stream", "is_cpu_op")  # what places a wait nod
 def edit_and_add_waits(path: Path, edits: dict[int, NodeEdit], pieces: list[Piece], waits: list[Wait],
                        first_id: int) -> int:
     """``output_edits.edit_and_add_waits`` on a ``.et``: each frame passes through the edits'
-    topological order, then the wait nodes' change; one rewrite. Returns the wait nodes written."""
-    edit, edited_rest = chakra_edits(path, edits, pieces)
+    topological order (when there are edits or pieces), then the wait nodes' change; one rewrite.
+    Returns the wait nodes written."""
     hold, written = chakra_holds(path, waits, first_id)
+    if not edits and not pieces:
+        rewrite_et_nodes(path, hold)
+        return written()
+    edit, edited_rest = chakra_edits(path, edits, pieces)
 
     def change(payload: bytes) -> list[bytes]:
         return [out for edited in edit(payload) for out in hold(edited)]
