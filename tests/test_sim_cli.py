@@ -119,9 +119,15 @@ def test_bad_files_are_one_line_errors_naming_the_file(tmp_path):
     not_json = tmp_path / "broken_plus.json"
     not_json.write_text('{"nodes": [{"id": 1, ')
     duplicated = write_et(tmp_path / "dup.et", [cpu(1, 10), cpu(1, 5)])
+    import gzip
+    cut_gzip = tmp_path / "cut.et.gz"  # its first 20 bytes: the header and a few bytes of deflate
+    cut_gzip.write_bytes(gzip.compress(whole)[:20])
+    empty_gzip = tmp_path / "empty.et.gz"
+    empty_gzip.write_bytes(gzip.compress(b""))
     for path, problem in ((empty, "empty"), (truncated, "truncated"), (not_json, "not an ET+ JSON"),
                           (duplicated, "appears twice"), (tmp_path / "absent.et", "no such file"),
-                          (tmp_path / "nothing", "no .et")):
+                          (tmp_path / "nothing", "no .et"), (cut_gzip, "gzip data ends early"),
+                          (empty_gzip, "empty")):
         (tmp_path / "nothing").mkdir(exist_ok=True)
         line = one_line_error(simulate(path))
         assert str(path) in line and problem in line

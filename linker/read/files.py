@@ -69,14 +69,21 @@ def open_input(path: str | os.PathLike) -> IO[bytes]:
 def read_head(path: Path, size: int) -> bytes:
     """The first ``size`` bytes of a file, inflated first when it is gzip (told by its magic, not
     its suffix); fewer when the file is shorter. ``TraceInputError`` (one line) when it cannot be
-    opened or read. Cost: O(size)."""
+    opened or read, or its gzip data ends before it does. Cost: O(size) and the compressed bytes
+    that hold them."""
     with open_input(path) as raw:
         try:
             head = raw.read(size)
             if head[:2] != GZIP_MAGIC:
                 return head
-            raw.seek(0)  # a gzip header and the first block fit 64 KiB of input
-            return zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(raw.read(1 << 16), size)
+            raw.seek(0)
+            inflater, head = zlib.decompressobj(zlib.MAX_WBITS | 16), b""
+            while len(head) < size and not inflater.eof:
+                compressed = raw.read(1 << 16)
+                if not compressed:
+                    raise TraceInputError(path, "cannot read: its gzip data ends early (a cut-off file?)")
+                head += inflater.decompress(compressed, size - len(head))
+            return head
         except (OSError, zlib.error) as err:
             raise TraceInputError(path, f"cannot read: {err}") from None
 
