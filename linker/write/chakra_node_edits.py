@@ -44,6 +44,7 @@ def edit_and_add_waits(path: Path, edits: dict[int, NodeEdit], pieces: list[Piec
 
 # --- node edits ----------------------------------------------------------------------------------
 
+
 def payload_node_id(payload: bytes) -> int:
     """The id of a Node payload: field 1, which every writer puts first."""
     if payload[:1] == b"\x08":
