@@ -545,6 +545,16 @@ def test_validate_statuses(tmp_path):
     assert code == cli.EXIT_INPUT and "not JSON" in stderr and "truncated" not in stderr
 
 
+def test_dump_of_a_json_named_as_a_chakra_trace_says_it_is_json(tmp_path):
+    """A gzip ET given to ``dump`` under a ``.et.gz`` name: its first frame does not parse, and the
+    one-line error says the file is JSON (its inflated head starts with ``{``)."""
+    named_et = tmp_path / "trace.et.gz"
+    named_et.write_bytes(Path(NESTED_ET).read_bytes())
+    code, stderr = invoke("dump", named_et)
+    assert code == cli.EXIT_INPUT and "this is JSON" in stderr and str(named_et) in stderr
+    assert len(stderr.strip().splitlines()) == 1
+
+
 # --------------------------------------------------------------------------- the command's surface
 
 

@@ -27,7 +27,7 @@ from google.protobuf.message import DecodeError, Message
 
 from linker.model import et_def_pb2 as pb
 from linker.model.errors import TraceInputError
-from linker.read.files import GZIP_MAGIC, open_input
+from linker.read.files import GZIP_MAGIC, open_input, read_head
 from linker.write.sink import BackgroundWriter, atomic_output, reserve_space
 from linker.write.protobuf_wire import MAX_VARINT_BYTES, decode_varint, encode_varint
 
@@ -236,11 +236,11 @@ def _parse(message_type: type, frame: Frame, path: str | os.PathLike) -> Any:
 
 
 def _starts_like_json(path: str | os.PathLike) -> bool:
-    """True when the (decompressed) file starts with '{'. Only asked on the error path."""
+    """True when the (decompressed) file starts with '{' (``read_head``, as ``sim.load.file_kind``
+    tells a file's kind). Only asked on the error path."""
     try:
-        with contextlib.closing(open_binary(path)) as stream:
-            return stream.read(64).lstrip()[:1] == b"{"
-    except (OSError, EOFError, TraceInputError):
+        return read_head(Path(path), 64).lstrip()[:1] == b"{"
+    except TraceInputError:
         return False
 
 
