@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
     if args.network:
         overrides["bandwidth_gbps"] = NetworkSpec.parse(args.network).bandwidth / len(files) / 2 ** 30
     replayed = simulate(args.job, network=args.network).replay
-    origin = min(t for t in replayed.issue if t == t)
+    origin = min(t for t in replayed.issue if not math.isnan(t))
     groups_path = args.job / "comm_groups.json"
     groups = json.loads(groups_path.read_text()) if groups_path.exists() else None
     graphs = [load_graph(path, rank) for rank, path in enumerate(files)]

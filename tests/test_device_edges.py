@@ -4,6 +4,7 @@ of that kernel that ran until it started (``sim.device_edges``, ``write.node_edi
 from __future__ import annotations
 
 import gzip
+import math
 
 import orjson
 import pytest
@@ -58,7 +59,7 @@ def _as_read(graph) -> dict:
     """A graph's nodes by id: name, kind, unit, busy, measured start and time, its dependencies'
     ids with their causes, the op it continues."""
     lanes = [graph.lane_keys[lane] for lane in graph.lane]
-    start = [None if s != s else s for s in graph.start]  # an untimed node's NaN, comparable
+    start = [None if math.isnan(s) else s for s in graph.start]  # an untimed node's NaN, comparable
     deps = [sorted((graph.ids[d], graph.edge_cause(u, d)) for d in graph.deps_of(u)) for u in range(len(graph))]
     return {graph.ids[u]: (graph.names[u], graph.kind[u], lanes[u], graph.duration[u], start[u],
                            graph.measured_dur[u], deps[u], graph.continues.get(u))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import random
 import shutil
 from pathlib import Path
@@ -35,7 +36,7 @@ def plain_offsets(spans):
     if len(spans) < 2:
         return None
     for first, _ in spans:
-        if first != first:
+        if math.isnan(first):
             return None
     earliest = spans[0][0]
     for first, _ in spans:

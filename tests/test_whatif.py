@@ -87,7 +87,7 @@ def _job(tmp_path) -> list:
 
 
 def _end(result) -> float:
-    return max(e for e in result.end if e == e)
+    return max(e for e in result.end if not math.isnan(e))
 
 
 def test_the_fit_finds_the_network_the_collectives_were_timed_on(tmp_path):
@@ -679,9 +679,9 @@ def test_a_collective_beside_the_earlier_one_ends_with_it_on_a_slower_network(tm
     before X's last arrival with it (28 x 4 = 112 µs from 110): the job ended at 222 (122 µs)."""
     graphs = _beside_a_late_peer(tmp_path)
     measured = replay(graphs, model, release=measured_release(graphs))
-    assert max(e for e in measured.end if e == e) == pytest.approx(42.0)  # from 100, the job's start
+    assert max(e for e in measured.end if not math.isnan(e)) == pytest.approx(42.0)  # from 100, the job's start
     bus = 2 * 2 * 1024 / 22e-6  # bytes/s: the bus the job shows
     result = replay(graphs, model, release=measured_release(graphs), network=NetworkSpec.parse(f"bandwidth={bus / 4}B/s"))
     (fit,) = result.network.fitted
     assert fit.bandwidth == pytest.approx(bus)
-    assert max(e for e in result.end if e == e) == pytest.approx(108.0)
+    assert max(e for e in result.end if not math.isnan(e)) == pytest.approx(108.0)

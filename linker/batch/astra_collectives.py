@@ -70,6 +70,7 @@ O(c log c) after, and O(n log n + e) per rank that owes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from linker.model.errors import OptionError
@@ -182,7 +183,7 @@ def cpu_collective_edits(graphs: list[SimGraph], comm_groups: dict[str, list[int
         position = 0
         for u in sorted(nodes, key=graph.ids.__getitem__):
             issue, end = rp.issue[base + u], rp.end[base + u]
-            if issue != issue or end != end:
+            if math.isnan(issue) or math.isnan(end):
                 continue  # never ran in the replay: left as it is
             if rp.groups.group_of[base + u] < 0:  # replayed alone: no peer to meet
                 before = rp.groups.issued_after.get(base + u)

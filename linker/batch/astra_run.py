@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import filecmp
 import json
+import math
 import os
 import re
 import shutil
@@ -282,7 +283,7 @@ def _from_files(files: dict[int, Path]) -> tuple[dict[int, tuple[float, float]],
     for rank, path in sorted(files.items()):
         graph = load_graph(path, rank)
         first, last = graph.measured_span()
-        if first == first:  # not NaN: the file has measured times
+        if not math.isnan(first):  # the file has measured times
             spans[rank] = (first, last)
         offsets[rank] = next((graph.duration[u] for u, name in enumerate(graph.names) if name == DELAY_NODE_NAME), 0.0)
     return spans, offsets

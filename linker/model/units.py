@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 
 def format_us(us: float, unit: str = "") -> str:
     """A duration given in µs, in the unit that keeps it readable: µs below 1 ms, ms below 10 s,
     else s ("13.34 s", "842.1 ms", "86 µs", "2.5 µs"). ``unit`` ("us", "ms", "s") forces one, with
     a fixed number of decimals, for columns that line up. NaN -> "n/a"."""
-    if us != us:
+    if math.isnan(us):
         return "n/a"
     forced = bool(unit)
     unit = unit or unit_for(us)

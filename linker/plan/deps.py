@@ -409,7 +409,7 @@ class OpParts:
         nodes = self.nodes.get(op)
         if nodes is None:
             return op
-        if t != t:
+        if math.isnan(t):
             return nodes[-1]
         return nodes[max(0, bisect_left(self.begins[op], t) - 1)]
 

@@ -47,9 +47,9 @@ def et_plus_span(et_plus) -> tuple[float, float] | None:
     read again. O(n)."""
     starts, ends = et_plus.op_times if et_plus.op_times is not None else ([], [])
     first, last = math.inf, -math.inf
-    timed = [s for s in starts if s == s]  # linked ops (unlinked: NaN)
+    timed = [s for s in starts if not math.isnan(s)]  # linked ops (unlinked: NaN)
     if timed:
-        first, last = min(timed), max(e for e in ends if e == e)
+        first, last = min(timed), max(e for e in ends if not math.isnan(e))
     for node in et_plus.gpu_nodes:
         start = float(node.ts)
         first, last = min(first, start), max(last, start + float(node.inclusive_dur))
@@ -60,7 +60,7 @@ def measured_offsets(spans: list[tuple[float, float]]) -> list[float] | None:
     """Each rank's offset from its (first measured start, last measured end), in rank order; None
     when fewer than two ranks, a rank is untimed (NaN), or the starts lie further apart than the
     longest span (clocks that are not one clock). O(ranks)."""
-    if len(spans) < 2 or any(first != first for first, _ in spans):
+    if len(spans) < 2 or any(math.isnan(first) for first, _ in spans):
         return None
     firsts = [first for first, _ in spans]
     earliest = min(firsts)

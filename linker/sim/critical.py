@@ -11,6 +11,7 @@ that wait later (the wait is counted as such: ``WAIT``, by its cause). Cost: O(l
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from linker.sim.engine import CAUSE_DEPENDENCY, CAUSE_PEER, NO_NODE, Replay
@@ -52,7 +53,7 @@ def last_node(rp: Replay) -> int:
     """The node that finishes last (-1 when nothing finished). O(n)."""
     best, best_end = NO_NODE, -1.0
     for u, e in enumerate(rp.end):
-        if e == e and e >= best_end:
+        if not math.isnan(e) and e >= best_end:
             best, best_end = u, e
     return best
 

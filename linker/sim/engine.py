@@ -414,7 +414,7 @@ def _issue_key(graph: SimGraph, u: int) -> tuple:
 
 def _start_key(graph: SimGraph, u: int) -> float:
     s = graph.start[u]
-    return s if s == s else math.inf
+    return s if not math.isnan(s) else math.inf
 
 
 def _group_collectives(graphs, collectives, comm_groups, position_of_rank, groups: CommGroups) -> None:
@@ -698,7 +698,7 @@ def _issue_keys(graphs: list[SimGraph], issue_order: str) -> list:
         if issue_order == BY_ID:
             keys.extend(graph.ids)
         else:
-            keys.extend((s if s == s else math.inf, i) for s, i in zip(graph.start, graph.ids))
+            keys.extend((s if not math.isnan(s) else math.inf, i) for s, i in zip(graph.start, graph.ids))
     return keys
 
 

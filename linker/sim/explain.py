@@ -26,6 +26,8 @@ path's end, O(path) after.
 
 from __future__ import annotations
 
+import math
+
 from linker.sim.critical import PathStep, critical_path
 from linker.sim.engine import Replay, measured_release
 from linker.sim.graph import KIND_NAMES, lane_label
@@ -97,7 +99,7 @@ def drift_report(rp: Replay, top: int = 5, path: list[PathStep] | None = None) -
     places, previous, first = [], 0.0, None
     for step in path:
         measured = step.graph.start[step.local]
-        if measured != measured:  # not timed: its drift is not known; the next timed node carries it
+        if math.isnan(measured):  # not timed: its drift is not known; the next timed node carries it
             continue
         r = rp.rank_of(step.node)
         drift = (rp.issue[step.node] - offsets[r]) - (measured - origins[r])

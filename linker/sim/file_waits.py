@@ -76,7 +76,7 @@ def quiet_unit_holds(graph: SimGraph, holds: dict) -> dict:
     spans: dict[int, list[tuple[float, float]]] = {}
     for u, unit in enumerate(rp.unit_of):
         s, e = rp.start[u], rp.end[u]
-        if unit >= 0 and e == e and e > s:
+        if unit >= 0 and not math.isnan(e) and e > s:
             spans.setdefault(unit, []).append((s, e))
     starts, ends = {}, {}
     for unit, pairs in spans.items():

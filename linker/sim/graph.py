@@ -170,7 +170,7 @@ class SimGraph:
     def _measured_span(self) -> tuple[float, float]:
         first, last = math.inf, -math.inf
         for s, d in zip(self.start, self.measured_dur):
-            if s == s:  # not NaN
+            if not math.isnan(s):
                 if s < first:
                     first = s
                 if s + d > last:
@@ -180,7 +180,7 @@ class SimGraph:
     def measured_step(self) -> float:
         """Latest (start + measured duration) minus earliest start over timed nodes (0 if none)."""
         first, last = self.measured_span()
-        return last - first if first == first else 0.0
+        return last - first if not math.isnan(first) else 0.0
 
 
 class GraphBuilder:

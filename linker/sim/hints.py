@@ -16,6 +16,8 @@ ops' intervals, minus the time any of them was busy: 0 when they took turns; O(n
 
 from __future__ import annotations
 
+import math
+
 from linker.model.units import format_us
 from linker.sim.critical import PathStep
 from linker.sim.engine import ASTRA_SIM, Replay
@@ -41,7 +43,7 @@ def parallel_cpu_time(graph: SimGraph) -> float:
     by_thread: dict[int, list[tuple[float, float]]] = {}
     for u, kind in enumerate(graph.kind):
         s = graph.start[u]
-        if kind == CPU and s == s and graph.measured_dur[u] > 0:
+        if kind == CPU and not math.isnan(s) and graph.measured_dur[u] > 0:
             by_thread.setdefault(graph.lane[u], []).append((s, s + graph.measured_dur[u]))
     if len(by_thread) < 2:
         return 0.0

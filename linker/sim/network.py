@@ -373,7 +373,7 @@ def _issue_order(graph, u: int) -> tuple:
     if _is_cpu(graph, u):
         return (1, graph.ids[u], graph.ids[u])
     start = graph.start[u]
-    return (0, start if start == start else math.inf, graph.ids[u])
+    return (0, start if not math.isnan(start) else math.inf, graph.ids[u])
 
 
 def _in_issue_order(graph) -> list[int]:

@@ -21,6 +21,7 @@ Written atomically (no file on failure); the inputs are refused as output. Cost:
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -78,7 +79,7 @@ def trace_events(rp: Replay) -> list[dict]:
             name, lane, kind = graph.names[local], graph.lane[local], KIND_NAMES[graph.kind[local]]
             node_id = graph.ids[local]
             s = graph.start[local]
-            if s == s and first == first:
+            if not math.isnan(s) and not math.isnan(first):
                 events.append({"ph": "X", "name": name, "pid": pids[MEASURED], "tid": tids[MEASURED][lane],
                                "ts": s - first, "dur": graph.measured_dur[local],
                                "args": {"id": node_id, "kind": kind, "replayed_busy_us": graph.duration[local]}})

@@ -37,6 +37,7 @@ the replay.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 
 from linker.model.units import format_us, unit_for
@@ -92,7 +93,7 @@ class WaitsSummary:
 
 def replay_end(rp: Replay) -> float:
     """The replay's latest end (a rank's release counts: a rank with nothing to run ends there). O(n)."""
-    return max((e for e in rp.end if e == e), default=max(rp.release, default=0.0))
+    return max((e for e in rp.end if not math.isnan(e)), default=max(rp.release, default=0.0))
 
 
 def waits_summary(mode: str, with_waits: Replay, without: Replay, measured_us: float) -> WaitsSummary:
@@ -177,7 +178,7 @@ def rank_summaries(rp: Replay) -> list[RankSummary]:
         release = rp.release[len(summaries)]
         last = release
         for e in rp.end[base:base + len(graph)]:
-            if e == e and e > last:
+            if not math.isnan(e) and e > last:
                 last = e
         measured = graph.measured_step()
         simulated = last - release
@@ -198,7 +199,7 @@ def busy_times(rp: Replay) -> tuple[dict[str, float], list[UnitBusy], float]:
         for local, kind in enumerate(graph.kind):
             u = base + local
             s, e = rp.start[u], rp.end[u]
-            if e != e or local in waits:
+            if math.isnan(e) or local in waits:
                 continue
             by_kind[KIND_NAMES[kind]] += e - s
             unit = rp.unit_of[u]

@@ -169,7 +169,7 @@ class SavedEtPlus:
         for column in _SUMMED:
             total = totals[column] = [0 if column == "pieces" else 0.0] * len(keys)
             for g, value in zip(group_of_op, ops[column]):
-                if value == value:  # not NaN
+                if not math.isnan(value):
                     total[g] += value
         busy = totals["busy_us"]
         busy_of_kind: dict[str, float] = {}
@@ -190,7 +190,7 @@ def load_saved(path: str | os.PathLike) -> SavedEtPlus:
     ``TraceInputError`` naming the file."""
     p = Path(path)
     saved = _read_json(p) if file_kind(p) == JSON else _read_chakra(p)
-    if not any(t == t for t in saved.ts):
+    if all(math.isnan(t) for t in saved.ts):
         raise TraceInputError(p, NOT_LINKED)
     return saved
 

@@ -29,6 +29,7 @@ Cost: O(n log n) per rank (a sort of each lane by start), O(n) memory for n node
 
 from __future__ import annotations
 
+import math
 from array import array
 from dataclasses import dataclass
 
@@ -154,12 +155,12 @@ def _measured_bars(rp: Replay, r: int, critical: set[int], bars: Bars) -> set[in
     graph, base = rp.graphs[r], rp.offsets[r]
     shift = _measured_shift(rp, r)
     landmarks: set[int] = set()
-    if shift != shift:
+    if math.isnan(shift):
         return landmarks
     labels = [lane_label(key) for key in graph.lane_keys]
     by_lane: dict[int, list[tuple[float, float, int]]] = {}
     for u, (s, d, kind) in enumerate(zip(graph.start, graph.measured_dur, graph.kind)):
-        if s == s and kind != META:
+        if not math.isnan(s) and kind != META:
             by_lane.setdefault(graph.lane[u], []).append((s - shift, s - shift + d, u))
     for lane, intervals in by_lane.items():
         label = labels[lane]
@@ -193,7 +194,7 @@ def _simulated_bars(rp: Replay, r: int, critical: set[int], bars: Bars) -> None:
     for u, kind in enumerate(graph.kind):
         g = base + u
         e = rp.end[g]
-        if kind == META or e != e:
+        if kind == META or math.isnan(e):
             continue
         label = labels[graph.lane[u]]
         on_path = g in critical
@@ -207,7 +208,7 @@ def divergence_points(rp: Replay, r: int, landmarks: set[int], limit: int = DIVE
     """The largest drift jumps of rank r's landmarks (see the module docstring). O(k log k)."""
     graph, base = rp.graphs[r], rp.offsets[r]
     shift = _measured_shift(rp, r)
-    if shift != shift:
+    if math.isnan(shift):
         return []
     floor = max(DIVERGENCE_SHARE * graph.measured_step(), DIVERGENCE_MIN_US)
     by_lane: dict[int, list[int]] = {}

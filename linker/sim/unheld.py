@@ -29,6 +29,7 @@ one graph.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
@@ -133,7 +134,7 @@ def _gpu_waits(graph: SimGraph, min_us: float, through_wait_nodes: bool) -> list
     """``gpu_waits``' rows, each with the kernel of another stream that held the device until it
     started (-1 unless the cause is ``OTHER_STREAM_KERNEL``)."""
     first, _ = graph.measured_span()
-    if first != first:
+    if math.isnan(first):
         return []
     start, dur, kind = graph.start, graph.duration, graph.kind  # a dependency ends as the replay ends it
     skew = graph_clock_skew(graph)
@@ -150,7 +151,7 @@ def _gpu_waits(graph: SimGraph, min_us: float, through_wait_nodes: bool) -> list
                 known = False
                 break
             s = start[d]
-            if s == s:
+            if not math.isnan(s):
                 end = s + dur[d]
                 if kind[d] not in (GPU, COMM):  # a host time: read on the GPU's clock
                     end += skew.at(s)
@@ -239,7 +240,7 @@ def host_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes:
     collective the ET lost), so a hold would count those waits twice. Wait nodes of the file: as
     in ``gpu_waits``. O(n + E + g log g)."""
     first, _ = graph.measured_span()
-    if first != first or any(graph.lane_keys[graph.lane[u]][0] == "cpu" for u in graph.comm):
+    if math.isnan(first) or any(graph.lane_keys[graph.lane[u]][0] == "cpu" for u in graph.comm):
         return []
     start, dur, kind = graph.start, graph.duration, graph.kind
     device_ends = sorted(start[u] + graph.measured_dur[u] for u in range(len(graph))
@@ -253,10 +254,10 @@ def host_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes:
             if d in graph.wait_nodes and through_wait_nodes:
                 continue
             s = start[d]
-            if kind[d] == COMM or (s != s and len(graph.deps_of(d))) or d in graph.wait_nodes:
+            if kind[d] == COMM or (math.isnan(s) and len(graph.deps_of(d))) or d in graph.wait_nodes:
                 known = False
                 break
-            if s == s:
+            if not math.isnan(s):
                 ready = max(ready, s + dur[d])
         if not known or start[u] - ready < min_us:
             continue
