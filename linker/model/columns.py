@@ -6,6 +6,8 @@ Python-level loop per entry is most of the cost.
 
 from __future__ import annotations
 
+from itertools import islice
+from operator import lt
 from typing import Hashable, Sequence
 
 
@@ -22,3 +24,9 @@ def unique_positions(values: Sequence[Hashable], drop: tuple = (None,)) -> dict:
     for value in drop:
         last.pop(value, None)
     return last
+
+
+def ascending(values: Sequence) -> bool:
+    """True when each value is below the next (a column already in strict order, the usual case
+    of start times and ids, which a caller then need not sort). O(n), one C pass."""
+    return all(map(lt, values, islice(values, 1, None)))

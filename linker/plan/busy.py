@@ -67,14 +67,14 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, fields
-from itertools import accumulate, compress
-from operator import add, eq, gt, lt
+from itertools import accumulate
 from typing import NamedTuple
 
 import numpy as np
 
 from linker.link.intervals import TimePoint, cover_index, innermost_covering
 from linker.link.recipe import op_of_event
+from linker.model.columns import ascending
 from linker.plan.clocks import blocking_copies, clock_skew
 from linker.plan.later_pieces import HANDOFF_CUT_MIN_US, Pieces, later_pieces
 
@@ -204,14 +204,14 @@ def _start_order(ops: list[int], starts: list[float], ends: list[float],
     run of equal starts (integer-µs traces) by (-end, id, index). O(m log m); O(m) C passes for
     ops given in order of strictly increasing start (then left as they are)."""
     at = [starts[i] for i in ops]
-    if all(map(lt, at, at[1:])):
+    if ascending(at):
         return list(ops), at
     ops = sorted(ops, key=starts.__getitem__)
     at = [starts[i] for i in ops]
-    if all(map(lt, at, at[1:])):
+    if ascending(at):
         return ops, at
     run_start = run_end = None
-    for p in compress(range(1, len(ops)), map(eq, at[1:], at[:-1])):  # p ties with p - 1
+    for p in [p for p in range(1, len(ops)) if at[p] == at[p - 1]]:  # p starts where p - 1 starts
         if run_start is None or at[p] != at[run_start]:
             if run_start is not None:
                 _sort_tie(ops, run_start, run_end, ends, ids)
@@ -235,11 +235,9 @@ def _timelines(et, starts: list[float], ends: list[float], linked: list[bool], r
     for i in roots:
         is_op[i] = False
     tid = et.tid
-    thread_order = list(dict.fromkeys(tid[i] for i in compress(range(len(is_op)), is_op)))
-    if near_start_order is None:
-        ops = list(compress(range(len(is_op)), is_op))
-    else:
-        ops = [i for i in near_start_order if is_op[i]]
+    numbers = np.flatnonzero(is_op).tolist()
+    thread_order = list(dict.fromkeys(tid[i] for i in numbers))
+    ops = numbers if near_start_order is None else [i for i in near_start_order if is_op[i]]
     if len(thread_order) == 1:
         by_thread = {thread_order[0]: ops}
     else:
@@ -336,6 +334,19 @@ class IdleSegment:
         return (self.waiter, self.start) if self.waiter >= 0 else (-1, self.position)
 
 
+@dataclass
+class SegmentWait:
+    """The main thread's wait for other work (another thread's burst, a CPU collective, a send or
+    receive) inside one ``IdleSegment``: the segment's ``waiter`` and ``position``, and the union
+    of the waits found there, from ``start`` to ``end`` (µs). Not ``DependencyPlan.waits``, which
+    are dependency edges."""
+
+    waiter: int
+    position: int
+    start: float
+    end: float
+
+
 def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[int] | None = None,
                  collectives: dict | None = None, lost: list[int] | None = None,
                  communication_starts: dict[int, float] | None = None,
@@ -365,13 +376,13 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     point_to_point = _point_to_point(collectives)
     on_timeline = _off_timeline(linked, point_to_point)
     timelines = _timelines(et, starts, ends, on_timeline, et.root_positions(), near_start_order)
-    waits: dict[tuple, list] = {}  # main-thread idle segment -> [waiter, position, lo, hi]
+    segment_waits: dict[tuple, SegmentWait] = {}  # by the key of the main-thread idle segment it lies in
     burst_firsts: set[int] = set()
     if timelines:
-        _thread_waits(et_plus, busy, timelines, (starts, ends, linked), collectives, point_to_point, lost, waits,
-                      burst_firsts, handed_with_previous or frozenset())
+        _thread_waits(et_plus, busy, timelines, (starts, ends, linked), collectives, point_to_point, lost,
+                      segment_waits, burst_firsts, handed_with_previous or frozenset())
     blocked_at += _sends_begun_in_their_call(et, collectives, timelines.get(busy.main_tid), starts, busy)
-    gap_waits = _held_waits(busy, waits, blocked_at)
+    gap_waits = _held_waits(busy, segment_waits, blocked_at)
     for tid, timeline in timelines.items():
         _host_gaps(busy, timeline, gap_waits if tid == busy.main_tid else None, burst_firsts)
     launches = [(link.et_index, link.launch.ts, link.event.ts) for link in et_plus.gpu_links
@@ -383,7 +394,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
                                               frozenset(collectives or ()), handoffs)
     _gaps_after_pieces(busy)
     if forked_in_gaps:
-        wait_spans = {position: (lo, hi) for waiter, position, lo, hi in waits.values() if waiter < 0}
+        wait_spans = {wait.position: (wait.start, wait.end) for wait in segment_waits.values() if wait.waiter < 0}
         _split_gaps(busy, timelines[busy.main_tid], [(t, -1, -math.inf) for t in forked_in_gaps], wait_spans)
     _split_gaps_at_late_launches(busy, timelines, launches, ends)
     if busy.resumes:
@@ -393,12 +404,14 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     return busy
 
 
-def _held_waits(busy: BusyTimes, waits: dict, blocked_at: list[tuple[int, float, float]]) -> dict[int, float]:
-    """The main thread's waits (``waits``: segment key -> [waiter, gap position, start, end]) taken
-    where they were held: in an op, its blocked time (and a blocked stretch in ``blocked_at``); in
-    a gap after main-thread position p, returned as p -> the µs of join wait inside that gap."""
+def _held_waits(busy: BusyTimes, segment_waits: dict[tuple, SegmentWait],
+                blocked_at: list[tuple[int, float, float]]) -> dict[int, float]:
+    """The main thread's waits (``segment_waits``, by segment key) taken where they were held: in
+    an op, its blocked time (and a blocked stretch in ``blocked_at``); in a gap after main-thread
+    position p, returned as p -> the µs of join wait inside that gap."""
     gap_waits: dict[int, float] = {}
-    for waiter, position, lo, hi in waits.values():
+    for wait in segment_waits.values():
+        waiter, position, lo, hi = wait.waiter, wait.position, wait.start, wait.end
         if waiter >= 0:
             busy.blocked[waiter] += hi - lo
             blocked_at.append((waiter, lo, hi - lo))
@@ -424,14 +437,14 @@ def _blocking_call_waits(et_plus, busy: BusyTimes) -> list[tuple[int, float, flo
 
 
 def _thread_waits(et_plus, busy: BusyTimes, timelines: dict, times: tuple, collectives: dict | None,
-                  point_to_point: list[int], lost: list[int] | None, waits: dict, burst_firsts: set[int],
+                  point_to_point: list[int], lost: list[int] | None, segment_waits: dict, burst_firsts: set[int],
                   handed_with_previous: set[int] = frozenset()) -> None:
     """The main thread (the one holding the earliest linked op: ``busy.main_tid``) and its waits
     for the other threads: for CPU collectives (``_collective_waits``, ``_lost_collective_waits``)
     and for its sends and receives (``point_to_point``, among ``collectives``: ``_point_to_point_waits``),
     for the other threads' bursts (``_cross_thread``; their fork and join edges), and the lead of
     GPU work launched before the trace (``_pre_trace_lead``). ``times``: (starts, ends, linked)
-    per ET node; ``handed_with_previous``: see ``compute_busy``. Fills ``waits`` and
+    per ET node; ``handed_with_previous``: see ``compute_busy``. Fills ``segment_waits`` and
     ``burst_firsts``."""
     et = et_plus.et
     starts, ends, linked = times
@@ -441,14 +454,14 @@ def _thread_waits(et_plus, busy: BusyTimes, timelines: dict, times: tuple, colle
     thread_roots = _thread_roots(et, et.root_positions())
     transfers = set(point_to_point)
     collectives = {i: attrs for i, attrs in (collectives or {}).items() if i not in transfers}
-    waiters = _collective_waits(et_plus, collectives, main, starts, ends, waits, busy) if collectives else {}
+    waiters = _collective_waits(et_plus, collectives, main, starts, ends, segment_waits, busy) if collectives else {}
     if lost:
-        _lost_collective_waits(et, collectives, lost, main, starts, ends, waits, busy)
+        _lost_collective_waits(et, collectives, lost, main, starts, ends, segment_waits, busy)
     if point_to_point:
-        _point_to_point_waits(point_to_point, et.tid, main, starts, ends, waits, busy)
+        _point_to_point_waits(point_to_point, et.tid, main, starts, ends, segment_waits, busy)
     for tid, timeline in timelines.items():
         if tid != main_tid:
-            _cross_thread(main, timeline, thread_roots.get(tid, -1), waits, busy, burst_firsts, waiters,
+            _cross_thread(main, timeline, thread_roots.get(tid, -1), segment_waits, busy, burst_firsts, waiters,
                           handed_with_previous)
     lead_skew = clock_skew(et_plus.gpu_links, unqueued=True) if et_plus.gpu_links else None
     _pre_trace_lead(et_plus, timelines[main_tid].starts[0], thread_roots.get(main_tid, -1), busy, lead_skew)
@@ -675,7 +688,7 @@ def _event_times(result) -> tuple[list[float], list[float]]:
     """Start and end (µs) of each ET node's linked Kineto event (NaN when unlinked): C passes."""
     columns = result.kineto.cpu_columns()
     ts = list(columns.ts)
-    end = list(map(add, ts, columns.dur))
+    end = [t + d for t, d in zip(ts, columns.dur)]
     ts.append(math.nan)  # event -1: unlinked
     end.append(math.nan)
     event_of_op = result.match.event_of_op
@@ -733,7 +746,7 @@ def _bursts(timeline: Timeline, main: MainThread,
 
 
 def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list[float], ends: list[float],
-                      waits: dict, busy: BusyTimes) -> set[int]:
+                      segment_waits: dict, busy: BusyTimes) -> set[int]:
     """The main thread's waits for CPU collectives, found from their consumers on it
     (``cpu_comm.consumers``): a ``join`` edge collective -> consumer, and the idle stretch before
     the consumer — from the later of the thread's last activity and the collective's issue (its
@@ -780,7 +793,7 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
         since = ends[call] if call >= 0 and ends[call] == ends[call] else starts[collective]
         lo, hi = max(segment.start, last_end, min(since, starts[collective])), done[collective]
         if hi > lo:  # it waited; woken when the last collective it waited for ended, or later
-            _add_wait(waits, segment, lo, at)
+            _add_wait(segment_waits, segment, lo, at)
             idle_from = max(segment.start, last_end)
             woken = done_at[bisect_right(done_at, at) - 1]  # the latest end at or before the consumer
             busy.resume_joins.add((collective, consumer))
@@ -838,7 +851,7 @@ def _off_timeline(linked: list[bool], point_to_point: list[int]) -> list[bool]:
 
 
 def _point_to_point_waits(point_to_point: list[int], tid: list[int], main: MainThread, starts: list[float],
-                          ends: list[float], waits: dict, busy: BusyTimes) -> None:
+                          ends: list[float], segment_waits: dict, busy: BusyTimes) -> None:
     """The main thread's waits for its CPU sends and receives (``cpu_comm``). The record ends when
     the thread that waited for the transfer saw it done, so where the thread was at that end is
     where it waited: idle inside op W since its last activity (at the earliest the record's
@@ -859,7 +872,7 @@ def _point_to_point_waits(point_to_point: list[int], tid: list[int], main: MainT
                 busy.cross.append((i, target, JOIN))
             continue
         if end > segment.start:
-            _add_wait(waits, segment, max(starts[i], segment.start), end)
+            _add_wait(segment_waits, segment, max(starts[i], segment.start), end)
         _join_where_it_went_on(busy, i, segment, end)
 
 
@@ -894,7 +907,7 @@ def _idle_before(main: MainThread, consumer: int, at: float):
 
 
 def _lost_collective_waits(et, collectives: dict, lost: list[int], main: MainThread, starts: list[float],
-                           ends: list[float], waits: dict, busy: BusyTimes) -> None:
+                           ends: list[float], segment_waits: dict, busy: BusyTimes) -> None:
     """The main thread's waits for collectives the ET lost (their issuing calls ``lost``): no
     node holds such a wait, so the idle stretch before the op that reads the call's tensors (its
     consumer, found as ``cpu_comm.consumers`` finds one, from the call's end) is taken out of the
@@ -919,15 +932,15 @@ def _lost_collective_waits(et, collectives: dict, lost: list[int], main: MainThr
         p = bisect_right(done_at, at) - 1  # a recorded collective that ended meanwhile held the wait until then
         lo = max(segment.start, last_end, ends[call], done_at[p] if p >= 0 else -math.inf)
         if at > lo:
-            _add_wait(waits, segment, lo, at)
+            _add_wait(segment_waits, segment, lo, at)
             _resume_after(busy, consumer, segment, lo, at - lo)
 
 
-def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
+def _cross_thread(main: MainThread, timeline: Timeline, root: int, segment_waits: dict,
                   busy: BusyTimes, burst_firsts: set[int], waiters: dict[int, int | None] | None = None,
                   handed_with_previous: set[int] = frozenset()) -> None:
     """Fork and join edges for one non-main thread's bursts; the main thread's waits go to
-    ``waits`` (segment key -> [waiter, gap position, union start, union end]). A burst holding a
+    ``segment_waits`` (by segment key: ``SegmentWait``). A burst holding a
     CPU collective of ``waiters`` (``_collective_waits``) gets a join here only when the main
     thread sat, as it ended, in the call that issued it, or in an op around that call which it
     went on to straight from the call (``_waited_in``), and never the hand-back below (a
@@ -949,13 +962,13 @@ def _cross_thread(main: MainThread, timeline: Timeline, root: int, waits: dict,
             if at_end is not None and not any(_waited_in(main, at_end, call, issued_ends) for call in held):
                 at_end = None
         if at_end is not None and end > at_end.start:
-            _add_wait(waits, at_end, max(start, at_end.start), end)
+            _add_wait(segment_waits, at_end, max(start, at_end.start), end)
             _join_where_it_went_on(busy, last_op, at_end, end, tl.ops[source] if source >= 0 else -1)
             joined_in = at_end.waiter
         if (at_start is not None and at_start.inside and at_start.waiter >= 0
                 and (at_end is None or at_start.key != at_end.key)):
             # the main thread waited in W until this thread handed it work (W's next child)
-            _add_wait(waits, at_start, start, at_start.end)
+            _add_wait(segment_waits, at_start, start, at_start.end)
             handed = _last_ended_before(timeline, first, last, at_start.end)
             if handed >= 0:
                 busy.cross.append((handed, at_start.resume, JOIN))
@@ -1029,12 +1042,14 @@ def _last_ended_position(tl: Timeline, source: int, t: float) -> int:
     return -1
 
 
-def _add_wait(waits: dict, segment: IdleSegment, lo: float, hi: float) -> None:
-    entry = waits.get(segment.key)
-    if entry is None:
-        waits[segment.key] = [segment.waiter, segment.position, lo, hi]
+def _add_wait(segment_waits: dict, segment: IdleSegment, lo: float, hi: float) -> None:
+    """Record that the main thread waited from ``lo`` to ``hi`` in ``segment``: a new
+    ``SegmentWait``, or the segment's one widened to cover both."""
+    wait = segment_waits.get(segment.key)
+    if wait is None:
+        segment_waits[segment.key] = SegmentWait(segment.waiter, segment.position, lo, hi)
     else:
-        entry[2], entry[3] = min(entry[2], lo), max(entry[3], hi)
+        wait.start, wait.end = min(wait.start, lo), max(wait.end, hi)
 
 
 def _last_ended_before(timeline: Timeline, first: int, last: int, t: float) -> int:
@@ -1053,7 +1068,7 @@ def _host_gaps(busy: BusyTimes, timeline: Timeline, gap_waits: dict[int, float] 
     the gaps are where an op starts after every earlier op ended (a column pass finds them)."""
     ops, starts = timeline.ops, timeline.starts
     frontier = timeline.frontier()  # frontier[p - 1]: latest end before op p
-    for p in compress(range(1, len(ops)), map(gt, starts[1:], frontier)):
+    for p in [p for p in range(1, len(ops)) if starts[p] > frontier[p - 1]]:
         if ops[p] in burst_firsts:
             continue
         gap = starts[p] - frontier[p - 1]

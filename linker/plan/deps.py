@@ -24,22 +24,22 @@ from array import array
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass
-from itertools import islice
-from operator import countOf, eq, lt
 
 import msgspec
 
 import numpy as np
 
+from linker.model.columns import ascending
 from linker.plan.busy import JOIN, BusyTimes, compute_busy
 from linker.plan.comm import CommAttrs, CommResolver, is_comm_kernel
 from linker.plan.cpu_comm import (communication_stretches, cpu_collectives, hold_for_measured_duration, is_point_to_point,
                                   lost_issuers)
 from linker.plan.dependency_plan import (COLLECTIVE_ORDER, LAUNCH, NO_NODE, PARENT, STREAM_ORDER, THREAD_ORDER,
-                                         DependencyPlan, GpuPlacement, WriteSummary)
+                                         DependencyPlan, GpuPlacement, WriteSummary, chain_is_parent)
 from linker.plan.waits import add_wait_edges
 from linker.read.et import PROCESS_ROOT_NAMES, parent_positions
 from linker.link.etplus import EtPlus, op_exclusive_times
+
 
 def _parent_indices(et, index_of_id: dict[int, int]) -> list[int]:
     """Index of each node's parent (-1: missing, or the node's own id). O(n)."""
@@ -203,7 +203,7 @@ def _inverse(order: list[int]) -> array:
 def id_order(ids: list[int]) -> list[int]:
     """Positions sorted by id (ids distinct). C passes when the ids already ascend (as PyTorch
     numbers the nodes), else a sort. O(n), O(n log n) at worst."""
-    if all(map(lt, ids, islice(ids, 1, None))):
+    if ascending(ids):
         return list(range(len(ids)))
     return sorted(range(len(ids)), key=ids.__getitem__)
 
@@ -216,7 +216,7 @@ def _id_order(ids: list[int], cpu_by_id: list[int] | None) -> list[int]:
         rest = ids[n:]
         if not rest:
             return list(cpu_by_id)
-        if (not cpu_by_id or ids[cpu_by_id[-1]] < rest[0]) and all(map(lt, rest, rest[1:])):
+        if (not cpu_by_id or ids[cpu_by_id[-1]] < rest[0]) and ascending(rest):
             return cpu_by_id + list(range(n, len(ids)))
     return sorted(range(len(ids)), key=ids.__getitem__)
 
@@ -632,36 +632,26 @@ def _leave_chains(prev: array, nodes: list[int]) -> None:
 
 def _count_causes(plan: DependencyPlan, counts: Counter) -> None:
     """Add the causes of every node's ``data_deps`` to ``counts``: what ``plan.data_deps`` gives,
-    read off the ctrl / prev columns (C passes) for the CPU nodes without waits. O(n + g)."""
-    n, ctrl, prev, waits, launchless = plan.cpu_count, plan.ctrl, plan.prev, plan.waits, plan.launchless
-    causes: list[str] = []
-    for u in waits:
-        causes.extend([cause for _, cause in plan.data_deps(u)])
-    cpu_prev, cpu_ctrl = np.asarray(prev[:n]), np.asarray(ctrl[:n])
-    chained = int(np.count_nonzero(cpu_prev != NO_NODE))
-    parents = int(np.count_nonzero((cpu_prev == cpu_ctrl) & (cpu_prev != NO_NODE)))
-    for u in waits:
-        if u < n and prev[u] >= 0:
-            chained -= 1
-            parents -= prev[u] == ctrl[u]
-    launches = streams = 0
+    counted over the ctrl / prev columns for the nodes without waits (a CPU node or later piece
+    after the node its thread ran before it: ``chain_cause``; a GPU node after its launch and its
+    stream's previous node), listed for the others. O(n + g) in numpy passes, O(edges) for the
+    waits."""
+    n, waits = plan.cpu_count, list(plan.waits)
+    prev, ctrl = np.asarray(plan.prev), np.asarray(plan.ctrl)
     gpu_end = plan.piece_start if plan.piece_start >= 0 else len(prev)
-    for u in range(n, gpu_end):
-        if u not in waits:
-            launches += ctrl[u] >= 0 and u not in launchless
-            streams += prev[u] >= 0
-    if gpu_end < len(prev):  # the later pieces: in the thread chains (a piece a rule made wait: counted above)
-        piece_prev, piece_ctrl = prev[gpu_end:], ctrl[gpu_end:]
-        chained += len(piece_prev) - piece_prev.count(NO_NODE)
-        parents += countOf(map(eq, piece_prev, piece_ctrl), True)
-        for u in waits:
-            if u >= gpu_end and prev[u] >= 0:
-                chained -= 1
-                parents -= prev[u] == ctrl[u]
-    causes.sort()  # the same counts in one order whatever the waits' order
+    read_off = np.ones(len(prev), dtype=bool)  # the nodes whose dependencies the columns give
+    read_off[waits] = False
+    gpu = np.zeros(len(prev), dtype=bool)
+    gpu[n:gpu_end] = True
+    chained = read_off & ~gpu & (prev != NO_NODE)
+    launched = read_off & gpu & (ctrl >= 0)
+    launched[list(plan.launchless)] = False
+    parents = int(np.count_nonzero(chained & chain_is_parent(prev, ctrl)))
+    causes = sorted(cause for u in waits for _, cause in plan.data_deps(u))  # one order whatever the waits'
     counts.update(causes)
-    for cause, count in ((PARENT, parents), (THREAD_ORDER, chained - parents), (LAUNCH, launches),
-                         (STREAM_ORDER, streams)):
+    for cause, count in ((PARENT, parents), (THREAD_ORDER, int(np.count_nonzero(chained)) - parents),
+                         (LAUNCH, int(np.count_nonzero(launched))),
+                         (STREAM_ORDER, int(np.count_nonzero(read_off & gpu & (prev >= 0))))):
         if count:
             counts[cause] += count
 

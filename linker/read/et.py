@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from itertools import compress, repeat
-from operator import eq
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -129,11 +127,9 @@ _UNKNOWN_FIELD = re.compile(r"unknown field `(?P<key>[^`]*)`(?: - at `(?P<where>
 
 def parent_positions(parent_ids: list[int], index_of_id: dict[int, int]) -> list[int]:
     """Index of each node's parent by ``index_of_id``, -1 for a missing parent or the node's own
-    id. Two C passes, O(n)."""
-    parent = list(map(index_of_id.get, parent_ids, repeat(-1)))
-    for i in compress(range(len(parent)), map(eq, parent, range(len(parent)))):
-        parent[i] = -1
-    return parent
+    id. O(n)."""
+    parent = [index_of_id.get(parent_id, -1) for parent_id in parent_ids]
+    return [-1 if p == i else p for i, p in enumerate(parent)]
 
 
 @dataclass

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from itertools import islice
-from operator import attrgetter, eq
+from operator import attrgetter
 
 import msgspec
 
@@ -186,7 +185,7 @@ def sort_nearly_sorted(events: list, tie_key) -> None:
     ``ts`` sorted by ``tie_key`` (runs are short: nested ranges opened at one instant)."""
     events.sort(key=_TS)
     ts = list(map(_TS, events))
-    ties = [k for k, same in enumerate(map(eq, ts, islice(ts, 1, None))) if same]
+    ties = [k for k in range(len(ts) - 1) if ts[k] == ts[k + 1]]  # k starts where k + 1 starts
     k = 0
     while k < len(ties):
         first = last = ties[k]
