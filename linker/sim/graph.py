@@ -17,8 +17,11 @@ import functools
 import math
 from array import array
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from linker.model.errors import TraceInputError
 
@@ -251,57 +254,139 @@ class GraphBuilder:
         self.wait_nodes.update((u + offset, cause) for u, cause in waits.items())
 
     def finish(self) -> SimGraph:
-        """Resolve dependency ids to node numbers. Raises ValueError on a duplicated node id."""
-        index: dict[int, int] = {}
-        for u, node_id in enumerate(self.ids):
-            if index.setdefault(node_id, u) != u:
-                raise ValueError(f"node id {node_id} appears twice")
-        offsets = array("q", [0])
-        nodes = array("q")
-        missing: list[tuple[int, int]] = []
-        get = index.get
-        append, mark = nodes.append, offsets.append
-        causes_of = self.dep_causes
-        dep_cause = bytearray()
-        add_cause = dep_cause.append
-        cause_code: dict[str, int] = {"": 0}
-        code_of = cause_code.get
-        for u, deps in enumerate(self.dep_ids):
-            causes = causes_of.get(u) if causes_of else None
-            if causes is None:
-                if len(deps) > 1:
-                    deps = dict.fromkeys(deps)  # deduplicated, in order
-                for d in deps:
-                    v = get(d)
-                    if v is None:
-                        missing.append((u, d))
-                    else:
-                        append(v)
-                        if causes_of:
-                            add_cause(0)
-            else:
-                first: dict[int, str] = {}
-                for d, cause in zip(deps, causes):
-                    if first.setdefault(d, cause) == "parent" and cause:
-                        first[d] = cause  # a data cause ("launch"...) says more than the ctrl edge it repeats
-                for d, cause in first.items():
-                    v = get(d)
-                    if v is None:
-                        missing.append((u, d))
-                        continue
-                    append(v)
-                    code = code_of(cause)
-                    if code is None:  # past 255 distinct causes, the rest share code 0 (no name)
-                        code = 0
-                        if len(cause_code) < 256:
-                            code = cause_code[cause] = len(cause_code)
-                    add_cause(code)
-            mark(len(nodes))
+        """Resolve dependency ids to node numbers (``resolve_dependencies``). Raises ValueError on a
+        duplicated node id."""
+        offsets, nodes, missing, dep_cause, cause_names = resolve_dependencies(self.ids, self.dep_ids,
+                                                                               self.dep_causes)
         self.dep_ids, self.dep_causes = [], {}
         return SimGraph(self.path, self.rank, self.ids, self.names, self.kind, self.duration, self.start,
                         self.measured_dur, self.lane, list(self.lane_index), offsets, nodes, missing,
-                        self.comm, self.notes, dep_cause, sorted(cause_code, key=cause_code.get), self.host_gap,
-                        self.continues, self.wait_nodes)
+                        self.comm, self.notes, dep_cause, cause_names, self.host_gap, self.continues,
+                        self.wait_nodes)
+
+
+MAX_CAUSES = 256  # distinct causes a graph names (``dep_cause`` is a byte); past them, code 0 (no name)
+
+
+def resolve_dependencies(ids: array, dep_ids: list, dep_causes: dict[int, list[str]]) -> tuple:
+    """Each node's dependencies as node numbers, from its dependency ids (``GraphBuilder.dep_ids``)
+    and, for the nodes that have them, one cause per id (``dep_causes``; ids past the last cause
+    are left out). Returns (offsets, nodes, missing, dep_cause, cause_names): the CSR of the
+    predecessors, each id once in the order of its first mention; the (node, id) of ids that name
+    no node, each once; a cause code per kept predecessor (empty when no node has causes) and the
+    names of the codes ("" first), numbered in the order they first occur.
+
+    An id mentioned twice keeps the cause of its first mention, except that a "parent" (the ctrl
+    edge) gives way to the first later mention's cause other than "" or "parent" (a data cause,
+    "launch"..., says more than the ctrl edge it repeats). Raises ValueError on a duplicated node
+    id. O(E log E) in numpy passes for E mentions."""
+    node_ids = np.frombuffer(ids, dtype=np.int64) if len(ids) else np.zeros(0, dtype=np.int64)
+    by_id = np.argsort(node_ids, kind="stable")
+    sorted_ids = node_ids[by_id]
+    repeated = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1]) + 1
+    if len(repeated):  # the first node (in node order) whose id an earlier node has
+        raise ValueError(f"node id {int(node_ids[by_id[repeated].min()])} appears twice")
+    owner, mentioned, cause, names, outside = _mentions(dep_ids, dep_causes, node_ids)
+    first, resolved = _first_mentions(owner, mentioned, cause, names.get("parent", -1))
+    at = np.minimum(np.searchsorted(sorted_ids, mentioned[first]), max(len(sorted_ids) - 1, 0))
+    found = sorted_ids[at] == mentioned[first] if len(sorted_ids) else np.zeros(len(first), dtype=bool)
+    missing = [(u, outside.get(d, d)) for u, d in zip(owner[first[~found]].tolist(), mentioned[first[~found]].tolist())]
+    offsets = array("q", [0])
+    offsets.frombytes(np.cumsum(np.bincount(owner[first[found]], minlength=len(node_ids)), dtype=np.int64).tobytes())
+    nodes = array("q")
+    nodes.frombytes(by_id[at[found]].astype(np.int64).tobytes())
+    if not dep_causes:
+        return offsets, nodes, missing, bytearray(), [""]
+    codes, cause_names = _cause_codes(resolved[found], list(names))
+    return offsets, nodes, missing, bytearray(codes.astype(np.uint8).tobytes()), cause_names
+
+
+def _mentions(dep_ids: list, dep_causes: dict[int, list[str]], node_ids: np.ndarray) -> tuple:
+    """Every dependency mention as columns, in node order then the order given: its node, the id
+    it names and its cause, an index into the names returned ("" first: the cause of a node
+    without causes; a node with causes mentions as many ids as it has both ids and causes); and
+    the ids past 64 bits (a damaged file's: they name no node), each stood for in the id column by
+    a value no node has and no other mention names (``_beyond_64_bits``). O(E), in C passes but
+    for the nodes whose causes and ids differ in number."""
+    lengths = np.fromiter(map(len, dep_ids), dtype=np.int64, count=len(dep_ids))
+    with_causes = np.fromiter(dep_causes.keys(), dtype=np.int64, count=len(dep_causes))
+    cause_lengths = np.fromiter(map(len, dep_causes.values()), dtype=np.int64, count=len(dep_causes))
+    counts = lengths.copy()
+    counts[with_causes] = np.minimum(lengths[with_causes], cause_lengths)
+    given = counts[with_causes]
+    ids_cut = not np.array_equal(counts, lengths)
+    causes_cut = not np.array_equal(given, cause_lengths)
+    total = int(counts.sum())
+    owner = np.repeat(np.arange(len(dep_ids), dtype=np.int64), counts)
+    def listed():
+        if ids_cut:
+            return chain.from_iterable(deps[:k] for deps, k in zip(dep_ids, counts.tolist()))
+        return chain.from_iterable(dep_ids)
+
+    outside: dict[int, int] = {}
+    try:
+        mentioned = np.fromiter(listed(), dtype=np.int64, count=total)
+    except OverflowError:
+        mentioned, outside = _beyond_64_bits(list(listed()), node_ids)
+    distinct = dict.fromkeys(chain([""], chain.from_iterable(dep_causes.values())))
+    names = {name: code for code, name in enumerate(distinct)}
+    cause = np.zeros(total, dtype=np.int64)
+    if len(with_causes):
+        causes = (chain.from_iterable(c[:k] for c, k in zip(dep_causes.values(), given.tolist())) if causes_cut
+                  else chain.from_iterable(dep_causes.values()))
+        codes = np.fromiter(map(names.__getitem__, causes), dtype=np.int64, count=int(given.sum()))
+        first_of_node = np.cumsum(counts) - counts  # each node's first mention
+        first_of_run = np.cumsum(given) - given  # each node's first cause in ``codes``
+        cause[np.repeat(first_of_node[with_causes] - first_of_run, given) + np.arange(len(codes))] = codes
+    return owner, mentioned, cause, names, outside
+
+
+def _beyond_64_bits(mentions: list[int], node_ids: np.ndarray) -> tuple[np.ndarray, dict[int, int]]:
+    """The mentions as an int64 column, each distinct id past 64 bits replaced by a value below
+    every node id and every other mention, with the map back to the ids replaced. O(E)."""
+    fits = [d for d in mentions if -(1 << 63) <= d < (1 << 63)]
+    floor = min(min(fits, default=0), int(node_ids.min()) if len(node_ids) else 0, 0)
+    stand_in: dict[int, int] = {}
+    for d in mentions:
+        if not -(1 << 63) <= d < (1 << 63) and d not in stand_in:
+            stand_in[d] = floor - 1 - len(stand_in)
+    column = np.array([stand_in.get(d, d) for d in mentions], dtype=np.int64)
+    return column, {value: d for d, value in stand_in.items()}
+
+
+def _first_mentions(owner: np.ndarray, mentioned: np.ndarray, cause: np.ndarray,
+                    parent: int) -> tuple[np.ndarray, np.ndarray]:
+    """The position of each (node, id)'s first mention, in mention order, and the cause it keeps
+    (``resolve_dependencies``' rule; ``parent``: the code of "parent", -1 when no mention has it).
+    O(E log E)."""
+    if not len(owner):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    order = np.lexsort((np.arange(len(owner)), mentioned, owner))  # by node, id, then mention order
+    same = (owner[order][1:] == owner[order][:-1]) & (mentioned[order][1:] == mentioned[order][:-1])
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+    first = order[starts]
+    kept = cause[first]
+    if parent >= 0 and (kept == parent).any():
+        ordered = cause[order]
+        place = np.where((ordered != 0) & (ordered != parent), np.arange(len(order)), len(order))
+        says_more = np.minimum.reduceat(place, starts)  # each (node, id): its first mention whose cause says more
+        replace = (kept == parent) & (says_more < len(order))
+        kept[replace] = ordered[says_more[replace]]
+    by_mention = np.argsort(first, kind="stable")
+    return first[by_mention], kept[by_mention]
+
+
+def _cause_codes(resolved: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Codes for the kept causes (indices into ``names``), numbered by first occurrence ("" is 0;
+    past ``MAX_CAUSES`` names the rest are 0), and the names of the codes. O(k log k)."""
+    distinct, first_at = np.unique(resolved, return_index=True)
+    code_of = np.zeros(len(names), dtype=np.int64)
+    kept = [""]
+    for index in distinct[np.argsort(first_at, kind="stable")].tolist():
+        if index != 0 and len(kept) < MAX_CAUSES:
+            code_of[index] = len(kept)
+            kept.append(names[index])
+    return code_of[resolved], kept
 
 
 def finish_graph(builder: GraphBuilder, path: Path) -> SimGraph:
