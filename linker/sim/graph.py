@@ -8,7 +8,8 @@ Dependencies naming an id that is not in the file are kept aside (``missing_deps
 reports those nodes as never issued instead of aborting.
 
 Readers (``linker.sim.load``) feed rows to a ``GraphBuilder``; ``finish`` resolves ids to node
-numbers. Cost: O(n + e) time and memory for n nodes and e dependency references.
+numbers (``resolve_dependencies``, numpy passes). Cost: O(n) per row added, O(e log e) to resolve
+e dependency references; memory O(n + e).
 """
 
 from __future__ import annotations
