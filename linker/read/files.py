@@ -66,6 +66,13 @@ def open_input(path: str | os.PathLike) -> IO[bytes]:
         raise TraceInputError(p, f"cannot read: {err.strerror or err}") from None
 
 
+def looks_like_json(head: bytes) -> bool:
+    """Whether a file whose (inflated) text begins with ``head`` is JSON: '{' after any whitespace
+    (an ET, ET+ or Kineto document; a Chakra ``.et`` begins with a varint length). How a reader
+    given either kind tells them apart: by content, never by the file's name."""
+    return head.lstrip()[:1] == b"{"
+
+
 def read_head(path: Path, size: int) -> bytes:
     """The first ``size`` bytes of a file, inflated first when it is gzip (told by its magic, not
     its suffix); fewer when the file is shorter. ``TraceInputError`` (one line) when it cannot be

@@ -33,7 +33,7 @@ import msgspec
 
 from linker.plan.comm import PROCESS_GROUP_INIT, kind_from_kernel, kind_from_name
 from linker.model.errors import TraceInputError
-from linker.read.files import read_head, read_trace_bytes
+from linker.read.files import looks_like_json, read_head, read_trace_bytes
 from linker.schedule import Schedule
 from linker.sim.graph import (COLL, COMM, COMM_TYPE_OF_NAME, CPU, GPU, META, NO_TIME, RECV, SEND, UNKNOWN_COMM_TYPE,
                               CommInfo, GraphBuilder, SimGraph, as_int, cpu_lane, finish_graph, gpu_lane,
@@ -47,12 +47,12 @@ JSON, CHAKRA = "json", "chakra"
 
 
 def file_kind(path: str | os.PathLike) -> str:
-    """JSON when the (decompressed) file starts with '{', else Chakra. Raises TraceInputError
-    when the file cannot be opened or read, or is empty."""
+    """JSON when the (decompressed) file starts with '{' (``read.files.looks_like_json``), else
+    Chakra. Raises TraceInputError when the file cannot be opened or read, or is empty."""
     head = read_head(Path(path), 64)
     if not head:
         raise TraceInputError(Path(path), "file is empty")
-    return JSON if head.lstrip()[:1] == b"{" else CHAKRA
+    return JSON if looks_like_json(head) else CHAKRA
 
 
 def load_graph(path: str | os.PathLike, rank: int = 0, schedule: Schedule | None = None) -> SimGraph:

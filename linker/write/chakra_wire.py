@@ -27,7 +27,7 @@ from google.protobuf.message import DecodeError, Message
 
 from linker.model import et_def_pb2 as pb
 from linker.model.errors import TraceInputError
-from linker.read.files import GZIP_MAGIC, open_input, read_head
+from linker.read.files import GZIP_MAGIC, looks_like_json, open_input, read_head
 from linker.write.sink import BackgroundWriter, atomic_output, reserve_space
 from linker.write.protobuf_wire import MAX_VARINT_BYTES, decode_varint, encode_varint
 
@@ -236,10 +236,10 @@ def _parse(message_type: type, frame: Frame, path: str | os.PathLike) -> Any:
 
 
 def _starts_like_json(path: str | os.PathLike) -> bool:
-    """True when the (decompressed) file starts with '{' (``read_head``, as ``sim.load.file_kind``
-    tells a file's kind). Only asked on the error path."""
+    """True when the (decompressed) file starts with '{' (``read.files.looks_like_json``, as
+    ``sim.load.file_kind`` tells a file's kind). Only asked on the error path."""
     try:
-        return read_head(Path(path), 64).lstrip()[:1] == b"{"
+        return looks_like_json(read_head(Path(path), 64))
     except TraceInputError:
         return False
 

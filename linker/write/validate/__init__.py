@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from linker.read.files import looks_like_json
 from linker.write.chakra_wire import TraceFormatError, open_binary
 from linker.write.validate.chakra import validate_chakra
 from linker.write.validate.et_json import validate_json
@@ -51,7 +52,7 @@ def _looks_like_json(path: Path) -> bool:
         return False
     finally:
         stream.close()
-    return head.lstrip()[:1] == b"{"
+    return looks_like_json(head)
 
 
 def validate_file(path: str | os.PathLike, max_examples: int = DEFAULT_MAX_EXAMPLES) -> ValidationResult:
