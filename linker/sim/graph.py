@@ -289,11 +289,12 @@ def resolve_dependencies(ids: array, dep_ids: list, dep_causes: dict[int, list[s
         raise ValueError(f"node id {int(node_ids[by_id[repeated].min()])} appears twice")
     owner, mentioned, cause, names, outside = _mentions(dep_ids, dep_causes, node_ids)
     first, resolved = _first_mentions(owner, mentioned, cause, names.get("parent", -1))
-    at = np.minimum(np.searchsorted(sorted_ids, mentioned[first]), max(len(sorted_ids) - 1, 0))
-    found = sorted_ids[at] == mentioned[first] if len(sorted_ids) else np.zeros(len(first), dtype=bool)
-    missing = [(u, outside.get(d, d)) for u, d in zip(owner[first[~found]].tolist(), mentioned[first[~found]].tolist())]
+    first_ids, first_owners = mentioned[first], owner[first]
+    at = np.minimum(np.searchsorted(sorted_ids, first_ids), max(len(sorted_ids) - 1, 0))
+    found = sorted_ids[at] == first_ids if len(sorted_ids) else np.zeros(len(first), dtype=bool)
+    missing = [(u, outside.get(d, d)) for u, d in zip(first_owners[~found].tolist(), first_ids[~found].tolist())]
     offsets = array("q", [0])
-    offsets.frombytes(np.cumsum(np.bincount(owner[first[found]], minlength=len(node_ids)), dtype=np.int64).tobytes())
+    offsets.frombytes(np.cumsum(np.bincount(first_owners[found], minlength=len(node_ids)), dtype=np.int64).tobytes())
     nodes = array("q")
     nodes.frombytes(by_id[at[found]].astype(np.int64).tobytes())
     if not dep_causes:
@@ -319,6 +320,7 @@ def _mentions(dep_ids: list, dep_causes: dict[int, list[str]], node_ids: np.ndar
     causes_cut = not np.array_equal(given, cause_lengths)
     total = int(counts.sum())
     owner = np.repeat(np.arange(len(dep_ids), dtype=np.int64), counts)
+
     def listed():
         if ids_cut:
             return chain.from_iterable(deps[:k] for deps, k in zip(dep_ids, counts.tolist()))
@@ -342,14 +344,16 @@ def _mentions(dep_ids: list, dep_causes: dict[int, list[str]], node_ids: np.ndar
     return owner, mentioned, cause, names, outside
 
 
+_INT64 = range(-(1 << 63), 1 << 63)  # the ids a column of int64 holds
+
+
 def _beyond_64_bits(mentions: list[int], node_ids: np.ndarray) -> tuple[np.ndarray, dict[int, int]]:
     """The mentions as an int64 column, each distinct id past 64 bits replaced by a value below
     every node id and every other mention, with the map back to the ids replaced. O(E)."""
-    fits = [d for d in mentions if -(1 << 63) <= d < (1 << 63)]
-    floor = min(min(fits, default=0), int(node_ids.min()) if len(node_ids) else 0, 0)
+    floor = min(min((d for d in mentions if d in _INT64), default=0), int(node_ids.min()) if len(node_ids) else 0, 0)
     stand_in: dict[int, int] = {}
     for d in mentions:
-        if not -(1 << 63) <= d < (1 << 63) and d not in stand_in:
+        if d not in _INT64 and d not in stand_in:
             stand_in[d] = floor - 1 - len(stand_in)
     column = np.array([stand_in.get(d, d) for d in mentions], dtype=np.int64)
     return column, {value: d for d, value in stand_in.items()}
