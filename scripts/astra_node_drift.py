@@ -95,7 +95,7 @@ def main(argv=None) -> int:
             continue
         base = replayed.offsets[r]
         ended = sorted((replayed.end[base + u] - origin, u) for u in range(len(graph))
-                       if replayed.end[base + u] == replayed.end[base + u] and ("callback", r, graph.ids[u]) in events)
+                       if not math.isnan(replayed.end[base + u]) and ("callback", r, graph.ids[u]) in events)
         print(f"rank {graph.rank}: simulate ends {ended[-1][0] / 1000:.3f} ms, ASTRA-sim "
               f"{max(events[('callback', r, graph.ids[u])] for _, u in ended) / 1000:.3f} ms")
         shown = None

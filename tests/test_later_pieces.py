@@ -241,18 +241,18 @@ def test_launch_cuts_by_hand():
     in where the call began when its GPU op began before the part it would wait for ended;
     launches are taken latest first, so an earlier one is checked against the part a later cut
     left."""
-    from linker.plan.later_pieces import cut_at_handoffs
+    from linker.plan.later_pieces import Handoff, cut_at_handoffs
 
     import numpy as np
 
     owners, targets, begins, finishes = np.array([1]), np.array([5]), np.array([200.0]), np.array([300.0])
     launches = [
-        (0, 40.0, 42.0),   # began at 42 < 100: cut at 40, [40, 100) follows op 0 itself
-        (0, 20.0, 45.0),   # began at 45, after its part (now 0-40) ended: no cut
-        (0, 60.0, 101.0),  # began at 101, after op 0's own part ended (100): no cut
-        (1, 250.0, 260.0),  # began at 260 < 300: the piece ends at 250, [250, 300) follows op 5 too
-        (1, 299.5, 300.0),  # began within 1 µs of the part's end: no cut
-        (2, 10.0, 11.0),   # an op with no stretches known: nothing
+        Handoff(0, 40.0, 42.0),   # began at 42 < 100: cut at 40, [40, 100) follows op 0 itself
+        Handoff(0, 20.0, 45.0),   # began at 45, after its part (now 0-40) ended: no cut
+        Handoff(0, 60.0, 101.0),  # began at 101, after op 0's own part ended (100): no cut
+        Handoff(1, 250.0, 260.0),  # began at 260 < 300: the piece ends at 250, [250, 300) follows op 5 too
+        Handoff(1, 299.5, 300.0),  # began within 1 µs of the part's end: no cut
+        Handoff(2, 10.0, 11.0),   # an op with no stretches known: nothing
     ]
     owners, targets, begins, finishes = (column.tolist() for column in cut_at_handoffs(
         owners, targets, begins, finishes, launches, {0: (0.0, 100.0)}))

@@ -342,11 +342,11 @@ def _repay(graph: SimGraph, edits: dict[int, NodeEdit], owed: list[tuple[int, fl
     ``duration_micros`` (a ``NodeEdit`` with ``kept``). Returns the µs taken. O(n log n + e) for
     the rank."""
     late = dict(owed)
-    ops = [v for v in range(len(graph)) if graph.kind[v] == CPU and issue[v] == issue[v]]  # CPU ops issued
+    ops = [v for v in range(len(graph)) if graph.kind[v] == CPU and not math.isnan(issue[v])]  # CPU ops issued
     joins: dict[int, float] = {}  # op -> the lateness a late collective it waited for gives it
     for v in ops:
         for d in graph.deps_of(v):
-            if d in late and end[d] == end[d]:
+            if d in late and not math.isnan(end[d]):
                 joins[v] = max(joins.get(v, 0.0), late[d] - (issue[v] - end[d]))
     by_lane: dict[int, list[int]] = {}
     for v in sorted(ops, key=issue.__getitem__):

@@ -76,7 +76,7 @@ from linker.link.intervals import TimePoint, cover_index, innermost_covering
 from linker.link.recipe import op_of_event
 from linker.model.columns import ascending
 from linker.plan.clocks import blocking_copies, clock_skew
-from linker.plan.later_pieces import HANDOFF_CUT_MIN_US, Pieces, later_pieces
+from linker.plan.later_pieces import HANDOFF_CUT_MIN_US, BlockedStretch, Handoff, Pieces, later_pieces
 
 FORK, JOIN = "fork", "join"
 
@@ -95,11 +95,40 @@ SYNC_CALLS = frozenset(name for name, kind in WAIT_CALLS.items() if kind != STRE
 # Copies: synchronous ones, and asynchronous ones that blocked (``clocks``: the rule, with the skew).
 
 
+class CrossEdge(NamedTuple):
+    """A cross-thread edge: ``source`` and ``target`` ET indices, ``cause`` ``fork`` or ``join``."""
+
+    source: int
+    target: int
+    cause: str
+
+
+class Resume(NamedTuple):
+    """Host time the main thread ran between the end of its wait for a collective and the op that
+    read its result (``BusyTimes.resumes``): the main-thread ``position`` of the op before it, the
+    op it waited in (``waiter``, -1: a gap), where that host time began and how long it was (µs)."""
+
+    position: int
+    waiter: int
+    begin: float
+    host: float
+
+
+class NewPiece(NamedTuple):
+    """A piece of no busy time to add (``_add_pieces``): the op it is of (``owner``), the op it
+    runs after, where it begins and the host gap it holds (µs)."""
+
+    owner: int
+    after: int
+    begin: float
+    host_gap: float
+
+
 @dataclass(eq=False)
 class BusyTimes:
     """Per ET node (index = position in ``et.nodes``): blocked, host gap and simulated busy µs.
 
-    ``cross``: (source ET index, target ET index, cause) cross-thread edges, cause ``fork``/``join``.
+    ``cross``: the cross-thread edges (``CrossEdge``: cause ``fork``/``join``).
     ``main_tid``: the ET thread taken as the main thread (None without linked ops).
     ``blocking_copies``: GPU link indices (into ``EtPlus.gpu_links``) launched by a copy call that
     returned only after the copy finished, allowing for the trace's clock skew (``clocks``): the
@@ -109,7 +138,7 @@ class BusyTimes:
     blocked: np.ndarray  # columns (float64 µs), one entry per ET node
     host_gap: np.ndarray
     sim: np.ndarray
-    cross: list[tuple[int, int, str]] = field(default_factory=list)
+    cross: list[CrossEdge] = field(default_factory=list)
     main_tid: int | None = None
     blocking_copies: list[int] = field(default_factory=list)
     clock_skew: dict = field(default_factory=dict)  # ``clocks.ClockSkew.summary`` (GPU traces)
@@ -122,10 +151,9 @@ class BusyTimes:
     # join edges into the op the main thread waited in: (source, target) -> when the wait ended;
     # the op's stretch is cut there and the edge goes to the part after it (``deps``)
     resumed_at: dict[tuple[int, int], float] = field(default_factory=dict)
-    # a consumer whose thread waited for a collective before it -> (the main-thread position of the
-    # op before it, the op it waited in or -1, where the host time before it began, that host
-    # time): ``_resume_pieces``
-    resumes: dict[int, tuple[int, int, float, float]] = field(default_factory=dict)
+    # a consumer whose thread waited for a collective before it -> the host time it ran before the
+    # consumer (``Resume``): ``_resume_pieces``
+    resumes: dict[int, Resume] = field(default_factory=dict)
     resume_joins: set[tuple[int, int]] = field(default_factory=set)  # (collective, consumer)
     # a CPU send whose transfer began in its call, before its record -> where (the call's start)
     begun_at: dict[int, float] = field(default_factory=dict)
@@ -372,7 +400,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     linked = (~np.isnan(np.asarray(starts, dtype=np.float64))).tolist()  # a measured start
     busy = BusyTimes(np.zeros(n), np.zeros(n), np.zeros(n))
     call_waits = _blocking_call_waits(et_plus, busy)
-    blocked_at = list(call_waits)  # (op, where, µs) of every blocked stretch
+    blocked_at = list(call_waits)  # every blocked stretch
     point_to_point = _point_to_point(collectives)
     on_timeline = _off_timeline(linked, point_to_point)
     timelines = _timelines(et, starts, ends, on_timeline, et.root_positions(), near_start_order)
@@ -385,7 +413,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     gap_waits = _held_waits(busy, segment_waits, blocked_at)
     for tid, timeline in timelines.items():
         _host_gaps(busy, timeline, gap_waits if tid == busy.main_tid else None, burst_firsts)
-    launches = [(link.et_index, link.launch.ts, link.event.ts) for link in et_plus.gpu_links
+    launches = [Handoff(link.et_index, link.launch.ts, link.event.ts) for link in et_plus.gpu_links
                 if link.launch is not None and link.et_index >= 0]
     parent_op = nesting_parent_ops(et_plus)
     handoffs, forked_in_gaps = _handoffs(busy, launches, call_waits, parent_op, starts, ends, linked)
@@ -395,7 +423,8 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
     _gaps_after_pieces(busy)
     if forked_in_gaps:
         wait_spans = {wait.position: (wait.start, wait.end) for wait in segment_waits.values() if wait.waiter < 0}
-        _split_gaps(busy, timelines[busy.main_tid], [(t, -1, -math.inf) for t in forked_in_gaps], wait_spans)
+        _split_gaps(busy, timelines[busy.main_tid], [Handoff(-1, -math.inf, t) for t in forked_in_gaps],
+                    wait_spans)
     _split_gaps_at_late_launches(busy, timelines, launches, ends)
     if busy.resumes:
         forks = sorted(starts[target] for _, target, cause in busy.cross if cause == FORK and linked[target])
@@ -405,7 +434,7 @@ def compute_busy(et_plus, exclusive_of_op: list[float], near_start_order: list[i
 
 
 def _held_waits(busy: BusyTimes, segment_waits: dict[tuple, SegmentWait],
-                blocked_at: list[tuple[int, float, float]]) -> dict[int, float]:
+                blocked_at: list[BlockedStretch]) -> dict[int, float]:
     """The main thread's waits (``segment_waits``, by segment key) taken where they were held: in
     an op, its blocked time (and a blocked stretch in ``blocked_at``); in a gap after main-thread
     position p, returned as p -> the µs of join wait inside that gap."""
@@ -414,16 +443,16 @@ def _held_waits(busy: BusyTimes, segment_waits: dict[tuple, SegmentWait],
         waiter, position, lo, hi = wait.waiter, wait.position, wait.start, wait.end
         if waiter >= 0:
             busy.blocked[waiter] += hi - lo
-            blocked_at.append((waiter, lo, hi - lo))
+            blocked_at.append(BlockedStretch(waiter, lo, hi - lo))
         else:
             gap_waits[position] = gap_waits.get(position, 0.0) + hi - lo
     return gap_waits
 
 
-def _blocking_call_waits(et_plus, busy: BusyTimes) -> list[tuple[int, float, float]]:
+def _blocking_call_waits(et_plus, busy: BusyTimes) -> list[BlockedStretch]:
     """The blocking runtime calls' waits (module docstring): each call's time is blocked time of
     the innermost linked op covering it (``busy.blocked``); also sets ``busy``'s clock skew and
-    blocking copies. Returns (op, where, µs) of each. O(calls log n)."""
+    blocking copies. Returns each call's ``BlockedStretch``. O(calls log n)."""
     skew = clock_skew(et_plus.gpu_links) if et_plus.gpu_links else None
     busy.clock_skew = skew.summary() if skew is not None else {}
     busy.blocking_copies = blocking_copies(et_plus.gpu_links, skew) if skew is not None else []
@@ -432,7 +461,7 @@ def _blocking_call_waits(et_plus, busy: BusyTimes) -> list[tuple[int, float, flo
     for call, op in zip(calls, ops_covering(et_plus, calls)):
         if op >= 0:
             busy.blocked[op] += call.dur
-            blocked_at.append((op, call.ts, call.dur))
+            blocked_at.append(BlockedStretch(op, call.ts, call.dur))
     return blocked_at
 
 
@@ -467,28 +496,28 @@ def _thread_waits(et_plus, busy: BusyTimes, timelines: dict, times: tuple, colle
     _pre_trace_lead(et_plus, timelines[main_tid].starts[0], thread_roots.get(main_tid, -1), busy, lead_skew)
 
 
-def _handoffs(busy: BusyTimes, launches: list[tuple[int, float, float]], call_waits: list[tuple[int, float, float]],
+def _handoffs(busy: BusyTimes, launches: list[Handoff], call_waits: list[BlockedStretch],
               parent_op: list[int], starts: list[float], ends: list[float], linked: list[bool]
-              ) -> tuple[list[tuple[int, float, float]], list[float]]:
-    """Where each op's stretch is cut (``later_pieces``' ``handoffs``: op, where, where the work
-    began): its launches; for a fork, the main thread's stretch running at the burst's start
-    (``_running_at``); for a join into the op the main thread waited in, that op where it resumed;
-    for a blocking call (``call_waits``: op, call start, µs), where the call returned (the op's
+              ) -> tuple[list[Handoff], list[float]]:
+    """Where each op's stretch is cut (``later_pieces``' ``handoffs``): its launches; for a fork,
+    the main thread's stretch running at the burst's start (``_running_at``); for a join into the
+    op the main thread waited in, that op where it resumed; for a blocking call (``call_waits``),
+    where the call returned (the op's
     time after it is a piece the synchronize's edge releases: ``plan.waits``). Also the starts of
     the bursts forked in a host gap (no op running then). O(launches + calls + cross edges x
     depth)."""
     handoffs = list(launches)
-    handoffs += [(op, where + length, where + length) for op, where, length in call_waits]
+    handoffs += [Handoff(op, where + length, where + length) for op, where, length in call_waits]
     forked_in_gaps: list[float] = []
     for source, target, cause in busy.cross:
         if cause == FORK and linked[target]:
             running = _running_at(source, starts[target], parent_op, starts, ends)
             if running >= 0:
-                handoffs.append((running, starts[target], starts[target]))
+                handoffs.append(Handoff(running, starts[target], starts[target]))
             else:
                 forked_in_gaps.append(starts[target])
     for (_, waiter), resumed in busy.resumed_at.items():
-        handoffs.append((waiter, resumed, resumed))
+        handoffs.append(Handoff(waiter, resumed, resumed))
     return handoffs, forked_in_gaps
 
 
@@ -518,21 +547,21 @@ def _gaps_after_pieces(busy: BusyTimes) -> None:
             busy.host_gap[after] -= gap
 
 
-def _split_gaps_at_late_launches(busy: BusyTimes, timelines: dict, launches: list[tuple[int, float, float]],
+def _split_gaps_at_late_launches(busy: BusyTimes, timelines: dict, launches: list[Handoff],
                                  ends: list[float]) -> None:
     """A GPU op that began after its launching op ended, in the host gap folded into that op's
     last node, waited for the gap only up to its start: split the gap there (``_split_gaps``),
     thread by thread. Only launches whose GPU op began after the op's end are looked at; the op's
     thread is found for those alone. O(n) once such launches exist, plus the splits."""
-    late = [(op, call, gpu_start) for op, call, gpu_start in launches if gpu_start > ends[op]]
+    late = [launch for launch in launches if launch.work_start > ends[launch.op]]
     if not late:
         return
-    wanted = {op for op, _, _ in late}
+    wanted = {launch.op for launch in late}
     thread_of = {op: tid for tid, timeline in timelines.items() for op in timeline.ops if op in wanted}
-    by_thread: dict = {}
-    for op, call, gpu_start in late:
-        if op in thread_of:
-            by_thread.setdefault(thread_of[op], []).append((gpu_start, op, call))
+    by_thread: dict[int, list[Handoff]] = {}
+    for launch in late:
+        if launch.op in thread_of:
+            by_thread.setdefault(thread_of[launch.op], []).append(launch)
     for tid, handoffs in by_thread.items():
         _split_gaps(busy, timelines[tid], handoffs, {})
 
@@ -544,8 +573,8 @@ def _resume_after(busy: BusyTimes, consumer: int, segment: IdleSegment, begin: f
     if host <= 0:
         return
     held = busy.resumes.get(consumer)
-    if held is None or host > held[3]:
-        busy.resumes[consumer] = (segment.position, segment.waiter, begin, host)
+    if held is None or host > held.host:
+        busy.resumes[consumer] = Resume(segment.position, segment.waiter, begin, host)
 
 
 def _resume_pieces(busy: BusyTimes, timeline: Timeline, forks: list[float]) -> None:
@@ -564,7 +593,7 @@ def _resume_pieces(busy: BusyTimes, timeline: Timeline, forks: list[float]) -> N
     pieces = busy.pieces
     last_of = pieces.last_after()
     owners = pieces.owner.tolist()
-    added: list[tuple[int, int, float, float]] = []
+    added: list[NewPiece] = []
     piece_of: dict[int, tuple[int, float]] = {}  # consumer -> (the piece's op, its begin)
     for consumer, (position, waiter, begin, host) in busy.resumes.items():
         after = timeline.ops[position]
@@ -572,22 +601,22 @@ def _resume_pieces(busy: BusyTimes, timeline: Timeline, forks: list[float]) -> N
         owner = waiter if waiter >= 0 else (owners[j] if j is not None else after)
         cuts = forks[bisect_right(forks, begin):bisect_left(forks, begin + host)]
         bounds = [begin] + sorted(set(cuts)) + [begin + host]
-        added += [(owner, after, lo, hi - lo) for lo, hi in zip(bounds, bounds[1:])]
+        added += [NewPiece(owner, after, lo, hi - lo) for lo, hi in zip(bounds, bounds[1:])]
         piece_of[consumer] = (owner, begin)
     _add_pieces(busy, added)
-    cross = []
+    cross: list[CrossEdge] = []
     for source, target, cause in busy.cross:
         if cause == JOIN and target in piece_of and (source, target) in busy.resume_joins:
             owner, begin = piece_of[target]
             busy.resumed_at[(source, owner)] = begin
             target = owner
-        cross.append((source, target, cause))
+        cross.append(CrossEdge(source, target, cause))
     busy.cross = cross
 
 
-def _add_pieces(busy: BusyTimes, added: list[tuple[int, int, float, float]]) -> None:
-    """Add pieces of no busy time, (owner, after, begin, host gap) each, to ``busy.pieces`` in
-    begin order (ties: the pieces there first). O(p log p)."""
+def _add_pieces(busy: BusyTimes, added: list[NewPiece]) -> None:
+    """Add pieces of no busy time (``NewPiece``) to ``busy.pieces`` in begin order (ties: the
+    pieces there first). O(p log p)."""
     if not added:
         return
     pieces = busy.pieces
@@ -600,7 +629,7 @@ def _add_pieces(busy: BusyTimes, added: list[tuple[int, int, float, float]]) -> 
         setattr(pieces, name, np.concatenate((column, rows.astype(column.dtype)))[order])
 
 
-def _split_gaps(busy: BusyTimes, timeline: Timeline, handoffs: list[tuple[float, int, float]],
+def _split_gaps(busy: BusyTimes, timeline: Timeline, handoffs: list[Handoff],
                 gap_waits: dict[int, tuple[float, float]]) -> None:
     """Work handed off by a thread (a worker's burst it forked, a GPU op it launched) that began
     in a host gap of the thread (Python between ops, folded into the node before the gap) waited
@@ -608,9 +637,9 @@ def _split_gaps(busy: BusyTimes, timeline: Timeline, handoffs: list[tuple[float,
     no busy time of the same op, right after the node that held the gap (``Pieces``: ``length``
     0, ``host_gap`` the rest), so the edge comes from the node before it
     (``deps.OpParts.ran_before`` / ``before``) and every op's busy time is unchanged.
-    ``handoffs``: (where the work began, the op that launched it, where its call began), op -1
-    for a fork (any fork in a gap splits it); a launch splits only the gap its own op's node
-    holds (the kernel's edge comes from there). Hand-offs in one gap split it in time order; the
+    ``handoffs``: the op that launched the work, where its call began and where the work began
+    (``Handoff``); op -1 for a fork (any fork in a gap splits it); a launch splits only the gap its
+    own op's node holds (the kernel's edge comes from there). Hand-offs in one gap split it in time order; the
     host time between two points is their distance less the gap's join wait (``gap_waits``:
     position -> the wait's span) lying between them. O(h log m + p log p) for h hand-offs, m ops
     of the thread and p pieces, paid only where a hand-off lies in a gap."""
@@ -618,7 +647,7 @@ def _split_gaps(busy: BusyTimes, timeline: Timeline, handoffs: list[tuple[float,
     last_of = pieces.last_after()
     frontier = timeline.frontier()
     by_gap: dict[int, set[float]] = {}
-    for t, launcher, call in handoffs:
+    for launcher, call, t in handoffs:
         p = bisect_right(timeline.starts, t)
         if not 0 < p < len(timeline.ops) or frontier[p - 1] >= t:
             continue
@@ -627,7 +656,7 @@ def _split_gaps(busy: BusyTimes, timeline: Timeline, handoffs: list[tuple[float,
             if holder is None or holder.owner != launcher or holder.begin > call:
                 continue
         by_gap.setdefault(p, set()).add(t)
-    added: list[tuple[int, int, float, float]] = []  # (owner, after, begin, host gap) of each new piece
+    added: list[NewPiece] = []
     for p, times in by_gap.items():
         op = timeline.ops[p - 1]
         holder = _gap_holder(busy, last_of, op)
@@ -645,7 +674,7 @@ def _split_gaps(busy: BusyTimes, timeline: Timeline, handoffs: list[tuple[float,
             continue
         _set_held(busy, holder, splits[0][1])  # the holder keeps the host time up to the first split
         gaps_after = [keep for _, keep in splits[1:]] + [left]  # each new piece: up to the next split
-        added += [(holder.owner, op, t, gap) for (t, _), gap in zip(splits, gaps_after)]
+        added += [NewPiece(holder.owner, op, t, gap) for (t, _), gap in zip(splits, gaps_after)]
     _add_pieces(busy, added)
 
 
@@ -726,23 +755,34 @@ def _pre_trace_lead(et_plus, main_first: float, main_root: int, busy: BusyTimes,
         busy.host_gap[main_root] += main_first - earliest
 
 
-def _bursts(timeline: Timeline, main: MainThread,
-            handed_with_previous: set[int] = frozenset()) -> list[tuple[int, int, float, float, int]]:
-    """(first position, last position, start, end, fork source position on main) per burst: the
-    thread's top-level ops that began after the same main-thread op, an op of
+@dataclass
+class Burst:
+    """A run of a non-main thread's ops (``_bursts``): its ``first`` and ``last`` positions on the
+    thread's timeline, its ``start`` and ``end`` (µs), and the main-thread position of the op
+    last started before it (``source``, -1: none)."""
+
+    first: int
+    last: int
+    start: float
+    end: float
+    source: int
+
+
+def _bursts(timeline: Timeline, main: MainThread, handed_with_previous: set[int] = frozenset()) -> list[Burst]:
+    """The thread's bursts: its top-level ops that began after the same main-thread op, an op of
     ``handed_with_previous`` in the burst of the op before it whatever the main thread ran."""
-    bursts = []
+    bursts: list[Burst] = []
     frontier = -math.inf
     for p, (start, end) in enumerate(zip(timeline.starts, timeline.ends)):
         top = start >= frontier
         source = main.last_started(start)
-        if top and (not bursts or (bursts[-1][4] != source and timeline.ops[p] not in handed_with_previous)):
-            bursts.append([p, p, start, end, source])
+        if top and (not bursts or (bursts[-1].source != source and timeline.ops[p] not in handed_with_previous)):
+            bursts.append(Burst(p, p, start, end, source))
         else:
-            bursts[-1][1] = p
-            bursts[-1][3] = max(bursts[-1][3], end)
+            bursts[-1].last = p
+            bursts[-1].end = max(bursts[-1].end, end)
         frontier = max(frontier, end)
-    return [tuple(b) for b in bursts]
+    return bursts
 
 
 def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list[float], ends: list[float],
@@ -772,7 +812,7 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
     et = et_plus.et
     issued = issuing_calls(et_plus, collectives)
     tl = main.timeline
-    timed = {i: starts[i] for i in collectives if starts[i] == starts[i]}
+    timed = {i: starts[i] for i in collectives if not math.isnan(starts[i])}
     issued_at = {i: min(start, starts[issued[i]]) if i in issued else start for i, start in timed.items()}
     waited = wait_ops(et, collectives, tl.ops, tl.starts, issued_at, issued)
     sat_in = {i: op for i, op in waited.items() if starts[op] < ends[i]}  # the thread waited in it
@@ -782,7 +822,7 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
     done = {i: min(ends[i], starts[found[i]]) if i in found else ends[i] for i in timed}
     done_at = sorted(done.values())
     for collective, consumer in found.items():
-        busy.cross.append((collective, consumer, JOIN))
+        busy.cross.append(CrossEdge(collective, consumer, JOIN))
         at = starts[consumer]
         busy.consumed_at[collective] = at
         idle = _idle_before(main, consumer, at)
@@ -790,7 +830,7 @@ def _collective_waits(et_plus, collectives: dict, main: MainThread, starts: list
             continue
         segment, last_end = idle
         call = issued.get(collective, -1)  # waiting began once the call had issued it (picked up or not)
-        since = ends[call] if call >= 0 and ends[call] == ends[call] else starts[collective]
+        since = ends[call] if call >= 0 and not math.isnan(ends[call]) else starts[collective]
         lo, hi = max(segment.start, last_end, min(since, starts[collective])), done[collective]
         if hi > lo:  # it waited; woken when the last collective it waited for ended, or later
             _add_wait(segment_waits, segment, lo, at)
@@ -813,8 +853,8 @@ def _point_to_point(collectives: dict | None) -> list[int]:
 
 
 def _sends_begun_in_their_call(et, collectives: dict | None, main: Timeline | None, starts: list[float],
-                               busy: BusyTimes) -> list[tuple[int, float, float]]:
-    """(call, where, µs), added to the call's blocked time, for each CPU send on the main thread
+                               busy: BusyTimes) -> list[BlockedStretch]:
+    """The ``BlockedStretch`` of the call, added to its blocked time, for each CPU send on the main thread
     whose transfer began in the call that issued it: gloo's ``c10d::send`` writes the bytes to the
     transport before it makes the record (a send of 1 MB: 5.8 ms of its call, the record made at its
     end, after the receive had ended). The call's time before the record, when nothing else of its
@@ -833,7 +873,7 @@ def _sends_begun_in_their_call(et, collectives: dict | None, main: Timeline | No
         first = bisect_right(main.starts, starts[call])
         if first < len(main.starts) and main.starts[first] < starts[i]:
             continue  # the call ran an op of its own first
-        found.append((call, starts[call], starts[i] - starts[call]))
+        found.append(BlockedStretch(call, starts[call], starts[i] - starts[call]))
         busy.blocked[call] += starts[i] - starts[call]
         busy.begun_at[i] = starts[call]
     return found
@@ -862,14 +902,14 @@ def _point_to_point_waits(point_to_point: list[int], tid: list[int], main: MainT
     record of another thread than the main one, neither (its waits are not looked for).
     O(s (log m + depth)) for s records, m main-thread ops."""
     for i in point_to_point:
-        if not starts[i] == starts[i] or tid[i] != busy.main_tid:
+        if math.isnan(starts[i]) or tid[i] != busy.main_tid:
             continue
         end = ends[i]
         segment = main.idle_segment(end)
         if segment is None:
             target = main.first_starting(end)
             if target >= 0:
-                busy.cross.append((i, target, JOIN))
+                busy.cross.append(CrossEdge(i, target, JOIN))
             continue
         if end > segment.start:
             _add_wait(segment_waits, segment, max(starts[i], segment.start), end)
@@ -887,7 +927,7 @@ def _join_where_it_went_on(busy: BusyTimes, source: int, segment: IdleSegment, e
                                          or (segment.resume < 0 and segment.waiter != spawner))
     target = segment.waiter if in_waiter else segment.resume
     if target >= 0:
-        busy.cross.append((source, target, JOIN))
+        busy.cross.append(CrossEdge(source, target, JOIN))
         if in_waiter:
             busy.resumed_at[(source, target)] = end
 
@@ -919,10 +959,10 @@ def _lost_collective_waits(et, collectives: dict, lost: list[int], main: MainThr
     from linker.plan.cpu_comm import consumers
 
     tl = main.timeline
-    timed = {i: ends[i] for i in lost if ends[i] == ends[i] and i in main.position}
+    timed = {i: ends[i] for i in lost if not math.isnan(ends[i]) and i in main.position}
     found = consumers(et, {i: None for i in timed}, tl.ops, tl.starts, timed)
     done_at = sorted(min(ends[i], busy.consumed_at.get(i, ends[i])) for i in (collectives or ())
-                     if ends[i] == ends[i])
+                     if not math.isnan(ends[i]))
     for call, consumer in found.items():
         at = starts[consumer]
         idle = _idle_before(main, consumer, at)
@@ -950,7 +990,8 @@ def _cross_thread(main: MainThread, timeline: Timeline, root: int, segment_waits
     tl = main.timeline
     issued_ends = sorted(tl.ends[main.position[call]] for call in set((waiters or {}).values())
                          if call is not None and call in main.position)
-    for number, (first, last, start, end, source) in enumerate(_bursts(timeline, main, handed_with_previous)):
+    for number, burst in enumerate(_bursts(timeline, main, handed_with_previous)):
+        first, last, start, end, source = burst.first, burst.last, burst.start, burst.end, burst.source
         first_op, last_op = timeline.ops[first], timeline.ops[last]
         burst_firsts.add(first_op)
         at_start, at_end = main.idle_segment(start), main.idle_segment(end)
@@ -971,21 +1012,21 @@ def _cross_thread(main: MainThread, timeline: Timeline, root: int, segment_waits
             _add_wait(segment_waits, at_start, start, at_start.end)
             handed = _last_ended_before(timeline, first, last, at_start.end)
             if handed >= 0:
-                busy.cross.append((handed, at_start.resume, JOIN))
+                busy.cross.append(CrossEdge(handed, at_start.resume, JOIN))
         if source < 0:
             continue
         spawner = tl.ops[source]
         if number == 0 and root >= 0 and tl.ends[source] > start and joined_in != spawner:
             busy.host_gap[root] += start - tl.starts[source]
             if source > 0:
-                busy.cross.append((tl.ops[source - 1], root, FORK))
+                busy.cross.append(CrossEdge(tl.ops[source - 1], root, FORK))
                 busy.spawned_at[root] = tl.starts[source]
         elif tl.ends[source] <= start:
-            busy.cross.append((spawner, first_op, FORK))
+            busy.cross.append(CrossEdge(spawner, first_op, FORK))
         else:  # the main op was still running: the burst follows the last main op that had ended
             done = _last_ended_position(tl, source, start)
             if done >= 0:
-                busy.cross.append((tl.ops[done], first_op, FORK))
+                busy.cross.append(CrossEdge(tl.ops[done], first_op, FORK))
 
 
 SEARCH_LIMIT = 64  # main-thread ops looked back at for the last one that had ended

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
 import numpy as np
 
@@ -68,9 +69,28 @@ class Pieces:
 NO_OPS, NO_TIMES = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
 
 
+class Handoff(NamedTuple):
+    """Work an op handed off: the ``op`` (-1: none, the thread was between ops), where it handed
+    the work off (``at``: its launch call's start, a fork's time) and where the work began
+    (``work_start``), µs."""
+
+    op: int
+    at: float
+    work_start: float
+
+
+class BlockedStretch(NamedTuple):
+    """A stretch of an op's time in which it sat blocked (a blocking call, a wait for other work):
+    the ``op``, where the stretch began and how long it lasted (µs)."""
+
+    op: int
+    start: float
+    length: float
+
+
 def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusive_of_op: list[float],
-                 blocked_of: list[float], blocked_at: list[tuple[int, float, float]], n: int,
-                 skip: frozenset = frozenset(), handoffs: list[tuple[int, float, float]] = ()
+                 blocked_of: list[float], blocked_at: list[BlockedStretch], n: int,
+                 skip: frozenset = frozenset(), handoffs: list[Handoff] = ()
                  ) -> tuple[np.ndarray, Pieces]:
     """Each op's exclusive time after its first child, as pieces a replay runs where they lay.
 
@@ -80,7 +100,7 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     thread's next op starts or the op ends; it runs after the op that precedes it in the thread's
     start order (the last op started before q's end: the last of q's subtree in the ET pre-order a
     replay follows). Blocked time stays a wait where it was: a
-    blocked stretch (``blocked_at``: (op, where, µs), the op's blocking calls and waits) lying in a
+    blocked stretch (``blocked_at``: ``BlockedStretch``, the op's blocking calls and waits) lying in a
     moved piece is left out of what moves. What moves from an op never exceeds its exclusive time
     less its blocked time (``blocked_of``): a piece may hold a Kineto child no op is linked to,
     which is not exclusive time; an op's pieces then move in time order until that is used up.
@@ -95,9 +115,9 @@ def later_pieces(timelines, parent_op: list[int], ends_of: list[float], exclusiv
     ``timelines``: per thread, the linked ops in start order (``Timeline``); ``parent_op``: each
     op's enclosing linked op by the Kineto nesting (``nesting_parent_ops``); ``ends_of``: each
     op's measured end; ``skip``: ops whose pieces stay on them and that no piece follows (CPU
-    collectives: their busy time comes from their measured interval); ``handoffs``: (op, where it
-    handed the work off, where the work began): the start of the launch call and of the GPU op for
-    each GPU op with a launch call, the burst's start twice for a fork. Returns ``deferred`` per
+    collectives: their busy time comes from their measured interval); ``handoffs``: ``Handoff``
+    records: the start of the launch call and of the GPU op for each GPU op with a launch call,
+    the burst's start twice for a fork. Returns ``deferred`` per
     ET node (µs taken out of an op: the sum of its pieces) and the ``Pieces``; per thread the
     total busy time is unchanged.
 
@@ -187,7 +207,7 @@ def _inside(op: int, ancestor: int, parent) -> bool:
 
 
 def _own_parts(timelines, parent: np.ndarray, op_end: np.ndarray,
-               handoffs: list[tuple[int, float, float]]) -> dict[int, tuple[float, float]]:
+               handoffs: list[Handoff]) -> dict[int, tuple[float, float]]:
     """Each op that handed work off -> its own part: from its start to its first child's start
     (its end when it has none). O(m log m) over the threads' m ops in numpy passes."""
     handing = _ops_of(handoffs)
@@ -207,7 +227,7 @@ def _own_parts(timelines, parent: np.ndarray, op_end: np.ndarray,
 
 
 def cut_at_handoffs(owners: np.ndarray, targets: np.ndarray, begins: np.ndarray, finishes: np.ndarray,
-                    handoffs: list[tuple[int, float, float]], own_parts: dict[int, tuple[float, float]]
+                    handoffs: list[Handoff], own_parts: dict[int, tuple[float, float]]
                     ) -> tuple[np.ndarray, ...]:
     """Cut the stretches of an op where it handed off work (a launch call, a fork) that began
     before the stretch ended (by more than ``HANDOFF_CUT_MIN_US``): the stretch is the op's own
@@ -226,7 +246,7 @@ def cut_at_handoffs(owners: np.ndarray, targets: np.ndarray, begins: np.ndarray,
     for op_stretches in stretches.values():
         op_stretches.sort()
     by_stretch: dict[tuple[int, int], list[tuple[float, float]]] = {}
-    for op, call, work_start in handoffs:
+    for op, call, work_start in handoffs:  # ``Handoff``: the call is where it handed the work off
         op_stretches = stretches.get(op)
         if op_stretches is None:
             continue
@@ -258,9 +278,9 @@ def cut_at_handoffs(owners: np.ndarray, targets: np.ndarray, begins: np.ndarray,
             np.concatenate((finishes, np.array(cut_finish, dtype=np.float64))))
 
 
-def _ops_of(rows: list[tuple]) -> np.ndarray:
-    """The distinct ops (first fields) of ``rows``, sorted. O(r log r)."""
-    ops = np.sort(np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows)))
+def _ops_of(rows: list[Handoff] | list[BlockedStretch]) -> np.ndarray:
+    """The distinct ops of ``rows``, sorted. O(r log r)."""
+    ops = np.sort(np.fromiter((row.op for row in rows), dtype=np.int64, count=len(rows)))
     return ops[np.append(True, ops[1:] != ops[:-1])] if len(ops) else ops  # np.unique imports numpy.ma: 20 ms
 
 
@@ -286,7 +306,7 @@ def _pieces_of(owners: np.ndarray, ops: np.ndarray) -> tuple[np.ndarray, dict[in
 
 
 def _leave_waits_in_place(owners: np.ndarray, lengths: np.ndarray, begins: np.ndarray,
-                          blocked_at: list[tuple[int, float, float]]) -> None:
+                          blocked_at: list[BlockedStretch]) -> None:
     """Shorten each piece (in ``lengths``, in place) by the blocked time of its op lying inside it
     (a wait is not busy time wherever it lies): a blocked stretch takes its overlap out of every
     piece it spans (a wait cut where the op resumed after several threads' ends spans the pieces

@@ -9,6 +9,7 @@ dependency cycle (an example cycle is extracted by walking predecessors). Cost: 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -62,7 +63,7 @@ def diagnose(rp: Replay) -> Diagnosis:
     """Explain every node that never finished. Empty when the replay completed."""
     total = rp.node_count
     end = rp.end
-    unfinished = [u for u in range(total) if end[u] != end[u]]
+    unfinished = [u for u in range(total) if math.isnan(end[u])]
     result = Diagnosis()
     if not unfinished:
         return result
@@ -80,10 +81,10 @@ def diagnose(rp: Replay) -> Diagnosis:
             ids = by_node.get(local, [])[:3]
             reason[u] = NeverRan(u, MISSING_DEPENDENCY, -1, "depends on absent id " + ", ".join(ids))
             roots.append(u)
-        elif rp.issue[u] == rp.issue[u]:
+        elif not math.isnan(rp.issue[u]):
             reason[u] = NeverRan(u, STALLED_COLLECTIVE)
             roots.append(u)
-    holders = {rp.unit_of[u]: u for u in unfinished if rp.issue[u] == rp.issue[u]}
+    holders = {rp.unit_of[u]: u for u in unfinished if not math.isnan(rp.issue[u])}
     for u in rp.queued:
         if u not in reason:
             reason[u] = NeverRan(u, QUEUED, holders.get(rp.unit_of[u], -1))
@@ -106,7 +107,7 @@ def _propagate(rp: Replay, roots: list[int], reason: dict[int, NeverRan]) -> Non
     while queue:
         u, root = queue.popleft()
         for v in successors.get(u, ()):
-            if v not in reason and rp.end[v] != rp.end[v]:
+            if v not in reason and math.isnan(rp.end[v]):
                 reason[v] = NeverRan(v, BLOCKED, root)
                 queue.append((v, root))
 
@@ -117,7 +118,7 @@ def _successor_lists(rp: Replay) -> dict[int, list[int]]:
     for graph, base in zip(rp.graphs, rp.offsets):
         offs, nodes = graph.dep_offsets, graph.dep_nodes
         for u in range(len(graph)):
-            if rp.end[base + u] != rp.end[base + u]:
+            if math.isnan(rp.end[base + u]):
                 for k in range(offs[u], offs[u + 1]):
                     successors.setdefault(base + nodes[k], []).append(base + u)
     return successors
@@ -147,7 +148,7 @@ def _stalls(rp: Replay, reason: dict[int, NeverRan]) -> list[Stall]:
     stalls = []
     counts = _collective_counts(rp)
     for g, members in enumerate(groups.members):
-        arrived = [u for u in members if rp.issue[u] == rp.issue[u] and rp.end[u] != rp.end[u]]
+        arrived = [u for u in members if not math.isnan(rp.issue[u]) and math.isnan(rp.end[u])]
         if not arrived:
             continue
         pg, index = groups.label[g]

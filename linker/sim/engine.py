@@ -320,7 +320,7 @@ def _cpu_waits(graphs: list[SimGraph], offsets: list[int], groups: CommGroups) -
         for u in members:
             r = bisect_right(offsets, u) - 1
             graph, local = graphs[r], u - offsets[r]
-            if graph.lane_keys[graph.lane[local]][0] != "cpu" or graph.start[local] != graph.start[local]:
+            if graph.lane_keys[graph.lane[local]][0] != "cpu" or math.isnan(graph.start[local]):
                 break
             info = graph.comm.get(local)
             early = graph.duration[local] - graph.measured_dur[local] if info is not None and info.role == SEND else 0.0
@@ -348,7 +348,7 @@ def _cpu_pickups(graphs: list[SimGraph], offsets: list[int], groups: CommGroups)
         read_at = _joined_at(graph, collectives)
         for u in collectives:
             ready = max((_busy_window(graph, d, collectives, read_at)[1] for d in graph.deps_of(u)
-                         if d >= 0 and graph.start[d] == graph.start[d]), default=None)
+                         if d >= 0 and not math.isnan(graph.start[d])), default=None)
             if ready is not None:
                 busy_from = _busy_window(graph, u, collectives, read_at)[0]
                 if busy_from > ready:

@@ -84,11 +84,11 @@ def trace_events(rp: Replay) -> list[dict]:
                                "ts": s - first, "dur": graph.measured_dur[local],
                                "args": {"id": node_id, "kind": kind, "replayed_busy_us": graph.duration[local]}})
             u = base + local
-            if rp.end[u] == rp.end[u] and rp.groups.group_of[u] >= 0 and rp.start[u] > rp.issue[u]:
+            if not math.isnan(rp.end[u]) and rp.groups.group_of[u] >= 0 and rp.start[u] > rp.issue[u]:
                 events.append({"ph": "X", "name": f"waiting for peers: {name}", "pid": pids[SIMULATED],
                                "tid": tids[SIMULATED][lane], "ts": rp.issue[u], "dur": rp.start[u] - rp.issue[u],
                                "args": {"id": node_id, "kind": "wait for peer ranks"}})
-            if rp.end[u] == rp.end[u]:
+            if not math.isnan(rp.end[u]):
                 args = {"id": node_id, "kind": kind, "waited_us": rp.start[u] - rp.ready[u]}
                 if causes[local]:
                     args["wait_cause"] = causes[local]

@@ -276,7 +276,7 @@ def marked_iterations(graph) -> tuple[int, list[str], float | None]:
     measured duration (µs; None when there are none). O(n)."""
     steps = sorted((graph.start[u], graph.names[u], graph.measured_dur[u]) for u in range(len(graph))
                    if graph.names[u].startswith(ITERATION_PREFIX) and u not in graph.continues
-                   and graph.start[u] == graph.start[u])
+                   and not math.isnan(graph.start[u]))
     if not steps:
         return 0, [], None
     names = [steps[0][1]] + ([steps[-1][1]] if len(steps) > 1 else [])

@@ -217,7 +217,7 @@ def divergence_points(rp: Replay, r: int, landmarks: set[int], limit: int = DIVE
     # for peers, which its measured start does not).
     begin = {u: rp.issue[base + u] if group_of[base + u] >= 0 else rp.start[base + u] for u in landmarks}
     for u in landmarks:
-        if begin[u] == begin[u]:
+        if not math.isnan(begin[u]):
             by_lane.setdefault(graph.lane[u], []).append(u)
     found: list[Divergence] = []
     for lane, nodes in by_lane.items():

@@ -66,9 +66,9 @@ def graph_clock_skew(graph: SimGraph) -> ClockSkew:
     launches = []
     start, dur, kind, lane = graph.start, graph.measured_dur, graph.kind, graph.lane
     for u in range(len(graph)):
-        if kind[u] != GPU or start[u] != start[u] or graph.lane_keys[lane[u]][0] == "cpu":
+        if kind[u] != GPU or math.isnan(start[u]) or graph.lane_keys[lane[u]][0] == "cpu":
             continue
-        deps = [d for d in graph.deps_of(u) if start[d] == start[d]]
+        deps = [d for d in graph.deps_of(u) if not math.isnan(start[d])]
         launcher = [d for d in deps if kind[d] not in (GPU, COMM)]
         if not launcher:
             continue
@@ -141,7 +141,7 @@ def _gpu_waits(graph: SimGraph, min_us: float, through_wait_nodes: bool) -> list
     kernels: dict | None = None  # made at the first wait: ``_kernels_by_stream``
     found = []
     for u in range(len(graph)):
-        if kind[u] not in (GPU, COMM) or start[u] != start[u] or graph.lane_keys[graph.lane[u]][0] == "cpu":
+        if kind[u] not in (GPU, COMM) or math.isnan(start[u]) or graph.lane_keys[graph.lane[u]][0] == "cpu":
             continue  # a CPU collective's pickup is replayed (``engine._cpu_pickups``)
         ready, launched, known, after_event = first, False, True, False
         for d in graph.deps_of(u):
@@ -182,7 +182,7 @@ def _is_kernel(graph: SimGraph, u: int) -> bool:
     """A timed op on a GPU stream that runs on the SMs: not a copy or a set (CUPTI's names
     "Memcpy ..." / "Memset ...", which copy engines run)."""
     return (graph.kind[u] in (GPU, COMM) and graph.lane_keys[graph.lane[u]][0] == "gpu"
-            and graph.start[u] == graph.start[u] and not graph.names[u].startswith(("Memcpy", "Memset")))
+            and not math.isnan(graph.start[u]) and not graph.names[u].startswith(("Memcpy", "Memset")))
 
 
 def _kernels_by_stream(graph: SimGraph) -> dict[tuple, dict[object, tuple[list[float], list[int]]]]:
@@ -244,10 +244,10 @@ def host_waits(graph: SimGraph, min_us: float = HOLD_MIN_US, through_wait_nodes:
         return []
     start, dur, kind = graph.start, graph.duration, graph.kind
     device_ends = sorted(start[u] + graph.measured_dur[u] for u in range(len(graph))
-                         if kind[u] in (GPU, COMM) and start[u] == start[u])
+                         if kind[u] in (GPU, COMM) and not math.isnan(start[u]))
     found = []
     for u in range(len(graph)):
-        if kind[u] != CPU or start[u] != start[u]:
+        if kind[u] != CPU or math.isnan(start[u]):
             continue
         ready, known = first, True
         for d in graph.deps_of(u):
