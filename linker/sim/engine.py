@@ -61,9 +61,10 @@ import heapq
 import math
 from array import array
 from bisect import bisect_right
-from collections import Counter
 from dataclasses import dataclass, field
 from itertools import accumulate
+
+import numpy as np
 
 from linker.model.errors import OptionError
 from linker.plan.rank_start import measured_offsets
@@ -227,25 +228,24 @@ class Replay:
 
 def _units(graphs: list[SimGraph], model: str, wait_nodes: bool = True) -> tuple[array, list[tuple[int, str]]]:
     """Unit of every node (-1 for metadata, and for the files' wait nodes when ``wait_nodes`` is
-    False: absent, they hold no unit either, so no op queues behind one) and the units' names."""
-    unit_of = array("q")
+    False: absent, they hold no unit either, so no op queues behind one) and the units' names:
+    under ``ASTRA_SIM`` a rank's cpu, gpu and comm units (a node's by its kind), else one per lane.
+    Numpy passes over the kind and lane columns, O(n)."""
+    columns: list[np.ndarray] = []
     names: list[tuple[int, str]] = []
     for r, graph in enumerate(graphs):
-        first = len(unit_of)
+        base = len(names)
+        kind = np.frombuffer(graph.kind, dtype=np.uint8)
         if model == ASTRA_SIM:
-            base = len(names)
             names += [(r, "cpu"), (r, "gpu"), (r, "comm")]
-            for kind in graph.kind:
-                unit_of.append(-1 if kind == META else base + kind)
+            unit = np.where(kind == META, -1, base + kind.astype(np.int64))
         else:
-            base = len(names)
             names += [(r, lane_label(key)) for key in graph.lane_keys]
-            for kind, lane in zip(graph.kind, graph.lane):
-                unit_of.append(-1 if kind == META else base + lane)
-        if not wait_nodes:
-            for u in graph.wait_nodes:
-                unit_of[first + u] = -1
-    return unit_of, names
+            unit = np.where(kind == META, -1, base + np.asarray(graph.lane, dtype=np.int64))
+        if not wait_nodes and graph.wait_nodes:
+            unit[list(graph.wait_nodes)] = -1
+        columns.append(unit)
+    return _int_array(np.concatenate(columns) if columns else np.zeros(0, dtype=np.int64)), names
 
 
 def node_offsets(graphs: list[SimGraph]) -> list[int]:
@@ -256,24 +256,35 @@ def node_offsets(graphs: list[SimGraph]) -> list[int]:
 
 def _successors(graphs: list[SimGraph], offsets: list[int], total: int) -> tuple[array, array, array, bytearray]:
     """CSR of successors over global numbers, indegree (a missing dependency counts and is never
-    satisfied), and the missing-dependency flag. O(n + e log e): the edges of each graph sorted by
-    source (a stable C sort, so each node's successors stay in node order)."""
-    indegree = array("q")
-    counts = array("q", bytes(8 * (total + 1)))
-    missing = bytearray(total)
-    targets = array("q")
+    satisfied), and the missing-dependency flag. Numpy passes over each graph's dependency CSR: a
+    node's successors are the nodes that list it, in node order (the edges sorted by dependency
+    with a stable sort). O(n + e log e); the columns go back to ``array`` for the event loop, which
+    reads them an element at a time."""
+    sizes, dependents, dependencies = [], [], []
     for graph, base in zip(graphs, offsets):
-        offs, nodes = graph.dep_offsets, graph.dep_nodes
-        sizes = [offs[u + 1] - offs[u] for u in range(len(offs) - 1)]  # dependencies per node
-        indegree.extend(sizes)
-        owner = [base + u for u, size in enumerate(sizes) for _ in range(size)]  # each edge's dependent node
-        targets.extend([owner[k] for k in sorted(range(len(nodes)), key=nodes.__getitem__)])
-        for d, n in Counter(nodes).items():
-            counts[base + d + 1] = n
+        starts = np.asarray(graph.dep_offsets, dtype=np.int64)
+        size = np.diff(starts) if len(starts) else np.zeros(0, dtype=np.int64)  # dependencies per node
+        sizes.append(size)
+        dependents.append(np.repeat(np.arange(base, base + len(size), dtype=np.int64), size))  # each edge's node
+        dependencies.append(base + np.asarray(graph.dep_nodes, dtype=np.int64))
+    edge_dependent = np.concatenate(dependents) if dependents else np.zeros(0, dtype=np.int64)
+    edge_dependency = np.concatenate(dependencies) if dependencies else np.zeros(0, dtype=np.int64)
+    targets = edge_dependent[np.argsort(edge_dependency, kind="stable")]
+    succ_offsets = np.concatenate(([0], np.cumsum(np.bincount(edge_dependency, minlength=total))))
+    indegree = np.concatenate(sizes) if sizes else np.zeros(0, dtype=np.int64)
+    missing = bytearray(total)
+    for graph, base in zip(graphs, offsets):
         for u, _ in graph.missing_deps:
             missing[base + u] = 1
             indegree[base + u] += 1
-    return array("q", accumulate(counts)), targets, indegree, missing
+    return _int_array(succ_offsets), _int_array(targets), _int_array(indegree), missing
+
+
+def _int_array(values: np.ndarray) -> array:
+    """An int64 numpy column as an ``array("q")`` (one copy)."""
+    column = array("q")
+    column.frombytes(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+    return column
 
 
 def match_communication(graphs: list[SimGraph], offsets: list[int], comm_groups: dict[str, list[int]] | None
@@ -661,10 +672,11 @@ def replay(graphs: list[SimGraph], model: str = ASTRA_SIM, scale: Scale = Scale(
     offsets = node_offsets(graphs)
     total = sum(map(len, graphs))
     duration = array("d")
+    factors = np.array([scale.factor(kind) for kind in range(4)], dtype=np.float64)
     for graph in graphs:
-        factors = [scale.factor(kind) for kind in range(4)]
         base = len(duration)
-        duration.extend(d * factors[kind] for d, kind in zip(graph.duration, graph.kind))
+        scaled = np.asarray(graph.duration, dtype=np.float64) * factors[np.frombuffer(graph.kind, dtype=np.uint8)]
+        duration.frombytes(scaled.tobytes())
         for u in graph.wait_nodes:
             duration[base + u] = graph.duration[u] if wait_nodes else 0.0
     unit_of, unit_names = _units(graphs, model, wait_nodes)
